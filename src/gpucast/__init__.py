@@ -1,0 +1,28 @@
+"""gpucast: predict a deep-learning job's GPU utilization, peak memory and step time from its graph.
+
+>>> import gpucast
+>>> p = gpucast.predict(gpucast.Job("resnet50", batch_size=64), gpu="a100-80gb")
+>>> p.gpu_util_pct, p.memory_peak_bytes, p.step_time_s  # doctest: +SKIP
+"""
+
+__version__ = "0.1.0"
+
+from gpucast.job import Job, JobError  # noqa: E402
+from gpucast.prediction import Prediction  # noqa: E402
+
+
+def predict(job, gpu="a100-80gb", config=None):
+    """Predict ``job`` on ``gpu`` (see :func:`gpucast.api.predict`)."""
+    from gpucast.api import predict as _predict
+
+    return _predict(job, gpu, config)
+
+
+def explain(job, gpu="a100-80gb", config=None):
+    """A prediction with its breakdown (see :func:`gpucast.api.explain`)."""
+    from gpucast.api import explain as _explain
+
+    return _explain(job, gpu, config)
+
+
+__all__ = ["Job", "JobError", "Prediction", "predict", "explain", "__version__"]

@@ -1,0 +1,122 @@
+"""The Python API: ``predict(job, gpu)`` and ``explain(job, gpu)``.
+
+Both run the one flow of DESIGN.md: the job is traced once (cached by its key; module jobs by
+their factories too), the trace is estimated on the GPU, and the estimate becomes a
+:class:`~gpucast.prediction.Prediction`. No learned correction exists yet, so the prediction
+is the analytic estimate (``model_version = analytic-<version>``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from gpucast import __version__
+from gpucast.estimate import Estimate, EstimatorConfig, estimate
+from gpucast.graph.trace import Trace
+from gpucast.hardware import GpuSpec, get_gpu
+from gpucast.job import Job
+from gpucast.prediction import Prediction
+
+MODEL_VERSION = f"analytic-{__version__}"
+_TRACE_CACHE_SIZE = 64
+_traces: OrderedDict = OrderedDict()
+
+
+def _cache_key(job: Job):
+    if job.is_module:
+        return (job, id(job.model_fn), id(job.input_fn), id(job.loss_fn))
+    return job
+
+
+def trace(job: Job) -> Trace:
+    """The job's captured step (cached)."""
+    from gpucast.graph import capture
+
+    key = _cache_key(job)
+    hit = _traces.get(key)
+    if hit is not None:
+        _traces.move_to_end(key)
+        return hit
+    tr = capture(job)
+    _traces[key] = tr
+    if len(_traces) > _TRACE_CACHE_SIZE:
+        _traces.popitem(last=False)
+    return tr
+
+
+def _as_job(job) -> Job:
+    if isinstance(job, Job):
+        return job
+    if isinstance(job, str):
+        return Job(model=job)
+    if isinstance(job, dict):
+        return Job.from_dict(job)
+    raise TypeError(f"job must be a Job, a zoo name or a dict, got {type(job).__name__}")
+
+
+def predict(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
+            config: EstimatorConfig | None = None) -> Prediction:
+    """Predict utilization, peak memory and step time of ``job`` on ``gpu``."""
+    return explain(job, gpu, config).prediction
+
+
+@dataclass
+class Explanation:
+    """A prediction with the trace and estimate behind it: where time and memory go."""
+
+    prediction: Prediction
+    trace: Trace
+    estimate: Estimate
+    gpu: GpuSpec
+
+    def by_phase_and_category(self) -> list[dict]:
+        """Rows of (phase, category): ops, kernels, FLOPs, bytes and estimated GPU time."""
+        from gpucast.estimate.kernels import kernel_times
+
+        kt = kernel_times(self.trace, self.gpu, self.trace.precision, self._config)
+        rows: dict[tuple, dict] = {}
+        for op, t in zip(self.trace.ops, kt.time):
+            r = rows.setdefault((op.phase, op.category), {"phase": op.phase, "category": op.category, "ops": 0,
+                                                          "kernels": 0, "flops": 0, "bytes": 0, "gpu_time_s": 0.0})
+            r["ops"] += 1
+            r["kernels"] += op.kernels
+            r["flops"] += op.flops
+            r["bytes"] += op.bytes
+            r["gpu_time_s"] += float(t)
+        return sorted(rows.values(), key=lambda r: -r["gpu_time_s"])
+
+    _config: EstimatorConfig | None = None
+
+
+def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
+            config: EstimatorConfig | None = None) -> Explanation:
+    job = _as_job(job)
+    spec = get_gpu(gpu)
+    tr = trace(job)
+    est = estimate(tr, job, spec, config)
+    notes = list(tr.notes)
+    if job.precision == "amp-bf16" and not spec.supports_bf16:
+        notes.append(f"{spec.name} has no bf16 tensor cores: bf16 math is costed at the fp32 rate")
+    if job.precision == "tf32" and spec.tf32_tflops is None:
+        notes.append(f"{spec.name} has no tf32 tensor cores: tf32 runs as fp32")
+    fits = est.memory.total_bytes <= spec.memory_bytes
+    if not fits:
+        notes.append(f"needs {est.memory.total_bytes / 2**30:.1f} GiB, more than the {spec.memory_bytes / 2**30:.1f} "
+                     f"GiB of a {spec.name}: the job would fail with out-of-memory")
+    pred = Prediction(
+        job=job.to_dict(), job_key=job.key, gpu=spec.name,
+        gpu_util_pct=round(est.gpu_util_pct, 2),
+        gpu_util_interval=tuple(round(v, 2) for v in est.gpu_util_interval),
+        memory_peak_bytes=est.memory.total_bytes, memory_interval=est.memory_interval,
+        step_time_s=est.step_time_s, step_time_interval=est.step_time_interval,
+        gpu_busy_s=est.gpu_busy_s, host_time_s=est.host_time_s,
+        flops=tr.flops, bytes=tr.bytes, kernels=tr.kernels, ops=len(tr.ops), parameters=tr.parameters,
+        memory_allocated_peak_bytes=est.memory.allocated_peak_bytes, fits_in_memory=fits,
+        bottleneck=est.bottleneck, bottleneck_reason=est.bottleneck_reason,
+        op_coverage=round(tr.coverage, 4), time_coverage=round(est.costed_time_share, 4),
+        uncosted_ops=tr.uncosted, model_version=MODEL_VERSION,
+        samples_per_s=job.batch_size * job.gpus / est.step_time_s if est.step_time_s > 0 else 0.0,
+        notes=tuple(notes),
+    )
+    return Explanation(prediction=pred, trace=tr, estimate=est, gpu=spec, _config=config)

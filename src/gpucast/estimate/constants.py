@@ -1,0 +1,153 @@
+"""The analytic estimator's constants: each with its value, unit and source, all overridable.
+
+:class:`EstimatorConfig` is a frozen dataclass; every field carries its documentation and
+source in ``field(metadata=...)``. Override fields in code (``EstimatorConfig().replace(
+python_op_s=8e-6)``) or from a YAML/JSON file of ``name: value`` pairs
+(:meth:`EstimatorConfig.load`). Later calibration (``gpucast.learn``) fits these against
+measurements; until then they are the published or commonly observed figures cited below.
+
+Nothing here is a measurement of ours.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+
+def _c(value, unit: str, source: str):
+    return field(default=value, metadata={"unit": unit, "source": source})
+
+
+@dataclass(frozen=True)
+class EstimatorConfig:
+    # ---------------------------------------------------------------- GPU kernels
+    kernel_floor_s: float = _c(
+        2.5e-6, "s",
+        "Shortest time one kernel occupies the GPU, back to back (launch + drain of an empty "
+        "kernel): 2-3 us on Volta..Hopper in CUDA launch-latency microbenchmarks (e.g. NVIDIA "
+        "CUDA Graphs blog, 2019: ~2.5 us per small kernel without graphs).")
+    kernel_floor_old_s: float = _c(
+        4.5e-6, "s", "Same floor on Kepler/Pascal, whose launch path is slower (~4-5 us).")
+    matmul_efficiency: float = _c(
+        0.80, "fraction of peak",
+        "Large cuBLAS GEMMs reach 70-90% of tensor-core peak (NVIDIA Deep Learning Performance "
+        "Guide, 'Matrix Multiplication Background').")
+    conv_efficiency: float = _c(
+        0.65, "fraction of peak",
+        "cuDNN implicit-GEMM convolutions typically reach 55-75% of peak (NVIDIA DL Performance "
+        "Guide, 'Convolutional Layers').")
+    attention_efficiency: float = _c(
+        0.55, "fraction of peak",
+        "FlashAttention-2 forward+backward: 50-70% of A100 peak (Dao 2023, FlashAttention-2, "
+        "Fig. 4-7); older GPUs and memory-efficient attention lower.")
+    rnn_efficiency: float = _c(
+        0.45, "fraction of peak", "cuDNN RNN GEMMs are skinny (batch x hidden); ~40-50% of peak.")
+    other_efficiency: float = _c(0.50, "fraction of peak", "FLOP-counted ops of other kinds.")
+    half_flops_per_sm: float = _c(
+        1.0e7, "FLOP per SM",
+        "Work at which a GEMM reaches half its peak efficiency, per SM: a 1024^3 GEMM "
+        "(2.1 GFLOP) runs at ~2/3 of large-GEMM efficiency on an A100 (108 SMs).")
+    bandwidth_efficiency: float = _c(
+        0.85, "fraction of peak",
+        "Streaming kernels reach 80-92% of DRAM peak (STREAM-like copy on V100/A100/H100, "
+        "e.g. Jia et al. 2018 'Dissecting the Volta GPU architecture').")
+    half_bytes_per_sm: float = _c(
+        48 * 1024, "bytes per SM",
+        "Bytes a memory-bound kernel must move to reach half its bandwidth efficiency, per "
+        "SM (enough blocks in flight to cover DRAM latency; Little's law at ~0.5-1 us).")
+    conv_fp32_uses_tf32: bool = _c(
+        True, "bool",
+        "torch.backends.cudnn.allow_tf32 defaults to True: fp32 convolutions run on TF32 "
+        "tensor cores on Ampere and later (PyTorch docs, 'TensorFloat-32 (TF32) on Ampere').")
+    # ---------------------------------------------------------------- host dispatch (eager)
+    python_op_s: float = _c(
+        9e-6, "s",
+        "Host time for one aten op issued from Python that launches a kernel: Python + "
+        "dispatcher + cudaLaunchKernel, 5-15 us in PyTorch eager (PyTorch dev-discuss "
+        "'Overhead of eager mode', and Horace He, 'Making Deep Learning Go Brrrr', 2022).")
+    python_view_s: float = _c(
+        2.5e-6, "s", "Host time for a view/metadata op issued from Python (no launch).")
+    engine_op_s: float = _c(
+        5e-6, "s",
+        "Host time for an op the autograd engine issues in backward (C++, no Python): "
+        "dispatcher + launch, ~3-6 us.")
+    engine_view_s: float = _c(1.0e-6, "s", "A view op in backward.")
+    cpp_op_s: float = _c(
+        3.5e-6, "s", "An op issued from a fused C++ loop (cuDNN RNN steps): launch cost only.")
+    host_op_s: float = _c(
+        1.5e-6, "s", "An op on host tensors (optimizer step counters, .item() on CPU).")
+    launch_s: float = _c(
+        2.5e-6, "s", "cudaLaunchKernel cost of each extra kernel an op launches.")
+    module_call_s: float = _c(
+        4e-6, "s", "Python overhead of one nn.Module.__call__ (hooks, forward dispatch).")
+    step_overhead_s: float = _c(
+        150e-6, "s",
+        "Per-step host work outside the traced ops: the training loop, the data loader's "
+        "next(), zero_grad's loop, loss.item() and its sync.")
+    param_overhead_s: float = _c(
+        0.4e-6, "s", "Per parameter tensor per step: zero_grad(set_to_none) and optimizer "
+        "bookkeeping loops in Python.")
+    step_end_sync: bool = _c(
+        True, "bool",
+        "A training loop reads the loss on the host every step (logging), so the host waits "
+        "for the GPU at the end of each step.")
+    # ---------------------------------------------------------------- input and multi-GPU
+    host_link_efficiency: float = _c(
+        0.8, "fraction of peak", "Pinned host-to-device copies reach ~80% of PCIe peak.")
+    nccl_efficiency: float = _c(
+        0.7, "fraction of peak", "Ring all-reduce bus bandwidth vs link peak (nccl-tests).")
+    comm_overlap: float = _c(
+        0.8, "fraction",
+        "Share of the backward pass that DDP's bucketed all-reduce can hide behind (PyTorch "
+        "DDP paper, Li et al. VLDB 2020).")
+    # ---------------------------------------------------------------- memory beyond tensors
+    cuda_context_bytes: int = _c(
+        500 * 2**20, "bytes",
+        "CUDA context + lazily loaded cuBLAS/cuDNN kernels of a PyTorch 2.x process as nvidia-smi "
+        "shows it: ~300-600 MiB on Volta..Hopper with CUDA 12 lazy loading.")
+    cuda_context_old_bytes: int = _c(
+        300 * 2**20, "bytes", "Same on Kepler/Pascal (smaller kernel images).")
+    cublas_workspace_bytes: int = _c(
+        32 * 2**20, "bytes",
+        "cuBLAS workspace PyTorch allocates per handle/stream (32 MiB on Hopper, 4-8 MiB before; "
+        "we use the larger).")
+    cudnn_workspace_bytes: int = _c(
+        128 * 2**20, "bytes", "Typical cuDNN convolution workspace held by the allocator.")
+    # ---------------------------------------------------------------- intervals
+    kernel_time_range: tuple[float, float] = _c(
+        (0.75, 1.45), "factor", "Plausible error of the kernel-time model, low and high.")
+    host_time_range: tuple[float, float] = _c(
+        (0.6, 1.7), "factor", "Host CPUs differ by ~2-3x in eager dispatch speed.")
+    memory_range: tuple[float, float] = _c(
+        (0.92, 1.25), "factor", "Allocator fragmentation and workspaces vary upwards.")
+
+    def replace(self, **changes) -> "EstimatorConfig":
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(f"unknown estimator constant {sorted(unknown)[0]!r}")
+        return replace(self, **changes)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "EstimatorConfig":
+        path = Path(path)
+        text = path.read_text()
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            data = json.loads(text)
+        data = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        return cls().replace(**data)
+
+    @classmethod
+    def describe(cls) -> list[dict]:
+        """Every constant: name, default, unit, source (for docs and `gpucast explain`)."""
+        return [{"name": f.name, "value": f.default, "unit": f.metadata["unit"], "source": f.metadata["source"]}
+                for f in fields(cls)]
+
+
+DEFAULT = EstimatorConfig()
+OLD_ARCHITECTURES = ("kepler", "maxwell", "pascal")

@@ -1,0 +1,169 @@
+"""Make a meta-device trace dispatch what CUDA would: autocast, SDPA backends, cuDNN RNNs.
+
+Tracing runs on the meta device, where three things differ from a CUDA run:
+
+* **Autocast.** ``torch.autocast("cuda")`` does not apply to meta tensors. :class:`CudaMirror`
+  (a ``TorchFunctionMode``) applies CUDA autocast's op lists itself: functions on the
+  lower-precision list get their floating inputs cast to the AMP dtype, functions on the
+  fp32 list get them cast to fp32, and "promote" functions run in the widest input dtype.
+  Casts of leaf tensors (parameters) are cached for the region, as autocast caches them.
+  The casts are real ``aten._to_copy`` ops, so the trace records them and autograd records
+  their backward. Lists: PyTorch's autocast documentation ("CUDA Ops that can autocast to
+  float16 / to float32", ``aten/src/ATen/autocast_mode.cpp``). A function the mode cannot
+  see (one called from inside another Python-level torch function) keeps its input dtype;
+  ``multi_head_attention_forward`` is handled whole for that reason.
+* **SDPA backend.** On meta, ``scaled_dot_product_attention`` falls back to the math path
+  (explicit matmuls and softmax). On a CUDA GPU it picks a fused kernel: flash attention for
+  fp16/bf16 inputs without an explicit mask, memory-efficient attention otherwise (fp32, or a
+  mask). :func:`sdpa` calls those fused ops directly (their meta kernels and autograd
+  formulas exist), which gives the fused kernels' FLOPs, memory (no materialised attention
+  matrix) and launches. Flash needs sm80+; on older GPUs CUDA would choose memory-efficient
+  attention, whose FLOPs and memory are the same to first order (not modelled separately).
+* **cuDNN RNNs.** ``nn.LSTM``/``nn.GRU`` run as one cuDNN call on CUDA, which launches a GEMM
+  per time step and fuses the gate arithmetic into one pointwise kernel. The meta device
+  decomposes the recurrence into aten ops; :class:`CudaMirror` marks the ops issued inside
+  an RNN call as dispatched from C++ (``dispatch='cpp'``: no Python overhead per op), and the
+  recorder gives each run of pointwise ops after a GEMM a single fused kernel.
+
+Foreach optimizers (CUDA's default) are chosen in ``gpucast.graph.tracer``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+# CUDA autocast lower-precision list (functions as Python sees them).
+LOWER_PRECISION = frozenset("""
+linear conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d conv_tbc
+matmul __matmul__ __rmatmul__ mm bmm addmm addbmm baddbmm addmv addr mv chain_matmul multi_dot
+prelu lstm gru rnn_tanh rnn_relu lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell
+scaled_dot_product_attention multi_head_attention_forward einsum _convolution convolution
+""".split())
+# CUDA autocast fp32 list and fp32_set_opt_dtype list.
+FP32 = frozenset("""
+acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal rsqrt sinh tan pow __pow__ __rpow__
+softplus layer_norm group_norm frobenius_norm nuclear_norm cosine_similarity poisson_nll_loss
+cosine_embedding_loss nll_loss hinge_embedding_loss kl_div l1_loss smooth_l1_loss huber_loss mse_loss
+margin_ranking_loss multilabel_margin_loss soft_margin_loss triplet_margin_loss multi_margin_loss
+binary_cross_entropy_with_logits cross_entropy dist pdist cdist renorm logsumexp interpolate
+prod cumprod cumsum softmax log_softmax sum norm linalg_vector_norm linalg_matrix_norm
+""".split())
+PROMOTE = frozenset("""
+addcdiv addcmul atan2 bilinear cross dot grid_sample index_copy index_put scatter_add tensordot cat stack
+""".split())
+RNN_FUNCTIONS = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
+_CASTABLE = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """``F.scaled_dot_product_attention`` as a CUDA GPU would run it (see module docstring)."""
+    if query.dim() != 4 or key.dim() != 4 or query.device.type != "meta":
+        return _ORIGINAL_SDPA(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                              is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    if enable_gqa and key.shape[1] != query.shape[1]:
+        rep = query.shape[1] // key.shape[1]
+        key = key.repeat_interleave(rep, dim=1)
+        value = value.repeat_interleave(rep, dim=1)
+    half = query.dtype in (torch.float16, torch.bfloat16)
+    if half and attn_mask is None and query.shape[-1] <= 256:
+        return torch.ops.aten._scaled_dot_product_flash_attention(
+            query, key, value, dropout_p, is_causal, False, scale=scale)[0]
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(~attn_mask, float("-inf"))
+    if attn_mask is not None:
+        attn_mask = attn_mask.to(query.dtype).expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+    needs_lse = query.requires_grad or key.requires_grad or value.requires_grad
+    return torch.ops.aten._scaled_dot_product_efficient_attention(
+        query, key, value, attn_mask, needs_lse and torch.is_grad_enabled(), dropout_p, is_causal,
+        scale=scale)[0]
+
+
+_ORIGINAL_SDPA = F.scaled_dot_product_attention
+
+
+class CudaMirror(TorchFunctionMode):
+    """Autocast emulation, SDPA mirroring and RNN marking during a captured forward.
+
+    ``amp_dtype`` is ``torch.float16``/``torch.bfloat16`` for AMP, or None (no autocast).
+    ``on_rnn(entering: bool)`` is called around RNN calls (the recorder marks their ops).
+    """
+
+    def __init__(self, amp_dtype: torch.dtype | None = None, on_rnn=None) -> None:
+        super().__init__()
+        self.amp_dtype = amp_dtype
+        self.on_rnn = on_rnn
+        self._cache: dict[int, torch.Tensor] = {}
+
+    def __enter__(self):
+        F.scaled_dot_product_attention = sdpa
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        F.scaled_dot_product_attention = _ORIGINAL_SDPA
+        self._cache.clear()
+        return super().__exit__(*exc)
+
+    def autocast_off(self) -> None:
+        """End the autocast region (as leaving ``with torch.autocast(...)`` does)."""
+        self.amp_dtype = None
+        self._cache.clear()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name == "scaled_dot_product_attention" and func is not sdpa:
+            func = sdpa
+        if self.amp_dtype is not None:
+            target = None
+            if name in LOWER_PRECISION:
+                target = self.amp_dtype
+            elif name in FP32:
+                target = torch.float32
+            elif name in PROMOTE:
+                target = _widest(args, kwargs)
+            if target is not None:
+                args, kwargs = self._cast((args, kwargs), target)
+        if name in RNN_FUNCTIONS and self.on_rnn is not None:
+            self.on_rnn(True)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.on_rnn(False)
+        return func(*args, **kwargs)
+
+    def _cast(self, obj, target):
+        if isinstance(obj, torch.Tensor):
+            if obj.dtype in _CASTABLE and obj.dtype != target and obj.device.type == "meta":
+                if obj.is_leaf and obj.requires_grad:
+                    cached = self._cache.get(id(obj))
+                    if cached is None:
+                        cached = self._cache[id(obj)] = obj.to(target)
+                    return cached
+                return obj.to(target)
+            return obj
+        if isinstance(obj, tuple):
+            return tuple(self._cast(o, target) for o in obj)
+        if isinstance(obj, list):
+            return [self._cast(o, target) for o in obj]
+        if isinstance(obj, dict):
+            return {k: self._cast(v, target) for k, v in obj.items()}
+        return obj
+
+
+def _widest(args, kwargs):
+    found = []
+
+    def visit(o):
+        if isinstance(o, torch.Tensor) and o.dtype in _CASTABLE:
+            found.append(o.dtype)
+        elif isinstance(o, (list, tuple)):
+            for x in o:
+                visit(x)
+
+    visit(args)
+    visit(list(kwargs.values()))
+    if len(set(found)) <= 1:
+        return None
+    return torch.float32 if torch.float32 in found else found[0]

@@ -1,0 +1,281 @@
+"""Capture one step of a job on the meta device, op by op.
+
+``capture(job)`` builds the job's model and inputs under ``torch.device("meta")`` (nothing is
+allocated; a 7B-parameter model costs no memory), then runs one steady-state step through a
+``TorchDispatchMode`` that records every dispatched aten op:
+
+* training: forward (``fwd``), loss (``loss``), backward (``bwd``, ops issued by the autograd
+  engine), optimizer step (``optim``), ``zero_grad(set_to_none=True)`` (no ops);
+* inference: forward only, under ``torch.no_grad()``.
+
+Steady state: the optimizer's state (momentum, Adam moments) exists before the traced step,
+as it does from the second step of a real run; it is created beforehand by one untraced
+optimizer step on zero gradients.
+
+What CUDA would run differently from the meta device is mirrored (``gpucast.graph.mirror``):
+autocast for ``amp-fp16``/``amp-bf16``, fused SDPA kernels, cuDNN RNN dispatch, and
+``foreach`` optimizer kernels (CUDA's default). ``amp-fp16`` also runs GradScaler's work:
+scaling the loss, unscaling the gradients (one foreach pass), and the ``found_inf`` check,
+which synchronises host and GPU. ``tf32`` changes no op (it changes GEMM speed, see
+``gpucast.estimate``).
+
+Every op is recorded; ops without a cost rule are marked ``costed=False`` with a default
+cost (``gpucast.graph.rules``). Ops whose tensors all live on the host (the optimizer's
+step counters) launch no GPU kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
+
+from gpucast.graph import rules
+from gpucast.graph.memory import MemoryTracker
+from gpucast.graph.mirror import CudaMirror
+from gpucast.graph.trace import OpRecord, Trace
+from gpucast.job import Job
+
+aten = torch.ops.aten
+
+AMP_DTYPES = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
+# SGD with momentum 0.9 is how the classic CNN recipes train (He et al. 2016).
+SGD_MOMENTUM = 0.9
+# GradScaler's default initial scale (torch.amp.GradScaler init_scale).
+GRAD_SCALE = 65536.0
+# Per-dimension cap on recorded shapes of list arguments (foreach ops take hundreds).
+_MAX_LIST_SHAPES = 4
+
+
+class CaptureError(RuntimeError):
+    """The model, its inputs or its step could not be traced; one line, names the stage."""
+
+
+@dataclass
+class Built:
+    model_fn: Callable[[], Any]
+    input_fn: Callable[[int], tuple]
+    loss_fn: Callable[[Any, tuple], Any]
+
+
+def resolve(job: Job) -> Built:
+    """The model, input and loss factories of a job (zoo or user module)."""
+    from gpucast import zoo
+
+    if job.is_module:
+        return Built(job.model_fn, job.input_fn, job.loss_fn or zoo.default_loss)
+    w = zoo.get(job.model)
+    spec = w.resolve(job.input_shape, job.seq_len)
+    return Built(lambda: w.model_fn(spec), lambda b: w.input_fn(spec, b), w.loss_fn or zoo.default_loss)
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[OpRecord] = []
+        self.phase = "fwd"
+        self.in_rnn = 0
+        self._rnn_fused_open = False
+        self.memory = MemoryTracker(lambda: len(self.ops))
+        self.host_storages: set[int] = set()
+        self._meta: dict[Any, tuple[str, str | None, bool]] = {}
+
+    def on_rnn(self, entering: bool) -> None:
+        self.in_rnn += 1 if entering else -1
+        self._rnn_fused_open = False
+
+    def _info(self, func):
+        info = self._meta.get(func)
+        if info is None:
+            cat = rules.category(func)
+            info = (rules.op_name(func), cat, func._overloadpacket in flop_registry)
+            self._meta[func] = info
+        return info
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is aten._local_scalar_dense.default:
+            t = args[0]
+            value = func(*args, **kwargs) if t.device.type == "cpu" else (False if t.dtype == torch.bool else 0)
+            self._record(func, "host", True, args, kwargs, None, on_host=True, sync=t.device.type != "cpu")
+            return value
+        name, cat, has_flops = self._info(func)
+        if cat is None and not has_flops:
+            # Like FlopCounterMode: an op with a decomposition is traced through it.
+            with self:
+                r = func.decompose(*args, **kwargs)
+            if r is not NotImplemented:
+                return r
+        out = func(*args, **kwargs)
+        self._record(func, cat, cat is not None or has_flops, args, kwargs, out)
+        return out
+
+    def _record(self, func, cat, costed, args, kwargs, out, on_host=None, sync=False):
+        name, _, _ = self._info(func)
+        ins = rules._tensors(args) + rules._tensors(kwargs)
+        outs = rules._tensors(out)
+        if on_host is None:
+            on_host = all(t.device.type == "cpu" for t in ins + outs) if (ins or outs) else False
+        category = "host" if on_host and cat != "view" else (cat or "other")
+        flops = rules.flops(func, args, kwargs, out) if not on_host else 0
+        if category in ("view", "host"):
+            read = written = 0
+        else:
+            read, written = rules.bytes_moved(func, args, kwargs, out)
+        kernels = rules.kernels(func, category, args, on_host)
+        dispatch = "engine" if self.phase == "bwd" else "python"
+        if self.in_rnn:
+            dispatch = "cpp"
+            if category in ("matmul", "rnn"):
+                self._rnn_fused_open = False
+            elif category == "elementwise" and kernels:
+                # cuDNN fuses a cell's gate arithmetic into one pointwise kernel.
+                kernels = 0 if self._rnn_fused_open else 1
+                self._rnn_fused_open = True
+        dtype = next((str(t.dtype).removeprefix("torch.") for t in outs + ins if t.is_floating_point()),
+                     str((outs + ins)[0].dtype).removeprefix("torch.") if (outs + ins) else "")
+        self.ops.append(OpRecord(
+            index=len(self.ops), phase=self.phase, op=name, category=category,
+            shapes=_shapes(args), out_shapes=tuple(tuple(t.shape) for t in outs[:_MAX_LIST_SHAPES]),
+            dtype=dtype, flops=flops, bytes_read=read, bytes_written=written, kernels=kernels,
+            dispatch="none" if kernels == 0 and category in ("view", "host") else dispatch,
+            costed=costed, sync=sync,
+        ))
+        cls = "activations" if self.phase in ("fwd", "loss") else "temporaries"
+        for t in outs:
+            if t.device.type == "meta":
+                self.memory.track(t, cls)
+
+
+def _shapes(args) -> tuple:
+    shapes = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            shapes.append(tuple(a.shape))
+        elif isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
+            shapes.append(tuple(tuple(t.shape) for t in a[:_MAX_LIST_SHAPES]) + ((f"+{len(a) - _MAX_LIST_SHAPES}",)
+                                                                                  if len(a) > _MAX_LIST_SHAPES else ()))
+    return tuple(shapes)
+
+
+def _make_optimizer(name: str, params):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=0.1, momentum=SGD_MOMENTUM, foreach=True)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=1e-3, foreach=True)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3, foreach=True)
+    return None
+
+
+def _stage(stage: str, fn, *args):
+    try:
+        return fn(*args)
+    except CaptureError:
+        raise
+    except Exception as exc:  # user code: report one line naming the stage
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise CaptureError(f"{stage} failed: {type(exc).__name__}: {msg}"[:500]) from exc
+
+
+def capture(job: Job) -> Trace:
+    """Trace one step of ``job`` (see module docstring)."""
+    built = resolve(job)
+    with torch.device("meta"):
+        model = _stage("building the model", built.model_fn)
+        if not isinstance(model, torch.nn.Module):
+            raise CaptureError(f"building the model failed: model_fn returned {type(model).__name__}, not nn.Module")
+        model = model.to("meta")
+        inputs = _stage("building the inputs", built.input_fn, job.batch_size)
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    if not isinstance(inputs, (tuple, list)):
+        raise CaptureError(f"building the inputs failed: input_fn returned {type(inputs).__name__}, not a tuple")
+    inputs = tuple(t.to("meta") if isinstance(t, torch.Tensor) else t for t in inputs)
+    train = job.mode == "train"
+    model.train(train)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = _make_optimizer(job.optimizer, params) if train and params else None
+    if optimizer is not None:
+        _stage("initialising the optimizer", _warm_optimizer, optimizer, params)
+
+    rec = _Recorder()
+    for p in model.parameters():
+        rec.memory.track(p, "parameters", before_step=True)
+    for b in model.buffers():
+        rec.memory.track(b, "parameters", before_step=True)
+    if optimizer is not None:
+        for state in optimizer.state.values():
+            for v in state.values():
+                if isinstance(v, torch.Tensor):
+                    rec.memory.track(v, "optimizer_state", before_step=True)
+    for t in inputs:
+        if isinstance(t, torch.Tensor):
+            rec.memory.track(t, "inputs", before_step=True)
+
+    amp = AMP_DTYPES.get(job.precision)
+    mirror = CudaMirror(amp_dtype=amp, on_rnn=rec.on_rnn)
+    with rec:
+        if train:
+            with mirror:
+                out = _stage("the forward pass", model, *inputs)
+                rec.phase = "loss"
+                loss = _stage("the loss", built.loss_fn, out, inputs)
+                mirror.autocast_off()
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise CaptureError("the loss failed: loss_fn must return a scalar tensor")
+            if job.precision == "amp-fp16":
+                loss = loss * GRAD_SCALE
+            rec.phase = "bwd"
+            _stage("the backward pass", loss.backward)
+            for p in params:
+                if p.grad is not None:
+                    rec.memory.reclassify(p.grad, "gradients")
+            rec.phase = "optim"
+            grads = [p.grad for p in params if p.grad is not None]
+            if job.precision == "amp-fp16" and grads:
+                _unscale(grads)
+            if optimizer is not None:
+                _stage("the optimizer step", optimizer.step)
+                optimizer.zero_grad(set_to_none=True)
+            else:
+                for p in params:
+                    p.grad = None
+            del out, loss, grads
+        else:
+            with torch.no_grad(), mirror:
+                out = _stage("the forward pass", model, *inputs)
+            del out
+    phases = [o.phase for o in rec.ops]
+    memory = rec.memory.report(len(rec.ops), phases)
+    n_params = sum(p.numel() for p in model.parameters())
+    notes = []
+    if job.precision == "amp-fp16":
+        notes.append("amp-fp16: GradScaler's unscale and found_inf check are included")
+    return Trace(
+        job_key=job.key, model=job.model, mode=job.mode, precision=job.precision, batch_size=job.batch_size,
+        ops=rec.ops, memory=memory, parameters=n_params,
+        parameter_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
+        input_bytes=sum(rules.effective_bytes(t) for t in inputs if isinstance(t, torch.Tensor)),
+        modules=sum(1 for _ in model.modules()),
+        param_tensors=len(params),
+        gradient_bytes=sum(p.numel() * p.element_size() for p in params) if train else 0,
+        notes=notes,
+    )
+
+
+def _warm_optimizer(optimizer, params) -> None:
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _unscale(grads) -> None:
+    """GradScaler.unscale_ and its found_inf check, as CUDA runs them."""
+    found_inf = torch.zeros((), device="meta")
+    torch._foreach_mul_(grads, 1.0 / GRAD_SCALE)
+    found_inf.item()  # GradScaler.step reads found_inf on the host: a sync point

@@ -1,0 +1,387 @@
+"""The GPU catalog: what a GPU *is*, on paper.
+
+A :class:`GpuSpec` holds one GPU's vendor datasheet figures: SM count, boost clock, peak FP32 /
+TF32 / FP16 / BF16 rates, memory size and bandwidth, L2 size, host link, NVLink, board power, and
+the names NVML prints for it. The built-in catalog lives in ``gpucast/data/gpus.yaml`` (GPUs
+K80 to H200, each with its source); users add GPUs with a YAML or JSON file of the same fields.
+
+What is modelled: datasheet peak figures only. Tensor-core rates are dense (no 2:4 sparsity) and
+with FP32 accumulate, which is what frameworks use for training. ``memory_bytes`` is the total
+NVML reports, i.e. what a profiler on that card sees.
+
+What is not modelled: the clock a card holds under load, power or thermal capping, MIG slices or
+other partitions, ECC on/off variants, and achieved efficiency of any kernel (no GPU reaches
+these peaks; how far below it stays is the estimator's job, learned from measurements). Nothing
+here knows about models or jobs.
+
+Peak rate a kernel can use (:meth:`GpuSpec.peak_tflops`):
+
+=======  ==========================================  =================================
+dtype    tensor_cores=True                           tensor_cores=False
+=======  ==========================================  =================================
+fp32     ``fp32_tflops``                             ``fp32_tflops``
+tf32     ``tf32_tflops``; ``fp32_tflops`` if None    ``fp32_tflops``
+fp16     ``fp16_tflops`` (vector rate if no TCs)     ``fp16_vector_tflops``
+bf16     ``bf16_tflops``; ``fp32_tflops`` if None    ``fp32_tflops`` (see below)
+=======  ==========================================  =================================
+
+BF16 off the tensor cores is given the FP32 rate: the catalog stores no vector-BF16 figure, and
+PyTorch's elementwise kernels compute BF16 in FP32 anyway. Where BF16 is unsupported (before
+Ampere) it is emulated at best, so FP32 is an upper bound.
+
+User spec files: the fields of :class:`GpuSpec`, one GPU per file (``.yaml``, ``.yml``,
+``.json``). Memory may be given as exactly one of ``memory_bytes``, ``memory_mib`` or
+``memory_gib``; L2 as ``l2_bytes`` or ``l2_mib``. Optional fields and their defaults are in
+:data:`DEFAULTS`; everything else is required. Unknown fields are rejected by name, and each
+bad value raises one ``ValueError`` line naming the file, the field and the problem.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping, Union
+
+import yaml
+
+__all__ = [
+    "ARCHITECTURES",
+    "DEFAULTS",
+    "DTYPES",
+    "GpuSpec",
+    "UnknownGpuError",
+    "catalog",
+    "from_nvml_name",
+    "get_gpu",
+    "load_spec_file",
+    "register_gpu",
+]
+
+ARCHITECTURES = ("kepler", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+# CUDA compute-capability majors per architecture: a spec whose two disagree has a typo.
+_CC_MAJORS = {"kepler": {3}, "pascal": {6}, "volta": {7}, "turing": {7}, "ampere": {8},
+              "ada": {8}, "hopper": {9}, "blackwell": {10, 12}}
+DTYPES = ("fp32", "tf32", "fp16", "bf16")
+MIB, GIB = 2**20, 2**30
+
+# Optional fields of a spec file and what they default to.
+DEFAULTS: dict[str, Any] = {
+    "display_name": None,        # -> name
+    "tf32_tflops": None,         # no TF32 tensor cores; tf32 runs at the FP32 rate
+    "bf16_tflops": None,         # BF16 unsupported; bf16 runs at the FP32 rate
+    "fp16_vector_tflops": None,  # -> fp32_tflops (1:1, as on Kepler, GA10x and Ada)
+    "host_link_gbs": 15.75,      # PCIe 3.0 x16, per direction
+    "nvlink_gbs": 0.0,           # no NVLink
+    "nvml_names": (),            # from_nvml_name() will not find it
+    "source": "user spec (no source given)",
+}
+# Accepted spellings of the two size fields: canonical field -> {file key: bytes per unit}.
+_SIZE_ALIASES = {
+    "memory_bytes": {"memory_bytes": 1, "memory_mib": MIB, "memory_gib": GIB},
+    "l2_bytes": {"l2_bytes": 1, "l2_mib": MIB},
+}
+_POSITIVE_FLOATS = ("boost_clock_mhz", "fp32_tflops", "fp16_tflops", "fp16_vector_tflops",
+                    "memory_bandwidth_gbs", "host_link_gbs", "tdp_w")
+_NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+class _FieldError(ValueError):
+    """One bad field; the caller prefixes where the spec came from."""
+
+
+class UnknownGpuError(KeyError):
+    """A GPU name the catalog does not know. ``str()`` is the plain one-line message."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU's datasheet figures. See the module docstring and ``data/gpus.yaml``."""
+
+    name: str
+    display_name: str
+    architecture: str
+    compute_capability: tuple[int, int]
+    sm_count: int
+    boost_clock_mhz: float
+    fp32_tflops: float
+    tf32_tflops: float | None
+    fp16_tflops: float
+    fp16_vector_tflops: float
+    bf16_tflops: float | None
+    memory_bytes: int
+    memory_bandwidth_gbs: float
+    l2_bytes: int
+    host_link_gbs: float
+    nvlink_gbs: float
+    tdp_w: float
+    nvml_names: tuple[str, ...]
+    source: str
+
+    def __post_init__(self) -> None:
+        for f, conv in (("compute_capability", tuple), ("nvml_names", tuple)):
+            if isinstance(getattr(self, f), list):
+                object.__setattr__(self, f, conv(getattr(self, f)))
+        try:
+            _check({f.name: getattr(self, f.name) for f in fields(self)})
+        except _FieldError as e:
+            raise ValueError(f"gpu spec {self.name!r}: {e}") from None
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / GIB
+
+    @property
+    def has_tensor_cores(self) -> bool:
+        return ARCHITECTURES.index(self.architecture) >= ARCHITECTURES.index("volta")
+
+    @property
+    def supports_bf16(self) -> bool:
+        return self.bf16_tflops is not None
+
+    def peak_tflops(self, dtype: str, tensor_cores: bool = True) -> float:
+        """Peak TFLOPS a kernel computing in ``dtype`` can reach (table in the module docstring)."""
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        if dtype == "fp16":
+            if tensor_cores and self.has_tensor_cores:
+                return self.fp16_tflops
+            return self.fp16_vector_tflops
+        rate = {"fp32": None, "tf32": self.tf32_tflops, "bf16": self.bf16_tflops}[dtype]
+        return rate if (tensor_cores and rate is not None) else self.fp32_tflops
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON/YAML-able fields; ``load_spec_file`` reads this back to an equal spec."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["compute_capability"] = list(self.compute_capability)
+        d["nvml_names"] = list(self.nvml_names)
+        return d
+
+
+# ---------------------------------------------------------------- validation
+
+_REQUIRED = [f.name for f in fields(GpuSpec) if f.name not in DEFAULTS]
+_ALIAS_KEYS = {k for spellings in _SIZE_ALIASES.values() for k in spellings}
+_KNOWN_KEYS = sorted((set(_REQUIRED) - set(_SIZE_ALIASES)) | set(DEFAULTS) | _ALIAS_KEYS)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _bad(field: str, problem: str, got: Any) -> _FieldError:
+    return _FieldError(f"field {field!r} must be {problem}, got {got!r}")
+
+
+def _check(d: Mapping[str, Any]) -> None:
+    """Per-field and cross-field checks on canonical fields; raises _FieldError."""
+    name = d["name"]
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise _bad("name", "lower-case letters, digits and dashes (e.g. 'a100-80gb')", name)
+    for f in ("display_name", "source"):
+        if not isinstance(d[f], str) or not d[f].strip():
+            raise _bad(f, "a non-empty string", d[f])
+    arch = d["architecture"]
+    if arch not in ARCHITECTURES:
+        raise _bad("architecture", f"one of {', '.join(ARCHITECTURES)}", arch)
+    cc = d["compute_capability"]
+    if not (isinstance(cc, (list, tuple)) and len(cc) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in cc)):
+        raise _bad("compute_capability", "[major, minor] or 'major.minor'", cc)
+    if cc[0] not in _CC_MAJORS[arch]:
+        majors = " or ".join(map(str, sorted(_CC_MAJORS[arch])))
+        raise _bad("compute_capability", f"major {majors} for architecture {arch!r}", cc)
+    for f in ("sm_count", "memory_bytes", "l2_bytes"):
+        v = d[f]
+        if not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
+            raise _bad(f, "a positive integer", v)
+    for f in _POSITIVE_FLOATS:
+        if not (_is_num(d[f]) and d[f] > 0):
+            raise _bad(f, "a positive number", d[f])
+    if not (_is_num(d["nvlink_gbs"]) and d["nvlink_gbs"] >= 0):
+        raise _bad("nvlink_gbs", "a number >= 0 (0 for no NVLink)", d["nvlink_gbs"])
+    pre_ampere = ARCHITECTURES.index(arch) < ARCHITECTURES.index("ampere")
+    for f in ("tf32_tflops", "bf16_tflops"):
+        v = d[f]
+        if v is not None and not (_is_num(v) and v > 0):
+            raise _bad(f, "a positive number or null", v)
+        if v is not None and pre_ampere:
+            raise _bad(f, f"null on {arch} (no {f[:4].upper()} before ampere)", v)
+    if d["fp16_vector_tflops"] > d["fp16_tflops"]:
+        raise _bad("fp16_vector_tflops", f"<= fp16_tflops ({d['fp16_tflops']})",
+                   d["fp16_vector_tflops"])
+    names = d["nvml_names"]
+    if not (isinstance(names, (list, tuple))
+            and all(isinstance(n, str) and n.strip() for n in names)):
+        raise _bad("nvml_names", "a list of non-empty strings", names)
+
+
+def _normalize(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A spec file's mapping -> canonical GpuSpec fields; raises _FieldError."""
+    if not isinstance(raw, Mapping):
+        raise _FieldError(f"must be a mapping of fields, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(_KNOWN_KEYS), key=str)
+    if unknown:
+        hint = difflib.get_close_matches(str(unknown[0]), _KNOWN_KEYS, n=1)
+        raise _FieldError(f"unknown field {unknown[0]!r}"
+                          + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                          + f"; known fields: {', '.join(_KNOWN_KEYS)}")
+    missing = [f for f in _REQUIRED if not set(_SIZE_ALIASES.get(f, {f: 1})) & set(raw)]
+    if missing:
+        said = [repr(f) + (f" (or {', '.join(list(_SIZE_ALIASES[f])[1:])})"
+                           if f in _SIZE_ALIASES else "") for f in missing]
+        raise _FieldError(f"missing required field{'s' if len(missing) > 1 else ''} "
+                          + ", ".join(said))
+    d = {k: v for k, v in raw.items() if k not in _ALIAS_KEYS}
+    for canonical, spellings in _SIZE_ALIASES.items():
+        given = [k for k in spellings if k in raw]
+        if len(given) > 1:
+            raise _FieldError(f"field {canonical!r} given twice, as {' and '.join(given)}; "
+                              "give exactly one")
+        key, v = given[0], raw[given[0]]
+        if not (_is_num(v) and v > 0):
+            raise _bad(key, "a positive number", v)
+        d[canonical] = int(round(v * spellings[key]))
+    for f, default in DEFAULTS.items():
+        d.setdefault(f, default)
+    if d["display_name"] is None:
+        d["display_name"] = d["name"]
+    if d["fp16_vector_tflops"] is None:
+        d["fp16_vector_tflops"] = d["fp32_tflops"]
+    cc = d["compute_capability"]
+    if isinstance(cc, (str, float)) and re.fullmatch(r"\d+\.\d+", str(cc)):
+        d["compute_capability"] = tuple(int(x) for x in str(cc).split("."))
+    elif isinstance(cc, list):
+        d["compute_capability"] = tuple(cc)
+    if isinstance(d["nvml_names"], list):
+        d["nvml_names"] = tuple(d["nvml_names"])
+    for f in (*_POSITIVE_FLOATS, "nvlink_gbs", "tf32_tflops", "bf16_tflops"):
+        if _is_num(d[f]):  # 125 and 125.0 are the same rate; keep one type
+            d[f] = float(d[f])
+    return d
+
+
+def _from_mapping(raw: Mapping[str, Any], origin: str) -> GpuSpec:
+    try:
+        d = _normalize(raw)
+        _check(d)
+    except _FieldError as e:
+        raise ValueError(f"gpu spec {origin!r}: {e}") from None
+    return GpuSpec(**d)
+
+
+# ---------------------------------------------------------------- catalog
+
+_registered: dict[str, GpuSpec] = {}
+
+
+@lru_cache(maxsize=None)
+def _builtin() -> dict[str, GpuSpec]:
+    text = resources.files("gpucast").joinpath("data/gpus.yaml").read_text(encoding="utf-8")
+    out: dict[str, GpuSpec] = {}
+    for i, entry in enumerate(yaml.safe_load(text)):
+        label = entry.get("name", i) if isinstance(entry, Mapping) else i
+        spec = _from_mapping(entry, f"gpus.yaml entry {label}")
+        if spec.name in out:
+            raise ValueError(f"gpu spec 'gpus.yaml': name {spec.name!r} appears twice")
+        out[spec.name] = spec
+    return out
+
+
+def catalog() -> dict[str, GpuSpec]:
+    """Every known GPU by name: the built-in catalog plus what :func:`register_gpu` added."""
+    return {**_builtin(), **_registered}
+
+
+def load_spec_file(path: Union[str, os.PathLike]) -> GpuSpec:
+    """Read one GPU from a ``.yaml``/``.yml``/``.json`` file of GpuSpec fields."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in (".yaml", ".yml", ".json"):
+        raise ValueError(f"gpu spec {str(path)!r}: file must end in .yaml, .yml or .json")
+    text = p.read_text(encoding="utf-8")
+    try:
+        raw = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"gpu spec {str(path)!r}: not valid {suffix[1:]}: {first}") from None
+    return _from_mapping(raw if raw is not None else {}, str(path))
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[\s_]+", "-", name.strip().lower())
+
+
+def get_gpu(name_or_spec: Union[str, os.PathLike, GpuSpec]) -> GpuSpec:
+    """The GpuSpec for a catalog name (``"a100-80gb"``), an NVML name, a spec or a spec file.
+
+    Names are matched case-insensitively, with ``_`` and spaces read as ``-``. A string ending
+    in ``.yaml``/``.yml``/``.json`` (or any ``os.PathLike``) is loaded with
+    :func:`load_spec_file`. Anything else raises :class:`UnknownGpuError` (a ``KeyError``)
+    naming the closest catalog names.
+    """
+    if isinstance(name_or_spec, GpuSpec):
+        return name_or_spec
+    if not isinstance(name_or_spec, (str, os.PathLike)):
+        raise TypeError(f"get_gpu takes a name, a path or a GpuSpec, "
+                        f"got {type(name_or_spec).__name__}")
+    text = os.fspath(name_or_spec)
+    known = catalog()
+    if _key(text) in known:
+        return known[_key(text)]
+    by_nvml = from_nvml_name(text)
+    if by_nvml is not None:
+        return by_nvml
+    if isinstance(name_or_spec, os.PathLike) or text.lower().endswith((".yaml", ".yml", ".json")):
+        return load_spec_file(text)
+    close = sorted(n for n in known if n.startswith(_key(text)))
+    close += [n for n in difflib.get_close_matches(_key(text), list(known), n=3, cutoff=0.5)
+              if n not in close]
+    close = close[:3]
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise UnknownGpuError(f"unknown GPU {text!r}{hint} (known: {', '.join(sorted(known))}; "
+                          "or pass a .yaml/.json spec file)")
+
+
+def register_gpu(spec: Union[GpuSpec, str, os.PathLike], *, replace: bool = False) -> GpuSpec:
+    """Add a GPU (a GpuSpec or a spec-file path) to this process's catalog and return it.
+
+    A name already in the catalog, built-in or registered, is refused unless ``replace=True``
+    (re-registering an identical spec is a no-op). An NVML name already claimed by another GPU
+    is always refused: :func:`from_nvml_name` must stay unambiguous.
+    """
+    if not isinstance(spec, GpuSpec):
+        spec = load_spec_file(spec)
+    known = catalog()
+    old = known.get(spec.name)
+    if old is not None and old != spec and not replace:
+        kind = "built-in" if spec.name in _builtin() else "registered"
+        raise ValueError(f"gpu {spec.name!r} is already a {kind} GPU; "
+                         "pass replace=True to overwrite it")
+    for other in known.values():
+        taken = set(map(_key, other.nvml_names)) & set(map(_key, spec.nvml_names))
+        if other.name != spec.name and taken:
+            raise ValueError(f"gpu {spec.name!r}: NVML name {sorted(taken)[0]!r} already "
+                             f"belongs to {other.name!r}")
+    _registered[spec.name] = spec
+    return spec
+
+
+def from_nvml_name(nvml_name: Union[str, bytes]) -> GpuSpec | None:
+    """The catalog GPU whose NVML name is ``nvml_name`` (case/space-insensitive), else None."""
+    if isinstance(nvml_name, bytes):  # old pynvml returns bytes
+        nvml_name = nvml_name.decode("utf-8", "replace")
+    wanted = _key(nvml_name)
+    for spec in catalog().values():
+        if any(_key(n) == wanted for n in spec.nvml_names):
+            return spec
+    return None

@@ -1,0 +1,217 @@
+"""The job spec: what a user asks gpucast about.
+
+A :class:`Job` names the model (a zoo workload, or a user module given by factories), the
+batch size, optional shape overrides, precision, mode, optimizer, the host-side input
+pipeline cost per step, and the number of data-parallel GPUs. It is immutable and
+hashable; :attr:`Job.key` is a stable content hash that keys caches, datasets and
+service responses. Jobs round-trip through JSON and YAML.
+
+This module does not import torch: validating and hashing a spec is cheap.
+
+What is not modelled here: the model's graph (``gpucast.graph``) and any GPU
+(``gpucast.hardware``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Callable
+
+PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
+MODES = ("train", "infer")
+OPTIMIZERS = ("sgd", "adam", "adamw", "none")
+MAX_BATCH_SIZE = 1 << 20  # a sanity bound, far above any single-GPU batch
+
+
+class JobError(ValueError):
+    """A job spec is invalid; the message is one line naming the field."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training (or inference) job, as a scheduler would receive it.
+
+    ``model`` is a zoo name (see ``gpucast zoo``) or, for jobs made by
+    :meth:`from_module`, ``"module:<import path of the factory>"``.
+    ``input_pipeline_s`` is host CPU time per step spent producing the batch
+    (decode, augment, collate) by the data loader; 0 means inputs are ready.
+    """
+
+    model: str
+    batch_size: int = 32
+    input_shape: tuple[int, ...] | None = None
+    seq_len: int | None = None
+    precision: str = "fp32"
+    mode: str = "train"
+    optimizer: str = "sgd"
+    input_pipeline_s: float = 0.0
+    gpus: int = 1
+    # Factories of a user module job; not part of equality, hash or serialisation.
+    model_fn: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
+    input_fn: Callable[[int], tuple] | None = field(default=None, compare=False, repr=False)
+    loss_fn: Callable[[Any, tuple], Any] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.input_shape is not None and not isinstance(self.input_shape, tuple):
+            object.__setattr__(self, "input_shape", _as_shape(self.input_shape))
+        if self.optimizer is None:
+            object.__setattr__(self, "optimizer", "none")
+        _validate(self)
+
+    # ----------------------------------------------------------------- constructors
+    @classmethod
+    def from_module(
+        cls,
+        model_fn: Callable[[], Any],
+        input_fn: Callable[[int], tuple],
+        *,
+        batch_size: int,
+        optimizer: str | None = "sgd",
+        precision: str = "fp32",
+        mode: str = "train",
+        loss_fn: Callable[[Any, tuple], Any] | None = None,
+        input_pipeline_s: float = 0.0,
+        gpus: int = 1,
+        name: str | None = None,
+    ) -> "Job":
+        """A job for any ``nn.Module``.
+
+        ``model_fn()`` returns the module and ``input_fn(batch_size)`` the tuple of inputs of
+        its ``forward``; gpucast calls both under the meta device, so nothing is allocated.
+        ``loss_fn(output, inputs)`` returns the scalar to back-propagate; by default the mean
+        of the squares of the first floating output (see :func:`gpucast.zoo.default_loss`).
+        """
+        if not callable(model_fn):
+            raise JobError("field 'model_fn' must be callable")
+        if not callable(input_fn):
+            raise JobError("field 'input_fn' must be callable")
+        ref = name or f"{getattr(model_fn, '__module__', '?')}:{getattr(model_fn, '__qualname__', repr(model_fn))}"
+        return cls(
+            model=f"module:{ref}", batch_size=batch_size, precision=precision, mode=mode,
+            optimizer=optimizer, input_pipeline_s=input_pipeline_s, gpus=gpus,
+            model_fn=model_fn, input_fn=input_fn, loss_fn=loss_fn,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Job":
+        if not isinstance(data, dict):
+            raise JobError(f"job spec must be a mapping, got {type(data).__name__}")
+        allowed = {f.name for f in fields(cls) if f.compare}
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise JobError(f"unknown field {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+        if "model" not in data:
+            raise JobError("field 'model' is required")
+        if str(data["model"]).startswith("module:"):
+            raise JobError("field 'model': a module job cannot be loaded from a file; "
+                           "build it with Job.from_module")
+        return cls(**data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Job":
+        """Read a job from a .json, .yaml or .yml file."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise JobError(f"cannot read job file {str(path)!r}: {exc.strerror}") from None
+        try:
+            if path.suffix.lower() in (".yaml", ".yml"):
+                import yaml
+
+                data = yaml.safe_load(text)
+            else:
+                data = json.loads(text)
+        except Exception as exc:  # yaml.YAMLError, json.JSONDecodeError
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise JobError(f"job file {str(path)!r} is not valid {path.suffix.lstrip('.') or 'JSON'}: {first}") from None
+        return cls.from_dict(data)
+
+    # ----------------------------------------------------------------- serialisation
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.compare}
+        if d["input_shape"] is not None:
+            d["input_shape"] = list(d["input_shape"])
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def save(self, path: str | Path) -> None:
+        """Write the job to .json or .yaml atomically; module jobs cannot be saved."""
+        if self.is_module:
+            raise JobError("field 'model': a module job cannot be saved to a file (its code is not data)")
+        path = Path(path)
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            text = yaml.safe_dump(self.to_dict(), sort_keys=True)
+        else:
+            text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+
+    @property
+    def key(self) -> str:
+        """Stable content hash of the spec (16 hex digits)."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+    @property
+    def is_module(self) -> bool:
+        return self.model.startswith("module:")
+
+    def with_(self, **changes) -> "Job":
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+
+def _as_shape(value) -> tuple[int, ...]:
+    if isinstance(value, str):
+        parts = [p for p in value.replace("x", ",").split(",") if p.strip()]
+        try:
+            return tuple(int(p) for p in parts)
+        except ValueError:
+            raise JobError(f"field 'input_shape' must be integers like 3,224,224, got {value!r}") from None
+    try:
+        return tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        raise JobError(f"field 'input_shape' must be a list of integers, got {value!r}") from None
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _validate(job: Job) -> None:
+    if not isinstance(job.model, str) or not job.model.strip():
+        raise JobError("field 'model' must be a non-empty string (a zoo name, see `gpucast zoo`)")
+    if not job.is_module:
+        from gpucast import zoo
+
+        try:
+            zoo.get(job.model)
+        except KeyError as exc:
+            raise JobError(f"field 'model': {exc.args[0]}") from None
+    elif job.model_fn is None:
+        raise JobError("field 'model': a module job needs model_fn (use Job.from_module)")
+    if not _is_int(job.batch_size) or not 1 <= job.batch_size <= MAX_BATCH_SIZE:
+        raise JobError(f"field 'batch_size' must be an integer between 1 and {MAX_BATCH_SIZE}, got {job.batch_size!r}")
+    if job.input_shape is not None and (not job.input_shape or any(d < 1 for d in job.input_shape)):
+        raise JobError(f"field 'input_shape' must be positive integers, got {list(job.input_shape)!r}")
+    if job.seq_len is not None and (not _is_int(job.seq_len) or job.seq_len < 1):
+        raise JobError(f"field 'seq_len' must be a positive integer, got {job.seq_len!r}")
+    if job.precision not in PRECISIONS:
+        raise JobError(f"field 'precision' must be one of {', '.join(PRECISIONS)}, got {job.precision!r}")
+    if job.mode not in MODES:
+        raise JobError(f"field 'mode' must be one of {', '.join(MODES)}, got {job.mode!r}")
+    if job.optimizer not in OPTIMIZERS:
+        raise JobError(f"field 'optimizer' must be one of {', '.join(OPTIMIZERS)}, got {job.optimizer!r}")
+    if isinstance(job.input_pipeline_s, bool) or not isinstance(job.input_pipeline_s, (int, float)) \
+            or not 0 <= job.input_pipeline_s < 3600:
+        raise JobError(f"field 'input_pipeline_s' must be seconds in [0, 3600), got {job.input_pipeline_s!r}")
+    if not _is_int(job.gpus) or not 1 <= job.gpus <= 4096:
+        raise JobError(f"field 'gpus' must be an integer between 1 and 4096, got {job.gpus!r}")

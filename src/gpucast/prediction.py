@@ -1,0 +1,50 @@
+"""The Prediction every consumer reads: one job on one GPU.
+
+Fields follow DESIGN.md's contract: ``gpu_util_pct``, ``memory_peak_bytes``, ``step_time_s``
+with intervals, ``gpu_busy_s``, ``flops``, ``bytes``, ``kernels``, ``bottleneck``, the GPU and
+the model version that made it, plus op coverage (share of ops and of estimated GPU time that
+had a cost rule) and the uncosted ops by name.
+
+``model_version`` says what produced the numbers: ``analytic-<version>`` is the physics model
+alone, never a measurement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Prediction:
+    job: dict
+    job_key: str
+    gpu: str
+    gpu_util_pct: float
+    gpu_util_interval: tuple[float, float]
+    memory_peak_bytes: int
+    memory_interval: tuple[int, int]
+    step_time_s: float
+    step_time_interval: tuple[float, float]
+    gpu_busy_s: float
+    host_time_s: float
+    flops: int
+    bytes: int
+    kernels: int
+    ops: int
+    parameters: int
+    memory_allocated_peak_bytes: int
+    fits_in_memory: bool
+    bottleneck: str
+    bottleneck_reason: str
+    op_coverage: float
+    time_coverage: float
+    uncosted_ops: dict[str, int]
+    model_version: str
+    samples_per_s: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for k in ("gpu_util_interval", "memory_interval", "step_time_interval", "notes"):
+            d[k] = list(d[k])
+        return d

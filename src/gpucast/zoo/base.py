@@ -1,0 +1,134 @@
+"""The zoo's contract: what a named workload is and how gpucast builds it.
+
+A :class:`Workload` is a recipe, not a model: ``model_fn(spec)`` builds the
+``nn.Module`` and ``input_fn(spec, batch_size)`` builds the tuple of input tensors
+the module's ``forward`` takes. gpucast calls both under the meta device, so a
+builder must only *construct* (no weight downloads, no data, no ``.item()``).
+``loss_fn(output, inputs)`` turns the forward's output into the scalar that
+training back-propagates; ``None`` means the default loss of
+:func:`default_loss`.
+
+What is modelled: the architecture, its input shapes and dtypes, the loss a
+trainer of that family uses. What is not: pretrained weights, real data, data
+augmentation (that is the job's ``input_pipeline_s``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+FAMILIES = ("cnn", "rnn", "transformer", "gan", "recsys", "pointnet", "rl", "mlp")
+SOURCES = ("torchvision", "transformers", "gpucast")
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """The shape knobs a job may override for a workload.
+
+    ``input_shape`` is the per-sample shape (without the batch dimension), e.g.
+    ``(3, 224, 224)`` for an image model or ``(1024, 3)`` for a point cloud.
+    ``seq_len`` is the token/time-step count for sequence models.
+    """
+
+    input_shape: tuple[int, ...] | None = None
+    seq_len: int | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    family: str
+    source: str
+    description: str
+    model_fn: Callable[[WorkloadSpec], Any]
+    input_fn: Callable[[WorkloadSpec, int], tuple]
+    loss_fn: Callable[[Any, tuple], Any] | None = None
+    default_batch_size: int = 32
+    default_input_shape: tuple[int, ...] | None = None
+    default_seq_len: int | None = None
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+    def resolve(self, input_shape=None, seq_len=None) -> WorkloadSpec:
+        """The spec with the job's overrides applied over this workload's defaults."""
+        return WorkloadSpec(
+            input_shape=tuple(input_shape) if input_shape is not None else self.default_input_shape,
+            seq_len=seq_len if seq_len is not None else self.default_seq_len,
+        )
+
+    @property
+    def default_input(self) -> str:
+        """Human-readable default input, for `gpucast zoo`."""
+        parts = []
+        if self.default_input_shape is not None:
+            parts.append("x".join(str(d) for d in self.default_input_shape))
+        if self.default_seq_len is not None:
+            parts.append(f"seq {self.default_seq_len}")
+        return ", ".join(parts) or "-"
+
+
+def first_tensor(output):
+    """The first floating tensor in a model output (tensor, tuple, dict or HF ModelOutput)."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output
+    if hasattr(output, "to_tuple"):
+        output = output.to_tuple()
+    if isinstance(output, dict):
+        output = tuple(output.values())
+    if isinstance(output, (tuple, list)):
+        for item in output:
+            found = first_tensor(item) if not isinstance(item, torch.Tensor) else item
+            if isinstance(found, torch.Tensor) and found.is_floating_point():
+                return found
+    raise TypeError(f"model output of type {type(output).__name__} holds no floating tensor")
+
+
+def default_loss(output, inputs):
+    """The documented default loss for a module with no loss of its own.
+
+    Mean of the squares of the first floating output tensor (an MSE against
+    zeros): one element-wise kernel and one reduction, the cost of most real
+    regression or classification losses, and a gradient that reaches every
+    output element. It is computed in fp32, as autocast does for losses.
+    """
+    out = first_tensor(output)
+    return out.float().pow(2).mean()
+
+
+def classification_loss(output, inputs):
+    """Cross-entropy of the first floating output ``(N, C)`` against random class targets.
+
+    The loss of every classifier in the zoo (image, point-cloud, MLP); computed in fp32.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    logits = first_tensor(output).float()
+    target = torch.randint(0, logits.shape[-1], logits.shape[:-1], device=logits.device)
+    return F.cross_entropy(logits, target)
+
+
+def next_token_loss(output, inputs, stream: int = 0):
+    """Language-model cross-entropy: logits ``(N, T, V)`` at position t predict token t+1 of
+    ``inputs[stream]`` (the token ids; a seq2seq model's target stream), as LM trainers shift
+    labels; computed in fp32. Use ``functools.partial(next_token_loss, stream=i)`` for i > 0."""
+    import torch.nn.functional as F
+
+    logits = first_tensor(output)[:, :-1].float()
+    labels = inputs[stream][:, 1:]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+def token_input(vocab: int, streams: int = 1):
+    """An ``input_fn`` giving ``streams`` tensors of random token ids ``(batch, seq_len)``
+    (one for an LM; source and target for a translation model)."""
+
+    def input_fn(spec: WorkloadSpec, batch_size: int):
+        import torch
+
+        return tuple(torch.randint(0, vocab, (batch_size, spec.seq_len), dtype=torch.long)
+                     for _ in range(streams))
+
+    return input_fn
