@@ -72,11 +72,8 @@ class Explanation:
 
     def by_phase_and_category(self) -> list[dict]:
         """Rows of (phase, category): ops, kernels, FLOPs, bytes and estimated GPU time."""
-        from gpucast.estimate.kernels import kernel_times
-
-        kt = kernel_times(self.trace, self.gpu, self.trace.precision, self._config)
         rows: dict[tuple, dict] = {}
-        for op, t in zip(self.trace.ops, kt.time):
+        for op, t in zip(self.trace.ops, self.estimate.kernel_times.time):
             r = rows.setdefault((op.phase, op.category), {"phase": op.phase, "category": op.category, "ops": 0,
                                                           "kernels": 0, "flops": 0, "bytes": 0, "gpu_time_s": 0.0})
             r["ops"] += 1
@@ -85,8 +82,6 @@ class Explanation:
             r["bytes"] += op.bytes
             r["gpu_time_s"] += float(t)
         return sorted(rows.values(), key=lambda r: -r["gpu_time_s"])
-
-    _config: EstimatorConfig | None = None
 
 
 def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
@@ -119,4 +114,4 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
         samples_per_s=job.batch_size * job.gpus / est.step_time_s if est.step_time_s > 0 else 0.0,
         notes=tuple(notes),
     )
-    return Explanation(prediction=pred, trace=tr, estimate=est, gpu=spec, _config=config)
+    return Explanation(prediction=pred, trace=tr, estimate=est, gpu=spec)

@@ -25,7 +25,7 @@ import numpy as np
 
 from gpucast.estimate.constants import DEFAULT, EstimatorConfig
 from gpucast.estimate.host import host_times
-from gpucast.estimate.kernels import OpArrays, kernel_times
+from gpucast.estimate.kernels import KernelTimes, OpArrays, kernel_times
 from gpucast.estimate.memory import MemoryEstimate, device_memory
 from gpucast.estimate.step import Timeline, simulate
 from gpucast.graph.trace import Trace
@@ -52,6 +52,7 @@ class Estimate:
     time_by_category: dict[str, float] = field(default_factory=dict)
     costed_time_share: float = 1.0
     timeline: Timeline | None = None
+    kernel_times: KernelTimes | None = None  # per-op GPU seconds, aligned with the trace's ops
 
 
 def estimate(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | None = None) -> Estimate:
@@ -80,7 +81,7 @@ def estimate(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | Non
         gpu_util_interval=(100.0 * min(utils), 100.0 * max(utils)),
         memory_interval=(int(mem.total_bytes * lo), int(mem.total_bytes * hi)),
         time_by_phase=by_phase, time_by_category=dict(sorted(by_cat.items(), key=lambda kv: -kv[1])),
-        costed_time_share=costed_share, timeline=tl,
+        costed_time_share=costed_share, timeline=tl, kernel_times=kt,
     )
 
 

@@ -59,6 +59,8 @@ _CATEGORY_PREFIXES: tuple[tuple[str, str], ...] = (
     ("var", "reduction"), ("std", "reduction"), ("norm", "reduction"), ("linalg_vector_norm", "reduction"),
     ("prod", "reduction"), ("cumsum", "reduction"), ("logsumexp", "reduction"), ("topk", "reduction"),
     ("sort", "reduction"), ("any", "reduction"), ("all", "reduction"), ("_local_scalar_dense", "host"),
+    ("_record_function", "host"), ("slice_backward", "copy"), ("select_backward", "copy"),
+    ("index_put", "embedding"), ("masked_scatter", "copy"), ("nonzero", "reduction"),
     ("copy_", "copy"), ("_to_copy", "copy"), ("clone", "copy"), ("cat", "copy"), ("stack", "copy"),
     ("_pin_memory", "copy"), ("constant_pad_nd", "copy"), ("roll", "copy"), ("flip", "copy"),
     ("repeat", "copy"), ("tril", "copy"), ("triu", "copy"), ("contiguous", "copy"),

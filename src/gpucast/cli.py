@@ -1,0 +1,263 @@
+"""The `gpucast` command line: a thin shell over the Python API (Typer + rich).
+
+Commands: ``predict``, ``explain``, ``zoo``, ``gpus``, ``demo`` (the default job of ``make run``).
+Bad input prints one ``error:`` line and exits with 2; nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Predict a deep-learning job's GPU utilization, peak memory and step time from its graph.")
+# Tables need room: when output is not a terminal (pipes, CI logs) use 160 columns, not 80.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True)
+
+DEMO_JOBS = (("resnet50", 64, "amp-bf16"), ("resnet18-cifar", 32, "fp32"), ("bert-base", 32, "amp-bf16"),
+             ("gpt2", 8, "amp-bf16"), ("lstm-lm-medium", 20, "fp32"))
+DEMO_GPUS = ("t4", "a100-80gb")
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f}"
+
+
+def _build_job(model: Optional[str], job_file: Optional[Path], batch_size, seq_len, input_shape, precision,
+               mode, optimizer, input_pipeline_ms, gpus):
+    from gpucast.job import Job
+
+    if job_file is not None:
+        job = Job.load(job_file)
+        overrides = {k: v for k, v in dict(batch_size=batch_size, seq_len=seq_len, precision=precision, mode=mode,
+                                            optimizer=optimizer, gpus=gpus).items() if v is not None}
+        if input_shape:
+            overrides["input_shape"] = input_shape
+        if input_pipeline_ms is not None:
+            overrides["input_pipeline_s"] = input_pipeline_ms / 1e3
+        return job.with_(**overrides) if overrides else job
+    if not model:
+        _fail("give a zoo model name (see `gpucast zoo`) or --job FILE")
+    return Job(model=model, batch_size=batch_size or 32, seq_len=seq_len, input_shape=input_shape or None,
+               precision=precision or "fp32", mode=mode or "train", optimizer=optimizer or "sgd",
+               input_pipeline_s=(input_pipeline_ms or 0.0) / 1e3, gpus=gpus or 1)
+
+
+def _run(fn):
+    """Turn expected failures into one error line and exit code 2."""
+    from gpucast.graph.tracer import CaptureError
+    from gpucast.job import JobError
+
+    try:
+        return fn()
+    except (JobError, ValueError, KeyError, FileNotFoundError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        _fail(str(msg).splitlines()[0] if str(msg) else type(exc).__name__)
+    except CaptureError as exc:
+        _fail(str(exc), code=1)
+
+
+def _config(path: Optional[Path]):
+    if path is None:
+        return None
+    from gpucast.estimate import EstimatorConfig
+
+    return EstimatorConfig.load(path)
+
+
+_MODEL = typer.Argument(None, help="A zoo workload name (see `gpucast zoo`).")
+_JOB = typer.Option(None, "--job", help="A job spec file (.json/.yaml); flags override its fields.")
+_BS = typer.Option(None, "--batch-size", "-b", help="Batch size per GPU [default: 32].")
+_SEQ = typer.Option(None, "--seq-len", help="Sequence length (sequence models).")
+_SHAPE = typer.Option(None, "--input-shape", help="Per-sample input shape, e.g. 3,224,224.")
+_PREC = typer.Option(None, "--precision", help="fp32 | tf32 | amp-fp16 | amp-bf16 [default: fp32].")
+_MODE = typer.Option(None, "--mode", help="train | infer [default: train].")
+_OPT = typer.Option(None, "--optimizer", help="sgd | adam | adamw | none [default: sgd].")
+_PIPE = typer.Option(None, "--input-pipeline-ms", help="Host input-pipeline time per step, ms [default: 0].")
+_NGPU = typer.Option(None, "--gpus", help="Data-parallel GPUs [default: 1].")
+_GPU = typer.Option(["a100-80gb"], "--gpu", "-g", help="GPU name (see `gpucast gpus`) or spec file; repeatable.")
+_JSON = typer.Option(False, "--json", help="Print JSON instead of a table.")
+_CFG = typer.Option(None, "--constants", help="YAML/JSON file overriding estimator constants.")
+
+
+@app.command()
+def predict(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_size: Optional[int] = _BS,
+            seq_len: Optional[int] = _SEQ, input_shape: Optional[str] = _SHAPE, precision: Optional[str] = _PREC,
+            mode: Optional[str] = _MODE, optimizer: Optional[str] = _OPT,
+            input_pipeline_ms: Optional[float] = _PIPE, gpus: Optional[int] = _NGPU,
+            gpu: List[str] = _GPU, as_json: bool = _JSON, constants: Optional[Path] = _CFG) -> None:
+    """Predict GPU utilization, peak memory and step time of a job on one or more GPUs."""
+    from gpucast.api import predict as api_predict
+
+    def go():
+        j = _build_job(model, job, batch_size, seq_len, input_shape, precision, mode, optimizer,
+                       input_pipeline_ms, gpus)
+        cfg = _config(constants)
+        return [api_predict(j, g, cfg) for g in gpu]
+
+    preds = _run(go)
+    if as_json:
+        out = [p.to_dict() for p in preds]
+        print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
+        return
+    console.print(_prediction_table(preds))
+    for p in preds:
+        for note in p.notes:
+            console.print(f"[yellow]note[/] ({p.gpu}): {note}", highlight=False)
+
+
+def _prediction_table(preds, title: str = "gpucast prediction") -> Table:
+    t = Table(title=title)
+    for col in ("model", "batch", "precision", "gpu", "util %", "util range", "step ms", "step range",
+                "memory GiB", "fits", "bottleneck"):
+        t.add_column(col, justify="right" if col not in ("model", "gpu", "precision", "bottleneck") else "left")
+    for p in preds:
+        lo, hi = p.gpu_util_interval
+        slo, shi = p.step_time_interval
+        t.add_row(p.job["model"], str(p.job["batch_size"]), p.job["precision"], p.gpu, f"{p.gpu_util_pct:.1f}",
+                  f"{lo:.0f}-{hi:.0f}", f"{p.step_time_s * 1e3:.2f}", f"{slo * 1e3:.1f}-{shi * 1e3:.1f}",
+                  _gib(p.memory_peak_bytes), "yes" if p.fits_in_memory else "[red]no[/]", p.bottleneck)
+    return t
+
+
+@app.command()
+def explain(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_size: Optional[int] = _BS,
+            seq_len: Optional[int] = _SEQ, input_shape: Optional[str] = _SHAPE, precision: Optional[str] = _PREC,
+            mode: Optional[str] = _MODE, optimizer: Optional[str] = _OPT,
+            input_pipeline_ms: Optional[float] = _PIPE, gpus: Optional[int] = _NGPU,
+            gpu: str = typer.Option("a100-80gb", "--gpu", "-g", help="GPU name or spec file."),
+            as_json: bool = _JSON, constants: Optional[Path] = _CFG,
+            top: int = typer.Option(12, "--top", help="Rows of the time breakdown to show.")) -> None:
+    """Where the time and the memory go: breakdown by phase and op category, and uncosted ops."""
+    from gpucast.api import explain as api_explain
+
+    def go():
+        j = _build_job(model, job, batch_size, seq_len, input_shape, precision, mode, optimizer,
+                       input_pipeline_ms, gpus)
+        return api_explain(j, gpu, _config(constants))
+
+    ex = _run(go)
+    p = ex.prediction
+    rows = ex.by_phase_and_category()
+    memory = ex.estimate.memory.breakdown
+    if as_json:
+        print(json.dumps({"prediction": p.to_dict(), "time_breakdown": rows, "memory_breakdown": memory,
+                          "peak_phase": ex.trace.memory.peak_phase, "uncosted_ops": p.uncosted_ops}, indent=2))
+        return
+    console.print(_prediction_table([p]))
+    console.print(f"bottleneck: [bold]{p.bottleneck}[/] — {p.bottleneck_reason}", highlight=False)
+    console.print(f"host issues ops for {p.host_time_s * 1e3:.2f} ms; GPU busy {p.gpu_busy_s * 1e3:.2f} ms of "
+                  f"{p.step_time_s * 1e3:.2f} ms; {p.ops} ops, {p.kernels} kernels, {p.flops / 1e9:.1f} GFLOP, "
+                  f"{p.bytes / 1e9:.2f} GB moved", highlight=False)
+    busy = sum(r["gpu_time_s"] for r in rows) or 1.0
+    t = Table(title="GPU time by phase and op category")
+    for col in ("phase", "category", "ops", "kernels", "GFLOP", "GB", "GPU ms", "share"):
+        t.add_column(col, justify="left" if col in ("phase", "category") else "right")
+    for r in rows[:top]:
+        t.add_row(r["phase"], r["category"], str(r["ops"]), str(r["kernels"]), f"{r['flops'] / 1e9:.1f}",
+                  f"{r['bytes'] / 1e9:.2f}", f"{r['gpu_time_s'] * 1e3:.2f}", f"{r['gpu_time_s'] / busy:.0%}")
+    console.print(t)
+    m = Table(title=f"Memory at the peak (during {ex.trace.memory.peak_phase})")
+    m.add_column("what")
+    m.add_column("GiB", justify="right")
+    for k, v in memory.items():
+        if v:
+            m.add_row(k.replace("_", " "), _gib(v))
+    m.add_row("[bold]total[/]", f"[bold]{_gib(p.memory_peak_bytes)}[/]")
+    console.print(m)
+    cov = f"op coverage {p.op_coverage:.1%} of ops, {p.time_coverage:.1%} of GPU time"
+    if p.uncosted_ops:
+        listed = ", ".join(f"{k} x{v}" for k, v in sorted(p.uncosted_ops.items(), key=lambda kv: -kv[1]))
+        console.print(f"{cov}; uncosted ops (default cost applied): {listed}", highlight=False)
+    else:
+        console.print(f"{cov}; every op had a cost rule", highlight=False)
+    for note in p.notes:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+
+
+@app.command()
+def zoo(as_json: bool = _JSON, family: Optional[str] = typer.Option(None, "--family", help="Only this family.")) -> None:
+    """List the named workloads."""
+    from gpucast import zoo as z
+
+    ws = [w for w in z.workloads() if family is None or w.family == family]
+    if family is not None and not ws:
+        _fail(f"unknown family {family!r} (families: {', '.join(z.FAMILIES)})")
+    if as_json:
+        print(json.dumps([{"name": w.name, "family": w.family, "source": w.source, "description": w.description,
+                           "default_batch_size": w.default_batch_size, "default_input": w.default_input,
+                           "default_input_shape": list(w.default_input_shape) if w.default_input_shape else None,
+                           "default_seq_len": w.default_seq_len} for w in ws], indent=2))
+        return
+    t = Table(title=f"gpucast zoo ({len(ws)} workloads)")
+    for col in ("name", "family", "source", "default input", "batch", "description"):
+        t.add_column(col)
+    for w in ws:
+        t.add_row(w.name, w.family, w.source, w.default_input, str(w.default_batch_size), w.description)
+    console.print(t)
+
+
+@app.command()
+def gpus(as_json: bool = _JSON,
+         spec: List[Path] = typer.Option([], "--spec", help="Add a GPU from a YAML/JSON spec file; repeatable.")) -> None:
+    """List the GPU catalog (datasheet figures), plus any --spec files."""
+    from gpucast.hardware import catalog, register_gpu
+
+    _run(lambda: [register_gpu(s) for s in spec])
+    specs = list(catalog().values())
+    if as_json:
+        print(json.dumps([s.to_dict() for s in specs], indent=2))
+        return
+    t = Table(title=f"GPU catalog ({len(specs)} GPUs, vendor datasheet figures)")
+    for col in ("name", "architecture", "SMs", "FP32 TFLOPS", "TF32", "FP16 TC", "BF16", "memory GiB", "GB/s", "L2 MiB"):
+        t.add_column(col, justify="left" if col in ("name", "architecture") else "right")
+
+    def f(v):
+        return "-" if v is None else f"{v:g}"
+
+    for s in specs:
+        t.add_row(s.name, s.architecture, str(s.sm_count), f(s.fp32_tflops), f(s.tf32_tflops), f(s.fp16_tflops),
+                  f(s.bf16_tflops), f"{s.memory_gib:.1f}", f(s.memory_bandwidth_gbs), f"{s.l2_bytes / 2**20:g}")
+    console.print(t)
+
+
+@app.command()
+def demo(as_json: bool = _JSON) -> None:
+    """The embedded default job of `make run`: a few zoo workloads on two GPU types."""
+    from rich.progress import track
+
+    from gpucast.api import predict as api_predict
+    from gpucast.job import Job
+
+    jobs = [Job(model=m, batch_size=b, precision=p, optimizer="adamw" if "bert" in m or "gpt" in m else "sgd")
+            for m, b, p in DEMO_JOBS]
+    preds = []
+    for job in track(jobs, description="tracing and predicting", console=err, transient=True):
+        preds.extend(api_predict(job, g) for g in DEMO_GPUS)
+    if as_json:
+        print(json.dumps([p.to_dict() for p in preds], indent=2))
+        return
+    console.print(_prediction_table(preds, title="gpucast demo: analytic predictions (not measurements)"))
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
