@@ -82,6 +82,7 @@ class _Recorder(TorchDispatchMode):
         self.memory = MemoryTracker(lambda: len(self.ops))
         self.host_storages: set[int] = set()
         self._meta: dict[Any, tuple[str, str | None, bool]] = {}
+        self._out_cache: dict[tuple, Any] = {}
 
     def on_rnn(self, entering: bool) -> None:
         self.in_rnn += 1 if entering else -1
@@ -109,8 +110,32 @@ class _Recorder(TorchDispatchMode):
                 r = func.decompose(*args, **kwargs)
             if r is not NotImplemented:
                 return r
-        out = func(*args, **kwargs)
+        out = self._run(func, args, kwargs)
         self._record(func, cat, cat is not None or has_flops, args, kwargs, out)
+        return out
+
+    def _run(self, func, args, kwargs):
+        """Run ``func`` on meta tensors, reusing output metadata of an identical earlier call.
+
+        Many meta kernels are Python reference implementations (batch norm: ~10 ms a call);
+        repeated layers call them with identical shapes. For ops whose outputs alias no input,
+        the outputs' shapes, strides and dtypes depend only on the inputs' metadata and the
+        non-tensor arguments, so a hit rebuilds them with ``empty_strided``.
+        """
+        if not _cacheable(func):
+            return func(*args, **kwargs)
+        try:
+            key = (func, _meta_key(args), _meta_key(kwargs))
+            hash(key)
+        except _Uncacheable:
+            return func(*args, **kwargs)
+        spec = self._out_cache.get(key)
+        if spec is not None:
+            return _rebuild(spec)
+        out = func(*args, **kwargs)
+        spec = _out_spec(out)
+        if spec is not None:
+            self._out_cache[key] = spec
         return out
 
     def _record(self, func, cat, costed, args, kwargs, out, on_host=None, sync=False):
@@ -148,6 +173,70 @@ class _Recorder(TorchDispatchMode):
         for t in outs:
             if t.device.type == "meta":
                 self.memory.track(t, cls)
+
+
+class _Uncacheable(Exception):
+    pass
+
+
+_CACHEABLE: dict[Any, bool] = {}
+
+
+def _cacheable(func) -> bool:
+    ok = _CACHEABLE.get(func)
+    if ok is None:
+        schema = func._schema
+        name = rules.op_name(func)
+        ok = (bool(schema.returns) and all(r.alias_info is None for r in schema.returns)
+              and (not schema.is_mutable or name in _MUTATES_ONLY_BUFFERS)
+              and not name.startswith(("_foreach", "_local", "rand", "normal", "bernoulli")))
+        _CACHEABLE[func] = ok
+    return ok
+
+
+# Ops that write only to inputs they also return nothing of (running statistics):
+# on meta tensors the write changes no metadata, so their outputs can be rebuilt.
+_MUTATES_ONLY_BUFFERS = frozenset({"native_batch_norm", "_native_batch_norm_legit", "cudnn_batch_norm",
+                                   "_batch_norm_with_update", "miopen_batch_norm"})
+
+
+def _meta_key(obj):
+    if isinstance(obj, torch.Tensor):
+        if obj.device.type != "meta":
+            raise _Uncacheable
+        return (tuple(obj.shape), obj.stride(), obj.dtype, obj.storage_offset(), obj.requires_grad)
+    if isinstance(obj, (list, tuple)):
+        return tuple(_meta_key(o) for o in obj)
+    if isinstance(obj, dict):
+        return tuple((k, _meta_key(v)) for k, v in sorted(obj.items()))
+    if obj is None or isinstance(obj, (int, float, bool, str, torch.dtype, torch.device, torch.memory_format,
+                                       torch.layout)):
+        return obj
+    raise _Uncacheable
+
+
+def _out_spec(out):
+    if isinstance(out, torch.Tensor):
+        if out.device.type != "meta":
+            return None
+        return ("t", tuple(out.shape), out.stride(), out.dtype)
+    if isinstance(out, (tuple, list)):
+        specs = [_out_spec(o) for o in out]
+        if any(s is None for s in specs):
+            return None
+        return ("seq", type(out), tuple(specs))
+    if out is None or isinstance(out, (int, float, bool)):
+        return ("v", out)
+    return None
+
+
+def _rebuild(spec):
+    kind = spec[0]
+    if kind == "t":
+        return torch.empty_strided(spec[1], spec[2], dtype=spec[3], device="meta")
+    if kind == "seq":
+        return spec[1](_rebuild(s) for s in spec[2])
+    return spec[1]
 
 
 def _shapes(args) -> tuple:
