@@ -13,6 +13,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -27,7 +28,8 @@ DEMO_GPUS = ("t4", "a100-80gb")
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    # The message quotes user input (a model name, a file's text): print it literally, not as markup.
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -50,31 +52,46 @@ def _build_job(model: Optional[str], job_file: Optional[Path], batch_size, seq_l
         return job.with_(**overrides) if overrides else job
     if not model:
         _fail("give a zoo model name (see `gpucast zoo`) or --job FILE")
-    return Job(model=model, batch_size=batch_size or 32, seq_len=seq_len, input_shape=input_shape or None,
-               precision=precision or "fp32", mode=mode or "train", optimizer=optimizer or "sgd",
-               input_pipeline_s=(input_pipeline_ms or 0.0) / 1e3, gpus=gpus or 1)
+    # `is None`, not `or`: an explicit 0 (-b 0, --gpus 0) must reach validation, not become the default.
+    return Job(model=model, batch_size=32 if batch_size is None else batch_size, seq_len=seq_len,
+               input_shape=input_shape or None, precision="fp32" if precision is None else precision,
+               mode="train" if mode is None else mode, optimizer="sgd" if optimizer is None else optimizer,
+               input_pipeline_s=0.0 if input_pipeline_ms is None else input_pipeline_ms / 1e3,
+               gpus=1 if gpus is None else gpus)
 
 
 def _run(fn):
-    """Turn expected failures into one error line and exit code 2."""
-    from gpucast.graph.tracer import CaptureError
+    """Turn expected failures into one error line and exit code 2 (a failed capture: 1)."""
     from gpucast.job import JobError
 
     try:
         return fn()
-    except (JobError, ValueError, KeyError, FileNotFoundError) as exc:
+    except Exception as exc:
+        # Look CaptureError up only if the tracer was imported: importing it imports torch, which
+        # `gpucast gpus` and `gpucast zoo` never need (a CaptureError implies it is loaded).
+        tracer = sys.modules.get("gpucast.graph.tracer")
+        if tracer is not None and isinstance(exc, tracer.CaptureError):
+            _fail(str(exc), code=1)
+        if not isinstance(exc, (JobError, ValueError, KeyError, FileNotFoundError)):
+            raise
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         _fail(str(msg).splitlines()[0] if str(msg) else type(exc).__name__)
-    except CaptureError as exc:
-        _fail(str(exc), code=1)
 
 
 def _config(path: Optional[Path]):
     if path is None:
         return None
+    import yaml
+
     from gpucast.estimate import EstimatorConfig
 
-    return EstimatorConfig.load(path)
+    try:
+        return EstimatorConfig.load(path)
+    except OSError as exc:
+        raise ValueError(f"cannot read constants file {str(path)!r}: {exc.strerror}") from None
+    except (ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"constants file {str(path)!r}: {first}") from None
 
 
 _MODEL = typer.Argument(None, help="A zoo workload name (see `gpucast zoo`).")
@@ -100,12 +117,14 @@ def predict(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
             gpu: List[str] = _GPU, as_json: bool = _JSON, constants: Optional[Path] = _CFG) -> None:
     """Predict GPU utilization, peak memory and step time of a job on one or more GPUs."""
     from gpucast.api import predict as api_predict
+    from gpucast.hardware import get_gpu
 
     def go():
         j = _build_job(model, job, batch_size, seq_len, input_shape, precision, mode, optimizer,
                        input_pipeline_ms, gpus)
         cfg = _config(constants)
-        return [api_predict(j, g, cfg) for g in gpu]
+        specs = [get_gpu(g) for g in gpu]  # every --gpu checked before the (slow) capture
+        return [api_predict(j, s, cfg) for s in specs]
 
     preds = _run(go)
     if as_json:
@@ -139,7 +158,7 @@ def explain(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
             input_pipeline_ms: Optional[float] = _PIPE, gpus: Optional[int] = _NGPU,
             gpu: str = typer.Option("a100-80gb", "--gpu", "-g", help="GPU name or spec file."),
             as_json: bool = _JSON, constants: Optional[Path] = _CFG,
-            top: int = typer.Option(12, "--top", help="Rows of the time breakdown to show.")) -> None:
+            top: int = typer.Option(12, "--top", min=1, help="Rows of the time breakdown to show.")) -> None:
     """Where the time and the memory go: breakdown by phase and op category, and uncosted ops."""
     from gpucast.api import explain as api_explain
 
@@ -252,11 +271,30 @@ def demo(as_json: bool = _JSON) -> None:
     console.print(_prediction_table(preds, title="gpucast demo: analytic predictions (not measurements)"))
 
 
+def _click_exceptions():
+    """The click exception module typer raises from (typer >= 0.2x vendors click as typer._click)."""
+    return sys.modules[typer.BadParameter.__module__]
+
+
 def main() -> None:
+    exceptions = _click_exceptions()
     try:
-        app()
+        rv = app(standalone_mode=False)
     except KeyboardInterrupt:
         sys.exit(130)
+    except exceptions.ClickException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `gpucast`: typer already printed the help
+            sys.exit(exc.exit_code)
+        # A usage error (bad option value, unknown option or command): one line like our own
+        # errors instead of typer's multi-line box. Usage errors exit 2.
+        msg = " ".join(exc.format_message().split())
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        err.print(f"[bold red]error:[/] {escape(msg + hint)}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except exceptions.Abort:
+        sys.exit(1)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
+import os
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -55,11 +58,14 @@ class Job:
     loss_fn: Callable[[Any, tuple], Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.input_shape is not None and not isinstance(self.input_shape, tuple):
+        if self.input_shape is not None:
             object.__setattr__(self, "input_shape", _as_shape(self.input_shape))
         if self.optimizer is None:
             object.__setattr__(self, "optimizer", "none")
         _validate(self)
+        # Equal specs must have equal keys: 0 and 0.0 (and -0.0) compare equal but serialise
+        # differently, so store the one canonical float.
+        object.__setattr__(self, "input_pipeline_s", float(self.input_pipeline_s) + 0.0)
 
     # ----------------------------------------------------------------- constructors
     @classmethod
@@ -100,7 +106,7 @@ class Job:
         if not isinstance(data, dict):
             raise JobError(f"job spec must be a mapping, got {type(data).__name__}")
         allowed = {f.name for f in fields(cls) if f.compare}
-        unknown = sorted(set(data) - allowed)
+        unknown = sorted(set(data) - allowed, key=str)
         if unknown:
             raise JobError(f"unknown field {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
         if "model" not in data:
@@ -115,9 +121,11 @@ class Job:
         """Read a job from a .json, .yaml or .yml file."""
         path = Path(path)
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise JobError(f"cannot read job file {str(path)!r}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise JobError(f"job file {str(path)!r} is not UTF-8 text") from None
         try:
             if path.suffix.lower() in (".yaml", ".yml"):
                 import yaml
@@ -128,6 +136,9 @@ class Job:
         except Exception as exc:  # yaml.YAMLError, json.JSONDecodeError
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise JobError(f"job file {str(path)!r} is not valid {path.suffix.lstrip('.') or 'JSON'}: {first}") from None
+        if not isinstance(data, dict):
+            raise JobError(f"job file {str(path)!r} must hold a mapping of job fields, got "
+                           f"{'nothing' if data is None else type(data).__name__}")
         return cls.from_dict(data)
 
     # ----------------------------------------------------------------- serialisation
@@ -151,9 +162,13 @@ class Job:
             text = yaml.safe_dump(self.to_dict(), sort_keys=True)
         else:
             text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     @property
     def key(self) -> str:
@@ -170,15 +185,17 @@ class Job:
 
 
 def _as_shape(value) -> tuple[int, ...]:
+    """``3,224,224``, ``3x224x224`` or a sequence of ints -> a tuple; anything else is a JobError."""
     if isinstance(value, str):
-        parts = [p for p in value.replace("x", ",").split(",") if p.strip()]
-        try:
-            return tuple(int(p) for p in parts)
-        except ValueError:
-            raise JobError(f"field 'input_shape' must be integers like 3,224,224, got {value!r}") from None
-    try:
-        return tuple(int(v) for v in value)
-    except (TypeError, ValueError):
+        parts = re.split(r"[x,]", value.strip())
+        if not all(re.fullmatch(r"\s*\d+\s*", p) for p in parts):
+            raise JobError(f"field 'input_shape' must be integers like 3,224,224, got {value!r}")
+        return tuple(int(p) for p in parts)
+    try:  # operator.index takes ints (numpy's too) but not floats or strings; bools are refused
+        if isinstance(value, (bytes, dict)) or any(isinstance(d, bool) for d in value):
+            raise TypeError
+        return tuple(operator.index(d) for d in value)
+    except TypeError:
         raise JobError(f"field 'input_shape' must be a list of integers, got {value!r}") from None
 
 

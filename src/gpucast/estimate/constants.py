@@ -102,6 +102,8 @@ class EstimatorConfig:
         0.8, "fraction",
         "Share of the backward pass that DDP's bucketed all-reduce can hide behind (PyTorch "
         "DDP paper, Li et al. VLDB 2020).")
+    ddp_bucket_bytes: int = _c(
+        25 * 2**20, "bytes", "DistributedDataParallel's default bucket_cap_mb=25 (PyTorch docs).")
     # ---------------------------------------------------------------- memory beyond tensors
     cuda_context_bytes: int = _c(
         500 * 2**20, "bytes",

@@ -88,7 +88,11 @@ def simulate(trace: Trace, job: Job, gpu: GpuSpec, cfg: EstimatorConfig, kt: Ker
 
 def _allreduce_exposed(trace: Trace, job: Job, gpu: GpuSpec, cfg: EstimatorConfig, kt: KernelTimes,
                        kernel_scale: float) -> float:
-    """Data-parallel gradient all-reduce time not hidden behind the backward pass."""
+    """Data-parallel gradient all-reduce time not hidden behind the backward pass.
+
+    Ring all-reduce moves ``2 (n-1)/n`` times the gradient bytes over each GPU's link. DDP
+    overlaps bucket all-reduces with the rest of backward, except the last bucket's, which
+    starts only when backward ends."""
     if job.gpus <= 1 or job.mode != "train" or not trace.gradient_bytes:
         return 0.0
     n = job.gpus
@@ -96,4 +100,5 @@ def _allreduce_exposed(trace: Trace, job: Job, gpu: GpuSpec, cfg: EstimatorConfi
     comm = 2 * (n - 1) / n * trace.gradient_bytes / (link * 1e9 * cfg.nccl_efficiency)
     a = OpArrays.of(trace)
     bwd = float((kt.time * kernel_scale)[a.phase == PHASE_CODES["bwd"]].sum())
-    return max(0.0, comm - cfg.comm_overlap * bwd)
+    last_bucket = comm * min(1.0, cfg.ddp_bucket_bytes / trace.gradient_bytes)
+    return max(last_bucket, comm - cfg.comm_overlap * bwd)

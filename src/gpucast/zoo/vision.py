@@ -26,8 +26,6 @@ _TABLE = [
     ("resnet152", "resnet152", {}, IMAGENET, 1000, 32, "ResNet-152 (He et al. 2016)"),
     ("resnext50-32x4d", "resnext50_32x4d", {}, IMAGENET, 1000, 64,
      "ResNeXt-50 32x4d (Xie et al. 2017)"),
-    ("wide-resnet50-2", "wide_resnet50_2", {}, IMAGENET, 1000, 64,
-     "Wide ResNet-50-2 (Zagoruyko & Komodakis 2016)"),
     ("densenet121", "densenet121", {}, IMAGENET, 1000, 64, "DenseNet-121 (Huang et al. 2017)"),
     ("mobilenet-v2", "mobilenet_v2", {}, IMAGENET, 1000, 128, "MobileNetV2 (Sandler et al. 2018)"),
     ("mobilenet-v3-large", "mobilenet_v3_large", {}, IMAGENET, 1000, 128,
