@@ -22,8 +22,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
-DEMO_JOBS = (("resnet50", 64, "amp-bf16"), ("resnet18-cifar", 32, "fp32"), ("bert-base", 32, "amp-bf16"),
-             ("gpt2", 8, "amp-bf16"), ("lstm-lm-medium", 20, "fp32"))
+DEMO_JOBS = (("resnet50", 64, "amp-fp16"), ("resnet18-cifar", 32, "fp32"), ("bert-base", 32, "amp-fp16"),
+             ("gpt2", 8, "amp-fp16"), ("lstm-lm-medium", 20, "fp32"))
 DEMO_GPUS = ("t4", "a100-80gb")
 
 

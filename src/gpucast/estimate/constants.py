@@ -45,10 +45,11 @@ class EstimatorConfig:
     rnn_efficiency: float = _c(
         0.45, "fraction of peak", "cuDNN RNN GEMMs are skinny (batch x hidden); ~40-50% of peak.")
     other_efficiency: float = _c(0.50, "fraction of peak", "FLOP-counted ops of other kinds.")
-    half_flops_per_sm: float = _c(
-        1.0e7, "FLOP per SM",
-        "Work at which a GEMM reaches half its peak efficiency, per SM: a 1024^3 GEMM "
-        "(2.1 GFLOP) runs at ~2/3 of large-GEMM efficiency on an A100 (108 SMs).")
+    compute_ramp_s: float = _c(
+        3e-6, "s",
+        "Fixed time a math kernel loses filling and draining the SMs (first and last wave), on "
+        "top of its FLOPs at the efficient rate: small GEMMs run at a fraction of peak (a "
+        "1024^3 TF32 GEMM, ~17 us of math on an A100, takes ~20 us in cuBLAS benchmarks).")
     bandwidth_efficiency: float = _c(
         0.85, "fraction of peak",
         "Streaming kernels reach 80-92% of DRAM peak (STREAM-like copy on V100/A100/H100, "

@@ -2,10 +2,10 @@
 
 For an op with ``F`` FLOPs, ``B`` bytes moved and ``k`` kernels on a GPU with ``S`` SMs:
 
-* compute time ``(F + h_F * S) / (peak * e_cat)``: the peak rate of the op's math (tensor-core
+* compute time ``F / (peak * e_cat) + ramp``: the peak rate of the op's math (tensor-core
   FP16/BF16/TF32 or FP32 CUDA cores, see :func:`math_peak`), a per-category efficiency
-  ``e_cat``, and a fixed cost ``h_F * S`` that makes small GEMMs reach only part of peak
-  (efficiency ``e_cat * F / (F + h_F S)``, half of ``e_cat`` at ``F = h_F S``);
+  ``e_cat``, and a fixed ``ramp`` (filling and draining the SMs) that makes small GEMMs reach
+  only part of peak;
 * memory time ``(B + h_B * S) / (bandwidth * e_bw)``, the same form for bandwidth;
 * kernel time ``max(compute, memory, k * floor)``.
 
@@ -104,7 +104,7 @@ def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfi
             val = cache[key] = (math_peak(gpu, cat, dt, precision, cfg), efficiency(cat, cfg))
         peak[i], eff[i] = val
     sms = gpu.sm_count
-    compute = np.where(a.flops > 0, (a.flops + cfg.half_flops_per_sm * sms) / (peak * eff), 0.0)
+    compute = np.where(a.flops > 0, a.flops / (peak * eff) + cfg.compute_ramp_s, 0.0)
     bw = gpu.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency
     memory = np.where(a.bytes > 0, (a.bytes + cfg.half_bytes_per_sm * sms) / bw, 0.0)
     floor_s = cfg.kernel_floor_old_s if gpu.architecture in OLD_ARCHITECTURES else cfg.kernel_floor_s

@@ -109,13 +109,23 @@ class MemoryTracker:
 
         self._refs.append(weakref.ref(storage, _freed))
 
+    def live_by_class(self) -> dict[str, int]:
+        """Bytes (rounded as the allocator rounds them) of the storages live now, by class."""
+        live = dict.fromkeys(MEMORY_CLASSES, 0)
+        for a in self._all:
+            if a.end < 0:
+                live[a.cls] += round_size(a.nbytes)
+        return live
+
     def reclassify(self, t: torch.Tensor, cls: str) -> None:
         rec = self._allocs.get(self._key(t))
         if rec is not None:
             rec.cls = cls
 
-    def report(self, n_ops: int, phases: list[str]) -> MemoryReport:
-        """The timeline over ``n_ops`` ops, its peak, and what is live at the peak."""
+    def report(self, n_ops: int, phases: list[str], at_backward_start: dict[str, int] | None = None) -> MemoryReport:
+        """The timeline over ``n_ops`` ops, its peak, and what is live at the peak.
+
+        ``at_backward_start``: :meth:`live_by_class` taken when backward began (training)."""
         import numpy as np
 
         allocs = self._all
@@ -148,6 +158,7 @@ class MemoryTracker:
             at_peak=at_peak,
             totals=totals,
             timeline=live[1:].tolist(),
+            at_backward_start=dict(at_backward_start or {}),
         )
 
 

@@ -1,6 +1,6 @@
-"""Make a meta-device trace dispatch what CUDA would: autocast, SDPA backends, cuDNN RNNs.
+"""Make a meta-device trace dispatch what CUDA would: autocast, SDPA backends, cuDNN RNNs, dropout.
 
-Tracing runs on the meta device, where three things differ from a CUDA run:
+Tracing runs on the meta device, where four things differ from a CUDA run:
 
 * **Autocast.** ``torch.autocast("cuda")`` does not apply to meta tensors. :class:`CudaMirror`
   (a ``TorchFunctionMode``) applies CUDA autocast's op lists itself: functions on the
@@ -19,11 +19,17 @@ Tracing runs on the meta device, where three things differ from a CUDA run:
   formulas exist), which gives the fused kernels' FLOPs, memory (no materialised attention
   matrix) and launches. Flash needs sm80+; on older GPUs CUDA would choose memory-efficient
   attention, whose FLOPs and memory are the same to first order (not modelled separately).
-* **cuDNN RNNs.** ``nn.LSTM``/``nn.GRU`` run as one cuDNN call on CUDA, which launches a GEMM
-  per time step and fuses the gate arithmetic into one pointwise kernel. The meta device
-  decomposes the recurrence into aten ops; :class:`CudaMirror` marks the ops issued inside
-  an RNN call as dispatched from C++ (``dispatch='cpp'``: no Python overhead per op), and the
-  recorder gives each run of pointwise ops after a GEMM a single fused kernel.
+* **cuDNN RNNs.** ``nn.LSTM``/``nn.GRU``/``nn.RNN`` run as one ``_cudnn_rnn`` call on CUDA;
+  :class:`CudaMirror` routes them to ``gpucast.graph.rnn.cudnn_rnn``, which makes the same
+  call on meta. Where that does not apply (packed sequences, projections), the decomposed
+  recurrence is kept, its ops marked as dispatched from C++ (``dispatch='cpp'``: no Python
+  overhead per op), and each run of pointwise ops after a GEMM gets one fused kernel.
+
+* **Dropout.** ``F.dropout`` in training runs one fused ``native_dropout`` kernel on CUDA
+  (``is_fused_kernel_acceptable`` in ``aten/src/ATen/native/Dropout.cpp``), which keeps a
+  one-byte bool mask for backward; on the meta device (and CPU) ATen takes the unfused path
+  (``bernoulli_``, ``div_``, ``mul``) and keeps a mask in the input's dtype. :func:`dropout`
+  calls ``native_dropout`` directly. In-place dropout is unfused on CUDA too and is left alone.
 
 Foreach optimizers (CUDA's default) are chosen in ``gpucast.graph.tracer``.
 """
@@ -33,6 +39,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
+
+from gpucast.graph.rnn import cudnn_rnn
 
 # CUDA autocast lower-precision list (functions as Python sees them).
 LOWER_PRECISION = frozenset("""
@@ -83,6 +91,17 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
 _ORIGINAL_SDPA = F.scaled_dot_product_attention
 
 
+def dropout(input, p=0.5, training=True, inplace=False, train=None):
+    """``F.dropout`` / ``torch.dropout`` as CUDA runs it (see module docstring), or
+    NotImplemented where CUDA would not use the fused kernel either."""
+    if train is not None:  # torch.dropout(input, p, train)
+        training = train
+    if (not training or inplace or not isinstance(input, torch.Tensor) or input.device.type != "meta"
+            or not 0 < p < 1 or input.numel() == 0):
+        return NotImplemented
+    return torch.native_dropout(input, p, True)[0]
+
+
 class CudaMirror(TorchFunctionMode):
     """Autocast emulation, SDPA mirroring and RNN marking during a captured forward.
 
@@ -125,6 +144,14 @@ class CudaMirror(TorchFunctionMode):
                 target = _widest(args, kwargs)
             if target is not None:
                 args, kwargs = self._cast((args, kwargs), target)
+        if name in RNN_FUNCTIONS:
+            mirrored = cudnn_rnn(name, args, kwargs)
+            if mirrored is not None:
+                return mirrored
+        if name == "dropout" and func in (F.dropout, torch.dropout):
+            out = dropout(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
         if name in RNN_FUNCTIONS and self.on_rnn is not None:
             self.on_rnn(True)
             try:

@@ -64,6 +64,7 @@ _CATEGORY_PREFIXES: tuple[tuple[str, str], ...] = (
     ("copy_", "copy"), ("_to_copy", "copy"), ("clone", "copy"), ("cat", "copy"), ("stack", "copy"),
     ("_pin_memory", "copy"), ("constant_pad_nd", "copy"), ("roll", "copy"), ("flip", "copy"),
     ("repeat", "copy"), ("tril", "copy"), ("triu", "copy"), ("contiguous", "copy"),
+    ("reflection_pad", "copy"), ("replication_pad", "copy"), ("eye", "memory"),
     ("zeros", "memory"), ("ones", "memory"), ("full", "memory"), ("fill", "memory"), ("zero_", "memory"),
     ("scalar_tensor", "memory"), ("arange", "memory"), ("new_zeros", "memory"), ("new_ones", "memory"),
     ("new_full", "memory"), ("rand", "memory"), ("normal", "memory"), ("uniform", "memory"),
@@ -89,7 +90,8 @@ glu glu_backward rsub xlogy hypot atan2 clamp_ clamp_min_ sigmoid_ tanh_ exp_ el
 _NO_KERNEL = frozenset("""
 empty empty_like empty_strided new_empty new_empty_strided resize_ set_ lift_fresh detach alias
 _unsafe_view view _reshape_alias sym_size sym_stride sym_numel sym_storage_offset is_same_size
-is_nonzero _has_compatible_shallow_copy_type record_stream
+is_nonzero _has_compatible_shallow_copy_type record_stream unsafe_split unsafe_split_with_sizes
+unsafe_chunk as_strided_ _unsafe_view
 """.split())
 
 # Ops known to launch more than one kernel on CUDA, per call. Source: kernel lists seen in
@@ -110,21 +112,49 @@ KERNELS_PER_OP: dict[str, int] = {
     "sort": 3,
 }
 
-# multi_tensor_apply limits, from aten/src/ATen/native/cuda/MultiTensorApply.cuh:
-# tensors per launch by list depth, and chunks per launch.
+# multi_tensor_apply limits, from aten/src/ATen/native/cuda/MultiTensorApply.cuh (the 4 KB
+# kernel-argument configuration): tensors per launch by list depth (the number of tensor lists,
+# outputs included), a smaller table when the op takes a list of scalars, and chunks per launch.
 MTA_DEPTH_TO_MAX_TENSORS = {1: 110, 2: 64, 3: 48, 4: 36, 5: 30}
+MTA_DEPTH_TO_MAX_TENSORS_SCALARLIST = {1: 96, 2: 64, 3: 48, 4: 36, 5: 30}
 MTA_MAX_BLOCKS = 320
 MTA_CHUNK_ELEMS = 65536
 
 
-def foreach_kernels(lists: list[list[torch.Tensor]]) -> int:
-    """Kernel launches of one ``_foreach_*`` call on CUDA (multi_tensor_apply chunking)."""
+def foreach_kernels(lists: list[list[torch.Tensor]], depth: int | None = None, scalar_list: bool = False) -> int:
+    """Kernel launches of one ``_foreach_*`` call on CUDA.
+
+    ``multi_tensor_apply``'s loop: tensors are packed in order, one block per 64Ki-element
+    chunk; a launch happens when the blocks are full (a tensor whose chunks remain is carried
+    into the next launch) or when the tensor slots are full at a tensor's last chunk, and once
+    more for what is left. ``depth`` is the number of tensor lists the kernel sees (default
+    ``len(lists)``; an out-of-place op adds its output list); ``scalar_list`` selects the
+    scalar-list table. Empty tensors are skipped."""
     if not lists or not lists[0]:
         return 0
-    depth = min(len(lists), 5)
-    per_launch = MTA_DEPTH_TO_MAX_TENSORS[depth]
-    chunks = sum(max(1, math.ceil(t.numel() / MTA_CHUNK_ELEMS)) for t in lists[0])
-    return max(math.ceil(len(lists[0]) / per_launch), math.ceil(chunks / MTA_MAX_BLOCKS))
+    depth = min(depth or len(lists), 5)
+    max_tensors = (MTA_DEPTH_TO_MAX_TENSORS_SCALARLIST if scalar_list else MTA_DEPTH_TO_MAX_TENSORS)[depth]
+    launches = blocks = tensors = 0
+    for t in lists[0]:
+        n = t.numel()
+        if n == 0:
+            continue
+        tensors += 1
+        left = math.ceil(n / MTA_CHUNK_ELEMS)
+        while left >= MTA_MAX_BLOCKS - blocks:  # the blocks fill up within this tensor
+            launches += 1
+            left -= MTA_MAX_BLOCKS - blocks
+            blocks = 0
+            if left == 0:  # ...at its last chunk
+                tensors = 0
+                break
+            tensors = 1  # chunks remain: the tensor is carried into the next launch
+        else:
+            blocks += left
+            if tensors == max_tensors:
+                launches += 1
+                blocks = tensors = 0
+    return launches + (blocks > 0)
 
 
 # --------------------------------------------------------------------------- bytes
@@ -256,13 +286,25 @@ def bytes_moved(func, args, kwargs, out) -> tuple[int, int]:
     return int(read), int(written)
 
 
+# Foreach reductions write one value per tensor, not a tensor list.
+_FOREACH_REDUCTIONS = frozenset({"_foreach_norm", "_foreach_max"})
+
+
 def kernels(func, cat: str, args, on_host: bool) -> int:
     if on_host or cat in ("view", "host"):
         return 0
     name = op_name(func)
     if name.startswith("_foreach_"):
         lists = [a for a in args if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
-        return foreach_kernels(lists)
+        scalars = any(isinstance(a, (list, tuple)) and a and isinstance(a[0], (int, float, complex))
+                      for a in args)
+        # An out-of-place op writes a new list, which multi_tensor_apply also walks.
+        out_list = not name.endswith("_") and name not in _FOREACH_REDUCTIONS
+        return foreach_kernels(lists, depth=len(lists) + out_list, scalar_list=scalars)
+    if name in ("_cudnn_rnn", "_cudnn_rnn_backward"):
+        from gpucast.graph.rnn import kernels_of_call
+
+        return kernels_of_call(name, args)
     if name == "convolution_backward":
         mask = args[-1] if isinstance(args[-1], (list, tuple)) else (True, True, True)
         return max(1, sum(bool(m) for m in mask))

@@ -59,7 +59,9 @@ class MemoryReport:
     ``torch.cuda.max_memory_allocated`` reports). ``peak_reserved_bytes`` adds the
     allocator's segment granularity and fragmentation (``max_memory_reserved``).
     ``at_peak``: bytes live at the peak, by class. ``timeline``: live allocated bytes
-    after each op (a list aligned with ``Trace.ops``).
+    after each op (a list aligned with ``Trace.ops``). ``at_backward_start``: bytes live by
+    class when backward begins (training only; empty for inference): the activations there are
+    what autograd saved for backward plus the forward's output and the loss.
     """
 
     peak_allocated_bytes: int
@@ -69,6 +71,7 @@ class MemoryReport:
     at_peak: dict[str, int]
     totals: dict[str, int]
     timeline: list[int] = field(repr=False, default_factory=list)
+    at_backward_start: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

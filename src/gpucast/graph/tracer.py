@@ -318,6 +318,7 @@ def capture(job: Job) -> Trace:
                 raise CaptureError("the loss failed: loss_fn must return a scalar tensor")
             if job.precision == "amp-fp16":
                 loss = loss * GRAD_SCALE
+            at_backward_start = rec.memory.live_by_class()
             rec.phase = "bwd"
             _stage("the backward pass", loss.backward)
             for p in params:
@@ -339,7 +340,7 @@ def capture(job: Job) -> Trace:
                 out = _stage("the forward pass", model, *inputs)
             del out
     phases = [o.phase for o in rec.ops]
-    memory = rec.memory.report(len(rec.ops), phases)
+    memory = rec.memory.report(len(rec.ops), phases, at_backward_start if train else None)
     n_params = sum(p.numel() for p in model.parameters())
     notes = []
     if job.precision == "amp-fp16":

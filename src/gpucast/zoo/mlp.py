@@ -15,8 +15,8 @@ def _mlp(hidden: tuple[int, ...], classes: int, dropout: float):
         import torch.nn as nn
 
         sizes = (math.prod(spec.input_shape), *hidden)
-        layers = [m for a, b in zip(sizes, sizes[1:])
-                  for m in (nn.Linear(a, b), nn.ReLU(), *([nn.Dropout(dropout)] if dropout else []))]
+        drop = [nn.Dropout(dropout)] if dropout else []
+        layers = [m for a, b in zip(sizes, sizes[1:]) for m in (nn.Linear(a, b), nn.ReLU(), *drop)]
         return nn.Sequential(nn.Flatten(), *layers, nn.Linear(sizes[-1], classes))
 
     return model_fn

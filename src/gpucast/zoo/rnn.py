@@ -73,7 +73,8 @@ for _size, _hidden, _drop in (("small", 200, 0.0), ("medium", 650, 0.5), ("large
 
 register(Workload(
     name="gru-lm", family="rnn", source="gpucast",
-    description="2-layer GRU LM, hidden 650 (Zaremba et al. 2014 medium shape), PTB vocab 10k, seq 35",
+    description="2-layer GRU LM, hidden 650 (Zaremba et al. 2014 medium shape), PTB vocab 10k, "
+                "seq 35",
     model_fn=lambda spec: _rnn_lm("gru", PTB_VOCAB, 650, 2, 0.5),
     input_fn=token_input(PTB_VOCAB), loss_fn=next_token_loss,
     default_batch_size=20, default_seq_len=35, tags=("lm", "ptb"),

@@ -14,7 +14,23 @@ from gpucast.zoo.base import Workload, WorkloadSpec, classification_loss
 IMAGENET = (3, 224, 224)
 CIFAR = (3, 32, 32)
 
-# name, torchvision builder, extra kwargs, input shape, classes, default batch, description
+
+def _regnet_y_400mf(weights=None, **kwargs):
+    """torchvision's ``regnet_y_400mf`` with its block widths computed on the CPU: torchvision
+    derives them with torch ops and ``.tolist()``, which cannot run on the meta device. Same
+    constants (Radosavovic et al. 2020, RegNetY-400MF) and defaults as torchvision's builder."""
+    import torch
+    from torchvision.models.regnet import BlockParams, RegNet
+
+    assert weights is None
+    with torch.device("cpu"):
+        params = BlockParams.from_init_params(depth=16, w_0=48, w_a=27.89, w_m=2.09,
+                                              group_width=8, se_ratio=0.25)
+    return RegNet(params, **kwargs)
+
+
+# name, torchvision builder (or a function here), extra kwargs, input shape, classes,
+# default batch, description
 _TABLE = [
     ("alexnet", "alexnet", {}, IMAGENET, 1000, 128, "AlexNet (Krizhevsky et al. 2012)"),
     ("vgg16", "vgg16", {}, IMAGENET, 1000, 64, "VGG-16 (Simonyan & Zisserman 2015)"),
@@ -34,41 +50,29 @@ _TABLE = [
      "MobileNetV3-Small (Howard et al. 2019)"),
     ("shufflenet-v2", "shufflenet_v2_x1_0", {}, IMAGENET, 1000, 128,
      "ShuffleNetV2 1.0x (Ma et al. 2018)"),
-    ("squeezenet", "squeezenet1_0", {}, IMAGENET, 1000, 128, "SqueezeNet 1.0 (Iandola et al. 2016)"),
+    ("squeezenet", "squeezenet1_0", {}, IMAGENET, 1000, 128,
+     "SqueezeNet 1.0 (Iandola et al. 2016)"),
     ("googlenet", "googlenet", {"aux_logits": False, "init_weights": True}, IMAGENET, 1000, 128,
      "GoogLeNet / Inception-v1 without aux heads (Szegedy et al. 2015)"),
     ("inception-v3", "inception_v3", {"aux_logits": False, "init_weights": True}, (3, 299, 299),
      1000, 64, "Inception-v3 without aux head (Szegedy et al. 2016)"),
-    ("efficientnet-b0", "efficientnet_b0", {}, IMAGENET, 1000, 128, "EfficientNet-B0 (Tan & Le 2019)"),
-    ("regnet-y-400mf", "regnet_y_400mf_meta", {}, IMAGENET, 1000, 128,
+    ("efficientnet-b0", "efficientnet_b0", {}, IMAGENET, 1000, 128,
+     "EfficientNet-B0 (Tan & Le 2019)"),
+    ("regnet-y-400mf", _regnet_y_400mf, {}, IMAGENET, 1000, 128,
      "RegNetY-400MF (Radosavovic et al. 2020)"),
     ("convnext-tiny", "convnext_tiny", {}, IMAGENET, 1000, 64, "ConvNeXt-T (Liu et al. 2022)"),
     ("vit-b16", "vit_b_16", {}, IMAGENET, 1000, 64, "ViT-B/16 (Dosovitskiy et al. 2021)"),
-    ("resnet18-cifar", "resnet18", {}, CIFAR, 10, 128, "ResNet-18 (torchvision stem)"),
-    ("resnet50-cifar", "resnet50", {}, CIFAR, 10, 128, "ResNet-50 (torchvision stem)"),
-    ("vgg16-cifar", "vgg16", {}, CIFAR, 10, 128, "VGG-16 (torchvision classifier)"),
-    ("mobilenet-v2-cifar", "mobilenet_v2", {}, CIFAR, 10, 128, "MobileNetV2"),
+    ("resnet18-cifar", "resnet18", {}, CIFAR, 10, 128, "ResNet-18, torchvision (ImageNet stem)"),
+    ("resnet50-cifar", "resnet50", {}, CIFAR, 10, 128, "ResNet-50, torchvision (ImageNet stem)"),
+    ("vgg16-cifar", "vgg16", {}, CIFAR, 10, 128, "VGG-16, torchvision (4096-wide classifier)"),
+    ("mobilenet-v2-cifar", "mobilenet_v2", {}, CIFAR, 10, 128, "MobileNetV2, torchvision"),
 ]
 
 # Builders whose definition fixes the input resolution: told the spec's size.
 _SIZED = {"vit_b_16": "image_size"}
 
 
-def regnet_y_400mf_meta(weights=None, **kwargs):
-    """torchvision's ``regnet_y_400mf`` with its block widths computed on the CPU: torchvision
-    derives them with torch ops and ``.tolist()``, which cannot run on the meta device. Same
-    constants (Radosavovic et al. 2020, RegNetY-400MF) and defaults as torchvision's builder."""
-    import torch
-    from torchvision.models.regnet import BlockParams, RegNet
-
-    assert weights is None
-    with torch.device("cpu"):
-        params = BlockParams.from_init_params(depth=16, w_0=48, w_a=27.89, w_m=2.09,
-                                              group_width=8, se_ratio=0.25)
-    return RegNet(params, **kwargs)
-
-
-def _model_fn(builder: str, kwargs: dict, num_classes: int):
+def _model_fn(builder, kwargs: dict, num_classes: int):
     def model_fn(spec: WorkloadSpec):
         import torchvision.models as tvm
 
@@ -78,7 +82,7 @@ def _model_fn(builder: str, kwargs: dict, num_classes: int):
             if h != w:
                 raise ValueError(f"{builder} needs a square input, got {h}x{w}")
             extra[_SIZED[builder]] = h
-        build = globals().get(builder) or getattr(tvm, builder)
+        build = builder if callable(builder) else getattr(tvm, builder)
         return build(weights=None, num_classes=num_classes, **extra)
 
     return model_fn
@@ -92,7 +96,7 @@ def image_input(spec: WorkloadSpec, batch_size: int):
 
 for _name, _builder, _kwargs, _shape, _classes, _batch, _what in _TABLE:
     _data = "ImageNet" if _classes == 1000 else "CIFAR-10"
-    _family = "transformer" if _builder.startswith("vit") else "cnn"
+    _family = "transformer" if _name.startswith("vit") else "cnn"
     register(Workload(
         name=_name, family=_family, source="torchvision",
         description=f"{_what}, {_data} {_shape[1]}x{_shape[2]}, {_classes} classes",
