@@ -43,8 +43,9 @@ def _build_job(model: Optional[str], job_file: Optional[Path], batch_size, seq_l
 
     if job_file is not None:
         job = Job.load(job_file)
-        overrides = {k: v for k, v in dict(batch_size=batch_size, seq_len=seq_len, precision=precision, mode=mode,
-                                            optimizer=optimizer, gpus=gpus).items() if v is not None}
+        # A model named on the command line overrides the file's, like every flag (not silently ignored).
+        overrides = {k: v for k, v in dict(model=model, batch_size=batch_size, seq_len=seq_len, precision=precision,
+                                            mode=mode, optimizer=optimizer, gpus=gpus).items() if v is not None}
         if input_shape:
             overrides["input_shape"] = input_shape
         if input_pipeline_ms is not None:
