@@ -4,7 +4,8 @@ For each configuration (resnet50 b64, bert-base b32 s128, gpt2-xl b8 s1024, llam
 all ``train``, fp32, the Job's default optimizer unless ``--precision``/``--optimizer`` say
 otherwise) this script starts a **fresh Python subprocess** that
 
-1. imports gpucast, torch and the workload's model library (torchvision / transformers):
+1. imports gpucast, torch and the workload's model library (torchvision / transformers,
+   including ``transformers.modeling_utils``, which ``import transformers`` defers):
    ``import_s``;
 2. captures the step (``gpucast.api.trace``): ``capture_s``;
 3. estimates it (``gpucast.predict``, the trace now cached): ``predict_s``;
@@ -27,6 +28,7 @@ this run had and its load average, since other work on a small box moves the num
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -53,14 +55,20 @@ TARGETS = [
     ("llama-7b peak RSS < 1.5 GB", "llama-7b b1 s2048", "peak_rss_bytes", 1.5e9, "B"),
 ]
 
-_MODEL_LIBRARY = {"torchvision": "torchvision", "transformers": "transformers"}
+# What the import phase loads for a workload's model library. ``transformers`` loads its modules
+# lazily: ``import transformers`` is cheap and the first model class pulls in
+# ``transformers.modeling_utils`` (seconds: torch.distributed.tensor, quantisation integrations),
+# so that is imported here too, or it would be billed to capture. The model's own module
+# (e.g. ``modeling_bert``, a fraction of a second) still loads during capture.
+_MODEL_LIBRARY = {"torchvision": ("torchvision", "torchvision.models"),
+                  "transformers": ("transformers", "transformers.modeling_utils")}
 
 
 # ----------------------------------------------------------------------------- child side
 
 def _child(job_fields: dict, gpu: str, out_path: str) -> None:
     """Runs in the fresh subprocess: time the three phases, write one JSON record."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     import gpucast
     import gpucast.api
     import torch
@@ -68,19 +76,20 @@ def _child(job_fields: dict, gpu: str, out_path: str) -> None:
     from gpucast import zoo
 
     source = zoo.get(job_fields["model"]).source
-    if source in _MODEL_LIBRARY:
-        __import__(_MODEL_LIBRARY[source])
-    t1 = time.perf_counter()
+    for module in _MODEL_LIBRARY.get(source, ()):
+        importlib.import_module(module)
+    t1, c1 = time.perf_counter(), time.process_time()
     job = gpucast.Job(**job_fields)
     tr = gpucast.api.trace(job)
     t2 = time.perf_counter()
     pred = gpucast.predict(job, gpu)
-    t3 = time.perf_counter()
+    t3, c3 = time.perf_counter(), time.process_time()
     import resource
 
     rec = {
         "import_s": t1 - t0, "capture_s": t2 - t1, "predict_s": t3 - t2,
         "capture_predict_s": t3 - t1, "total_s": t3 - t0,
+        "import_cpu_s": c1 - c0, "capture_predict_cpu_s": c3 - c1,
         "self_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "ops": len(tr.ops), "kernels": tr.kernels, "parameters": tr.parameters,
         "step_time_s": pred.step_time_s, "gpu": pred.gpu,
@@ -115,6 +124,7 @@ def _run_one(job_fields: dict, gpu: str, timeout: float) -> dict:
         os.unlink(out_path)
     rec["peak_rss_bytes"] = usage.ru_maxrss * 1024  # Linux: KiB
     rec["process_wall_s"] = wall  # includes interpreter start-up
+    rec["process_cpu_s"] = usage.ru_utime + usage.ru_stime
     return rec
 
 
@@ -173,10 +183,12 @@ def machine_info() -> dict:
 
 def _median_record(runs: list[dict]) -> dict:
     keys = ("import_s", "capture_s", "predict_s", "capture_predict_s", "total_s",
-            "process_wall_s", "peak_rss_bytes")
+            "process_wall_s", "peak_rss_bytes", "import_cpu_s", "capture_predict_cpu_s",
+            "process_cpu_s")
     rec = dict(runs[0])
     for k in keys:
         rec[k] = statistics.median(r[k] for r in runs)
+        rec[k + "_min"] = min(r[k] for r in runs)
     rec["capture_predict_s_all"] = [r["capture_predict_s"] for r in runs]
     rec["peak_rss_bytes_max"] = max(r["peak_rss_bytes"] for r in runs)
     return rec
@@ -192,18 +204,25 @@ def markdown(results: list[dict], machine: dict) -> str:
         f"{', '.join(f'{x:.2f}' for x in machine['loadavg_start'] or [])}, at end "
         f"{', '.join(f'{x:.2f}' for x in machine.get('loadavg_end') or [])}",
         "",
-        f"Medians of {results[0]['repeat']} fresh process(es) per config; predicted on "
-        f"{results[0]['gpu']}.",
+        f"Median [min] of {results[0]['repeat']} fresh process(es) per config; predicted on "
+        f"{results[0]['gpu']}. Wall times are seconds of the clock; CPU times are the child's "
+        "user+system seconds (all threads), which other load on the machine disturbs far less.",
         "",
-        "| config | ops | import (s) | capture (s) | predict (s) | capture+predict (s) "
-        "| cold total (s) | process wall (s) | peak RSS (GB) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| config | ops | import wall (s) | capture (s) | predict (s) | capture+predict wall (s) "
+        "| capture+predict CPU (s) | cold total wall (s) | process CPU (s) | peak RSS (GB) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+
+    def mm(r, k, fmt="{:.2f}"):
+        return f"{fmt.format(r[k])} [{fmt.format(r[k + '_min'])}]" if r["repeat"] > 1 else fmt.format(r[k])
+
     for r in results:
         lines.append(
-            f"| {r['label']} | {r['ops']} | {r['import_s']:.2f} | {r['capture_s']:.2f} "
-            f"| {r['predict_s']:.3f} | {r['capture_predict_s']:.2f} | {r['total_s']:.2f} "
-            f"| {r['process_wall_s']:.2f} | {r['peak_rss_bytes'] / 1e9:.2f} |")
+            f"| {r['label']} | {r['ops']} | {mm(r, 'import_s')} | {mm(r, 'capture_s')} "
+            f"| {mm(r, 'predict_s', '{:.3f}')} | {mm(r, 'capture_predict_s')} "
+            f"| {mm(r, 'capture_predict_cpu_s')} | {mm(r, 'total_s')} | {mm(r, 'process_cpu_s')} "
+            f"| {r['peak_rss_bytes_max'] / 1e9:.2f} |")
+    lines += ["", "Peak RSS is the largest of the runs (kernel ru_maxrss of each child, via wait4)."]
     return "\n".join(lines)
 
 
@@ -215,17 +234,23 @@ def check_targets(results: list[dict]) -> list[dict]:
         if r is None:
             out.append({"target": name, "status": "not run"})
             continue
-        value = r[metric]
-        out.append({"target": name, "value": value, "limit": limit, "unit": unit,
-                    "met": bool(value < limit)})
+        value = r["peak_rss_bytes_max"] if metric == "peak_rss_bytes" else r[metric]
+        t = {"target": name, "value": value, "limit": limit, "unit": unit, "met": bool(value < limit)}
+        if metric != "peak_rss_bytes" and r["repeat"] > 1:
+            t["best"] = r[metric + "_min"]
+            t["met_by_best"] = bool(t["best"] < limit)
+        out.append(t)
     return out
 
 
 def _fmt_target(t: dict) -> str:
     if t.get("status") == "not run":
         return f"- {t['target']}: not run"
-    v = f"{t['value'] / 1e9:.2f} GB" if t["unit"] == "B" else f"{t['value']:.2f} s"
-    return f"- {t['target']}: {v} -> {'MET' if t['met'] else 'NOT met'}"
+    v = f"{t['value'] / 1e9:.2f} GB" if t["unit"] == "B" else f"median {t['value']:.2f} s"
+    line = f"- {t['target']}: {v} -> {'MET' if t['met'] else 'NOT met'}"
+    if "best" in t:
+        line += f" (best run {t['best']:.2f} s -> {'met' if t['met_by_best'] else 'not met'})"
+    return line
 
 
 def main(argv=None) -> int:

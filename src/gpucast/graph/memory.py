@@ -47,7 +47,10 @@ FRAGMENTATION = 0.05
 
 
 def round_size(nbytes: int) -> int:
-    """The allocator's block size for a request (``round_size``)."""
+    """The allocator's block size for a request (``round_size``); an empty tensor gets no block
+    (``CUDACachingAllocator::allocate`` skips ``malloc`` for size 0)."""
+    if nbytes == 0:
+        return 0
     if nbytes < K_MIN_BLOCK_SIZE:
         return K_MIN_BLOCK_SIZE
     return K_MIN_BLOCK_SIZE * ((nbytes + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE)

@@ -116,8 +116,17 @@ class CudaMirror(TorchFunctionMode):
         self._cache: dict[int, torch.Tensor] = {}
 
     def __enter__(self):
-        F.scaled_dot_product_attention = sdpa
+        F.scaled_dot_product_attention = self._autocast_sdpa
         return super().__enter__()
+
+    def _autocast_sdpa(self, *args, **kwargs):
+        """What ``F.scaled_dot_product_attention`` is during the region. Calls through ``F`` reach
+        this function, not ``__torch_function__``, so autocast's cast (SDPA is on the
+        lower-precision list) is applied here: without it, inputs of mixed dtypes (a RoPE model's
+        fp32 q/k and bf16 v) would reach the fused kernels uncast."""
+        if self.amp_dtype is not None:
+            args, kwargs = self._cast((args, kwargs), self.amp_dtype)
+        return sdpa(*args, **kwargs)
 
     def __exit__(self, *exc):
         F.scaled_dot_product_attention = _ORIGINAL_SDPA

@@ -86,12 +86,13 @@ _masked_scale prelu _prelu_kernel _prelu_kernel_backward log_sigmoid_forward log
 glu glu_backward rsub xlogy hypot atan2 clamp_ clamp_min_ sigmoid_ tanh_ exp_ elu_ gelu_ silu_ hardswish_
 """.split())
 
-# Ops that launch no kernel: allocation and metadata (views are detected from the schema).
+# Ops that launch no kernel: allocation and metadata (views are detected from the schema; the
+# in-place views, ``t_`` and the like, write their self's metadata, so their schemas say "write").
 _NO_KERNEL = frozenset("""
 empty empty_like empty_strided new_empty new_empty_strided resize_ set_ lift_fresh detach alias
 _unsafe_view view _reshape_alias sym_size sym_stride sym_numel sym_storage_offset is_same_size
 is_nonzero _has_compatible_shallow_copy_type record_stream unsafe_split unsafe_split_with_sizes
-unsafe_chunk as_strided_ _unsafe_view
+unsafe_chunk as_strided_ _unsafe_view t_ transpose_ squeeze_ unsqueeze_ swapaxes_ swapdims_
 """.split())
 
 # Ops known to launch more than one kernel on CUDA, per call. Source: kernel lists seen in

@@ -2,8 +2,11 @@
 
 Every entry is a row of ``_TABLE``; one builder turns a row into a workload. Models are built
 with ``weights=None`` (random init, nothing downloaded). The CIFAR-10 rows are the same
-torchvision definitions with ``num_classes=10``: their adaptive pooling lets them run at 32x32
-(the ImageNet stem shrinks the map to 1x1, as in the many CIFAR recipes that reuse these models).
+torchvision definitions with ``num_classes=10``. The CIFAR ResNets take the CIFAR stem of He et
+al. 2016 (Sec. 4.2) as the common CIFAR-10 training code does (e.g. kuangliu/pytorch-cifar, which
+Gavel's ResNet-18 job uses): a 3x3 stride-1 first convolution and no max-pool, so the 32x32 map
+is not shrunk 4x before the first block. VGG and MobileNet keep torchvision's layers (their
+adaptive pooling lets them run at 32x32).
 """
 
 from __future__ import annotations
@@ -13,6 +16,21 @@ from gpucast.zoo.base import Workload, WorkloadSpec, classification_loss
 
 IMAGENET = (3, 224, 224)
 CIFAR = (3, 32, 32)
+
+
+def _cifar_resnet(name: str):
+    """torchvision's ResNet with the CIFAR stem (see module docstring)."""
+
+    def build(weights=None, **kwargs):
+        import torch.nn as nn
+        import torchvision.models as tvm
+
+        model = getattr(tvm, name)(weights=weights, **kwargs)
+        model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+        model.maxpool = nn.Identity()
+        return model
+
+    return build
 
 
 def _regnet_y_400mf(weights=None, **kwargs):
@@ -62,8 +80,8 @@ _TABLE = [
      "RegNetY-400MF (Radosavovic et al. 2020)"),
     ("convnext-tiny", "convnext_tiny", {}, IMAGENET, 1000, 64, "ConvNeXt-T (Liu et al. 2022)"),
     ("vit-b16", "vit_b_16", {}, IMAGENET, 1000, 64, "ViT-B/16 (Dosovitskiy et al. 2021)"),
-    ("resnet18-cifar", "resnet18", {}, CIFAR, 10, 128, "ResNet-18, torchvision (ImageNet stem)"),
-    ("resnet50-cifar", "resnet50", {}, CIFAR, 10, 128, "ResNet-50, torchvision (ImageNet stem)"),
+    ("resnet18-cifar", _cifar_resnet("resnet18"), {}, CIFAR, 10, 128, "ResNet-18, torchvision (CIFAR stem)"),
+    ("resnet50-cifar", _cifar_resnet("resnet50"), {}, CIFAR, 10, 128, "ResNet-50, torchvision (CIFAR stem)"),
     ("vgg16-cifar", "vgg16", {}, CIFAR, 10, 128, "VGG-16, torchvision (4096-wide classifier)"),
     ("mobilenet-v2-cifar", "mobilenet_v2", {}, CIFAR, 10, 128, "MobileNetV2, torchvision"),
 ]

@@ -1,0 +1,673 @@
+"""gpucast's predicted step time against Gavel's measured solo training throughputs.
+
+This is a check, not a target: nothing here tunes gpucast. It reads measured numbers, converts
+them to step times without touching them, predicts the same jobs with ``gpucast.predict`` and
+reports the error.
+
+The measured data
+-----------------
+``simulation_throughputs.json`` from Gavel (Narayanan et al., "Heterogeneity-Aware Cluster
+Scheduling Policies for Deep Learning Workloads", OSDI 2020; github.com/stanford-futuredata/gavel,
+MIT licence, LICENSE beside the file). Structure, as Gavel's profiler writes it
+(``scheduler/scripts/profiling/measure_throughput.py``)::
+
+    {gpu: {"(job type, scale factor)": {"null": solo steps/s,
+                                        "(other job type, sf)": [steps/s, other's steps/s], ...}}}
+
+* ``gpu`` is ``k80``, ``p100``, ``v100`` (and ``*_unconsolidated`` variants, which differ only for
+  multi-GPU scale factors; they are not used).
+* The scale factor is the number of GPUs of a data-parallel job; we keep **1** only.
+* ``"null"`` is the job measured alone (the profiler's partner is ``None``, which JSON writes as
+  ``null``); every other entry is a co-located pair and is ignored.
+* Units: the profiler stores ``num_steps / execution_time``, i.e. **training iterations per
+  second** of wall clock, where a step is one ``next()`` of the job's data loader (one
+  optimizer step; for A3C one 20-step rollout of worker 0). We convert with
+  ``step_time_ms = 1000 / steps_per_s`` and nothing else.
+
+Measured throughput is the wall clock of the whole training loop: real data loading, Python,
+``loss.item()`` syncs, logging. gpucast is told ``input_pipeline_s = 0`` (we have no measurement
+of Gavel's loaders to give it), so data loading is the first suspect where gpucast is fast.
+
+The mapping (Gavel job type -> gpucast job)
+-------------------------------------------
+Evidence comes from Gavel's own code: ``scheduler/job_table.py`` (command lines, batch sizes)
+and ``workloads/pytorch/*`` (models, optimizers, data). Each :class:`Mapping` states what is
+established and what is not. Where gpucast's zoo cannot express Gavel's model (a different
+architecture or vocabulary), the closest zoo entry is still the headline mapping, and
+``--variants`` (on by default) adds a supplementary table with a module job
+(``Job.from_module``) that follows Gavel's definition; variants are never mixed into the
+headline summary.
+
+GPU names: Gavel ``k80`` -> ``k80`` (one GK210 die, which is what a CUDA device / one Gavel
+worker GPU is), ``p100`` -> ``p100`` (the PCIe 16GB board; whether Gavel's P100s were PCIe or
+SXM2 is not established here), ``v100`` -> ``v100-16gb`` (SXM2 16GB; AWS p3 instances carry those;
+not verified beyond that).
+
+    .venv/bin/python benchmarks/gavel_compare.py [--data PATH] [--json PATH] [--markdown PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import os
+import re
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = Path(os.path.normpath(REPO_ROOT / ".." / "shared" / "data" / "gavel" / "simulation_throughputs.json"))
+GAVEL_GPUS = {"k80": "k80", "p100": "p100", "v100": "v100-16gb"}
+_JOB_TYPE_RE = re.compile(r"^(?P<name>.*?) \(batch size (?P<batch>\d+)\)$")
+
+
+class DataMissing(FileNotFoundError):
+    """The measured data file is not where we were told to look."""
+
+
+# ----------------------------------------------------------------------------- measurements
+
+@dataclass(frozen=True)
+class Measurement:
+    """One solo, single-GPU measurement, exactly as the file has it."""
+
+    job_type: str          # "ResNet-18", "A3C", ...
+    batch_size: int | None  # from "(batch size N)"; None where the key has no batch size
+    gavel_gpu: str          # "k80", "p100", "v100"
+    steps_per_s: float      # the file's "null" value, untouched
+    key: str                # the file's key, e.g. "('ResNet-18 (batch size 16)', 1)"
+
+    @property
+    def step_time_s(self) -> float:
+        return 1.0 / self.steps_per_s
+
+
+def load_measurements(path: str | Path = DEFAULT_DATA) -> list[Measurement]:
+    """Every solo (``null`` partner), scale-factor-1 measurement on k80, p100 and v100.
+
+    Entries whose solo throughput is not a positive finite number (a failed profiling run) are
+    skipped; :func:`skipped_entries` lists them.
+    """
+    data = _read(path)
+    out = []
+    for gpu in GAVEL_GPUS:
+        for key, entry in data.get(gpu, {}).items():
+            parsed = _parse_key(key)
+            if parsed is None or parsed[1] != 1 or not isinstance(entry, dict) or "null" not in entry:
+                continue
+            tput = entry["null"]
+            if not isinstance(tput, (int, float)) or not math.isfinite(tput) or tput <= 0:
+                continue
+            name, batch = _split_job_type(parsed[0])
+            out.append(Measurement(name, batch, gpu, float(tput), key))
+    return out
+
+
+def skipped_entries(path: str | Path = DEFAULT_DATA) -> list[str]:
+    """Solo scale-factor-1 entries left out because their throughput is not positive."""
+    data = _read(path)
+    bad = []
+    for gpu in GAVEL_GPUS:
+        for key, entry in data.get(gpu, {}).items():
+            parsed = _parse_key(key)
+            if parsed and parsed[1] == 1 and isinstance(entry, dict) and "null" in entry:
+                t = entry["null"]
+                if not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+                    bad.append(f"{gpu} {key}: {t!r}")
+    return bad
+
+
+def _read(path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise DataMissing(f"measured data not found: {path} (Gavel's simulation_throughputs.json; "
+                          f"pass --data PATH)")
+    with open(path) as f:
+        return json.load(f)
+
+
+def _parse_key(key: str):
+    try:
+        value = ast.literal_eval(key)
+    except (ValueError, SyntaxError):
+        return None
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], int):
+        return value
+    return None
+
+
+def _split_job_type(job_type: str) -> tuple[str, int | None]:
+    m = _JOB_TYPE_RE.match(job_type)
+    if m:
+        return m["name"], int(m["batch"])
+    return job_type, None
+
+
+# ----------------------------------------------------------------------------- the mapping
+
+@dataclass(frozen=True)
+class Mapping:
+    """How one Gavel job type becomes a gpucast Job, and why."""
+
+    model: str                        # zoo name
+    job: Callable[[int | None], dict]  # batch size from the key -> Job fields
+    evidence: str                     # what Gavel's code establishes
+    unknown: str                      # what we could not establish / known differences
+    fields_note: str = ""             # short text for the table
+
+
+MAPPING: dict[str, Mapping] = {
+    # Gavel: image_classification/cifar10/main.py. `from models import *; net = ResNet18()`,
+    # CIFAR-10 32x32, SGD(lr 0.1, momentum 0.9, wd 5e-4), DataLoader(num_workers=2) with
+    # RandomCrop(32, pad 4) + flip + ToTensor + Normalize, `loss.item()` and an accuracy
+    # `.sum().item()` every step.
+    "ResNet-18": Mapping(
+        model="resnet18-cifar",
+        job=lambda b: dict(model="resnet18-cifar", batch_size=b, optimizer="sgd"),
+        evidence="job_table.py: cifar10/main.py --batch_size N; main.py builds ResNet18() "
+                 "(the pytorch-cifar definition), CIFAR-10, SGD momentum 0.9, 2 loader workers.",
+        unknown="Gavel's ResNet18() is the pytorch-cifar one (3x3 stride-1 stem, no max-pool, "
+                "~0.56 GFLOP/img forward); gpucast's resnet18-cifar is torchvision's ResNet-18 with "
+                "that same CIFAR stem, so the layers match. Gavel's data loader (2 workers, "
+                "random crop + flip) and per-step .item() calls are not modelled.",
+        fields_note="bN, sgd"),
+    # Gavel: image_classification/imagenet/main.py (pytorch/examples), `-j 8 -a resnet50 -b N`:
+    # torchvision resnet50, ImageNet JPEGs with RandomResizedCrop(224) + flip, 8 loader workers,
+    # pin_memory, SGD(0.1, momentum 0.9, wd 1e-4), cudnn.benchmark=True, loss.item() per step.
+    "ResNet-50": Mapping(
+        model="resnet50",
+        job=lambda b: dict(model="resnet50", batch_size=b, optimizer="sgd"),
+        evidence="job_table.py: imagenet/main.py -j 8 -a resnet50 -b N; torchvision resnet50, "
+                 "224x224, SGD momentum 0.9, 8 JPEG-decoding loader workers.",
+        unknown="Host CPU and loader throughput of Gavel's machines not known (JPEG decode can "
+                "bound small GPUs' peers, not usually a K80).",
+        fields_note="bN, 224px, sgd"),
+    # Gavel: translation/train.py (jadore801120/attention-is-all-you-need-pytorch):
+    # `-data multi30k.atok.low.pt -batch_size N -proj_share_weight`; defaults d_model 512,
+    # d_inner 2048, 8 heads, 6+6 layers, dropout 0.1; Adam(0.9, 0.98, eps 1e-9) with the
+    # warm-up schedule; DataLoader(num_workers=2) whose collate pads to the longest sentence.
+    "Transformer": Mapping(
+        model="transformer-nmt",
+        job=lambda b: dict(model="transformer-nmt", batch_size=b, seq_len=32, optimizer="adam"),
+        evidence="job_table.py: translation/train.py -batch_size N -proj_share_weight; "
+                 "transformer-base shape (512/2048/8 heads/6+6), Adam.",
+        unknown="Sequence length NOT established: Multi30k sentences average ~12-13 tokens and the "
+                "collate pads to the batch's longest (preprocessing caps at 50+2); we use seq_len "
+                "32 for every batch, an assumption. Vocabulary differs: Multi30k's (a few "
+                "thousand words per side, separate src/tgt tables) vs the zoo's shared 32k, so "
+                "gpucast costs a larger output projection and softmax. An evaluation epoch runs "
+                "inside Gavel's timed loop every ~450 steps at b64 (amortised, not modelled).",
+        fields_note="bN, seq 32 (assumed), adam"),
+    # Gavel: language_modeling/main.py (pytorch/examples word_language_model): `--cuda --data
+    # wikitext2 --batch_size N`; defaults LSTM, emsize 200, nhid 200, 2 layers, dropout 0.2,
+    # bptt 35, untied; plain SGD(lr 20), clip_grad_norm_(0.25); a Dataset whose __getitem__
+    # slices a GPU tensor per sample (two cats per sample) and a num_workers=0 DataLoader.
+    "LM": Mapping(
+        model="lstm-lm-small",
+        job=lambda b: dict(model="lstm-lm-small", batch_size=b, seq_len=35, optimizer="sgd"),
+        evidence="job_table.py: language_modeling/main.py --batch_size N; 2-layer LSTM, "
+                 "hidden 200, bptt 35 = lstm-lm-small's shape.",
+        unknown="VOCABULARY DIFFERS: WikiText-2 has 33,278 words vs the zoo's PTB 10k, and the "
+                "200->vocab decoder is most of this model's FLOPs (see the variant). Dropout "
+                "0.2 vs 0.0, plain SGD + clip_grad_norm_ vs SGD momentum. Gavel's per-sample "
+                "__getitem__ launches ~4 small GPU ops per sample in the main process (not "
+                "modelled).",
+        fields_note="bN, seq 35, sgd"),
+    # Gavel: recommendation/train.py + recoder: DynamicAutoencoder(hidden_layers=[200], tanh,
+    # noise_prob 0.5), loss 'logistic' (BCEWithLogits, sum), Adam(1e-3, wd 2e-5), mini-batch
+    # negative sampling, num_data_workers=0; ML-20M as preprocessed for VAE-CF (pro_sg).
+    "Recommendation": Mapping(
+        model="deeprec-autoencoder",
+        job=lambda b: dict(model="deeprec-autoencoder", batch_size=b, input_shape=(20108,),
+                           optimizer="adam"),
+        evidence="job_table.py: recommendation/train.py --data_dir ml-20m/pro_sg/ --batch_size N; "
+                 "an item-vector autoencoder trained with Adam. The zoo's closest entry is the "
+                 "DeepRecommender autoencoder.",
+        unknown="ARCHITECTURE DIFFERS: Gavel's model is recoder's DynamicAutoencoder with ONE "
+                "hidden layer of 200 (tanh), item embeddings gathered per batch and BCE loss, "
+                "not DeepRecommender's 512-512-1024 SELU. Item count 20,108 is ML-20M after "
+                "VAE-CF preprocessing (Liang et al. 2018), not read from the data here; with "
+                "negative sampling a batch sees only its users' items (fewer at small batches, "
+                "not established). Batches are collated from CSR on the host "
+                "(num_data_workers=0).",
+        fields_note="bN, 20108 items, adam"),
+    # Gavel: rl/main.py + train.py (dgriff777/rl_a3c_pytorch, "Hogwild training was far
+    # superior"): PongDeterministic-v4, --workers 4 --amsgrad True, num-steps 20 per rollout;
+    # A3Clstm with hx/cx of 512; shared Adam on the CPU copy of the model.
+    "A3C": Mapping(
+        model="a3c-atari",
+        job=lambda b: dict(model="a3c-atari", batch_size=20, input_shape=(1, 80, 80),
+                           optimizer="adam"),
+        evidence="job_table.py: rl/main.py --env PongDeterministic-v4 --workers 4 --amsgrad True; "
+                 "a step is one 20-frame rollout (num-steps default 20) of worker 0, forward one "
+                 "frame at a time, then backward; frames are 80x80 in that code base.",
+        unknown="ARCHITECTURE DIFFERS: dgriff777's A3Clstm (4 stride-1 convs with max-pools, "
+                "LSTMCell 1024->512) vs the zoo's universe-starter net (4 stride-2 convs, LSTM "
+                "256). Not modelled at all: 4 Hogwild processes share the GPU, Atari emulation "
+                "on the CPU, grads copied to and Adam run on a CPU model, weights copied back "
+                "each rollout.",
+        fields_note="rollout 20, 1x80x80, adam"),
+    # Gavel: cyclegan/cyclegan.py (eriklindernoren/PyTorch-GAN): batch_size 1, 256x256,
+    # 9 residual blocks, Adam(2e-4, 0.5, 0.999) x3, LSGAN + L1 cycle (10) + identity (5),
+    # 4 loader workers (Resize 286 bicubic + RandomCrop + flip), five .item() per step,
+    # sample_images() every 100 steps.
+    "CycleGAN": Mapping(
+        model="cyclegan",
+        job=lambda b: dict(model="cyclegan", batch_size=1, input_shape=(3, 256, 256),
+                           optimizer="adam"),
+        evidence="job_table.py: cyclegan.py --dataset_path monet2photo --decay_epoch 0; "
+                 "defaults batch 1, 256x256, ResNet-9-block generators, PatchGAN, Adam.",
+        unknown="The PatchGAN differs slightly (eriklindernoren: 4 stride-2 blocks -> 16x16 "
+                "patches; zoo: 70x70 PatchGAN with a stride-1 C512). sample_images() every 100 "
+                "steps (5 test images through both generators, PNG write) is inside the timed loop.",
+        fields_note="b1, 256px, adam"),
+}
+
+
+# ----------------------------------------------------------------------------- comparison
+
+@dataclass
+class Row:
+    job_type: str
+    batch_size: int | None
+    gavel_gpu: str
+    gpu: str
+    key: str
+    measured_steps_per_s: float
+    measured_ms: float
+    predicted_ms: float
+    ratio: float          # predicted / measured
+    abs_pct_error: float  # |pred - meas| / meas * 100
+    log_error: float      # ln(pred / meas)
+    model: str
+    job: dict
+    bottleneck: str
+    gpu_util_pct: float
+    fits_in_memory: bool
+    variant: str = ""     # "" for the headline zoo mapping, else the variant's name
+
+
+def _row(m: Measurement, job_fields: dict, pred, variant: str = "") -> Row:
+    meas_ms = 1000.0 / m.steps_per_s
+    pred_ms = pred.step_time_s * 1000.0
+    return Row(
+        job_type=m.job_type, batch_size=m.batch_size, gavel_gpu=m.gavel_gpu, gpu=pred.gpu, key=m.key,
+        measured_steps_per_s=m.steps_per_s, measured_ms=meas_ms, predicted_ms=pred_ms,
+        ratio=pred_ms / meas_ms, abs_pct_error=abs(pred_ms - meas_ms) / meas_ms * 100.0,
+        log_error=math.log(pred_ms / meas_ms), model=job_fields.get("model", "?"),
+        job={k: (list(v) if isinstance(v, tuple) else v) for k, v in job_fields.items()},
+        bottleneck=pred.bottleneck, gpu_util_pct=pred.gpu_util_pct,
+        fits_in_memory=pred.fits_in_memory, variant=variant)
+
+
+def compare(measurements: list[Measurement], mapping: dict[str, Mapping] | None = None,
+            select: Callable[[Measurement], bool] | None = None,
+            progress: Callable[[str], None] | None = None) -> tuple[list[Row], list[str]]:
+    """Predict every mapped measurement. Returns (rows, notes on measurements left out)."""
+    import gpucast
+
+    mapping = MAPPING if mapping is None else mapping
+    rows, left_out = [], []
+    for m in measurements:
+        if select is not None and not select(m):
+            continue
+        mp = mapping.get(m.job_type)
+        if mp is None:
+            left_out.append(f"{m.gavel_gpu} {m.key}: no gpucast mapping for job type {m.job_type!r}")
+            continue
+        fields = mp.job(m.batch_size)
+        if progress:
+            progress(f"{m.job_type} b{m.batch_size} on {GAVEL_GPUS[m.gavel_gpu]}")
+        pred = gpucast.predict(gpucast.Job(**fields), GAVEL_GPUS[m.gavel_gpu])
+        rows.append(_row(m, fields, pred))
+    return rows, left_out
+
+
+def summarize(rows: list[Row]) -> dict:
+    """MdAPE, share within 2x and RMSLE, overall, per GPU and per job type.
+
+    RMSLE here is sqrt(mean(ln(predicted / measured)^2)) on step times (natural log, no +1:
+    step times are far below 1 s, where log1p would flatten the error).
+    """
+    def stats(rs: list[Row]) -> dict:
+        if not rs:
+            return {"n": 0}
+        logs = [r.log_error for r in rs]
+        return {
+            "n": len(rs),
+            "mdape_pct": statistics.median(r.abs_pct_error for r in rs),
+            "within_2x": sum(0.5 <= r.ratio <= 2.0 for r in rs) / len(rs),
+            "rmsle": math.sqrt(sum(x * x for x in logs) / len(logs)),
+            "median_ratio": statistics.median(r.ratio for r in rs),
+            "geomean_ratio": math.exp(sum(logs) / len(logs)),
+            "min_ratio": min(r.ratio for r in rs),
+            "max_ratio": max(r.ratio for r in rs),
+        }
+
+    return {
+        "overall": stats(rows),
+        "per_gpu": {g: stats([r for r in rows if r.gavel_gpu == g]) for g in GAVEL_GPUS
+                    if any(r.gavel_gpu == g for r in rows)},
+        "per_job_type": {j: stats([r for r in rows if r.job_type == j])
+                         for j in dict.fromkeys(r.job_type for r in rows)},
+    }
+
+
+# ----------------------------------------------------------------------------- variants
+
+# Module jobs that follow Gavel's definitions where the zoo cannot (supplementary only).
+
+def _ce_loss(output, inputs):
+    import torch
+    import torch.nn.functional as F
+
+    logits = output.float().reshape(-1, output.shape[-1])
+    return F.cross_entropy(logits, torch.randint(0, logits.shape[-1], logits.shape[:1], device=logits.device))
+
+
+WIKITEXT2_VOCAB = 33_278  # pytorch/examples word_language_model dictionary over WikiText-2
+
+
+def _wikitext_lstm():
+    """pytorch/examples RNNModel as Gavel runs it: LSTM, emsize 200, nhid 200, 2 layers, dropout
+    0.2, untied decoder to the WikiText-2 vocabulary; input (bptt, batch)."""
+    import torch.nn as nn
+
+    class RNNModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.drop = nn.Dropout(0.2)
+            self.encoder = nn.Embedding(WIKITEXT2_VOCAB, 200)
+            self.rnn = nn.LSTM(200, 200, 2, dropout=0.2)
+            self.decoder = nn.Linear(200, WIKITEXT2_VOCAB)
+
+        def forward(self, tokens):
+            out, _ = self.rnn(self.drop(self.encoder(tokens)))
+            return self.decoder(self.drop(out))
+
+    return RNNModel()
+
+
+def _wikitext_input(batch_size):
+    import torch
+
+    return (torch.randint(0, WIKITEXT2_VOCAB, (35, batch_size), dtype=torch.long),)
+
+
+ML20M_ITEMS = 20_108  # ML-20M after VAE-CF preprocessing (Liang et al. 2018, Table 1)
+
+
+def _recoder_autoencoder():
+    """recoder's DynamicAutoencoder(hidden_layers=[200], tanh, noise_prob=0.5) over all items:
+    L2-normalise, dropout, gathered item embedding as the encoder weight, tanh, gathered item
+    embedding as the decoder weight; logits out (BCE-with-logits, sum, / batch)."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class DynamicAutoencoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.en = nn.Embedding(ML20M_ITEMS, 200)
+            self.en_bias = nn.Parameter(torch.zeros(200))
+            self.de = nn.Embedding(ML20M_ITEMS, 200)
+            self.de_bias = nn.Parameter(torch.zeros(ML20M_ITEMS))
+            self.noise = nn.Dropout(0.5)
+
+        def forward(self, x, items):
+            z = self.noise(F.normalize(x, p=2, dim=1))
+            z = torch.tanh(F.linear(z, self.en(items).t(), self.en_bias))
+            return F.linear(z, self.de(items), self.de_bias.index_select(0, items))
+
+    return DynamicAutoencoder()
+
+
+def _recoder_input(batch_size):
+    import torch
+
+    return torch.rand(batch_size, ML20M_ITEMS), torch.arange(ML20M_ITEMS)
+
+
+def _bce_sum_loss(output, inputs):
+    import torch.nn.functional as F
+
+    return F.binary_cross_entropy_with_logits(output.float(), inputs[0].float(), reduction="sum") / output.shape[0]
+
+
+def _dgriff_a3c():
+    """dgriff777/rl_a3c_pytorch A3Clstm on 1x80x80 Pong frames: conv 32 5x5 p2 + pool, conv 32 5x5
+    p1 + pool, conv 64 4x4 p1 + pool, conv 64 3x3 p1 + pool -> 1024, LSTMCell(1024, 512), actor 6,
+    critic 1; a 20-frame rollout stepped one frame at a time, then one backward."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class A3Clstm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 32, 5, 1, 2)
+            self.conv2 = nn.Conv2d(32, 32, 5, 1, 1)
+            self.conv3 = nn.Conv2d(32, 64, 4, 1, 1)
+            self.conv4 = nn.Conv2d(64, 64, 3, 1, 1)
+            self.lstm = nn.LSTMCell(1024, 512)
+            self.critic = nn.Linear(512, 1)
+            self.actor = nn.Linear(512, 6)
+
+        def forward(self, frames):
+            hx = cx = torch.zeros(1, 512, device=frames.device)
+            logits, values = [], []
+            for t in range(frames.shape[0]):
+                x = frames[t:t + 1]
+                for conv in (self.conv1, self.conv2, self.conv3, self.conv4):
+                    x = F.relu(F.max_pool2d(conv(x), 2, 2))
+                hx, cx = self.lstm(x.flatten(1), (hx, cx))
+                logits.append(self.actor(hx))
+                values.append(self.critic(hx))
+            return torch.cat(logits), torch.cat(values)
+
+    return A3Clstm()
+
+
+def _a3c_input(batch_size):
+    import torch
+
+    return (torch.randn(batch_size, 1, 80, 80),)
+
+
+def _a3c_loss(output, inputs):
+    import torch
+    import torch.nn.functional as F
+
+    logits, values = output
+    logp = F.log_softmax(logits.float(), dim=-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    act = torch.randint(0, logits.shape[-1], logits.shape[:1], device=logits.device)
+    adv = torch.randn(values.shape[0], device=values.device)
+    return (-(logp.gather(1, act[:, None]).squeeze(1) * adv).sum() - 0.01 * entropy.sum()
+            + 0.5 * (values.squeeze(1) - adv).pow(2).sum())
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    job_type: str
+    model_fn: Callable
+    input_fn: Callable
+    loss_fn: Callable
+    optimizer: str
+    batch: Callable[[int | None], int]
+    what: str
+
+
+VARIANTS = [
+    Variant("wikitext2-lstm", "LM", _wikitext_lstm, _wikitext_input, _ce_loss, "sgd",
+            lambda b: b, "LSTM 200x2 with the 33,278-word WikiText-2 decoder, dropout 0.2"),
+    Variant("recoder-dae-200", "Recommendation", _recoder_autoencoder, _recoder_input,
+            _bce_sum_loss, "adam", lambda b: b,
+            "recoder DynamicAutoencoder [200] tanh over all 20,108 items (upper bound: negative "
+            "sampling shows a batch fewer items)"),
+    Variant("dgriff-a3c-lstm", "A3C", _dgriff_a3c, _a3c_input, _a3c_loss, "none", lambda b: 20,
+            "dgriff777 A3Clstm, 20-frame rollout; optimizer 'none' because Gavel's Adam runs on "
+            "the CPU copy of the model"),
+]
+
+
+def compare_variants(measurements: list[Measurement], variants=VARIANTS,
+                     progress: Callable[[str], None] | None = None) -> list[Row]:
+    import gpucast
+
+    rows = []
+    for v in variants:
+        jobs: dict[int | None, object] = {}
+        for m in measurements:
+            if m.job_type != v.job_type:
+                continue
+            if m.batch_size not in jobs:
+                jobs[m.batch_size] = gpucast.Job.from_module(
+                    v.model_fn, v.input_fn, batch_size=v.batch(m.batch_size), optimizer=v.optimizer,
+                    loss_fn=v.loss_fn, name=f"gavel_compare:{v.name}")
+            if progress:
+                progress(f"variant {v.name} b{m.batch_size} on {GAVEL_GPUS[m.gavel_gpu]}")
+            pred = gpucast.predict(jobs[m.batch_size], GAVEL_GPUS[m.gavel_gpu])
+            fields = {"model": f"module:{v.name}", "batch_size": v.batch(m.batch_size),
+                      "optimizer": v.optimizer}
+            rows.append(_row(m, fields, pred, variant=v.name))
+    return rows
+
+
+# ----------------------------------------------------------------------------- reporting
+
+def _fmt_batch(r: Row) -> str:
+    return "-" if r.batch_size is None else str(r.batch_size)
+
+
+def _stats_line(name: str, s: dict) -> str:
+    if not s.get("n"):
+        return f"| {name} | 0 | | | | | |"
+    return (f"| {name} | {s['n']} | {s['mdape_pct']:.0f}% | {s['within_2x'] * 100:.0f}% "
+            f"| {s['rmsle']:.2f} | {s['geomean_ratio']:.2f} | {s['min_ratio']:.2f} - {s['max_ratio']:.2f} |")
+
+
+def markdown(rows: list[Row], summary: dict, source: str, variant_rows: list[Row] | None = None,
+             left_out: list[str] | None = None, model_version: str = "?") -> str:
+    out = [
+        "## gpucast vs Gavel's measured solo throughputs",
+        "",
+        f"Measured: `{source}` — Gavel (Narayanan et al., OSDI 2020, MIT licence), "
+        "solo (`null` partner), scale factor 1, steps/s as the file has them; measured ms = "
+        "1000 / steps/s. Predicted: `gpucast.predict` "
+        f"({model_version}, input_pipeline_s = 0, fp32). ratio = predicted / measured.",
+        "",
+        "| job type | batch | GPU | gpucast job | measured steps/s | measured ms | predicted ms "
+        "| ratio | bottleneck |",
+        "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in rows:
+        extra = ", ".join(f"{k}={v}" for k, v in r.job.items() if k not in ("model", "batch_size"))
+        out.append(f"| {r.job_type} | {_fmt_batch(r)} | {r.gpu} | {r.model} b{r.job['batch_size']}"
+                   f"{', ' + extra if extra else ''} | {r.measured_steps_per_s:.3f} | {r.measured_ms:.1f} "
+                   f"| {r.predicted_ms:.1f} | {r.ratio:.2f} | {r.bottleneck} |")
+    oom = [r for r in rows + (variant_rows or []) if not r.fits_in_memory]
+    if oom:
+        out += ["", "gpucast predicts out-of-memory where Gavel measured the job running (a memory "
+                "over-prediction; the step time is still compared): " + "; ".join(
+                    f"{r.variant or r.model} b{r.job['batch_size']} on {r.gpu}" for r in oom) + "."]
+    out += ["", "### Summary (headline zoo mapping)", "",
+            "MdAPE = median |pred - meas| / meas; within 2x = 0.5 <= ratio <= 2; RMSLE = "
+            "sqrt(mean(ln(pred/meas)^2)); geo-mean ratio < 1 means gpucast predicts faster steps "
+            "than measured.", "",
+            "| slice | n | MdAPE | within 2x | RMSLE | geo-mean ratio | ratio range |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+            _stats_line("overall", summary["overall"])]
+    out += [_stats_line(f"GPU {GAVEL_GPUS[g]}", s) for g, s in summary["per_gpu"].items()]
+    out += [_stats_line(j, s) for j, s in summary["per_job_type"].items()]
+    if variant_rows:
+        vs = summarize(variant_rows)
+        out += ["", "### Supplementary: module variants that follow Gavel's model definitions",
+                "", "Not part of the headline numbers; each replaces a zoo entry whose architecture "
+                "or vocabulary differs from Gavel's (see the mapping notes).", "",
+                "| variant | batch | GPU | measured ms | predicted ms | ratio | zoo-mapping ratio |",
+                "| --- | ---: | --- | ---: | ---: | ---: | ---: |"]
+        zoo_ratio = {(r.job_type, r.batch_size, r.gavel_gpu): r.ratio for r in rows}
+        for r in variant_rows:
+            z = zoo_ratio.get((r.job_type, r.batch_size, r.gavel_gpu))
+            out.append(f"| {r.variant} | {_fmt_batch(r)} | {r.gpu} | {r.measured_ms:.1f} "
+                       f"| {r.predicted_ms:.1f} | {r.ratio:.2f} | {'' if z is None else f'{z:.2f}'} |")
+        out += ["", "| slice | n | MdAPE | within 2x | RMSLE | geo-mean ratio | ratio range |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+        out += [_stats_line(j, s) for j, s in vs["per_job_type"].items()]
+        merged = _substitute(rows, variant_rows)
+        ms = summarize(merged)
+        out += ["", "With the variants substituted for their zoo rows (all job types):", "",
+                "| slice | n | MdAPE | within 2x | RMSLE | geo-mean ratio | ratio range |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+                _stats_line("overall", ms["overall"])]
+        out += [_stats_line(f"GPU {GAVEL_GPUS[g]}", s) for g, s in ms["per_gpu"].items()]
+    out += ["", "### Mapping and its evidence", ""]
+    for name, mp in MAPPING.items():
+        out.append(f"- **{name}** -> `{mp.model}` ({mp.fields_note}). {mp.evidence} "
+                   f"*Not established / differs:* {mp.unknown}")
+    if left_out:
+        out += ["", "Left out:"] + [f"- {x}" for x in left_out]
+    return "\n".join(out)
+
+
+def _substitute(rows: list[Row], variant_rows: list[Row]) -> list[Row]:
+    by_key = {(r.job_type, r.batch_size, r.gavel_gpu): r for r in variant_rows}
+    return [by_key.get((r.job_type, r.batch_size, r.gavel_gpu), r) for r in rows]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", default=str(DEFAULT_DATA),
+                   help="Gavel's simulation_throughputs.json (default: ../shared/data/gavel/ from the repo root)")
+    p.add_argument("--json", metavar="PATH", help="write rows, summary and mapping as JSON")
+    p.add_argument("--markdown", metavar="PATH", help="write the markdown report to a file")
+    p.add_argument("--no-variants", dest="variants", action="store_false",
+                   help="skip the supplementary module variants")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    args = p.parse_args(argv)
+
+    try:
+        measurements = load_measurements(args.data)
+    except DataMissing as exc:
+        print(f"gavel_compare: {exc}", file=sys.stderr)
+        return 2
+    import gpucast.api
+
+    progress = None if args.quiet else (lambda s: print(f"  predicting {s}", file=sys.stderr))
+    rows, left_out = compare(measurements, progress=progress)
+    left_out += [f"{x} (not a positive throughput)" for x in skipped_entries(args.data)]
+    variant_rows = compare_variants(measurements, progress=progress) if args.variants else []
+    summary = summarize(rows)
+    text = markdown(rows, summary, args.data, variant_rows, left_out, gpucast.api.MODEL_VERSION)
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n")
+    if args.json:
+        doc = {
+            "source": {"path": str(args.data), "what": "Gavel simulation_throughputs.json, solo "
+                       "('null') entries at scale factor 1; steps per second as measured",
+                       "licence": "MIT (Stanford Future Data Systems, 2020)"},
+            "model_version": gpucast.api.MODEL_VERSION,
+            "gpu_map": GAVEL_GPUS,
+            "rows": [asdict(r) for r in rows],
+            "summary": summary,
+            "variant_rows": [asdict(r) for r in variant_rows],
+            "variant_summary": summarize(variant_rows) if variant_rows else None,
+            "summary_with_variants": summarize(_substitute(rows, variant_rows)) if variant_rows else None,
+            "mapping": {k: {"model": v.model, "evidence": v.evidence, "unknown": v.unknown}
+                        for k, v in MAPPING.items()},
+            "left_out": left_out,
+        }
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
