@@ -26,8 +26,7 @@ step counters) launch no GPU kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -38,6 +37,7 @@ from gpucast.graph.memory import MemoryTracker
 from gpucast.graph.mirror import CudaMirror
 from gpucast.graph.trace import OpRecord, Trace
 from gpucast.job import Job
+from gpucast.zoo import factories
 
 aten = torch.ops.aten
 
@@ -54,22 +54,7 @@ class CaptureError(RuntimeError):
     """The model, its inputs or its step could not be traced; one line, names the stage."""
 
 
-@dataclass
-class Built:
-    model_fn: Callable[[], Any]
-    input_fn: Callable[[int], tuple]
-    loss_fn: Callable[[Any, tuple], Any]
-
-
-def resolve(job: Job) -> Built:
-    """The model, input and loss factories of a job (zoo or user module)."""
-    from gpucast import zoo
-
-    if job.is_module:
-        return Built(job.model_fn, job.input_fn, job.loss_fn or zoo.default_loss)
-    w = zoo.get(job.model)
-    spec = w.resolve(job.input_shape, job.seq_len)
-    return Built(lambda: w.model_fn(spec), lambda b: w.input_fn(spec, b), w.loss_fn or zoo.default_loss)
+resolve = factories  # the job's model, input and loss factories (gpucast.zoo.factories)
 
 
 class _Recorder(TorchDispatchMode):

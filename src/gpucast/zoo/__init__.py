@@ -8,6 +8,8 @@ the zoo is cheap.
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from gpucast.zoo.base import FAMILIES, SOURCES, Workload, WorkloadSpec, default_loss, first_tensor
 
@@ -56,5 +58,24 @@ def get(name: str) -> Workload:
         raise KeyError(f"unknown zoo workload {name!r}{hint}") from None
 
 
-__all__ = ["FAMILIES", "SOURCES", "Workload", "WorkloadSpec", "default_loss", "first_tensor",
+@dataclass
+class Built:
+    """What gpucast calls to build a job: ``model_fn()``, ``input_fn(batch_size)``, ``loss_fn(out, inputs)``."""
+
+    model_fn: Callable[[], Any]
+    input_fn: Callable[[int], tuple]
+    loss_fn: Callable[[Any, tuple], Any]
+
+
+def factories(job) -> Built:
+    """The model, input and loss factories of a job (a zoo name or a user module), with the
+    job's shape overrides applied. The callers choose the device (meta to trace, cuda to run)."""
+    if job.is_module:
+        return Built(job.model_fn, job.input_fn, job.loss_fn or default_loss)
+    w = get(job.model)
+    spec = w.resolve(job.input_shape, job.seq_len)
+    return Built(lambda: w.model_fn(spec), lambda b: w.input_fn(spec, b), w.loss_fn or default_loss)
+
+
+__all__ = ["Built", "factories", "FAMILIES", "SOURCES", "Workload", "WorkloadSpec", "default_loss", "first_tensor",
            "register", "workloads", "names", "get"]
