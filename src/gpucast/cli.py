@@ -1,6 +1,7 @@
 """The `gpucast` command line: a thin shell over the Python API (Typer + rich).
 
-Commands: ``predict``, ``explain``, ``zoo``, ``gpus``, ``demo`` (the default job of ``make run``).
+Commands: ``predict``, ``explain``, ``zoo``, ``gpus``, ``demo`` (the default job of ``make run``);
+``profile`` and ``data`` (real measurements) are in ``cli_data.py``.
 Bad input prints one ``error:`` line and exits with 2; nothing is written.
 """
 
@@ -272,6 +273,12 @@ def demo(as_json: bool = _JSON) -> None:
     console.print(_prediction_table(preds, title="gpucast demo: analytic predictions (not measurements)"))
 
 
+# `gpucast profile` and `gpucast data` (real measurements) live in cli_data.py, built on the helpers above.
+from gpucast.cli_data import register as _register_measurement_commands  # noqa: E402
+
+_register_measurement_commands(app, sys.modules[__name__])
+
+
 def _click_exceptions():
     """The click exception module typer raises from (typer >= 0.2x vendors click as typer._click)."""
     return sys.modules[typer.BadParameter.__module__]
@@ -281,6 +288,7 @@ def main() -> None:
     exceptions = _click_exceptions()
     try:
         rv = app(standalone_mode=False)
+        sys.stdout.flush()  # surface a closed pipe here, not at interpreter exit
     except KeyboardInterrupt:
         sys.exit(130)
     except exceptions.ClickException as exc:
@@ -293,8 +301,13 @@ def main() -> None:
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
         err.print(f"[bold red]error:[/] {escape(msg + hint)}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
-    except exceptions.Abort:
+    except getattr(exceptions, "Abort", ()):  # not every vendored click has it
         sys.exit(1)
+    except BrokenPipeError:  # `gpucast zoo --json | head`: the reader left; not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

@@ -1,0 +1,682 @@
+"""The device suite: the ordered list of configurations to measure, and the time-boxed loop.
+
+``configs()`` is the suite ``h200-v1``, most informative first, so that a collection cut short
+by its time box still spans the space:
+
+1. ``spread``: twelve hand-picked solo jobs, three regimes interleaved (``REGIMES``):
+   launch-bound tiny jobs (the GPU idles between small kernels), mid-size jobs, and saturated
+   jobs (large kernels back to back). The regime is what the job is expected to be, assigned by
+   hand as a coverage label; it is not a measurement and not a prediction.
+2. ``sweep``: every family of the zoo, batch sizes x precisions (fp32 and amp-bf16 for all;
+   amp-fp16 and tf32 for a subset) x mode (train; inference for a subset). Each model lists its
+   variants most informative first (the middle batch at its main precision; then the other
+   precision, the smallest batch and inference, in an order rotated from model to model; then
+   the largest batch, ...), and the sweep takes variant 0 of every model, then variant 1 of
+   every model, and so on, models interleaved by family. Shallow models (2 batch sizes, or a
+   ``depth`` limit) join from the third round on.
+3. ``colocated``: pairs and a few triples of spread jobs on one GPU at once (launch-bound with
+   compute-bound, memory-heavy with light, identical pairs). Their members are spread jobs so
+   that their solo step times are among the first measured.
+
+Jobs left out on purpose: ``llama-7b`` training (7 B parameters with AdamW state is ~112 GB
+before activations: it would not fit usefully on one 141 GB GPU); llama-7b inference is kept.
+Nothing is filtered by a prediction: a configuration that does not fit is recorded as ``oom``,
+which is data (the predictor's memory estimate is checked against it).
+
+``run_suite()`` measures configurations one at a time in an isolated worker
+(:func:`gpucast.profile.worker.run_isolated`; groups through
+:func:`gpucast.profile.colocate.run_group`) and appends each row to a
+:class:`~gpucast.profile.dataset.Dataset` the moment it exists, then rewrites one compacted
+``measurements.parquet`` (atomically): a crash, a kill or the machine being taken away loses no
+finished row. Time box: before each run it compares the budget left with the run's expected wall
+time (the median wall time of the runs of that kind so far in this call, or a first guess) and
+stops starting new work when less is left; each run's own timeout is capped at what is left, and
+a run cut by that cap is not recorded (it measured nothing about the job). Solo configurations
+run first; once ``1 - colocated_share`` of the budget is spent the co-located groups run (each
+needs its members' solo step times, from this call or from the dataset and ``prior``), then the
+remaining solo configurations if time is left. Resume skips every configuration whose
+``config_id`` already has an ``ok`` or ``oom`` row in the dataset or in ``prior`` files.
+
+Entry point: ``python -m gpucast.profile.suite --out DIR --budget 540`` (``--list`` prints the
+suite without a GPU). No GPU: one ``error:`` line, exit 2.
+
+This module imports no torch: the suite's own process never touches CUDA (a CUDA context in the
+parent would hold GPU memory during every measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from gpucast.job import Job
+
+__all__ = ["Config", "SuiteResult", "REGIMES", "PHASES", "SUITE_NAME", "configs", "spread", "sweep", "groups",
+           "run_suite", "read_rows", "main"]
+
+SUITE_NAME = "h200-v1"
+REGIMES = ("launch-bound", "mid", "saturated")
+PHASES = ("spread", "sweep", "colocated")
+
+# The optimizer a trainer of each family typically uses (inference runs use none).
+FAMILY_OPTIMIZER = {"cnn": "sgd", "rnn": "sgd", "transformer": "adamw", "gan": "adam", "recsys": "adam",
+                    "pointnet": "adam", "rl": "adam", "mlp": "sgd"}
+
+# Method of every run (RunSpec): 5 warm-up steps, then a 2 s steady window (5 to 500 steps).
+WARMUP_STEPS = 5
+WINDOW_S = 2.0
+RUN_TIMEOUT_S = 90.0      # one solo run, the child's start-up (import torch, CUDA context) included
+GROUP_TIMEOUT_S = 120.0   # one co-located group
+FIRST_SOLO_S = 8.0        # expected wall time of a solo run before any has been timed in this call
+FIRST_GROUP_S = 14.0      # likewise for a group
+COLOCATED_SHARE = 0.25    # share of the budget kept for co-located groups
+
+
+# ----------------------------------------------------------------------------------- configs
+@dataclass(frozen=True)
+class Config:
+    """One thing to measure: one job alone (``solo``) or 2-3 jobs sharing the GPU (``colocated``).
+
+    ``phase`` is where it sits in the suite (``PHASES``); ``regime`` the hand-assigned coverage
+    label of a spread job (``REGIMES``), ``None`` elsewhere."""
+
+    jobs: tuple[Job, ...]
+    phase: str
+    regime: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.jobs) <= 3:
+            raise ValueError(f"a config has 1 to 3 jobs, got {len(self.jobs)}")
+        if self.phase not in PHASES:
+            raise ValueError(f"phase must be one of {PHASES}, got {self.phase!r}")
+        if self.regime is not None and self.regime not in REGIMES:
+            raise ValueError(f"regime must be one of {REGIMES} or None, got {self.regime!r}")
+
+    @property
+    def kind(self) -> str:
+        return "solo" if len(self.jobs) == 1 else "colocated"
+
+    @property
+    def job(self) -> Job:
+        return self.jobs[0]
+
+    @property
+    def key(self) -> str:
+        """GPU-independent identity (the kind and the multiset of job keys); unique in a suite."""
+        return self.kind + ":" + "+".join(sorted(j.key for j in self.jobs))
+
+    @property
+    def label(self) -> str:
+        return " + ".join(job_label(j) for j in self.jobs)
+
+    def config_ids(self, gpu_model: str) -> list[str]:
+        """One :func:`~gpucast.profile.dataset.config_id` per slot, as the rows will carry them."""
+        from gpucast.profile.dataset import config_id
+
+        if self.kind == "solo":
+            return [config_id(self.job.key, gpu_model, "solo")]
+        keys = [j.key for j in self.jobs]
+        return [config_id(k, gpu_model, "colocated", tuple(keys[:i] + keys[i + 1:])) for i, k in enumerate(keys)]
+
+
+def job_label(job: Job) -> str:
+    seq = f" s{job.seq_len}" if job.seq_len else ""
+    return f"{job.model} b{job.batch_size}{seq} {job.precision} {job.mode}"
+
+
+def _job(model: str, batch: int, precision: str = "fp32", mode: str = "train", seq_len: int | None = None) -> Job:
+    from gpucast import zoo
+
+    optimizer = FAMILY_OPTIMIZER[zoo.get(model).family] if mode == "train" else "none"
+    return Job(model=model, batch_size=batch, precision=precision, mode=mode, optimizer=optimizer, seq_len=seq_len)
+
+
+# The spread: (name, model, batch, precision, regime). Regimes interleaved, names used by GROUPS.
+SPREAD = (
+    ("mlp-small", "mlp-small", 64, "fp32", "launch-bound"),
+    ("resnet50-b256-bf16", "resnet50", 256, "amp-bf16", "saturated"),
+    ("resnet18-cifar-b128", "resnet18-cifar", 128, "fp32", "mid"),
+    ("a2c-mlp", "a2c-mlp", 80, "fp32", "launch-bound"),
+    ("gpt2-medium-b8", "gpt2-medium", 8, "fp32", "saturated"),
+    ("resnet50-b32", "resnet50", 32, "fp32", "mid"),
+    ("resnet18-cifar-b8", "resnet18-cifar", 8, "fp32", "launch-bound"),
+    ("vit-b16-b64", "vit-b16", 64, "fp32", "saturated"),
+    ("bert-base-b16", "bert-base", 16, "fp32", "mid"),
+    ("llama-1b-b1-bf16", "llama-1b", 1, "amp-bf16", "saturated"),
+    ("gpt2-b4", "gpt2", 4, "fp32", "mid"),
+    ("lstm-lm-medium", "lstm-lm-medium", 20, "fp32", "mid"),
+)
+# seq lengths of the spread are the zoo defaults (bert-base 128, gpt2 1024, llama-1b 2048)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """The variants of one model: ``batches`` (ascending), the ``main`` precision and the
+    ``second`` one, ``extra`` precisions (at the middle batch), inference at two batches if
+    ``infer`` (``infer_only``: inference only, at the main precision)."""
+
+    model: str
+    batches: tuple[int, ...]
+    main: str = "fp32"
+    second: str = "amp-bf16"
+    extra: tuple[str, ...] = ()
+    infer: bool = False
+    infer_only: bool = False
+    depth: int | None = None  # a shallow model: only its first ``depth`` variants, from round 2 on
+
+
+# Interleaved by family so that any prefix of a round covers every family. Batch ranges are
+# chosen so that a step is ~0.1 ms to ~0.5 s on an H200 (a run stays a few seconds) and so that
+# the smallest batch of each model is dispatch-bound and the largest near saturation.
+SWEEPS = (
+    Sweep("resnet50", (16, 64, 128, 256), extra=("amp-fp16", "tf32"), infer=True),
+    Sweep("bert-base", (8, 16, 32, 64), extra=("amp-fp16", "tf32"), infer=True),
+    Sweep("lstm-lm-medium", (10, 20, 64, 256), extra=("amp-fp16",), infer=True),
+    Sweep("dcgan", (32, 128, 256, 512), extra=("amp-fp16",)),
+    Sweep("dlrm-small", (256, 2048, 8192, 32768), infer=True),
+    Sweep("pointnet", (16, 32, 128, 512)),
+    Sweep("ppo-mlp", (64, 256, 1024, 4096)),
+    Sweep("mlp-large", (64, 256, 1024, 4096), extra=("tf32",)),
+    Sweep("resnet18-cifar", (16, 64, 256, 1024), extra=("amp-fp16",), infer=True),
+    Sweep("gpt2", (1, 2, 4, 8), extra=("amp-fp16",), infer=True),
+    Sweep("lstm-seq2seq", (16, 32, 64, 128), depth=4),
+    Sweep("cyclegan", (1, 2, 4, 8)),
+    Sweep("ncf", (256, 2048, 8192, 32768), infer=True),
+    Sweep("a3c-atari", (8, 20, 64, 256)),
+    Sweep("mlp-small", (32, 128, 1024, 8192)),
+    Sweep("vit-b16", (8, 16, 32, 64), extra=("amp-fp16",), infer=True),
+    Sweep("lstm-lm-large", (10, 20, 64, 128), depth=4),
+    Sweep("deeprec-autoencoder", (32, 128, 512, 1024), depth=4),
+    Sweep("a2c-mlp", (16, 80, 512, 4096)),
+    Sweep("vgg16", (16, 32, 64, 128), extra=("tf32",)),
+    Sweep("t5-small", (8, 16, 32, 64), infer=True),
+    Sweep("gru-lm", (20, 128), depth=3),
+    Sweep("mobilenet-v2", (32, 128, 256, 512), infer=True),
+    Sweep("transformer-nmt", (32, 64, 128, 256)),
+    Sweep("efficientnet-b0", (32, 64, 128, 256), infer=True, depth=4),
+    Sweep("gpt2-medium", (1, 2, 4, 8), extra=("tf32",), infer=True),
+    Sweep("lstm-lm-small", (20, 128), depth=3),
+    Sweep("convnext-tiny", (16, 32, 64, 128), extra=("tf32",)),
+    Sweep("bert-large", (4, 8, 16, 32), infer=True),
+    Sweep("densenet121", (16, 32, 64, 128), depth=4),
+    Sweep("llama-1b", (1, 2, 4), main="amp-bf16", second="fp32", infer=True),
+    Sweep("inception-v3", (16, 32, 64, 128), depth=4),
+    Sweep("resnet18", (32, 128, 256, 512), infer=True),
+    Sweep("gpt2-large", (1, 4), main="amp-bf16", second="fp32", depth=3),
+    Sweep("alexnet", (128, 1024), depth=3),
+    Sweep("mobilenet-v3-small", (64, 256), depth=3),
+    Sweep("gpt2-xl", (1, 2), main="amp-bf16", second="fp32", depth=3),
+    Sweep("resnet101", (16, 128), depth=3),
+    Sweep("shufflenet-v2", (64, 256), depth=3),
+    Sweep("llama-7b", (1, 4), main="amp-bf16", infer=True, infer_only=True, depth=2),
+    Sweep("vgg16-cifar", (32, 256), depth=3),
+    Sweep("resnext50-32x4d", (16, 128), depth=3),
+    Sweep("mobilenet-v3-large", (64, 256), depth=3),
+    Sweep("resnet50-cifar", (32, 256), depth=3),
+    Sweep("squeezenet", (64, 256), depth=3),
+    Sweep("googlenet", (32, 128), depth=3),
+    Sweep("regnet-y-400mf", (64, 256), depth=3),
+    Sweep("resnet34", (32, 256), depth=3),
+    Sweep("mobilenet-v2-cifar", (32, 256), depth=3),
+    Sweep("vgg19", (16, 64), depth=3),
+    Sweep("resnet152", (16, 64), depth=3),
+)
+
+# Co-located groups, by spread name: launch-bound with compute-bound, memory-heavy with light,
+# identical pairs, mid with mid, and a few triples.
+GROUPS = (
+    ("mlp-small", "resnet50-b256-bf16"),
+    ("a2c-mlp", "gpt2-medium-b8"),
+    ("resnet18-cifar-b8", "vit-b16-b64"),
+    ("resnet18-cifar-b128", "resnet18-cifar-b128"),
+    ("llama-1b-b1-bf16", "mlp-small"),
+    ("resnet50-b32", "bert-base-b16"),
+    ("resnet50-b256-bf16", "vit-b16-b64"),
+    ("gpt2-b4", "gpt2-b4"),
+    ("lstm-lm-medium", "gpt2-medium-b8"),
+    ("mlp-small", "a2c-mlp"),
+    ("resnet50-b32", "resnet50-b32"),
+    ("llama-1b-b1-bf16", "resnet18-cifar-b8"),
+    ("bert-base-b16", "bert-base-b16"),
+    ("gpt2-b4", "resnet18-cifar-b128"),
+    ("vit-b16-b64", "a2c-mlp"),
+    ("llama-1b-b1-bf16", "gpt2-b4"),
+    ("resnet50-b256-bf16", "resnet18-cifar-b8"),
+    ("lstm-lm-medium", "lstm-lm-medium"),
+    ("mlp-small", "mlp-small"),
+    ("bert-base-b16", "lstm-lm-medium"),
+    ("gpt2-medium-b8", "gpt2-medium-b8"),
+    ("resnet50-b256-bf16", "llama-1b-b1-bf16"),
+    ("mlp-small", "resnet18-cifar-b128", "gpt2-medium-b8"),
+    ("resnet50-b32", "resnet50-b32", "resnet50-b32"),
+    ("a2c-mlp", "bert-base-b16", "vit-b16-b64"),
+    ("lstm-lm-medium", "resnet18-cifar-b8", "llama-1b-b1-bf16"),
+)
+
+
+def spread() -> list[Config]:
+    return [Config((_job(m, b, p),), "spread", regime) for _, m, b, p, regime in SPREAD]
+
+
+def _batch_order(batches: Sequence[int]) -> list[int]:
+    """Middle batch first, then the extremes, then the rest: any prefix spans the range."""
+    bs = sorted(batches)
+    order = [bs[len(bs) // 2], bs[0], bs[-1]] + bs[1:-1]
+    return list(dict.fromkeys(order))
+
+
+def _variants(s: Sweep, turn: int = 0) -> list[Job]:
+    """One model's variants, most informative first. After the middle batch at the main
+    precision come, in an order rotated by ``turn`` (the model's index, so that every round of
+    the sweep mixes all axes): the other precision, the smallest batch, and inference."""
+    b = _batch_order(s.batches)
+    mid, low, high = b[0], b[1 % len(b)], b[2 % len(b)]
+    rest = b[3:]
+    if s.infer_only:
+        out = [(mid, s.main, "infer"), (high, s.main, "infer"), (low, s.main, "infer")]
+    else:
+        axes = [(mid, s.second, "train"), (low, s.main, "train")] + ([(mid, "amp-bf16", "infer")] if s.infer else [])
+        k = turn % len(axes)
+        out = [(mid, s.main, "train")] + axes[k:] + axes[:k] + [(high, s.main, "train")]
+        out += [(mid, p, "train") for p in s.extra]
+        out.append((high, s.second, "train"))
+        out += [(r, s.main, "train") for r in rest]
+        if s.infer:
+            out.append((high, "fp32", "infer"))
+    jobs = list(dict.fromkeys(_job(s.model, bs, p, mode) for bs, p, mode in out))
+    return jobs[:s.depth] if s.depth else jobs
+
+
+def sweep(exclude: Iterable[Job] = ()) -> list[Config]:
+    """The batch x precision x mode sweep, round-robin over models (see the module docstring):
+    round r takes variant r of every full model and variant r - 2 of every shallow one."""
+    seen = set(exclude)
+    per_model = [(2 if s.depth else 0, _variants(s, turn=i)) for i, s in enumerate(SWEEPS)]
+    out = []
+    for rnd in range(max(lag + len(v) for lag, v in per_model)):
+        for lag, variants in per_model:
+            r = rnd - lag
+            if 0 <= r < len(variants) and variants[r] not in seen:
+                seen.add(variants[r])
+                out.append(Config((variants[r],), "sweep"))
+    return out
+
+
+def groups() -> list[Config]:
+    by_name = {name: _job(m, b, p) for name, m, b, p, _ in SPREAD}
+    return [Config(tuple(by_name[n] for n in g), "colocated") for g in GROUPS]
+
+
+def configs(gpu_memory_bytes: int | None = None) -> list[Config]:
+    """The suite ``h200-v1``, most informative first: spread, sweep, co-located groups.
+
+    ``gpu_memory_bytes`` (the device's total memory) drops the few jobs sized for an H200 that a
+    much smaller GPU cannot hold (``llama-7b`` inference needs ~30 GB of fp32 weights, gpt2-xl
+    training ~25 GB of weights and Adam state) by parameter count alone, no trace: below 48 GiB
+    they are left out. ``None``: keep everything (OOM is recorded as data)."""
+    first = spread()
+    out = first + sweep(exclude=[c.job for c in first]) + groups()
+    if gpu_memory_bytes is not None and gpu_memory_bytes < 48 * 2**30:
+        big = {"llama-7b", "gpt2-xl"}
+        out = [c for c in out if not any(j.model in big for j in c.jobs)]
+    return out
+
+
+# ----------------------------------------------------------------------------------- reading
+def read_rows(paths: Iterable[str | os.PathLike]) -> list[dict]:
+    """Rows of Parquet files and directories (a directory: its ``*.parquet`` files, the
+    part files of a :class:`~gpucast.profile.dataset.Dataset` included; not recursive). A path
+    that does not exist raises ``FileNotFoundError``; an unreadable file is skipped with a warning."""
+    import pyarrow.parquet as pq
+
+    rows: list[dict] = []
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise FileNotFoundError(f"no such file or directory: {str(p)!r}")
+        files = sorted(p.glob("*.parquet")) if p.is_dir() else [p]
+        for f in files:
+            try:
+                rows.extend(pq.read_table(f).to_pylist())
+            except Exception as exc:  # noqa: BLE001 - a broken file must not hide the others
+                print(f"warning: skipping unreadable {f}: {' '.join(str(exc).split())}", file=sys.stderr)
+    return rows
+
+
+# ----------------------------------------------------------------------------------- the loop
+@dataclass
+class SuiteResult:
+    """What one call of :func:`run_suite` did."""
+
+    out_dir: Path
+    parquet: Path | None
+    total: int                 # configurations in the suite
+    skipped: int               # already done (resume)
+    measured: int = 0          # configurations run in this call
+    rows: int = 0              # rows appended in this call
+    statuses: dict = field(default_factory=dict)
+    unrunnable: int = 0        # groups with a member lacking a solo step time
+    stopped: str = "done"      # done | budget
+    elapsed_s: float = 0.0
+
+
+class _Compacted:
+    """The dataset's rows in memory, rewritten as one Parquet file after every append (atomically:
+    a temporary file in the same directory, fsync, ``os.replace``). Reading each new part once
+    keeps this linear; ``Dataset.compact`` would re-read every part after every run."""
+
+    def __init__(self, ds, path: Path):
+        self.path = Path(path)
+        self.tables = [ds.read()]
+
+    @property
+    def num_rows(self) -> int:
+        return sum(t.num_rows for t in self.tables)
+
+    def rows(self) -> list[dict]:
+        return [r for t in self.tables for r in t.to_pylist()]
+
+    def add(self, part: Path) -> Path:
+        import pyarrow.parquet as pq
+
+        self.tables.append(pq.read_table(part))
+        return self.write()
+
+    def write(self) -> Path:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.concat_tables(self.tables, promote_options="default")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        try:
+            with open(tmp, "wb") as f:
+                pq.write_table(table, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return self.path
+
+
+class _Clock:
+    """Budget bookkeeping: median wall time per kind of run, first guesses before any."""
+
+    def __init__(self, budget_s: float, first: dict[str, float]):
+        self.clock = time.monotonic
+        self.t0 = self.clock()
+        self.budget_s = float(budget_s)
+        self.first = dict(first)
+        self.seen: dict[str, list[float]] = {"solo": [], "colocated": []}
+
+    def elapsed(self) -> float:
+        return self.clock() - self.t0
+
+    def left(self) -> float:
+        return self.budget_s - self.elapsed()
+
+    def expected(self, kind: str) -> float:
+        seen = self.seen[kind]
+        return statistics.median(seen) if seen else self.first[kind]
+
+    def record(self, kind: str, seconds: float) -> None:
+        self.seen[kind].append(seconds)
+
+
+def _done_ids(rows: Iterable[dict], statuses=("ok", "oom")) -> set[str]:
+    return {r["config_id"] for r in rows if r.get("config_id") and r.get("status") in statuses}
+
+
+def _solo_times(rows: Iterable[dict], gpu_model: str) -> dict[str, float]:
+    out = {}
+    for r in rows:
+        if (r.get("kind") == "solo" and r.get("status") == "ok" and r.get("gpu_model") == gpu_model
+                and r.get("step_time_mean_s")):
+            out[r["job_key"]] = float(r["step_time_mean_s"])
+    return out
+
+
+def _summary(row: dict) -> str:
+    status = row.get("status")
+    if status != "ok":
+        return f"{status}: {row.get('error') or ''}".strip()
+    parts = [f"ok {row['step_time_mean_s'] * 1e3:.2f} ms/step"]
+    if row.get("util_mean_pct") is not None:
+        parts.append(f"util {row['util_mean_pct']:.0f}%")
+    mem = row.get("proc_mem_max_bytes") or row.get("torch_max_reserved_bytes")
+    if mem:
+        parts.append(f"{mem / 2**30:.2f} GiB")
+    if row.get("slowdown"):
+        parts.append(f"slowdown {row['slowdown']:.2f}x")
+    return ", ".join(parts)
+
+
+def _order(todo: list[Config], clock: _Clock, colocated_share: float):
+    """Yield configs: solo until ``1 - colocated_share`` of the budget is spent, then the
+    groups, then the solo configs left."""
+    solo = [c for c in todo if c.kind == "solo"]
+    grouped = [c for c in todo if c.kind == "colocated"]
+    i = 0
+    while i < len(solo) and (not grouped or clock.elapsed() < clock.budget_s * (1 - colocated_share)):
+        yield solo[i]
+        i += 1
+    yield from grouped
+    yield from solo[i:]
+
+
+def run_suite(out_dir, budget_s: float = 540.0, suite: str = SUITE_NAME, dataset=None, resume: bool = True,
+              progress: bool = True, *, plan: Sequence[Config] | None = None, prior: Iterable = (),
+              parquet=None, backend=None, device: str = "cuda", warmup_steps: int = WARMUP_STEPS,
+              window_s: float = WINDOW_S, run_timeout_s: float = RUN_TIMEOUT_S,
+              group_timeout_s: float = GROUP_TIMEOUT_S, first_guess_s: tuple[float, float] = (FIRST_SOLO_S,
+                                                                                                FIRST_GROUP_S),
+              colocated_share: float = COLOCATED_SHARE, env: dict | None = None) -> SuiteResult:
+    """Measure the suite into ``out_dir`` within ``budget_s`` seconds of wall time.
+
+    ``dataset``: the :class:`~gpucast.profile.dataset.Dataset` (or its directory) rows are
+    appended to; default ``out_dir/dataset``. ``parquet``: where the compacted copy of that
+    dataset is rewritten after every row; default ``out_dir/measurements.parquet``.
+    ``plan``: the configurations (default :func:`configs` for the device's memory).
+    ``prior``: Parquet files or directories of earlier collections: their ``ok``/``oom``
+    configurations are skipped too (with ``resume``) and their solo step times serve the groups.
+    ``backend``: the NVML backend of the device (default: open the real one; no GPU raises
+    :class:`~gpucast.profile.nvml.GpuUnavailable`); its device name keys the config ids.
+    ``device``, ``warmup_steps``, ``window_s``: the :class:`~gpucast.profile.runner.RunSpec` of
+    every run. ``env``: extra variables for the workers.
+    """
+    from gpucast.profile.colocate import run_group
+    from gpucast.profile.dataset import Dataset
+    from gpucast.profile.nvml import open_backend
+    from gpucast.profile.runner import RunSpec
+    from gpucast.profile.worker import run_isolated
+
+    clock = _Clock(budget_s, {"solo": first_guess_s[0], "colocated": first_guess_s[1]})
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ds = dataset if isinstance(dataset, Dataset) else Dataset(dataset if dataset is not None else out / "dataset")
+    parquet = Path(parquet) if parquet is not None else out / "measurements.parquet"
+    own_backend = backend is None
+    if own_backend:
+        backend = open_backend()
+    try:
+        gpu_model = backend.device_name()
+        memory_total = int(backend.memory_total())
+    finally:
+        if own_backend:
+            backend.close()  # the workers and run_group open their own
+    plan = list(plan) if plan is not None else configs(memory_total)
+
+    compacted = _Compacted(ds, parquet)
+    known = compacted.rows() + read_rows(prior)
+    done = _done_ids(known) if resume else set()
+    solo_times = _solo_times(known, gpu_model)
+    todo = [c for c in plan if not set(c.config_ids(gpu_model)) <= done]
+    result = SuiteResult(out, None, total=len(plan), skipped=len(plan) - len(todo))
+
+    console = None
+    if progress:
+        from rich.console import Console
+
+        console = Console(stderr=True, highlight=False)
+        console.print(f"suite {suite} on {gpu_model}: {len(plan)} configurations, {result.skipped} already done, "
+                      f"budget {budget_s:.0f} s", markup=False)
+    bar = _Progress(console, total=len(plan), done=result.skipped) if console is not None else None
+
+    def spec(job: Job) -> RunSpec:
+        return RunSpec(job, warmup_steps=warmup_steps, window_s=window_s, device=device)
+
+    try:
+        for cfg in _order(todo, clock, colocated_share):
+            kind = cfg.kind
+            if kind == "colocated":
+                missing = [j for j in cfg.jobs if j.key not in solo_times]
+                if missing:
+                    result.unrunnable += 1
+                    if console is not None:
+                        console.print(f"skip {cfg.label}: no solo step time for {job_label(missing[0])}",
+                                      markup=False)
+                    continue
+            left = clock.left()
+            if left < clock.expected(kind):
+                result.stopped = "budget"
+                break
+            limit = min(run_timeout_s if kind == "solo" else group_timeout_s, left)
+            if bar is not None:
+                bar.start(cfg.label, left)
+            t0 = time.monotonic()
+            if kind == "solo":
+                rows = [run_isolated(spec(cfg.job), timeout_s=limit, env=env)]
+            else:
+                rows = run_group([spec(j) for j in cfg.jobs], {j.key: solo_times[j.key] for j in cfg.jobs},
+                                 timeout_s=limit, env=env)
+            wall = time.monotonic() - t0
+            capped = limit < (run_timeout_s if kind == "solo" else group_timeout_s)
+            if capped and any(r.get("status") == "timeout" for r in rows):
+                result.stopped = "budget"
+                if console is not None:
+                    console.print(f"budget: {cfg.label} cut at {limit:.0f} s; not recorded", markup=False)
+                break
+            clock.record(kind, wall)
+            for row, cid in zip(rows, cfg.config_ids(gpu_model)):
+                row["suite"] = suite
+                row["config_id"] = cid
+            result.parquet = compacted.add(ds.append(rows))
+            result.measured += 1
+            result.rows += len(rows)
+            for row in rows:
+                result.statuses[row["status"]] = result.statuses.get(row["status"], 0) + 1
+                if kind == "solo" and row.get("status") == "ok" and row.get("step_time_mean_s"):
+                    solo_times[row["job_key"]] = float(row["step_time_mean_s"])
+            if bar is not None:
+                bar.finish(cfg.label, "; ".join(_summary(r) for r in rows), wall)
+    finally:
+        if bar is not None:
+            bar.close()
+    result.elapsed_s = clock.elapsed()
+    if result.parquet is None and compacted.num_rows and not parquet.exists():
+        result.parquet = compacted.write()
+    if console is not None:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(result.statuses.items())) or "none"
+        console.print(f"suite {suite}: measured {result.measured} configurations ({result.rows} rows: {counts}) in "
+                      f"{result.elapsed_s:.0f} s; stopped: {result.stopped}; "
+                      f"{result.total - result.skipped - result.measured} left", markup=False)
+    return result
+
+
+class _Progress:
+    """A rich progress bar on stderr (done/total, elapsed, budget left) and one line per run."""
+
+    def __init__(self, console, total: int, done: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = console
+        self.n = done
+        self.total = total
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("{task.fields[left]}"), console=console,
+                                 transient=True)
+        self.task = self.progress.add_task("starting", total=total, completed=done, left="")
+        self.progress.start()
+
+    def start(self, label: str, left: float) -> None:
+        self.progress.update(self.task, description=label, left=f"{left:.0f} s left")
+
+    def finish(self, label: str, summary: str, wall: float) -> None:
+        self.n += 1
+        width = len(str(self.total))
+        self.progress.console.print(f"[{self.n:>{width}}/{self.total}] {label}: {summary} ({wall:.1f} s)",
+                                    markup=False)
+        self.progress.advance(self.task)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+# ----------------------------------------------------------------------------------- entry point
+def _print_list(plan: Sequence[Config]) -> None:
+    try:
+        for i, c in enumerate(plan, 1):
+            print(f"{i:4d}  {c.phase:9s}  {c.regime or '-':12s}  {c.label}")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `... --list | head`
+        sys.stdout = open(os.devnull, "w")
+
+
+def _on_sigterm(signum, frame):
+    # `timeout` (collect.sh's hard stop) sends SIGTERM: unwind, so that the worker in flight and
+    # its process group are killed (run_isolated / run_group clean up on any exception).
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gpucast.profile.suite",
+                                 description="Measure the gpucast device suite on this machine's GPU.")
+    ap.add_argument("--out", type=Path, help="directory of the run: dataset/ parts and measurements.parquet")
+    ap.add_argument("--budget", type=float, default=540.0, help="seconds of wall time for the whole suite")
+    ap.add_argument("--suite", default=SUITE_NAME, help="suite name recorded in every row")
+    ap.add_argument("--parquet", type=Path, help="where the compacted file goes [OUT/measurements.parquet]")
+    ap.add_argument("--prior", type=Path, action="append", default=[],
+                    help="earlier measurements (file or directory) whose done configurations are skipped; repeatable")
+    ap.add_argument("--no-resume", action="store_true", help="measure configurations already done, again")
+    ap.add_argument("--window-s", type=float, default=WINDOW_S, help="steady window per run, seconds")
+    ap.add_argument("--list", action="store_true", help="print the suite and exit (no GPU needed)")
+    ap.add_argument("--quiet", action="store_true", help="no progress output")
+    args = ap.parse_args(argv)
+    if args.list:
+        _print_list(configs())
+        return 0
+    if args.out is None:
+        print("error: --out DIR is required", file=sys.stderr)
+        return 2
+    if not (args.budget > 0 and math.isfinite(args.budget)):
+        print(f"error: --budget must be a positive number of seconds, got {args.budget:g}", file=sys.stderr)
+        return 2
+    from gpucast.profile.nvml import GpuUnavailable
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        missing = [p for p in args.prior if not p.exists()]
+        if missing:
+            raise FileNotFoundError(f"--prior {str(missing[0])!r} does not exist")
+        run_suite(args.out, budget_s=args.budget, suite=args.suite, resume=not args.no_resume,
+                  progress=not args.quiet, prior=args.prior, parquet=args.parquet, window_s=args.window_s)
+    except (GpuUnavailable, FileNotFoundError) as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
