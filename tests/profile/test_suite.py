@@ -162,6 +162,23 @@ def test_run_suite_appends_resumes_and_compacts(tmp_path, cpu_workers, capsys):
     assert (res3.measured, res3.unrunnable) == (0, 1)
 
 
+def test_solo_runs_share_one_worker_process(tmp_path, cpu_workers, capsys):
+    """N solo configurations take one worker start, not N: the whole call is far shorter than N
+    process starts (each one measured here: interpreter, torch, torchvision, transformers)."""
+    jobs = [Job(model="mlp-small", batch_size=b) for b in (2, 4, 8)] + [Job(model="a2c-mlp", batch_size=b)
+                                                                        for b in (4, 8)]
+    plan = [Config((j,), "sweep") for j in jobs]
+    res = run_suite(tmp_path, budget_s=200, plan=plan, backend=cpu_workers, **{**FAST, "progress": True})
+    assert (res.measured, res.statuses, res.stopped) == (len(plan), {"ok": len(plan)}, "done")
+    assert res.worker_starts == 1 and len(res.worker_start_s) == 1
+    start_s = res.worker_start_s[0]
+    assert start_s > 0.5  # importing torch alone takes longer than that
+    assert res.elapsed_s < 0.5 * len(plan) * start_s, (res.elapsed_s, start_s)
+    rows = Dataset(tmp_path / "dataset").rows()
+    assert [r["job_key"] for r in rows] == [j.key for j in jobs]
+    assert "solo worker: 1 process(es)" in capsys.readouterr().err
+
+
 def test_budget_stops_before_a_run_that_would_not_fit(tmp_path, cpu_workers):
     res = run_suite(tmp_path, budget_s=1.0, plan=[Config((TINY,), "sweep")], backend=cpu_workers,
                     first_guess_s=(5.0, 5.0), **FAST)

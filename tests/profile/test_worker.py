@@ -19,7 +19,7 @@ from gpucast import Job
 from gpucast.job import JobError
 from gpucast.profile.runner import FAULT_ENV, RunSpec
 from gpucast.profile.schema import COLUMNS, STATUSES
-from gpucast.profile.worker import FAKE_NVML_ENV, ScriptedNvml, execute, run_isolated, write_row
+from gpucast.profile.worker import FAKE_NVML_ENV, ScriptedNvml, WorkerPool, execute, run_isolated, write_row
 
 # one thread per child: the test machine has few cores and runs children side by side
 CHILD_ENV = {FAKE_NVML_ENV: "1", "OMP_NUM_THREADS": "1"}
@@ -112,3 +112,107 @@ def test_write_row_is_atomic(tmp_path):
     write_row(target, {"status": "ok", "x": 1.5})
     assert json.loads(target.read_text()) == {"status": "ok", "x": 1.5}
     assert os.listdir(tmp_path) == ["result.json"]
+
+
+# ------------------------------------------------------------------------------- persistent worker
+# Each worker start costs seconds here, so the pool tests preload only torch and run inference
+# jobs (a process's first optimizer imports torch._dynamo, ~2 s more); the full PRELOAD list and
+# training runs are what the suite tests' workers do.
+LIGHT = ("torch",)
+
+
+def _infer(model="mlp-small", batch_size=8, slot=0):
+    return RunSpec(Job(model, batch_size=batch_size, mode="infer", optimizer="none"), device="cpu",
+                   warmup_steps=1, window_s=0.1, min_window_steps=2, slot=slot)
+
+
+def test_pool_reuses_its_process_and_replaces_it_after_each_failure():
+    """One pool, five worker processes (each start costs seconds here, so one scenario):
+
+    1. ok runs share a process; a run after which the worker reports memory above its baseline
+       (the ``leak`` fault) is ok, and its worker is replaced before the next run;
+    2. ``oom``, ``sigkill`` (crash) and ``hang`` (timeout) each give their status and end the
+       worker and its whole process group at once; the next spec runs, ok, in a fresh process;
+    3. a worker is replaced after ``max_runs`` runs.
+
+    A fault is set by the worker's environment, read when it starts, and targets slot-1 specs:
+    ``pool.env`` is changed before the run that starts the next worker. Rows never mix: each
+    is its own spec's."""
+    a, b, c = _infer(), _infer("a2c-mlp"), _infer(batch_size=4)
+    faulty = _infer(slot=1)
+    marker = f"GPUCAST_TEST_MARKER_{uuid.uuid4().hex}"
+    base = {**CHILD_ENV, marker: "1"}
+    ran, rows, pids = [], [], []
+    pool = WorkerPool(env={**base, FAULT_ENV: "leak@1"}, preload=LIGHT, max_runs=4)
+
+    def go(spec, timeout_s=60):
+        rows.append(pool.run(spec, timeout_s=timeout_s))
+        ran.append(spec)
+        pids.append(pool.pid)
+        return rows[-1]
+
+    try:
+        assert pool.pid is None  # started on the first run
+        go(a), go(b), go(faulty)
+        assert pids[0] == pids[1] == pids[2] is not None and pool.starts == 1
+        seen = {pids[0]}
+        for fault, status, timeout_s in (("oom", "oom", 60), ("sigkill", "crash", 60), ("hang", "timeout", 1)):
+            pool.env = {**base, FAULT_ENV: f"{fault}@1"}
+            assert go(c)["status"] == "ok" and pool.pid not in seen  # recovery: a fresh process
+            seen.add(pool.pid)
+            row = go(faulty, timeout_s)
+            assert row["status"] == status, row
+            _one_line(row)
+            assert pool.pid is None  # ended at once
+            assert _processes_with(marker) == []  # with its whole process group (hang: a grandchild too)
+        assert "SIGKILL" in rows[-3]["error"] and "kills itself" in rows[-3]["error"]
+        assert rows[-1]["error"] == "no result within 1 s; worker killed"
+        pool.env = base
+        go(a), go(b), go(c)
+        assert pids[-3] == pids[-2] == pids[-1] and pids[-1] not in seen
+        go(a)
+        assert pids[-1] is None  # that was its fourth run: replaced
+        assert pool.starts == 5
+        assert [n.split(": ", 1)[1] for n in pool.notes] == [
+            "memory not back to its baseline after its last run (device test: 1048576 bytes)",
+            "a run ended oom", "killed by SIGKILL during a run (crash)", "no result within 1 s (timeout)",
+            "every 4 runs"]
+        assert len(pool.start_s) == 5 and all(t > 0 for t in pool.start_s)
+    finally:
+        pool.close()
+    assert _processes_with(marker) == []
+    assert [r["status"] for r in rows] == ["ok"] * 4 + ["oom", "ok", "crash", "ok", "timeout"] + ["ok"] * 4
+    assert [r["job_key"] for r in rows] == [s.job.key for s in ran]
+    assert [r["batch_size"] for r in rows] == [s.job.batch_size for s in ran]
+    assert len({r["run_id"] for r in rows}) == len(rows)
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert all(set(r) == set(COLUMNS) and r["gpu_model"] == "gpucast fake GPU" and r["window_steps"] >= 2
+               for r in ok)
+
+
+def test_pool_refuses_module_jobs_before_starting_anything():
+    job = Job.from_module(lambda: torch.nn.Linear(2, 2), lambda b: (torch.randn(b, 2),), batch_size=2)
+    with WorkerPool(env=CHILD_ENV) as pool:
+        with pytest.raises(JobError, match="module job"):
+            pool.run(RunSpec(job, device="cpu"))
+        assert pool.starts == 0
+
+
+def test_serve_by_hand_speaks_one_json_line_per_message(tmp_path):
+    """``--serve`` without ``--result-fd``: messages on stdout, in order; a bad line is an error row."""
+    import subprocess
+    import sys
+
+    from gpucast.profile.worker import _child_env
+
+    proc = subprocess.run([sys.executable, "-m", "gpucast.profile.worker", "--serve", "--preload", ""],
+                          input="not a spec\n\n{\"job\": 1}\n", capture_output=True, text=True, timeout=60,
+                          env=_child_env(CHILD_ENV))
+    assert proc.returncode == 0, proc.stderr
+    messages = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [m["event"] for m in messages] == ["hello", "result", "idle", "result", "idle"]
+    assert messages[0]["pid"] > 0 and messages[0]["preloaded"] == []
+    assert [m["seq"] for m in messages[1:]] == [1, 1, 2, 2]
+    for m in messages[1::2]:
+        assert m["row"]["status"] == "error" and m["row"]["error"].startswith("bad run spec: ")
+    assert all(m["clean"] for m in messages[2::2])

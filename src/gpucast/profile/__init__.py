@@ -13,7 +13,8 @@ Modules, one job each:
 * ``schema``   the row: every column, its type and meaning (one row per run).
 * ``dataset``  the append-only Parquet store: atomic part files, resume, compaction.
 * ``runner``   one job for real on a device: warm-up, steady window, CUDA-event step times.
-* ``worker``   the isolated child process a run happens in (OOM or a crash ends only it).
+* ``worker``   where a run happens: a child process per run (``run_isolated``) or a persistent
+               worker (``WorkerPool``) replaced after any failure; an OOM or a crash ends only it.
 * ``colocate`` two or three workers on one GPU at once: slowdown against solo.
 * ``suite``    the ordered list of configurations and the time-boxed loop that measures them.
 

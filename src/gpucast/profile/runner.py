@@ -48,8 +48,9 @@ through which the group agrees on one common wall-clock window (see ``colocate``
 Test hook (the no-GPU test boundary): ``GPUCAST_PROFILE_TEST_FAULT=oom`` raises
 ``torch.cuda.OutOfMemoryError`` at the first step, ``oom-message`` a ``RuntimeError`` whose
 message says "CUDA out of memory", ``error`` a ``ValueError`` with a two-line message;
-``KIND@N`` (e.g. ``oom@1``) applies only to the run in co-location slot ``N``. Unset in
-production; the worker's ``sigkill`` and ``hang`` faults are described there.
+``KIND@N`` (e.g. ``oom@1``) applies only to the run with ``slot`` ``N`` (a co-location slot, or
+any spec with that slot in a pool worker). Unset in production; the worker's ``sigkill``,
+``hang`` and ``leak`` faults are described there.
 
 Not measured here: multi-GPU (``job.gpus > 1`` runs one replica, without all-reduce), CUDA
 graphs, real data.

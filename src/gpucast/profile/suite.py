@@ -23,19 +23,37 @@ before activations: it would not fit usefully on one 141 GB GPU); llama-7b infer
 Nothing is filtered by a prediction: a configuration that does not fit is recorded as ``oom``,
 which is data (the predictor's memory estimate is checked against it).
 
-``run_suite()`` measures configurations one at a time in an isolated worker
-(:func:`gpucast.profile.worker.run_isolated`; groups through
-:func:`gpucast.profile.colocate.run_group`) and appends each row to a
+``run_suite()`` measures configurations one at a time, solo runs in a persistent isolated worker
+(:class:`gpucast.profile.worker.WorkerPool`: one process that imports torch, torchvision and
+transformers and creates its CUDA context once, then runs spec after spec; a fresh one after any
+run that is not ``ok`` and every 40 runs), groups in fresh processes through
+:func:`gpucast.profile.colocate.run_group` (the solo worker is ended before each group so that its
+CUDA context is not on the GPU during the group's measurement), and appends each row to a
 :class:`~gpucast.profile.dataset.Dataset` the moment it exists, then rewrites one compacted
 ``measurements.parquet`` (atomically): a crash, a kill or the machine being taken away loses no
 finished row. Time box: before each run it compares the budget left with the run's expected wall
-time (the median wall time of the runs of that kind so far in this call, or a first guess) and
+time (the median wall time of the runs of that kind so far in this call, or a first guess; plus
+the median start-up of a solo worker when the run needs a fresh one) and
 stops starting new work when less is left; each run's own timeout is capped at what is left, and
 a run cut by that cap is not recorded (it measured nothing about the job). Solo configurations
 run first; once ``1 - colocated_share`` of the budget is spent the co-located groups run (each
 needs its members' solo step times, from this call or from the dataset and ``prior``), then the
 remaining solo configurations if time is left. Resume skips every configuration whose
 ``config_id`` already has an ``ok`` or ``oom`` row in the dataset or in ``prior`` files.
+
+Time per call (reasoned, not yet measured on the device). A solo run in the warm worker costs
+its build (model construction on the GPU: 0.2 s, ~1 s for the 1-billion-parameter models), 5
+warm-up steps (plus ~0.3 s of first-step kernel loading and library heuristics), the window
+(2 s, or 500 steps when they take less: a quarter of the suite's jobs step in under 4 ms) and
+~0.35 s of NVML set-up, clean-up and appending the row: ~3.2 s on average over the first 200
+solo configurations (step times from gpucast's own H200 prediction; median step 12 ms). A
+worker's start-up (interpreter, the imports, CUDA context: 3.5-5 s) is paid once per worker, so
+~4 times a call (the first start, every 40 runs, after the groups, after each rare failure),
+where the one-process-per-run worker paid it every run (~7.5 s a run: ~50 solo configurations
+in a call's solo share). In a 510 s call: ~115 solo configurations in the 75 % solo share plus
+~12 co-located groups (~10 s each: 2-3 fresh processes start in parallel) in the rest; ~150 if
+the whole budget went to solo runs. 150+ solo configurations and 20+ groups take two calls
+(each resumes where the last one stopped).
 
 Entry point: ``python -m gpucast.profile.suite --out DIR --budget 540`` (``--list`` prints the
 suite without a GPU). No GPU: one ``error:`` line, exit 2.
@@ -73,9 +91,10 @@ FAMILY_OPTIMIZER = {"cnn": "sgd", "rnn": "sgd", "transformer": "adamw", "gan": "
 # Method of every run (RunSpec): 5 warm-up steps, then a 2 s steady window (5 to 500 steps).
 WARMUP_STEPS = 5
 WINDOW_S = 2.0
-RUN_TIMEOUT_S = 90.0      # one solo run, the child's start-up (import torch, CUDA context) included
+RUN_TIMEOUT_S = 90.0      # one solo run, a fresh worker's start-up (imports, CUDA context) included
 GROUP_TIMEOUT_S = 120.0   # one co-located group
 FIRST_SOLO_S = 8.0        # expected wall time of a solo run before any has been timed in this call
+                          # (the first one starts the worker: ~4.5 s; warm runs take ~3 s)
 FIRST_GROUP_S = 14.0      # likewise for a group
 COLOCATED_SHARE = 0.25    # share of the budget kept for co-located groups
 
@@ -364,6 +383,8 @@ class SuiteResult:
     rows: int = 0              # rows appended in this call
     statuses: dict = field(default_factory=dict)
     unrunnable: int = 0        # groups with a member lacking a solo step time
+    worker_starts: int = 0     # persistent solo worker processes started (WorkerPool)
+    worker_start_s: list = field(default_factory=list)  # per solo worker: seconds from start to ready
     stopped: str = "done"      # done | budget
     elapsed_s: float = 0.0
 
@@ -492,13 +513,15 @@ def run_suite(out_dir, budget_s: float = 540.0, suite: str = SUITE_NAME, dataset
     ``backend``: the NVML backend of the device (default: open the real one; no GPU raises
     :class:`~gpucast.profile.nvml.GpuUnavailable`); its device name keys the config ids.
     ``device``, ``warmup_steps``, ``window_s``: the :class:`~gpucast.profile.runner.RunSpec` of
-    every run. ``env``: extra variables for the workers.
+    every run. ``env``: extra variables for the workers. Solo runs share one persistent worker
+    (:class:`~gpucast.profile.worker.WorkerPool`), replaced after any run that is not ``ok``
+    and every ``MAX_RUNS_PER_WORKER`` runs; each replacement is logged.
     """
     from gpucast.profile.colocate import run_group
     from gpucast.profile.dataset import Dataset
     from gpucast.profile.nvml import open_backend
     from gpucast.profile.runner import RunSpec
-    from gpucast.profile.worker import run_isolated
+    from gpucast.profile.worker import WorkerPool
 
     clock = _Clock(budget_s, {"solo": first_guess_s[0], "colocated": first_guess_s[1]})
     out = Path(out_dir)
@@ -535,6 +558,10 @@ def run_suite(out_dir, budget_s: float = 540.0, suite: str = SUITE_NAME, dataset
     def spec(job: Job) -> RunSpec:
         return RunSpec(job, warmup_steps=warmup_steps, window_s=window_s, device=device)
 
+    # one persistent worker for the solo runs; started on the first one (a resumed call with
+    # nothing to do starts none)
+    pool = WorkerPool(env=env, device=device)
+    noted = 0
     try:
         for cfg in _order(todo, clock, colocated_share):
             kind = cfg.kind
@@ -547,7 +574,10 @@ def run_suite(out_dir, budget_s: float = 540.0, suite: str = SUITE_NAME, dataset
                                       markup=False)
                     continue
             left = clock.left()
-            if left < clock.expected(kind):
+            need = clock.expected(kind)
+            if kind == "solo" and pool.pid is None and pool.start_s:
+                need += statistics.median(pool.start_s)  # a fresh worker's start-up comes first
+            if left < need:
                 result.stopped = "budget"
                 break
             limit = min(run_timeout_s if kind == "solo" else group_timeout_s, left)
@@ -555,8 +585,9 @@ def run_suite(out_dir, budget_s: float = 540.0, suite: str = SUITE_NAME, dataset
                 bar.start(cfg.label, left)
             t0 = time.monotonic()
             if kind == "solo":
-                rows = [run_isolated(spec(cfg.job), timeout_s=limit, env=env)]
+                rows = [pool.run(spec(cfg.job), timeout_s=limit)]
             else:
+                pool.stop()  # the solo worker's CUDA context must not sit on the GPU during a group
                 rows = run_group([spec(j) for j in cfg.jobs], {j.key: solo_times[j.key] for j in cfg.jobs},
                                  timeout_s=limit, env=env)
             wall = time.monotonic() - t0
@@ -579,9 +610,16 @@ def run_suite(out_dir, budget_s: float = 540.0, suite: str = SUITE_NAME, dataset
                     solo_times[row["job_key"]] = float(row["step_time_mean_s"])
             if bar is not None:
                 bar.finish(cfg.label, "; ".join(_summary(r) for r in rows), wall)
+            if console is not None:
+                for note in pool.notes[noted:]:
+                    console.print(f"solo {note}", markup=False)
+            noted = len(pool.notes)
     finally:
+        pool.close()  # ends the worker and its process group, whatever happened
         if bar is not None:
             bar.close()
+    result.worker_starts = pool.starts
+    result.worker_start_s = list(pool.start_s)
     result.elapsed_s = clock.elapsed()
     if result.parquet is None and compacted.num_rows and not parquet.exists():
         result.parquet = compacted.write()
@@ -590,6 +628,10 @@ def run_suite(out_dir, budget_s: float = 540.0, suite: str = SUITE_NAME, dataset
         console.print(f"suite {suite}: measured {result.measured} configurations ({result.rows} rows: {counts}) in "
                       f"{result.elapsed_s:.0f} s; stopped: {result.stopped}; "
                       f"{result.total - result.skipped - result.measured} left", markup=False)
+        if result.worker_starts:
+            ready = statistics.median(result.worker_start_s) if result.worker_start_s else float("nan")
+            console.print(f"solo worker: {result.worker_starts} process(es), {ready:.1f} s from start to ready "
+                          f"(median)", markup=False)
     return result
 
 
@@ -634,7 +676,7 @@ def _print_list(plan: Sequence[Config]) -> None:
 
 def _on_sigterm(signum, frame):
     # `timeout` (collect.sh's hard stop) sends SIGTERM: unwind, so that the worker in flight and
-    # its process group are killed (run_isolated / run_group clean up on any exception).
+    # its process group are killed (WorkerPool / run_group clean up on any exception).
     raise SystemExit(128 + signum)
 
 
