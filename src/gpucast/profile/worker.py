@@ -392,6 +392,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ------------------------------------------------------------------------------- parent side
+def _has_exited(pid: int) -> bool:
+    """Whether child ``pid`` has exited, without reaping it."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # pragma: no cover - reaped elsewhere
+        return True
+
+
 def _child_env(env: dict | None) -> dict:
     out = dict(os.environ)
     out.update(env or {})
@@ -450,13 +458,8 @@ class Child:
         self.pid = self.proc.pid
 
     def exited(self) -> bool:
-        """Whether the child has exited (it is left a zombie, so its process group id stays ours)."""
-        if self._reaped:
-            return True
-        try:
-            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-        except ChildProcessError:  # pragma: no cover - reaped elsewhere
-            return True
+        """Whether the process has exited (left a zombie, so its process group id stays ours)."""
+        return self._reaped or _has_exited(self.pid)
 
     def wait(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the child to exit; True if it did."""
@@ -569,13 +572,8 @@ class _Server:
 
     # -- state
     def exited(self) -> bool:
-        """Whether the worker has exited (left a zombie, so its process group id stays ours)."""
-        if self._reaped:
-            return True
-        try:
-            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-        except ChildProcessError:  # pragma: no cover - reaped elsewhere
-            return True
+        """Whether the process has exited (left a zombie, so its process group id stays ours)."""
+        return self._reaped or _has_exited(self.pid)
 
     def stderr_size(self) -> int:
         try:
