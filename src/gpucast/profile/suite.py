@@ -44,16 +44,17 @@ remaining solo configurations if time is left. Resume skips every configuration 
 Time per call (reasoned, not yet measured on the device). A solo run in the warm worker costs
 its build (model construction on the GPU: 0.2 s, ~1 s for the 1-billion-parameter models), 5
 warm-up steps (plus ~0.3 s of first-step kernel loading and library heuristics), the window
-(2 s, or 500 steps when they take less: a quarter of the suite's jobs step in under 4 ms) and
-~0.35 s of NVML set-up, clean-up and appending the row: ~3.2 s on average over the first 200
+(1.5 s, or 500 steps when they take less: a quarter of the suite's jobs step in under 3 ms) and
+~0.35 s of NVML set-up, clean-up and appending the row: ~2.7 s on average over the first 200
 solo configurations (step times from gpucast's own H200 prediction; median step 12 ms). A
 worker's start-up (interpreter, the imports, CUDA context: 3.5-5 s) is paid once per worker, so
 ~4 times a call (the first start, every 40 runs, after the groups, after each rare failure),
 where the one-process-per-run worker paid it every run (~7.5 s a run: ~50 solo configurations
-in a call's solo share). In a 510 s call: ~115 solo configurations in the 75 % solo share plus
-~12 co-located groups (~10 s each: 2-3 fresh processes start in parallel) in the rest; ~150 if
+in a call's solo share). In a 510 s call: ~135 solo configurations in the 75 % solo share plus
+~12 co-located groups (~10 s each: 2-3 fresh processes start in parallel) in the rest; ~180 if
 the whole budget went to solo runs. 150+ solo configurations and 20+ groups take two calls
-(each resumes where the last one stopped).
+(each resumes where the last one stopped). The 1.5 s window holds ~9 of NVML's utilization
+sample periods on an H200 (1/6 s) and ~75 sampler readings.
 
 Entry point: ``python -m gpucast.profile.suite --out DIR --budget 540`` (``--list`` prints the
 suite without a GPU). No GPU: one ``error:`` line, exit 2.
@@ -88,9 +89,9 @@ PHASES = ("spread", "sweep", "colocated")
 FAMILY_OPTIMIZER = {"cnn": "sgd", "rnn": "sgd", "transformer": "adamw", "gan": "adam", "recsys": "adam",
                     "pointnet": "adam", "rl": "adam", "mlp": "sgd"}
 
-# Method of every run (RunSpec): 5 warm-up steps, then a 2 s steady window (5 to 500 steps).
+# Method of every run (RunSpec): 5 warm-up steps, then a 1.5 s steady window (5 to 500 steps).
 WARMUP_STEPS = 5
-WINDOW_S = 2.0
+WINDOW_S = 1.5
 RUN_TIMEOUT_S = 90.0      # one solo run, a fresh worker's start-up (imports, CUDA context) included
 GROUP_TIMEOUT_S = 120.0   # one co-located group
 FIRST_SOLO_S = 8.0        # expected wall time of a solo run before any has been timed in this call
