@@ -37,13 +37,12 @@ from gpucast.graph.memory import MemoryTracker
 from gpucast.graph.mirror import CudaMirror
 from gpucast.graph.trace import OpRecord, Trace
 from gpucast.job import Job
+from gpucast.optim import make_optimizer
 from gpucast.zoo import factories
 
 aten = torch.ops.aten
 
 AMP_DTYPES = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
-# SGD with momentum 0.9 is how the classic CNN recipes train (He et al. 2016).
-SGD_MOMENTUM = 0.9
 # GradScaler's default initial scale (torch.amp.GradScaler init_scale).
 GRAD_SCALE = 65536.0
 # Per-dimension cap on recorded shapes of list arguments (foreach ops take hundreds).
@@ -235,16 +234,6 @@ def _shapes(args) -> tuple:
     return tuple(shapes)
 
 
-def _make_optimizer(name: str, params):
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=0.1, momentum=SGD_MOMENTUM, foreach=True)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=1e-3, foreach=True)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-3, foreach=True)
-    return None
-
-
 def _stage(stage: str, fn, *args):
     try:
         return fn(*args)
@@ -272,7 +261,7 @@ def capture(job: Job) -> Trace:
     train = job.mode == "train"
     model.train(train)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = _make_optimizer(job.optimizer, params) if train and params else None
+    optimizer = make_optimizer(job.optimizer, params) if train and params else None
     if optimizer is not None:
         _stage("initialising the optimizer", _warm_optimizer, optimizer, params)
 

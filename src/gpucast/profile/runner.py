@@ -11,7 +11,7 @@ synthetic inputs already on the device:
 * ``train``: forward and loss under ``torch.autocast`` for ``amp-fp16``/``amp-bf16``; backward
   (through ``torch.amp.GradScaler`` for ``amp-fp16``: scale, unscale, ``found_inf`` check,
   update); ``optimizer.step()`` with the tracer's optimizer (SGD momentum 0.9 / Adam / AdamW,
-  ``foreach``; the tracer's ``_make_optimizer`` is the one definition);
+  ``foreach``; :func:`gpucast.optim.make_optimizer` is the one definition for both);
   ``zero_grad(set_to_none=True)``; then ``loss.item()``, as training loops do to log the loss.
   That read is a host-GPU sync every step, which the predictor assumes
   (``EstimatorConfig.step_end_sync``).
@@ -285,7 +285,7 @@ class _Step:
         import torch
 
         # the predictor's own optimizer choices: one definition for both
-        from gpucast.graph.tracer import _make_optimizer as make_optimizer
+        from gpucast.optim import make_optimizer
         from gpucast.zoo import factories
 
         self.torch = torch
