@@ -111,7 +111,7 @@ PRELOAD = (
     "torchvision.models", "transformers", "transformers.integrations.sdpa_attention",
     "transformers.models.bert.modeling_bert", "transformers.models.gpt2.modeling_gpt2",
     "transformers.models.t5.modeling_t5", "transformers.models.llama.modeling_llama",
-    "gpucast.zoo", "gpucast.graph.tracer", "gpucast.profile.sampler", "gpucast.profile.nvml",
+    "gpucast.zoo", "gpucast.optim", "gpucast.profile.sampler", "gpucast.profile.nvml",
     "gpucast.hardware",
 )
 _SRC = str(Path(__file__).resolve().parents[2])  # the directory that holds this gpucast package
