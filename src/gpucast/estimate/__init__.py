@@ -25,7 +25,7 @@ import numpy as np
 
 from gpucast.estimate.constants import DEFAULT, EstimatorConfig
 from gpucast.estimate.host import host_times
-from gpucast.estimate.kernels import KernelTimes, OpArrays, kernel_times
+from gpucast.estimate.kernels import PHASE_CODES, KernelTimes, OpArrays, kernel_times
 from gpucast.estimate.memory import MemoryEstimate, device_memory
 from gpucast.estimate.step import Timeline, simulate
 from gpucast.graph.trace import Trace
@@ -68,8 +68,8 @@ def estimate(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | Non
     mem = device_memory(trace, job, gpu, cfg)
     lo, hi = cfg.memory_range
     a = OpArrays.of(trace)
-    phases = np.array([o.phase for o in trace.ops], dtype=object)
-    by_phase = {p: float(kt.time[phases == p].sum()) for p in dict.fromkeys(phases)}
+    by_phase = {p: float(kt.time[a.phase == code].sum()) for p, code in PHASE_CODES.items()
+                if (a.phase == code).any()}
     by_cat = {c: float(kt.time[a.category == c].sum()) for c in dict.fromkeys(a.category)}
     total = float(kt.time.sum())
     costed_share = float(kt.time[a.costed].sum() / total) if total > 0 else 1.0

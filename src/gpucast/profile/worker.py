@@ -392,6 +392,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ------------------------------------------------------------------------------- parent side
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group led by child ``pid`` (not yet reaped, so the id is still ours)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _has_exited(pid: int) -> bool:
     """Whether child ``pid`` has exited, without reaping it."""
     try:
@@ -479,10 +487,7 @@ class Child:
     def kill(self) -> None:
         """Kill the child's whole process group (the child is not reaped yet, so the id is still ours)."""
         if not self._reaped:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _kill_group(self.pid)
 
     def finish(self, timed_out: bool = False) -> dict:
         """Kill what is left of the group, reap the child, and return its row: the result it
@@ -679,10 +684,7 @@ class _Server:
     def end(self) -> int:
         """Kill the worker's whole process group, reap it, close the channels; its return code."""
         if not self._reaped:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _kill_group(self.pid)
             self.proc.wait()
             self._reaped = True
             for f in (self.proc.stdin,):
