@@ -1,0 +1,187 @@
+"""What a simulated run delivered, as numbers: :func:`summarize` one :class:`SimResult`,
+:func:`compare` several against a baseline policy.
+
+Definitions (every time in seconds of simulated time; a job is *finished* when its
+``finish_s`` is set, *started* when its ``start_s`` is):
+
+* ``gpu_util_pct``: time-weighted cluster GPU utilization. ``util_timeline`` is a step function,
+  ``(t_i, u_i)`` meaning "from ``t_i`` on, the cluster's GPUs are ``u_i`` % utilized"; the value
+  is its integral over ``[0, end_s]`` divided by ``end_s``. Before the first point the cluster
+  counts as idle (0 %); points past ``end_s`` are ignored.
+* ``makespan_s``: ``end_s`` minus the first arrival.
+* JCT (job completion time): ``finish_s - arrival_s`` over finished jobs: mean, p50, p95, p99.
+* queueing delay: ``start_s - arrival_s`` over started jobs (the first start: a job that was
+  requeued after an OOM failure keeps its first ``start_s``): mean, p95. Jobs that never
+  started are not in it (their wait is censored by the end of the run); ``jobs_never_started``
+  counts them.
+* slowdown: ``JCT / solo_duration_s`` over finished jobs with a positive solo duration
+  (1.0: as fast as alone on the GPU type with no wait): mean, p95.
+* ``oom_failures``, ``restarts``: sums over jobs. ``gpu_hours``: the sum of ``gpu_seconds`` / 3600
+  (GPU time held, whether or not the GPU was shared or busy).
+
+Percentiles are linear interpolation between order statistics (numpy's default ``linear``
+method: the p-th percentile of ``n`` sorted values sits at position ``p/100 * (n-1)``).
+An empty set gives ``None``, never 0.
+
+The module reads only the attributes of ``SimResult``/``JobRecord`` (see
+``gpucast.cluster.result``); it runs nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+
+# Metrics where larger is better; every other compared metric is better when smaller.
+HIGHER_IS_BETTER = frozenset({"gpu_util_pct", "jobs_finished"})
+
+# The metrics `compare` reports gains on: (summary key, short label).
+COMPARED = (
+    ("gpu_util_pct", "util"),
+    ("makespan_s", "makespan"),
+    ("jct_mean_s", "JCT mean"),
+    ("jct_p99_s", "JCT p99"),
+    ("queue_delay_mean_s", "queue delay"),
+)
+
+
+def _pct(values: np.ndarray, q: float) -> Optional[float]:
+    return float(np.percentile(values, q)) if values.size else None
+
+
+def _mean(values: np.ndarray) -> Optional[float]:
+    return float(values.mean()) if values.size else None
+
+
+def util_integral(timeline: Sequence[tuple[float, float]], end_s: float) -> float:
+    """The integral of the utilization step function over ``[0, end_s]``, in %·s."""
+    if end_s <= 0 or not timeline:
+        return 0.0
+    t = np.asarray([p[0] for p in timeline], dtype=float)
+    u = np.asarray([p[1] for p in timeline], dtype=float)
+    order = np.argsort(t, kind="stable")
+    t, u = t[order], u[order]
+    lo = np.clip(t, 0.0, end_s)
+    hi = np.clip(np.append(t[1:], end_s), 0.0, end_s)
+    return float(np.sum(u * np.maximum(hi - lo, 0.0)))
+
+
+def time_weighted_util(timeline: Sequence[tuple[float, float]], end_s: float) -> Optional[float]:
+    """Mean cluster GPU utilization % over ``[0, end_s]``; ``None`` when ``end_s <= 0``."""
+    if end_s <= 0:
+        return None
+    return util_integral(timeline, end_s) / end_s
+
+
+def binned_util(timeline: Sequence[tuple[float, float]], end_s: float, bins: int) -> tuple[list[float], list[float]]:
+    """The step function averaged over ``bins`` equal time bins of ``[0, end_s]``: (bin start
+    times, mean utilization % in each bin). Exact (the running integral of a step function is
+    piecewise linear, so interpolating it at the bin edges loses nothing), and the bins' mean is
+    the whole run's :func:`time_weighted_util`. Used to keep plots of long runs small."""
+    if end_s <= 0 or not timeline or bins < 1:
+        return [], []
+    t = np.asarray([p[0] for p in timeline], dtype=float)
+    u = np.asarray([p[1] for p in timeline], dtype=float)
+    order = np.argsort(t, kind="stable")
+    t, u = np.clip(t[order], 0.0, end_s), u[order]
+    knots = np.concatenate(([0.0], t, [end_s]))
+    widths = np.diff(knots)
+    rates = np.concatenate(([0.0], u))  # idle before the first point
+    cum = np.concatenate(([0.0], np.cumsum(rates * widths)))
+    edges = np.linspace(0.0, end_s, bins + 1)
+    # np.interp needs increasing x; repeated knots (events at the same instant) are fine for it
+    # only when the y values agree, which they do (zero width adds nothing).
+    area = np.interp(edges, knots, cum)
+    means = np.diff(area) / np.diff(edges)
+    return edges[:-1].tolist(), means.tolist()
+
+
+def job_arrays(records: Iterable) -> dict[str, np.ndarray]:
+    """Per-job JCT, queueing delay and slowdown arrays (finished / started jobs only)."""
+    jct, wait, slow = [], [], []
+    for r in records:
+        if r.start_s is not None:
+            wait.append(r.start_s - r.arrival_s)
+        if r.finish_s is not None:
+            j = r.finish_s - r.arrival_s
+            jct.append(j)
+            if r.solo_duration_s and r.solo_duration_s > 0:
+                slow.append(j / r.solo_duration_s)
+    return dict(jct=np.asarray(jct, dtype=float), queue_delay=np.asarray(wait, dtype=float),
+                slowdown=np.asarray(slow, dtype=float))
+
+
+def summarize(result) -> dict:
+    """One flat dict of the metrics above for ``result`` (a ``SimResult``); JSON-ready."""
+    records = list(result.records)
+    a = job_arrays(records)
+    jct, wait, slow = a["jct"], a["queue_delay"], a["slowdown"]
+    first_arrival = min((r.arrival_s for r in records), default=0.0)
+    finished = int(jct.size)
+    started = sum(1 for r in records if r.start_s is not None)
+    return dict(
+        policy=result.policy,
+        n_gpus=int(result.n_gpus),
+        jobs=len(records),
+        jobs_finished=finished,
+        jobs_unfinished=len(records) - finished,
+        jobs_never_started=len(records) - started,
+        gpu_util_pct=time_weighted_util(result.util_timeline, result.end_s),
+        makespan_s=float(result.end_s - first_arrival) if records else float(result.end_s),
+        end_s=float(result.end_s),
+        jct_mean_s=_mean(jct),
+        jct_p50_s=_pct(jct, 50),
+        jct_p95_s=_pct(jct, 95),
+        jct_p99_s=_pct(jct, 99),
+        queue_delay_mean_s=_mean(wait),
+        queue_delay_p95_s=_pct(wait, 95),
+        slowdown_mean=_mean(slow),
+        slowdown_p95=_pct(slow, 95),
+        oom_failures=int(sum(r.oom_failures for r in records)),
+        restarts=int(sum(r.restarts for r in records)),
+        gpu_hours=float(sum(r.gpu_seconds for r in records)) / 3600.0,
+    )
+
+
+def gain_pct(value: Optional[float], base: Optional[float], key: str) -> Optional[float]:
+    """How much better ``value`` is than ``base``, in % of ``base`` (positive: better).
+
+    For utilization (higher is better): ``(value - base) / base * 100`` ("util +61.5 % vs slot").
+    For times (lower is better): ``(base - value) / base * 100`` ("makespan -23.7 %" is a gain of
+    23.7). ``None`` when either is missing or ``base`` is 0."""
+    if value is None or base is None or base == 0 or math.isnan(base) or math.isnan(value):
+        return None
+    if key in HIGHER_IS_BETTER:
+        return (value - base) / base * 100.0
+    return (base - value) / base * 100.0
+
+
+def compare(summaries: Sequence[dict], baseline: str = "slot") -> list[dict]:
+    """Each summary's gain over the ``baseline`` policy's on :data:`COMPARED`: a list (same
+    order) of ``{"policy": ..., "vs": baseline, "<key>_gain_pct": ...}``. A missing baseline
+    gives an empty list."""
+    base = next((s for s in summaries if s["policy"] == baseline), None)
+    if base is None:
+        return []
+    out = []
+    for s in summaries:
+        row = {"policy": s["policy"], "vs": baseline}
+        for key, _ in COMPARED:
+            row[f"{key}_gain_pct"] = gain_pct(s.get(key), base.get(key), key)
+        out.append(row)
+    return out
+
+
+def gain_line(gains: dict) -> str:
+    """``util +61.5%, makespan -23.7%, JCT mean -40.2%, ... vs slot``: signs as the change reads
+    (utilization up is +, a time that shrank is -)."""
+    parts = []
+    for key, label in COMPARED:
+        g = gains.get(f"{key}_gain_pct")
+        if g is None:
+            continue
+        shown = g if key in HIGHER_IS_BETTER else -g
+        parts.append(f"{label} {shown:+.1f}%")
+    return f"{', '.join(parts)} vs {gains['vs']}" if parts else f"no comparison with {gains['vs']}"

@@ -1,0 +1,148 @@
+"""Simulator metrics on hand-made SimResults: every expected number is derived in a comment.
+
+The results here are synthetic test fixtures (built by hand, not by the simulator).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from gpucast.cluster.metrics import (binned_util, compare, gain_line, gain_pct, summarize, time_weighted_util,
+                                     util_integral)
+from gpucast.cluster.result import JobRecord, SimResult
+
+
+def _rec(job_id, arrival, start, finish, solo, gpu_s, gpus=1, oom=0, restarts=0) -> JobRecord:
+    return JobRecord(job_id=job_id, workload="resnet50", batch_size=32, gpus=gpus, arrival_s=arrival,
+                     start_s=start, finish_s=finish, solo_duration_s=solo, gpu_seconds=gpu_s,
+                     oom_failures=oom, restarts=restarts)
+
+
+# Timeline: 0 % on [0,10), 50 % on [10,30), 100 % on [30,40), 0 % on [40,50]; end 50.
+# Integral = 0*10 + 50*20 + 100*10 + 0*10 = 2000 %·s; / 50 s = 40 %.
+TIMELINE = [(0.0, 0.0), (10.0, 50.0), (30.0, 100.0), (40.0, 0.0)]
+
+
+def synthetic_result(policy="slot", timeline=TIMELINE, end_s=50.0) -> SimResult:
+    records = [
+        # A: waits 10, runs 30; JCT 40, solo 20 -> slowdown 2.0
+        _rec("A", 0.0, 10.0, 40.0, 20.0, 30.0),
+        # B: waits 25, JCT 45, solo 10 -> slowdown 4.5; one OOM, one restart; 2 GPUs x 20 s
+        _rec("B", 5.0, 30.0, 50.0, 10.0, 40.0, gpus=2, oom=1, restarts=1),
+        # C: arrives at 20 and never starts
+        _rec("C", 20.0, None, None, 15.0, 0.0),
+    ]
+    return SimResult(policy=policy, n_gpus=2, gpu_types={"v100-16gb": 2}, records=records,
+                     util_timeline=list(timeline), end_s=end_s, params={"seed": 0})
+
+
+def test_time_weighted_util_of_a_step_function():
+    assert util_integral(TIMELINE, 50.0) == pytest.approx(2000.0)
+    assert time_weighted_util(TIMELINE, 50.0) == pytest.approx(40.0)
+    # Cut at 35: 0*10 + 50*20 + 100*5 = 1500 over 35.
+    assert time_weighted_util(TIMELINE, 35.0) == pytest.approx(1500.0 / 35.0)
+    # A timeline that starts late counts as idle before its first point: 80 % on [5,10] of 10 s -> 40 %.
+    assert time_weighted_util([(5.0, 80.0)], 10.0) == pytest.approx(40.0)
+    # Two points at the same instant: the later one holds (zero-width step adds nothing).
+    assert time_weighted_util([(0.0, 10.0), (0.0, 30.0)], 4.0) == pytest.approx(30.0)
+    assert time_weighted_util(TIMELINE, 0.0) is None
+    assert time_weighted_util([], 10.0) == 0.0
+
+
+def test_summarize_hand_checked():
+    s = summarize(synthetic_result())
+    assert s["policy"] == "slot"
+    assert s["gpu_util_pct"] == pytest.approx(40.0)
+    assert s["makespan_s"] == pytest.approx(50.0)            # end 50 - first arrival 0
+    assert (s["jobs"], s["jobs_finished"], s["jobs_unfinished"], s["jobs_never_started"]) == (3, 2, 1, 1)
+    # JCTs 40, 45: mean 42.5; p95 = 40 + 0.95 * 5; p99 = 40 + 0.99 * 5
+    assert s["jct_mean_s"] == pytest.approx(42.5)
+    assert s["jct_p50_s"] == pytest.approx(42.5)
+    assert s["jct_p95_s"] == pytest.approx(44.75)
+    assert s["jct_p99_s"] == pytest.approx(44.95)
+    # queueing delays 10, 25 (C never started: not counted)
+    assert s["queue_delay_mean_s"] == pytest.approx(17.5)
+    assert s["queue_delay_p95_s"] == pytest.approx(10 + 0.95 * 15)
+    # slowdowns 2.0, 4.5
+    assert s["slowdown_mean"] == pytest.approx(3.25)
+    assert s["slowdown_p95"] == pytest.approx(2.0 + 0.95 * 2.5)
+    assert s["oom_failures"] == 1 and s["restarts"] == 1
+    assert s["gpu_hours"] == pytest.approx(70.0 / 3600.0)
+    json.dumps(s)  # JSON-ready: plain floats and ints
+
+
+def test_percentiles_interpolate_linearly():
+    # JCTs 1..5 (arrival 0, finish k): p50 = 3, p95 at position 0.95*4 = 3.8 -> 4.8, p99 -> 4.96
+    recs = [_rec(str(k), 0.0, 0.0, float(k), float(k), float(k)) for k in range(1, 6)]
+    r = SimResult("x", 1, {"t4": 1}, recs, [(0.0, 100.0)], 5.0, {})
+    s = summarize(r)
+    assert (s["jct_p50_s"], s["jct_p95_s"], s["jct_p99_s"]) == pytest.approx((3.0, 4.8, 4.96))
+    assert s["slowdown_mean"] == pytest.approx(1.0)
+    assert s["queue_delay_mean_s"] == 0.0
+
+
+def test_makespan_counts_from_the_first_arrival():
+    recs = [_rec("late", 100.0, 100.0, 160.0, 60.0, 60.0)]
+    s = summarize(SimResult("x", 1, {"t4": 1}, recs, [(0.0, 0.0), (100.0, 100.0), (160.0, 0.0)], 160.0, {}))
+    assert s["makespan_s"] == pytest.approx(60.0)
+    # utilization is still over [0, end]: 100 % for 60 of 160 s
+    assert s["gpu_util_pct"] == pytest.approx(37.5)
+
+
+def test_nothing_finished_gives_none_not_zero():
+    recs = [_rec("A", 0.0, None, None, 10.0, 0.0)]
+    s = summarize(SimResult("x", 1, {"t4": 1}, recs, [(0.0, 0.0)], 10.0, {}))
+    for key in ("jct_mean_s", "jct_p50_s", "jct_p99_s", "queue_delay_mean_s", "slowdown_mean"):
+        assert s[key] is None
+    assert s["jobs_finished"] == 0 and s["jobs_never_started"] == 1
+
+
+def test_zero_solo_duration_is_left_out_of_slowdown():
+    recs = [_rec("A", 0.0, 0.0, 10.0, 0.0, 10.0), _rec("B", 0.0, 0.0, 10.0, 5.0, 10.0)]
+    s = summarize(SimResult("x", 2, {"t4": 2}, recs, [(0.0, 50.0)], 10.0, {}))
+    assert s["slowdown_mean"] == pytest.approx(2.0)
+
+
+def test_binned_util_is_exact_and_preserves_the_mean():
+    starts, means = binned_util(TIMELINE, 50.0, 5)
+    assert starts == pytest.approx([0, 10, 20, 30, 40])
+    assert means == pytest.approx([0.0, 50.0, 50.0, 100.0, 0.0])
+    # Two bins: [0,25): (0*10 + 50*15)/25 = 30; [25,50]: (50*5 + 100*10 + 0*10)/25 = 50
+    _, means = binned_util(TIMELINE, 50.0, 2)
+    assert means == pytest.approx([30.0, 50.0])
+    # Bins that split steps unevenly still average to the whole-run utilization.
+    _, means = binned_util(TIMELINE, 50.0, 7)
+    assert sum(means) / 7 == pytest.approx(40.0)
+    assert binned_util([], 50.0, 4) == ([], [])
+
+
+def test_gain_signs():
+    assert gain_pct(60.0, 40.0, "gpu_util_pct") == pytest.approx(50.0)   # higher is better
+    assert gain_pct(80.0, 100.0, "makespan_s") == pytest.approx(20.0)    # lower is better
+    assert gain_pct(120.0, 100.0, "jct_mean_s") == pytest.approx(-20.0)
+    assert gain_pct(1.0, 0.0, "makespan_s") is None
+    assert gain_pct(None, 1.0, "makespan_s") is None
+
+
+def test_compare_against_slot():
+    slot = summarize(synthetic_result("slot"))
+    # same jobs, a busier timeline: 60 % over the whole run -> +50 % vs 40 %
+    busy = summarize(synthetic_result("gpucast", timeline=[(0.0, 60.0)]))
+    rows = compare([slot, busy], baseline="slot")
+    assert [r["policy"] for r in rows] == ["slot", "gpucast"]
+    assert rows[0]["gpu_util_pct_gain_pct"] == pytest.approx(0.0)
+    assert rows[1]["gpu_util_pct_gain_pct"] == pytest.approx(50.0)
+    assert rows[1]["makespan_s_gain_pct"] == pytest.approx(0.0)
+    line = gain_line(rows[1])
+    assert line.startswith("util +50.0%") and line.endswith("vs slot")
+    assert compare([busy], baseline="slot") == []
+
+
+def test_gain_line_shows_a_shorter_time_as_minus():
+    line = gain_line({"vs": "slot", "gpu_util_pct_gain_pct": None, "makespan_s_gain_pct": 23.7,
+                      "jct_mean_s_gain_pct": None, "jct_p99_s_gain_pct": None, "queue_delay_mean_s_gain_pct": -10.0})
+    assert line == "makespan -23.7%, queue delay +10.0% vs slot"
+    assert not math.isnan(gain_pct(1.0, 2.0, "jct_p99_s"))
