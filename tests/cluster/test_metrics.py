@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from gpucast.cluster.metrics import (binned_util, compare, gain_line, gain_pct, summarize, time_weighted_util,
+from gpucast.cluster.metrics import (binned_util, change_line, change_pct, compare, summarize, time_weighted_util,
                                      util_integral)
 from gpucast.cluster.result import JobRecord, SimResult
 
@@ -119,12 +119,12 @@ def test_binned_util_is_exact_and_preserves_the_mean():
     assert binned_util([], 50.0, 4) == ([], [])
 
 
-def test_gain_signs():
-    assert gain_pct(60.0, 40.0, "gpu_util_pct") == pytest.approx(50.0)   # higher is better
-    assert gain_pct(80.0, 100.0, "makespan_s") == pytest.approx(20.0)    # lower is better
-    assert gain_pct(120.0, 100.0, "jct_mean_s") == pytest.approx(-20.0)
-    assert gain_pct(1.0, 0.0, "makespan_s") is None
-    assert gain_pct(None, 1.0, "makespan_s") is None
+def test_change_signs():
+    assert change_pct(60.0, 40.0) == pytest.approx(50.0)     # utilization up by half
+    assert change_pct(80.0, 100.0) == pytest.approx(-20.0)   # makespan 20 % shorter
+    assert change_pct(1.0, 0.0) is None
+    assert change_pct(None, 1.0) is None
+    assert change_pct(1.0, math.nan) is None
 
 
 def test_compare_against_slot():
@@ -133,16 +133,16 @@ def test_compare_against_slot():
     busy = summarize(synthetic_result("gpucast", timeline=[(0.0, 60.0)]))
     rows = compare([slot, busy], baseline="slot")
     assert [r["policy"] for r in rows] == ["slot", "gpucast"]
-    assert rows[0]["gpu_util_pct_gain_pct"] == pytest.approx(0.0)
-    assert rows[1]["gpu_util_pct_gain_pct"] == pytest.approx(50.0)
-    assert rows[1]["makespan_s_gain_pct"] == pytest.approx(0.0)
-    line = gain_line(rows[1])
+    assert rows[0]["gpu_util_pct"] == pytest.approx(0.0)
+    assert rows[1]["gpu_util_pct"] == pytest.approx(50.0)
+    assert rows[1]["makespan_s"] == pytest.approx(0.0)
+    line = change_line(rows[1])
     assert line.startswith("util +50.0%") and line.endswith("vs slot")
     assert compare([busy], baseline="slot") == []
 
 
-def test_gain_line_shows_a_shorter_time_as_minus():
-    line = gain_line({"vs": "slot", "gpu_util_pct_gain_pct": None, "makespan_s_gain_pct": 23.7,
-                      "jct_mean_s_gain_pct": None, "jct_p99_s_gain_pct": None, "queue_delay_mean_s_gain_pct": -10.0})
+def test_change_line_skips_missing_values():
+    line = change_line({"vs": "slot", "gpu_util_pct": None, "makespan_s": -23.7, "jct_mean_s": None,
+                        "jct_p99_s": None, "queue_delay_mean_s": 10.0})
     assert line == "makespan -23.7%, queue delay +10.0% vs slot"
-    assert not math.isnan(gain_pct(1.0, 2.0, "jct_p99_s"))
+    assert change_line({"vs": "slot"}) == "no comparison with slot"

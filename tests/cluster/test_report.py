@@ -37,7 +37,7 @@ def test_report_is_self_contained_and_complete(tmp_path):
     for what in ("seed: 0", "prediction error sigma: 0.2", "checkpoint interval (s): 1800.0",
                  "trace: synthetic-fixture", "4 GPUs (4 x v100-16gb)"):
         assert what in text
-    assert "Gains over slot" in text and "util +0.0%" in text
+    assert "Change from slot" in text and "util +0.0%" in text
     assert not [p for p in os.listdir(tmp_path) if p != "r.html"]  # no temporary file left behind
 
 

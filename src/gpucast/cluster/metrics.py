@@ -1,5 +1,5 @@
 """What a simulated run delivered, as numbers: :func:`summarize` one :class:`SimResult`,
-:func:`compare` several against a baseline policy.
+:func:`compare` several against a baseline policy (relative change in %).
 
 Definitions (every time in seconds of simulated time; a job is *finished* when its
 ``finish_s`` is set, *started* when its ``start_s`` is):
@@ -34,10 +34,8 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-# Metrics where larger is better; every other compared metric is better when smaller.
-HIGHER_IS_BETTER = frozenset({"gpu_util_pct", "jobs_finished"})
-
-# The metrics `compare` reports gains on: (summary key, short label).
+# The metrics `compare` reports changes of: (summary key, short label). Utilization is better
+# when higher, the times when lower.
 COMPARED = (
     ("gpu_util_pct", "util"),
     ("makespan_s", "makespan"),
@@ -145,22 +143,18 @@ def summarize(result) -> dict:
     )
 
 
-def gain_pct(value: Optional[float], base: Optional[float], key: str) -> Optional[float]:
-    """How much better ``value`` is than ``base``, in % of ``base`` (positive: better).
-
-    For utilization (higher is better): ``(value - base) / base * 100`` ("util +61.5 % vs slot").
-    For times (lower is better): ``(base - value) / base * 100`` ("makespan -23.7 %" is a gain of
-    23.7). ``None`` when either is missing or ``base`` is 0."""
+def change_pct(value: Optional[float], base: Optional[float]) -> Optional[float]:
+    """The relative change of ``value`` from ``base``: ``(value - base) / base * 100``, signed as
+    it reads: utilization 40 -> 60 is +50 %, a makespan 100 -> 80 h is -20 %. ``None`` when either
+    is missing or ``base`` is 0."""
     if value is None or base is None or base == 0 or math.isnan(base) or math.isnan(value):
         return None
-    if key in HIGHER_IS_BETTER:
-        return (value - base) / base * 100.0
-    return (base - value) / base * 100.0
+    return (value - base) / base * 100.0
 
 
 def compare(summaries: Sequence[dict], baseline: str = "slot") -> list[dict]:
-    """Each summary's gain over the ``baseline`` policy's on :data:`COMPARED`: a list (same
-    order) of ``{"policy": ..., "vs": baseline, "<key>_gain_pct": ...}``. A missing baseline
+    """Each summary's change from the ``baseline`` policy's on :data:`COMPARED`: a list (same
+    order) of ``{"policy": ..., "vs": baseline, "<key>": change_pct, ...}``. A missing baseline
     gives an empty list."""
     base = next((s for s in summaries if s["policy"] == baseline), None)
     if base is None:
@@ -169,19 +163,12 @@ def compare(summaries: Sequence[dict], baseline: str = "slot") -> list[dict]:
     for s in summaries:
         row = {"policy": s["policy"], "vs": baseline}
         for key, _ in COMPARED:
-            row[f"{key}_gain_pct"] = gain_pct(s.get(key), base.get(key), key)
+            row[key] = change_pct(s.get(key), base.get(key))
         out.append(row)
     return out
 
 
-def gain_line(gains: dict) -> str:
-    """``util +61.5%, makespan -23.7%, JCT mean -40.2%, ... vs slot``: signs as the change reads
-    (utilization up is +, a time that shrank is -)."""
-    parts = []
-    for key, label in COMPARED:
-        g = gains.get(f"{key}_gain_pct")
-        if g is None:
-            continue
-        shown = g if key in HIGHER_IS_BETTER else -g
-        parts.append(f"{label} {shown:+.1f}%")
-    return f"{', '.join(parts)} vs {gains['vs']}" if parts else f"no comparison with {gains['vs']}"
+def change_line(changes: dict) -> str:
+    """``util +61.5%, makespan -23.7%, JCT mean -40.2%, ... vs slot`` (one :func:`compare` row)."""
+    parts = [f"{label} {changes[key]:+.1f}%" for key, label in COMPARED if changes.get(key) is not None]
+    return f"{', '.join(parts)} vs {changes['vs']}" if parts else f"no comparison with {changes['vs']}"

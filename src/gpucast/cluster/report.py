@@ -4,7 +4,7 @@
 the target's directory, then ``os.replace``). The page holds:
 
 * the summary table (:func:`gpucast.cluster.metrics.summarize` of each run) and each policy's
-  gain over the baseline (``slot`` when it was run);
+  change from the baseline (``slot`` when it was run);
 * cluster GPU utilization over time per policy, averaged over at most ``max_points`` equal time
   bins (:func:`gpucast.cluster.metrics.binned_util`: exact bin means, so a 100,000-job run stays
   a few hundred kB of data);
@@ -169,9 +169,9 @@ def render(results: Sequence, *, title: str = "gpucast simulate", baseline: str 
     if not results:
         raise ValueError("no simulation results to report")
     summaries = [metrics.summarize(r) for r in results]
-    gains = metrics.compare(summaries, baseline=baseline)
-    gain_items = "".join(f"<li>{html.escape(g['policy'])}: {html.escape(metrics.gain_line(g))}</li>"
-                         for g in gains if g["policy"] != baseline)
+    changes = metrics.compare(summaries, baseline=baseline)
+    change_items = "".join(f"<li>{html.escape(c['policy'])}: {html.escape(metrics.change_line(c))}</li>"
+                           for c in changes if c["policy"] != baseline)
     figs = _figures(results, max_points)
     plots = []
     for i, fig in enumerate(figs):
@@ -187,7 +187,7 @@ def render(results: Sequence, *, title: str = "gpucast simulate", baseline: str 
         "(finished jobs); queueing delay: first start - arrival (started jobs); slowdown: JCT / the job's "
         "run time alone on its GPU type.</p>"
         f"{_table(summaries)}"
-        + (f"<h2>Gains over {html.escape(baseline)}</h2><ul>{gain_items}</ul>" if gain_items else "")
+        + (f"<h2>Change from {html.escape(baseline)}</h2><ul>{change_items}</ul>" if change_items else "")
         + "<h2>Assumptions</h2>"
         f"<p class=\"note\">{html.escape(assumptions(results))} Policies see predictions (with the error "
         "model above), never the true behaviour, except the oracle and the profiling policy (which pays for "
