@@ -131,6 +131,11 @@ def _table(summaries: Sequence[dict]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+def _round(values, digits: int = 6) -> list[float]:
+    """Six significant digits: plenty for a plot, and a third of the bytes of a full float."""
+    return [float(f"{v:.{digits}g}") for v in values]
+
+
 def _figures(results: Sequence, max_points: int):
     import plotly.graph_objects as go
 
@@ -139,12 +144,12 @@ def _figures(results: Sequence, max_points: int):
     wait = go.Figure()
     for r in results:
         t, u = util_points(r.util_timeline, r.end_s, max_points)
-        util.add_trace(go.Scatter(x=[x / 3600.0 for x in t], y=u, mode="lines", line_shape="hv", name=r.policy))
+        util.add_trace(go.Scatter(x=_round(np.asarray(t) / 3600.0), y=_round(u), mode="lines", line_shape="hv",
+                                  name=r.policy))
         arrays = metrics.job_arrays(r.records)
-        x, y = cdf_points(arrays["jct"] / 3600.0, max_points)
-        jct.add_trace(go.Scatter(x=x, y=y, mode="lines", name=r.policy))
-        x, y = cdf_points(arrays["queue_delay"] / 3600.0, max_points)
-        wait.add_trace(go.Scatter(x=x, y=y, mode="lines", name=r.policy))
+        for fig, key in ((jct, "jct"), (wait, "queue_delay")):
+            x, y = cdf_points(arrays[key] / 3600.0, max_points)
+            fig.add_trace(go.Scatter(x=_round(x), y=_round(y), mode="lines", name=r.policy))
     util.update_layout(title="Cluster GPU utilization over time", xaxis_title="time (h)",
                        yaxis_title="GPU utilization %", yaxis_range=[0, 100])
     jct.update_layout(title="Job completion time (finished jobs), CDF", xaxis_title="JCT (h, log scale)",

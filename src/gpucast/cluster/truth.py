@@ -1,0 +1,248 @@
+"""Each job's true behaviour in the simulator, and what a policy is told about it.
+
+The truth of a job (its solo utilization, peak memory and step time on a GPU type) is the
+simulator's ground truth; policies never read it except ``oracle``, and ``profiling`` after it
+paid for a profiling run. Where the truth comes from, in order:
+
+1. **Measured** (provenance: a real run). Solo rows with status ``ok`` in ``data/measurements``
+   (gpucast's own harness; the directory is empty today) give utilization, memory (torch's peak
+   reserved) and step time for that job on that GPU. Gavel's ``simulation_throughputs.json``
+   gives solo step times of Gavel job types on K80, P100 and V100 (catalog ``k80``, ``p100``,
+   ``v100-16gb``), for one GPU and for data-parallel scale factors 2-8 where measured.
+2. **Simulated truth** otherwise: gpucast's analytic prediction times a multiplicative
+   log-normal error, ``truth = predicted * exp(sigma * z)``, ``z ~ N(0, 1)``, drawn once per
+   (job profile, GPU type, quantity) from ``seed``. Utilization is capped at 100 %. This is not
+   a measurement: it says "suppose gpucast is wrong by a factor of about exp(sigma)". With
+   ``error_sigma=0`` the truth equals the prediction.
+
+A Gavel job type that Gavel measured running alone on a GPU type did fit there, so its simulated
+true memory is clipped to :data:`MEASURED_FIT_FRACTION` of that GPU's memory (gpucast
+over-predicts some of them). A multi-GPU job with no measured multi-GPU throughput runs each step
+in its solo step time (weak scaling, per-GPU batch fixed; communication is not modelled).
+
+What a policy is told is an :class:`Observation` per GPU type: nothing (``told="nothing"``), the
+prediction with its intervals (``"prediction"``), the measured truth after profiling
+(``"profiled"``) or the truth (``"truth"``).
+
+Predictions are computed once per distinct (job fields, GPU type) in the process
+(:func:`predict_cached`), so a 100,000-job trace over 30 job types costs 30 predictions per GPU
+type.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from gpucast.cluster import gavel
+
+MEASURED_FIT_FRACTION = 0.95  # our choice: a job measured running alone uses at most 95 % of the GPU
+DEFAULT_MEASUREMENTS_DIR = Path(__file__).resolve().parents[3] / "data" / "measurements"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What distinguishes one job's behaviour from another's (not its size or arrival)."""
+
+    workload: str
+    batch_size: int
+    precision: str = "fp32"
+    job_type: str | None = None   # Gavel job type, when the job is one
+    fields: tuple = ()            # gpucast Job fields, sorted items
+
+    @classmethod
+    def from_trace_job(cls, tj) -> "Profile":
+        return cls(tj.workload, tj.batch_size, tj.precision, tj.job_type, tj.fields)
+
+    @classmethod
+    def from_gavel(cls, job_type: str) -> "Profile":
+        f = dict(gavel.job_fields(job_type))
+        f.setdefault("precision", "fp32")
+        return cls(f["model"], int(f["batch_size"]), f["precision"], job_type,
+                   tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in f.items())))
+
+    @classmethod
+    def from_zoo(cls, workload: str, batch_size: int, precision: str = "fp32") -> "Profile":
+        return cls(workload, batch_size, precision, None,
+                   tuple(sorted({"model": workload, "batch_size": batch_size, "precision": precision}.items())))
+
+    def job(self):
+        import gpucast
+
+        f = dict(self.fields) or {"model": self.workload, "batch_size": self.batch_size,
+                                  "precision": self.precision}
+        return gpucast.Job(**f)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """gpucast's prediction of one profile on one GPU type (point values and intervals)."""
+
+    util_pct: float
+    util_interval: tuple[float, float]
+    memory_bytes: float
+    memory_interval: tuple[float, float]
+    step_time_s: float
+    step_time_interval: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """True solo behaviour of one profile on one GPU type; ``*_source`` is ``measured:...`` or
+    ``simulated`` (prediction times the error model)."""
+
+    util_pct: float
+    memory_bytes: float
+    step_time_s: float
+    util_source: str
+    memory_source: str
+    step_source: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a policy is told about a job on one GPU type. ``None`` means not told."""
+
+    workload: str
+    batch_size: int
+    gpus: int
+    gpu_type: str
+    source: str                                   # nothing | prediction | profiled | truth
+    util_pct: float | None = None
+    util_interval: tuple[float, float] | None = None
+    memory_bytes: float | None = None
+    memory_interval: tuple[float, float] | None = None
+    step_time_s: float | None = None
+    job_type: str | None = None
+
+    @property
+    def memory_upper(self) -> float | None:
+        """The upper end of the memory interval, else the point value."""
+        if self.memory_interval is not None:
+            return self.memory_interval[1]
+        return self.memory_bytes
+
+
+# ----------------------------------------------------------------------------- predictions
+
+_PRED_CACHE: dict[tuple, Estimate] = {}
+
+
+def predict_cached(profile: Profile, gpu: str) -> Estimate:
+    """``gpucast.predict`` once per (job fields, GPU type) in this process."""
+    key = (profile.fields or (profile.workload, profile.batch_size, profile.precision), gpu)
+    est = _PRED_CACHE.get(key)
+    if est is None:
+        import gpucast
+
+        p = gpucast.predict(profile.job(), gpu)
+        est = Estimate(p.gpu_util_pct, tuple(p.gpu_util_interval), float(p.memory_peak_bytes),
+                       tuple(float(x) for x in p.memory_interval), p.step_time_s,
+                       tuple(p.step_time_interval))
+        _PRED_CACHE[key] = est
+    return est
+
+
+def _load_measured(root: Path | None) -> dict[tuple[str, str], dict]:
+    """Solo ``ok`` rows of gpucast's measurement dataset, by (job_key, catalog GPU)."""
+    if root is None or not Path(root).is_dir() or not any(Path(root).glob("*.parquet")):
+        return {}
+    from gpucast.profile.dataset import Dataset
+
+    out = {}
+    for r in Dataset(root).rows():
+        if r.get("kind") == "solo" and r.get("status") == "ok" and r.get("gpu_name") and r.get("job_key"):
+            out[(r["job_key"], r["gpu_name"])] = r
+    return out
+
+
+def _unit_normal(*parts) -> float:
+    """A standard normal draw fixed by ``parts`` (order of calls does not matter)."""
+    import numpy as np
+
+    h = hashlib.sha256(repr(parts).encode()).digest()
+    return float(np.random.default_rng(int.from_bytes(h[:8], "little")).standard_normal())
+
+
+class Truth:
+    """True behaviour and observations of job profiles, with caching and a seeded error model."""
+
+    def __init__(self, *, error_sigma: float = 0.2, seed: int = 0,
+                 predictor: Callable[[Profile, str], Estimate] | None = None,
+                 use_gavel: bool = True, measurements_dir: Path | None = DEFAULT_MEASUREMENTS_DIR):
+        if error_sigma < 0:
+            raise ValueError("error_sigma must be >= 0")
+        self.error_sigma = float(error_sigma)
+        self.seed = seed
+        self.predictor = predictor or predict_cached
+        self._gavel_solo = gavel.solo_throughputs() if use_gavel else {}
+        self._measured = _load_measured(measurements_dir)
+        self._beh: dict[tuple, Behaviour] = {}
+        self._est: dict[tuple, Estimate] = {}
+
+    def estimate(self, profile: Profile, gpu: str) -> Estimate:
+        k = (profile, gpu)
+        e = self._est.get(k)
+        if e is None:
+            e = self._est[k] = self.predictor(profile, gpu)
+        return e
+
+    def _factor(self, profile: Profile, gpu: str, what: str) -> float:
+        if self.error_sigma == 0:
+            return 1.0
+        return math.exp(self.error_sigma * _unit_normal(self.seed, profile.fields, profile.job_type, gpu, what))
+
+    def behaviour(self, profile: Profile, gpu: str, gpus: int = 1) -> Behaviour:
+        k = (profile, gpu, gpus)
+        b = self._beh.get(k)
+        if b is not None:
+            return b
+        from gpucast.hardware import get_gpu
+
+        est = self.estimate(profile, gpu)
+        measured = None
+        if self._measured:
+            try:
+                measured = self._measured.get((profile.job().key, gpu))
+            except Exception:  # noqa: BLE001 - a profile that is not a valid Job has no measurement
+                measured = None
+        if measured is not None:
+            util, util_src = float(measured["util_mean_pct"]), "measured:gpucast"
+            mem = float(measured.get("torch_max_reserved_bytes") or measured.get("proc_mem_max_bytes"))
+            mem_src = "measured:gpucast"
+            step, step_src = float(measured["step_time_mean_s"]), "measured:gpucast"
+        else:
+            util = min(100.0, est.util_pct * self._factor(profile, gpu, "util"))
+            util_src = "simulated"
+            mem, mem_src = est.memory_bytes * self._factor(profile, gpu, "memory"), "simulated"
+            step, step_src = est.step_time_s * self._factor(profile, gpu, "step"), "simulated"
+        if profile.job_type is not None and self._gavel_solo:
+            t = self._gavel_solo.get((profile.job_type, gpus, gpu)) or self._gavel_solo.get((profile.job_type, 1, gpu))
+            if t:
+                step, step_src = 1.0 / t, "measured:gavel"
+                cap = MEASURED_FIT_FRACTION * get_gpu(gpu).memory_bytes
+                if mem > cap and mem_src == "simulated":
+                    mem = cap
+        b = self._beh[k] = Behaviour(util, mem, step, util_src, mem_src, step_src)
+        return b
+
+    def observe(self, profile: Profile, gpu: str, told: str, gpus: int = 1) -> Observation:
+        """What a policy that is ``told`` this learns about ``profile`` on ``gpu``."""
+        base = dict(workload=profile.workload, batch_size=profile.batch_size, gpus=gpus, gpu_type=gpu,
+                    source=told, job_type=profile.job_type)
+        if told == "nothing":
+            return Observation(**base)
+        if told == "prediction":
+            e = self.estimate(profile, gpu)
+            return Observation(**base, util_pct=e.util_pct, util_interval=e.util_interval,
+                               memory_bytes=e.memory_bytes, memory_interval=e.memory_interval,
+                               step_time_s=e.step_time_s)
+        if told in ("truth", "profiled"):
+            b = self.behaviour(profile, gpu, gpus)
+            return Observation(**base, util_pct=b.util_pct, util_interval=(b.util_pct, b.util_pct),
+                               memory_bytes=b.memory_bytes, memory_interval=(b.memory_bytes, b.memory_bytes),
+                               step_time_s=b.step_time_s)
+        raise ValueError(f"unknown observation kind {told!r} (nothing, prediction, profiled, truth)")
