@@ -1,0 +1,56 @@
+"""Cluster simulator: replay job traces through scheduling policies and compare what they buy.
+
+>>> from gpucast import cluster
+>>> spec = cluster.ClusterSpec.homogeneous("v100-16gb", n_gpus=128, gpus_per_node=8)
+>>> res = cluster.simulate("gavel", spec, "gpucast", seed=0, error_sigma=0.2)  # doctest: +SKIP
+
+Modules: ``engine`` (event-driven mechanism), ``traces`` (Gavel, synthetic, CSV/Parquet),
+``truth`` (true behaviour vs what a policy is told), ``interference`` (slowdown model and its
+fit), ``policies/`` (one file per policy), ``result`` (the output contract), ``spec`` (the cluster),
+``gavel`` (Gavel's packaged data and job-type mapping).
+"""
+
+from __future__ import annotations
+
+from gpucast.cluster.policies import POLICIES, GpuOccupancy, Policy, choose_gpu, make_policy
+from gpucast.cluster.result import JobRecord, SimResult
+from gpucast.cluster.spec import ClusterSpec
+from gpucast.cluster.traces import Trace, TraceError, TraceJob, load_trace, synthetic
+from gpucast.cluster.truth import Observation, Truth
+
+_ENGINE_PARAMS = ("checkpoint_s", "oom_after_s", "max_oom_failures")
+_TRUTH_PARAMS = ("predictor", "use_gavel", "measurements_dir")
+
+
+def simulate(trace, cluster_spec, policy_name: str, *, seed: int = 0, error_sigma: float = 0.2,
+             progress=None, **params) -> SimResult:
+    """Run one policy over one trace on one cluster.
+
+    ``trace``: a :class:`Trace` or a name/path for :func:`load_trace` (jobs larger than the
+    cluster are capped to it). ``cluster_spec``: a :class:`ClusterSpec` (an int means that many
+    ``v100-16gb`` GPUs, 8 per node). ``seed`` and ``error_sigma`` drive the truth's error model
+    (see ``truth``). ``progress(done_jobs, total_jobs)`` is called as jobs end. Other keyword
+    parameters go to the engine (``checkpoint_s``, ``oom_after_s``, ``max_oom_failures``), the
+    truth (``predictor``, ``use_gavel``, ``measurements_dir``) or the policy (e.g.
+    ``max_jobs_per_gpu``, ``lookahead``, ``min_gain``, ``profiling_gpus``, ``profile_s``).
+    """
+    from gpucast.cluster.engine import Simulator
+
+    spec = cluster_spec if isinstance(cluster_spec, ClusterSpec) else ClusterSpec.homogeneous("v100-16gb", int(cluster_spec))
+    tr = load_trace(trace, gpus=spec.n_gpus)
+    eng = {k: params.pop(k) for k in _ENGINE_PARAMS if k in params}
+    tru = {k: params.pop(k) for k in _TRUTH_PARAMS if k in params}
+    policy = make_policy(policy_name, **params)
+    truth = Truth(error_sigma=error_sigma, seed=seed, **tru)
+    res = Simulator(tr, spec, policy, truth, progress=progress, **eng).run()
+    sim_defaults = {"checkpoint_s": 1800.0, "oom_after_s": 60.0, "max_oom_failures": 3}
+    res.params = {"seed": seed, "error_sigma": error_sigma, "trace": tr.name, "n_jobs": len(tr.jobs),
+                  "trace_notes": list(tr.notes), **sim_defaults, **eng,
+                  "policy_params": policy.params(),
+                  **({"predictor": getattr(tru["predictor"], "__name__", "custom")} if "predictor" in tru else {})}
+    return res
+
+
+__all__ = ["simulate", "load_trace", "synthetic", "ClusterSpec", "POLICIES", "Policy", "choose_gpu",
+           "make_policy", "GpuOccupancy", "Observation", "Truth", "Trace", "TraceJob", "TraceError",
+           "JobRecord", "SimResult"]

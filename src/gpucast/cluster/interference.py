@@ -34,8 +34,8 @@ from typing import Sequence
 from gpucast.cluster import gavel
 
 # Source: fit_report(gpu="v100-16gb") on Gavel's V100 pairs with gpucast analytic-0.1.0 utilizations.
-A = 0.5347
-B = 0.2867
+A = 0.1620
+B = 0.8544
 
 
 def slowdowns(utils: Sequence[float], a: float = A, b: float = B) -> list[float]:

@@ -36,7 +36,8 @@ _KNOWN_PARAMS = (
     ("trace", "trace"),
     ("seed", "seed"),
     ("error_sigma", "prediction error sigma"),
-    ("checkpoint_interval_s", "checkpoint interval (s)"),
+    ("checkpoint_s", "checkpoint interval (s)"),
+    ("oom_after_s", "OOM detected after (s)"),
 )
 
 # Summary table: (key, header, format)

@@ -53,6 +53,8 @@ class Policy:
     lookahead = 1              # how many waiting jobs (in queue order) a pass considers
     profiling_gpus = 0         # GPUs reserved for profiling (profiling policy only)
     profile_s = 0.0
+    score_uses_index = True    # False: score depends only on the GPU's type, memory and jobs,
+                               # so the simulator may reuse it across GPUs in the same state
 
     def __init__(self, **params):
         for k, v in params.items():
@@ -96,6 +98,9 @@ class Policy:
         """Start of a run: the GPUs this policy places on (a profiling pool is not among them)."""
         self.view = list(gpus)
         self._pos = {g.index: i for i, g in enumerate(self.view)}
+        self._stops = 0          # capacity-freeing events so far
+        self._failed: dict = {}  # (observation, gpus, exclusive) -> self._stops when it last failed
+        self._scores: dict = {}  # (type, memory, job observations, observation) -> score
 
     def on_start(self, job, gpu_indices: Iterable[int]) -> None:
         for gi in gpu_indices:
@@ -104,6 +109,7 @@ class Policy:
             self.view[i] = dataclasses.replace(g, jobs=g.jobs + (obs_for(job.obs, g.gpu_type),))
 
     def on_stop(self, job, gpu_indices: Iterable[int]) -> None:
+        self._stops += 1
         for gi in gpu_indices:
             i = self._pos[gi]
             g = self.view[i]
@@ -112,24 +118,44 @@ class Policy:
             self.view[i] = dataclasses.replace(g, jobs=tuple(jobs))
 
     def place(self, job) -> list[int] | None:
-        """GPU indices for ``job`` (``job.gpus`` of them, ``job.obs``, ``job.ooms``) or ``None``."""
+        """GPU indices for ``job`` (``job.gpus`` of them, ``job.obs``, ``job.ooms``) or ``None``.
+
+        The rules of every policy here are monotone: a job that fits nowhere still fits nowhere
+        after more jobs start, so a failure is remembered until some job stops.
+        """
         exclusive = job.ooms > 0
+        key = (id(job.obs), job.gpus, exclusive)
+        if self._failed.get(key) == self._stops:
+            return None
+        alloc = self._place(job, exclusive)
+        if alloc is None:
+            self._failed[key] = self._stops
+        return alloc
+
+    def _place(self, job, exclusive: bool) -> list[int] | None:
         cands = []
         cap = self.max_jobs_per_gpu
+        memo = None if self.score_uses_index else self._scores
+        if memo is not None and len(memo) > 200_000:
+            memo.clear()
         for g in self.view:
             if exclusive:
                 if g.jobs:
                     continue
-                s = self.score(g, obs_for(job.obs, g.gpu_type))
-                if s is None:
-                    s = float(g.index)
+                cands.append((0.0, g.index, g.node))
+                continue
+            if len(g.jobs) >= cap:
+                continue
+            o = obs_for(job.obs, g.gpu_type)
+            if memo is None:
+                s = self.score(g, o)
             else:
-                if len(g.jobs) >= cap:
-                    continue
-                s = self.score(g, obs_for(job.obs, g.gpu_type))
-                if s is None:
-                    continue
-            cands.append((s, g.index, g.node))
+                k = (g.gpu_type, g.memory_bytes, tuple(map(id, g.jobs)), id(o))
+                s = memo.get(k, memo)
+                if s is memo:
+                    s = memo[k] = self.score(g, o)
+            if s is not None:
+                cands.append((s, g.index, g.node))
         return gang(cands, job.gpus)
 
 

@@ -20,6 +20,7 @@ from gpucast.cluster.policies.base import Policy
 class GpucastPolicy(Policy):
     name = "gpucast"
     told = "prediction"
+    score_uses_index = False
     max_jobs_per_gpu = 4
     min_gain = 0.2
 

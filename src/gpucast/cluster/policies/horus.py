@@ -22,6 +22,7 @@ from gpucast.cluster.policies.base import Policy, obs_for
 class HorusPolicy(Policy):
     name = "horus"
     told = "prediction"
+    score_uses_index = False
     max_jobs_per_gpu = 3
     lookahead = 8
     overshoot_penalty = 2.0

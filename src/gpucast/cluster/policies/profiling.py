@@ -19,6 +19,7 @@ from gpucast.cluster.policies.base import Policy
 class ProfilingPolicy(Policy):
     name = "profiling"
     told = "profiled"
+    score_uses_index = False
     max_jobs_per_gpu = 4
     max_util_pct = 100.0
     profiling_gpus = None    # None: max(1, n_gpus // 64)
@@ -26,7 +27,7 @@ class ProfilingPolicy(Policy):
 
     def score(self, gpu, job):
         if job.util_pct is None or job.memory_bytes is None:
-            return float(gpu.index) if not gpu.jobs else None   # not profiled: exclusive
+            return 0.0 if not gpu.jobs else None   # not profiled: exclusive
         util = sum(o.util_pct or 100.0 for o in gpu.jobs) + job.util_pct
         mem = sum(o.memory_bytes or gpu.memory_bytes for o in gpu.jobs) + job.memory_bytes
         if util > self.max_util_pct or mem > gpu.memory_bytes:

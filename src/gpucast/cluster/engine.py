@@ -1,0 +1,387 @@
+"""Event-driven cluster simulator: jobs arrive, queue, start, share GPUs, finish, fail, restart.
+
+Mechanism only; decisions belong to the policy (``policies/``), truth to ``truth``, slowdown to
+``interference``. Time jumps from event to event (a heap; no ticks).
+
+What is modelled
+----------------
+* **Work and rate.** A job's work is a number of training steps (a trace's ``duration_s`` is
+  converted with the job's true solo step time on the cluster's reference GPU type). A running
+  job advances at ``1 / (true solo step time on its GPU type * slowdown)`` steps per second; a
+  multi-GPU job at the rate of its slowest GPU. The slowdown on a GPU comes from the jobs sharing
+  it (:func:`gpucast.cluster.interference.shared_slowdowns`, on true utilizations).
+* **Re-rating.** When the set of jobs on a GPU changes, every job on it is brought up to date at
+  its old rate and re-rated; its finish event is pushed again and the old one is dropped when it
+  surfaces (lazy invalidation with a per-job version counter).
+* **Gang scheduling.** A job of ``k`` GPUs starts only when the policy grants all ``k`` (one
+  node if possible, else across nodes; see ``policies/base.py``). Cross-node runs are not slower.
+* **Out-of-memory.** When the true peak memory of the jobs on a GPU exceeds its memory, the job
+  placed last there fails ``oom_after_s`` after its placement (start-up and first steps;
+  default 60 s, our choice, a parameter) unless the GPU no longer overflows by then. It loses
+  the work since its last checkpoint (checkpoints every ``checkpoint_s`` of its run time, default
+  1800 s, a parameter), is requeued ahead of new jobs and from then on is placed only on empty
+  GPUs. A job that overflows a GPU alone, or fails ``max_oom_failures`` times, is abandoned (it
+  never finishes; its record says so with ``finish_s=None``).
+* **Profiling** (policies with ``profiling_gpus``): a new job first runs alone for
+  ``profile_s`` on a reserved pool GPU (FIFO); it makes no training progress there.
+* **Utilization.** GPU ``g`` contributes ``min(100, sum_j util_j / slowdown_j)`` percent: each
+  job's kernels are spread over a ``slowdown`` times longer wall clock. Cluster utilization is
+  the mean over all GPUs (profiling pool included), recorded as a step function at each change.
+
+What is not modelled: preemption and migration by the policy, job priorities, network and
+storage, failures other than OOM, the time a placement decision takes.
+
+Cost per event is O(jobs on the touched GPUs) plus the policy's placement; no scan over jobs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from itertools import chain, islice
+
+from gpucast.cluster import interference
+from gpucast.cluster.policies.base import GpuOccupancy, Policy
+from gpucast.cluster.result import JobRecord, SimResult
+from gpucast.cluster.spec import ClusterSpec
+from gpucast.cluster.traces import Trace
+from gpucast.cluster.truth import Profile, Truth
+
+# event kinds, in processing order at equal times: capacity is released before it is granted
+_FINISH, _OOM, _PROFILED, _ARRIVE = 0, 1, 2, 3
+
+DEFAULT_CHECKPOINT_S = 1800.0   # our choice: a checkpoint every 30 min of run time
+DEFAULT_OOM_AFTER_S = 60.0      # our choice: start-up plus first steps before the peak is reached
+DEFAULT_MAX_OOM_FAILURES = 3
+
+
+class SimJob:
+    """A job's state in one run (policies read ``gpus``, ``obs``, ``ooms``)."""
+
+    __slots__ = ("i", "tj", "prof", "gpus", "obs", "ooms", "restarts", "work", "done", "rate", "last_t",
+                 "version", "alloc", "start_s", "finish_s", "run_start", "ckpt_work", "gpu_seconds",
+                 "seq", "types", "beh", "solo_s", "abandoned", "ran")
+
+    def __init__(self, i, tj, prof):
+        self.i, self.tj, self.prof, self.gpus = i, tj, prof, tj.gpus
+        self.obs = None
+        self.ooms = self.restarts = 0
+        self.work = self.done = self.rate = self.last_t = 0.0
+        self.version = 0
+        self.alloc = ()
+        self.start_s = self.finish_s = None
+        self.run_start = self.ckpt_work = self.gpu_seconds = 0.0
+        self.seq = 0
+        self.beh = None     # gpu type -> Behaviour
+        self.solo_s = None
+        self.abandoned = False
+        self.ran = False
+
+
+class Simulator:
+    def __init__(self, trace: Trace, spec: ClusterSpec, policy: Policy, truth: Truth, *,
+                 checkpoint_s: float = DEFAULT_CHECKPOINT_S, oom_after_s: float = DEFAULT_OOM_AFTER_S,
+                 max_oom_failures: int = DEFAULT_MAX_OOM_FAILURES, progress=None):
+        from gpucast.hardware import get_gpu
+
+        if checkpoint_s <= 0:
+            raise ValueError("checkpoint_s must be > 0")
+        self.trace, self.spec, self.policy, self.truth = trace, spec, policy, truth
+        self.checkpoint_s, self.oom_after_s = float(checkpoint_s), float(oom_after_s)
+        self.max_oom_failures = int(max_oom_failures)
+        self.progress = progress
+        gl = spec.gpus()
+        self.n = len(gl)
+        self.gtype = [t for _, _, t in gl]
+        self.gnode = [nd for _, nd, _ in gl]
+        caps = self.caps = {t: float(get_gpu(t).memory_bytes) for t in spec.gpu_types}
+        self.gcap = [caps[t] for t in self.gtype]
+        self.max_cap = max(caps.values())
+        self.on = [[] for _ in range(self.n)]          # jobs on each GPU, in placement order
+        self.slow = [dict() for _ in range(self.n)]    # job -> slowdown on that GPU
+        self.contrib = [0.0] * self.n
+        self.total = 0.0
+        self.timeline = [(0.0, 0.0)]
+        self.heap = []
+        self.seq = 0
+        self.place_seq = 0
+        # profiling pool: the last GPUs of the cluster
+        npool = 0
+        if policy.told == "profiled":
+            npool = policy.profiling_gpus if policy.profiling_gpus is not None else max(1, self.n // 64)
+        if npool >= self.n:
+            raise ValueError(f"profiling pool of {npool} GPUs leaves none of {self.n} for jobs")
+        self.pool = list(range(self.n - npool, self.n))
+        self.pool_free = deque(self.pool)
+        self.pq = deque()
+        policy.attach([GpuOccupancy(i, self.gtype[i], self.gcap[i], self.gnode[i])
+                       for i in range(self.n - npool)])
+        # jobs and their profiles
+        self.ref = spec.reference_gpu
+        self.types = list(spec.gpu_types)
+        self._prof_ids: dict = {}
+        self._obs_cache: dict = {}
+        self.jobs = []
+        for i, tj in enumerate(trace.jobs):
+            key = tj.profile_key
+            prof = self._prof_ids.get(key)
+            if prof is None:
+                prof = self._prof_ids[key] = Profile.from_trace_job(tj)
+            self.jobs.append(SimJob(i, tj, prof))
+        self.queue: dict[int, SimJob] = {}
+        self.requeued: dict[int, SimJob] = {}
+        self.finished = 0
+
+    # ------------------------------------------------------------------ truth and observations
+
+    def _prepare(self, j: SimJob):
+        """Truth and observation of a job (cached per profile and size)."""
+        key = (j.prof, j.gpus)
+        c = self._obs_cache.get(key)
+        if c is None:
+            beh = {t: self.truth.behaviour(j.prof, t, j.gpus) for t in self.types}
+            told = self.policy.told
+            first = "nothing" if told == "profiled" else told
+            obs = {t: self.truth.observe(j.prof, t, first, j.gpus) for t in self.types}
+            prof_obs = ({t: self.truth.observe(j.prof, t, "profiled", j.gpus) for t in self.types}
+                        if told == "profiled" else None)
+            c = self._obs_cache[key] = (beh, obs, prof_obs)
+        j.beh, j.obs = c[0], c[1]
+        tj = j.tj
+        j.work = float(tj.steps) if tj.steps is not None else tj.duration_s / j.beh[self.ref].step_time_s
+
+    # ------------------------------------------------------------------ events
+
+    def _push(self, t, kind, j, v):
+        self.seq += 1
+        heapq.heappush(self.heap, (t, kind, self.seq, j, v))
+
+    def run(self) -> SimResult:
+        jobs = self.jobs
+        order = sorted(range(len(jobs)), key=lambda i: (jobs[i].tj.arrival_s, i))
+        na, ai = len(order), 0
+        heap = self.heap
+        total = len(jobs)
+        step = max(1, total // 200)
+        last_reported = -1
+        while ai < na or heap:
+            t_arr = jobs[order[ai]].tj.arrival_s if ai < na else math.inf
+            t = heap[0][0] if heap and heap[0][0] <= t_arr else t_arr
+            # every event at time t: heap first (finish, oom, profiled), then arrivals
+            while heap and heap[0][0] == t:
+                _, kind, _, j, v = heapq.heappop(heap)
+                if kind == _FINISH:
+                    if v == j.version and j.alloc:
+                        self._finish(j, t)
+                elif kind == _OOM:
+                    if v == j.version and j.alloc:
+                        self._check_oom(j, t)
+                elif kind == _PROFILED:
+                    self._profiled(j, t)
+            while ai < na and jobs[order[ai]].tj.arrival_s == t:
+                j = jobs[order[ai]]
+                ai += 1
+                self._prepare(j)
+                if self.pool and self.policy.told == "profiled":
+                    self.pq.append(j)
+                else:
+                    self.queue[j.i] = j
+            self._start_profiles(t)
+            self._schedule(t)
+            if self.progress is not None and self.finished // step != last_reported:
+                last_reported = self.finished // step
+                self.progress(self.finished, total)
+        if self.progress is not None:
+            self.progress(self.finished, total)
+        return self._result()
+
+    # ------------------------------------------------------------------ scheduling
+
+    def _schedule(self, t):
+        pol = self.policy
+        w = pol.lookahead
+        while self.queue or self.requeued:
+            window = list(islice(chain(self.requeued.values(), self.queue.values()), w))
+            placed = False
+            for j in pol.order(window):
+                alloc = pol.place(j)
+                if alloc:
+                    self._start(j, alloc, t)
+                    placed = True
+            if not placed:
+                return
+
+    def _start(self, j: SimJob, alloc, t):
+        self.requeued.pop(j.i, None) or self.queue.pop(j.i, None)
+        if j.ran:
+            j.restarts += 1
+        if j.start_s is None:
+            j.start_s = t
+            j.solo_s = j.work * j.beh[self.gtype[alloc[0]]].step_time_s
+        j.ran = True
+        j.alloc = tuple(alloc)
+        j.run_start = j.last_t = t
+        j.ckpt_work = j.done
+        j.rate = 0.0
+        self.place_seq += 1
+        j.seq = self.place_seq
+        self.policy.on_start(j, j.alloc)
+        oom = False
+        for g in j.alloc:
+            self.on[g].append(j)
+            if sum(x.beh[self.gtype[g]].memory_bytes for x in self.on[g]) > self.gcap[g]:
+                oom = True
+        self._rerate(set(j.alloc), t)
+        if oom:
+            self._push(t + self.oom_after_s, _OOM, j, j.version)
+
+    def _advance(self, j: SimJob, t):
+        """Bring ``done`` (and the work at the last checkpoint) up to time ``t`` at the old rate."""
+        if t <= j.last_t:
+            return
+        if j.rate > 0:
+            ci = self.checkpoint_s
+            cp = j.run_start + math.floor((t - j.run_start) / ci) * ci
+            if cp > j.last_t:
+                j.ckpt_work = min(j.work, j.done + j.rate * (cp - j.last_t))
+            j.done = min(j.work, j.done + j.rate * (t - j.last_t))
+        j.last_t = t
+
+    def _rerate(self, gpus, t):
+        """Re-rate every job on ``gpus`` after their sets changed; update utilization."""
+        affected = {}
+        for g in gpus:
+            for j in self.on[g]:
+                affected[j.i] = j
+        for j in affected.values():
+            self._advance(j, t)
+        for g in gpus:
+            jobs = self.on[g]
+            gt = self.gtype[g]
+            if jobs:
+                utils = [x.beh[gt].util_pct for x in jobs]
+                types = ([x.prof.job_type if x.gpus == 1 else None for x in jobs] if len(jobs) == 2 else None)
+                s = interference.shared_slowdowns(utils, types, gt)
+                self.slow[g] = dict(zip((x.i for x in jobs), s))
+                c = min(100.0, sum(u / sd for u, sd in zip(utils, s)))
+            else:
+                self.slow[g] = {}
+                c = 0.0
+            self.total += c - self.contrib[g]
+            self.contrib[g] = c
+        for j in affected.values():
+            rate = math.inf
+            for g in j.alloc:
+                r = 1.0 / (j.beh[self.gtype[g]].step_time_s * self.slow[g][j.i])
+                if r < rate:
+                    rate = r
+            j.rate = rate
+            j.version += 1
+            self._push(t + max(0.0, j.work - j.done) / rate, _FINISH, j, j.version)
+        self._record(t)
+
+    def _record(self, t):
+        u = max(0.0, self.total) / self.n
+        tl = self.timeline
+        if tl[-1][0] == t:
+            tl[-1] = (t, u)
+            if len(tl) > 1 and tl[-2][1] == u:
+                tl.pop()
+        elif tl[-1][1] != u:
+            tl.append((t, u))
+
+    def _release(self, j: SimJob, t):
+        self._advance(j, t)
+        j.gpu_seconds += (t - j.run_start) * len(j.alloc)
+        alloc = j.alloc
+        for g in alloc:
+            self.on[g].remove(j)
+        self.policy.on_stop(j, alloc)
+        j.alloc = ()
+        j.version += 1
+        self._rerate(set(alloc), t)
+
+    def _finish(self, j: SimJob, t):
+        j.done = j.work
+        j.last_t = t
+        self._release(j, t)
+        j.done = j.work
+        j.finish_s = t
+        self.finished += 1
+
+    def _check_oom(self, j: SimJob, t):
+        over = False
+        alone = True
+        for g in j.alloc:
+            gt = self.gtype[g]
+            mem = sum(x.beh[gt].memory_bytes for x in self.on[g] if x.seq <= j.seq)
+            if mem > self.gcap[g]:
+                over = True
+            if len(self.on[g]) > 1:
+                alone = False
+        if not over:
+            return
+        self._release(j, t)
+        j.done = j.ckpt_work     # the work since the last checkpoint is lost
+        j.ooms += 1
+        if j.ooms >= self.max_oom_failures or (alone and self._too_big_everywhere(j)):
+            j.abandoned = True
+            self.finished += 1
+        else:
+            self.requeued[j.i] = j
+
+    def _too_big_everywhere(self, j):
+        return all(j.beh[gt].memory_bytes > self.caps[gt] for gt in self.types)
+
+    # ------------------------------------------------------------------ profiling
+
+    def _start_profiles(self, t):
+        while self.pq and self.pool_free:
+            j = self.pq.popleft()
+            g = self.pool_free.popleft()
+            j.alloc = (g,)
+            j.run_start = t
+            self.on[g].append(j)
+            self._rerate_pool(g, t)
+            self._push(t + self.policy.profile_s, _PROFILED, j, g)
+
+    def _rerate_pool(self, g, t):
+        jobs = self.on[g]
+        c = min(100.0, sum(x.beh[self.gtype[g]].util_pct for x in jobs))
+        self.total += c - self.contrib[g]
+        self.contrib[g] = c
+        self._record(t)
+
+    def _profiled(self, j: SimJob, t):
+        g = j.alloc[0]
+        self.on[g].remove(j)
+        j.alloc = ()
+        j.gpu_seconds += t - j.run_start
+        self._rerate_pool(g, t)
+        self.pool_free.append(g)
+        j.obs = self._obs_cache[(j.prof, j.gpus)][2]
+        if self._too_big_everywhere(j):
+            j.abandoned = True      # profiling saw it does not fit any GPU of the cluster
+            j.ooms += 1
+            self.finished += 1
+        else:
+            self.queue[j.i] = j
+
+    # ------------------------------------------------------------------ result
+
+    def _result(self) -> SimResult:
+        recs = []
+        end = 0.0
+        for j in self.jobs:
+            if j.solo_s is None:
+                beh = j.beh or {self.ref: self.truth.behaviour(j.prof, self.ref, j.gpus)}
+                work = j.work if j.work else (j.tj.steps if j.tj.steps is not None
+                                              else j.tj.duration_s / beh[self.ref].step_time_s)
+                j.solo_s = work * beh[self.ref].step_time_s
+            if j.finish_s is not None and j.finish_s > end:
+                end = j.finish_s
+            tj = j.tj
+            recs.append(JobRecord(tj.job_id, tj.workload, tj.batch_size, tj.gpus, tj.arrival_s, j.start_s,
+                                  j.finish_s, j.solo_s, j.gpu_seconds, j.ooms, j.restarts))
+        return SimResult(self.policy.name, self.n, dict(self.spec.gpu_types), recs, list(self.timeline), end, {})
