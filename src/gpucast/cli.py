@@ -277,6 +277,8 @@ def demo(as_json: bool = _JSON) -> None:
 from gpucast.cli_data import register as _register_measurement_commands  # noqa: E402
 
 _register_measurement_commands(app, sys.modules[__name__])
+from gpucast.cli_sim import register as _register_sim_commands  # noqa: E402
+_register_sim_commands(app, sys.modules[__name__])
 
 
 def _click_exceptions():

@@ -18,7 +18,7 @@ def _result(policy: str, n_jobs: int = 3, timeline=None, end_s: float = 7200.0, 
                       gpu_seconds=3600.0, oom_failures=0, restarts=0) for i in range(n_jobs)]
     return SimResult(policy=policy, n_gpus=4, gpu_types={"v100-16gb": 4}, records=recs,
                      util_timeline=timeline or [(0.0, 25.0), (3600.0, 75.0)], end_s=end_s,
-                     params=dict(seed=0, error_sigma=0.2, checkpoint_interval_s=1800.0, trace="synthetic-fixture",
+                     params=dict(seed=0, error_sigma=0.2, checkpoint_s=1800.0, trace="synthetic-fixture",
                                  **params))
 
 

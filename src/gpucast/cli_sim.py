@@ -1,0 +1,203 @@
+"""The simulator command of the `gpucast` command line: ``simulate``.
+
+* ``gpucast simulate --trace gavel --gpus 128 [--gpu-type v100-16gb] [--gpus-per-node 8]
+  --policies slot,profiling,horus,gpucast,oracle [--seed 0] [--error-sigma 0.2] [--limit N]
+  [--report out.html] [--json out.json]``: replay a trace through each policy on one
+  homogeneous cluster (:func:`gpucast.cluster.simulate`), with a progress bar per policy; print
+  the comparison table (:func:`gpucast.cluster.metrics.summarize`) and each policy's change from
+  ``slot``; optionally write the HTML report (:mod:`gpucast.cluster.report`) and a JSON list with
+  one object per policy (the summary, its relative change from ``slot`` and the run's parameters).
+
+A thin shell like ``cli.py``: ``cli.py`` calls ``register(app, cli_module)`` at its end. Every
+input is checked before anything runs: an unknown policy, trace or GPU type, a count below 1, an
+output path that cannot be written prints one ``error:`` line and exits 2, and nothing is
+written. Output files are written atomically (temporary file + ``os.replace``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+BASELINE = "slot"
+
+
+def _h(v) -> str:
+    return "-" if v is None else f"{v / 3600.0:.2f}"
+
+
+def _f(v, fmt="{:.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def parse_policies(text: str, known) -> list[str]:
+    """``"slot, gpucast,slot"`` -> ``["slot", "gpucast"]``; an unknown name raises ValueError."""
+    names: list[str] = []
+    for name in (p.strip().lower() for p in text.split(",")):
+        if not name:
+            continue
+        if name not in known:
+            raise ValueError(f"unknown policy {name!r}; choose from {', '.join(known)}")
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise ValueError(f"--policies is empty; choose from {', '.join(known)}")
+    return names
+
+
+def check_writable(path: Path, flag: str) -> None:
+    """Raise ValueError unless ``path`` can be created or replaced (its directory exists and is
+    writable, it is not a directory)."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise ValueError(f"{flag} {str(path)!r} is a directory")
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {str(path)!r}: directory {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"{flag} {str(path)!r} is not writable")
+
+
+def comparison_table(summaries: list[dict], changes: list[dict], title: str):
+    """One row per policy: utilization (and its change vs the baseline), makespan, JCT, queueing
+    delay, slowdown, OOM failures, finished jobs."""
+    from rich.table import Table
+
+    by_policy = {c["policy"]: c for c in changes}
+    t = Table(title=title)
+    cols = ("policy", "GPU util %", f"vs {BASELINE}", "makespan h", "JCT mean h", "JCT p50 h", "JCT p99 h",
+            "queue mean h", "slowdown", "OOM", "GPU-h", "finished")
+    for col in cols:
+        t.add_column(col, justify="left" if col == "policy" else "right")
+    for s in summaries:
+        g = by_policy.get(s["policy"], {}).get("gpu_util_pct")
+        t.add_row(s["policy"], _f(s["gpu_util_pct"]), "-" if g is None or s["policy"] == BASELINE else f"{g:+.1f}%",
+                  _h(s["makespan_s"]), _h(s["jct_mean_s"]), _h(s["jct_p50_s"]), _h(s["jct_p99_s"]),
+                  _h(s["queue_delay_mean_s"]), _f(s["slowdown_mean"], "{:.2f}"), str(s["oom_failures"]),
+                  _f(s["gpu_hours"], "{:.0f}"), f"{s['jobs_finished']}/{s['jobs']}")
+    return t
+
+
+def register(app: typer.Typer, cli) -> None:
+    """Add ``simulate`` to ``app``; ``cli`` is the module of ``app`` (``_run``, ``_fail``, consoles)."""
+
+    @app.command("simulate")
+    def simulate(trace: str = typer.Option("gavel", "--trace",
+                                           help="Trace: 'gavel' (the bundled Philly-derived Gavel trace), "
+                                                "'gavel:ID', 'synthetic:N[:SEED]', or a trace file (CSV/Parquet)."),
+                 gpus: int = typer.Option(128, "--gpus", help="GPUs in the cluster."),
+                 gpu_type: str = typer.Option("v100-16gb", "--gpu-type",
+                                              help="GPU type of every node (see `gpucast gpus`)."),
+                 gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node."),
+                 policies: str = typer.Option("slot,profiling,horus,packing,gpucast,oracle", "--policies",
+                                              help="Comma-separated policies to compare."),
+                 seed: int = typer.Option(0, "--seed", help="Seed of the simulation's random draws (the "
+                                                            "prediction errors). A synthetic trace has its own: "
+                                                            "synthetic:N:SEED."),
+                 error_sigma: float = typer.Option(0.2, "--error-sigma",
+                                                   help="Size of the prediction error the policies see "
+                                                        "(0: exact predictions)."),
+                 limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N jobs of the trace."),
+                 report: Optional[Path] = typer.Option(None, "--report", help="Write the HTML report here."),
+                 json_out: Optional[Path] = typer.Option(None, "--json",
+                                                         help="Write a JSON list, one object per policy, here.")
+                 ) -> None:
+        """Replay a job trace through scheduling policies on a simulated GPU cluster and compare them."""
+        import gpucast.cluster as cl
+
+        def check():
+            if gpus < 1:
+                raise ValueError(f"--gpus must be at least 1, got {gpus}")
+            if gpus_per_node < 1:
+                raise ValueError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
+            if limit is not None and limit < 1:
+                raise ValueError(f"--limit must be at least 1, got {limit}")
+            if not error_sigma >= 0:  # also refuses nan
+                raise ValueError(f"--error-sigma must be >= 0, got {error_sigma}")
+            names = parse_policies(policies, list(cl.POLICIES))
+            for path, flag in ((report, "--report"), (json_out, "--json")):
+                if path is not None:
+                    check_writable(path, flag)
+            if report is not None and json_out is not None and report.resolve() == json_out.resolve():
+                raise ValueError("--report and --json name the same file")
+            spec = cl.ClusterSpec.homogeneous(gpu_type, gpus, gpus_per_node=gpus_per_node)
+            jobs = cl.load_trace(trace, gpus=gpus, limit=limit)
+            return names, spec, jobs
+
+        names, spec, jobs = cli._run(check)
+        results = run_policies(cl, jobs, spec, names, cli.err, seed=seed, error_sigma=error_sigma)
+        from gpucast.cluster import metrics
+
+        summaries = [metrics.summarize(r.result) for r in results]
+        changes = metrics.compare(summaries, baseline=BASELINE)
+        n_jobs = summaries[0]["jobs"] if summaries else 0
+        trace_name = (results[0].result.params or {}).get("trace", trace) if results else trace
+        title = f"gpucast simulate: {n_jobs} jobs (trace {trace_name}) on {gpus} x {gpu_type}, seed {seed}, error sigma {error_sigma:g}"
+        cli.console.print(comparison_table(summaries, changes, title))
+        for c in changes:
+            if c["policy"] != BASELINE:
+                cli.console.print(f"{c['policy']}: {metrics.change_line(c)}", highlight=False, markup=False)
+        wall = ", ".join(f"{r.policy} {r.wall_s:.1f} s" for r in results)
+        cli.console.print(f"wall time: {wall} (the first policy also pays for the trace's predictions, cached "
+                          f"for the others); times in the table are hours of simulated time", highlight=False,
+                          markup=False)
+        if json_out is not None:
+            from gpucast.cluster.report import atomic_write_text
+
+            by_policy = {c["policy"]: c for c in changes}
+            objs = []
+            for r, s in zip(results, summaries):
+                c = by_policy.get(s["policy"])
+                change = {k: v for k, v in c.items() if k not in ("policy", "vs")} if c else None
+                objs.append({**s, f"change_vs_{BASELINE}_pct": change, "wall_s": r.wall_s,
+                             "params": _jsonable(r.result.params)})
+            atomic_write_text(json_out, json.dumps(objs, indent=2, sort_keys=False) + "\n")
+            cli.err.print(f"wrote {json_out}", highlight=False, markup=False)
+        if report is not None:
+            from gpucast.cluster.report import write_report
+
+            write_report(report, [r.result for r in results], title=title)
+            cli.err.print(f"wrote {report}", highlight=False, markup=False)
+
+
+class _Run:
+    __slots__ = ("policy", "result", "wall_s")
+
+    def __init__(self, policy, result, wall_s):
+        self.policy, self.result, self.wall_s = policy, result, wall_s
+
+
+def run_policies(cl, jobs, spec, names, console, **kwargs) -> list[_Run]:
+    """Simulate ``jobs`` under each policy in turn, one progress bar (task) per policy."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    out = []
+    total = len(jobs) if hasattr(jobs, "__len__") else None
+    with Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        tasks = {n: progress.add_task(n, total=total) for n in names}
+        for n in names:
+            task = tasks[n]
+            last = [0, total or 1]  # last drawn count, total
+
+            def tick(done, all_jobs, task=task, last=last):
+                # A 100,000-job trace reports every job: redraw at most ~200 times per policy.
+                last[1] = all_jobs
+                if done - last[0] >= max(1, all_jobs // 200) or done >= all_jobs:
+                    last[0] = done
+                    progress.update(task, completed=done, total=all_jobs)
+
+            t0 = time.perf_counter()
+            res = cl.simulate(jobs, spec, n, progress=tick, **kwargs)
+            out.append(_Run(n, res, time.perf_counter() - t0))
+            progress.update(task, completed=last[1], total=last[1])
+    return out
+
+
+def _jsonable(obj):
+    """``obj`` with anything json cannot write turned into its string."""
+    return json.loads(json.dumps(obj, default=str))

@@ -1,0 +1,114 @@
+"""`gpucast simulate`: a short real run (the bundled Gavel trace, cut with --limit) and the
+one-line refusals of bad input, which must write nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpucast.cli import app
+from gpucast.cli_sim import check_writable, parse_policies
+
+REQUIRED = ("policy", "gpu_util_pct", "makespan_s", "jct_mean_s", "jct_p99_s", "queue_delay_mean_s", "oom_failures")
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, ["simulate", *[str(a) for a in args]])
+
+
+def assert_one_error(result, start: str) -> None:
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(start), result.stderr
+    assert result.stdout == ""
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sim")
+    r = invoke("--trace", "gavel", "--gpus", 16, "--limit", 40, "--policies", "slot,gpucast,oracle",
+               "--json", out / "r.json", "--report", out / "r.html")
+    return r, out
+
+
+def test_simulate_prints_the_table_and_writes_json_and_report(run):
+    r, out = run
+    assert r.exit_code == 0, r.stderr + r.stdout
+    for policy in ("slot", "gpucast", "oracle"):
+        assert re.search(rf"^. {policy} ", r.stdout, re.M), r.stdout
+    assert "gpucast: util " in r.stdout and "vs slot" in r.stdout
+    rows = json.loads((out / "r.json").read_text())
+    assert [row["policy"] for row in rows] == ["slot", "gpucast", "oracle"]
+    for row in rows:
+        for key in REQUIRED:
+            assert key in row
+        assert row["jobs"] == 40
+        assert 0.0 <= row["gpu_util_pct"] <= 100.0
+        assert row["params"]["error_sigma"] == 0.2
+    assert rows[0]["change_vs_slot_pct"]["gpu_util_pct"] == 0.0
+    page = (out / "r.html").read_text(encoding="utf-8")
+    assert not re.search(r"<script[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", page, re.I)
+    assert "Assumptions" in page
+    assert sorted(p.name for p in out.iterdir()) == ["r.html", "r.json"]  # no temporary files left
+
+
+def test_same_seed_same_numbers(run, tmp_path):
+    _, out = run
+    r = invoke("--trace", "gavel", "--gpus", 16, "--limit", 40, "--policies", "slot,gpucast,oracle",
+               "--json", tmp_path / "again.json")
+    assert r.exit_code == 0, r.stderr
+    drop = ("wall_s",)
+    first = [{k: v for k, v in row.items() if k not in drop} for row in json.loads((out / "r.json").read_text())]
+    again = [{k: v for k, v in row.items() if k not in drop} for row in json.loads((tmp_path / "again.json").read_text())]
+    assert first == again
+
+
+@pytest.mark.parametrize("args, start", [
+    (["--policies", "slot,fifo"], "error: unknown policy 'fifo'"),
+    (["--policies", ","], "error: --policies is empty"),
+    (["--trace", "no-such-trace"], "error: "),
+    (["--gpu-type", "no-such-gpu"], "error: "),
+    (["--gpus", "0"], "error: --gpus must be at least 1"),
+    (["--gpus", "-8"], "error: --gpus must be at least 1"),
+    (["--gpus-per-node", "0"], "error: --gpus-per-node must be at least 1"),
+    (["--limit", "0"], "error: --limit must be at least 1"),
+    (["--error-sigma", "-0.1"], "error: --error-sigma must be >= 0"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, start):
+    small = [] if "--limit" in args else ["--limit", 5]  # were the input good, a short run
+    r = invoke(*args, *small, "--json", tmp_path / "o.json", "--report", tmp_path / "o.html")
+    assert_one_error(r, start)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unwritable_outputs_are_refused_before_running(tmp_path):
+    r = invoke("--limit", 5, "--json", tmp_path / "missing-dir" / "o.json", "--report", tmp_path / "o.html")
+    assert_one_error(r, "error: --json")
+    assert list(tmp_path.iterdir()) == []
+    r = invoke("--limit", 5, "--report", tmp_path)  # a directory
+    assert_one_error(r, "error: --report")
+    r = invoke("--limit", 5, "--report", tmp_path / "same", "--json", tmp_path / "same")
+    assert_one_error(r, "error: --report and --json name the same file")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_parse_policies():
+    known = ["slot", "gpucast", "oracle"]
+    assert parse_policies(" slot, GPUCAST ,slot,", known) == ["slot", "gpucast"]
+    with pytest.raises(ValueError, match="unknown policy 'x'"):
+        parse_policies("slot,x", known)
+    with pytest.raises(ValueError, match="empty"):
+        parse_policies(" , ", known)
+
+
+def test_check_writable(tmp_path):
+    check_writable(tmp_path / "new.json", "--json")
+    with pytest.raises(ValueError, match="does not exist"):
+        check_writable(tmp_path / "nope" / "x.json", "--json")
+    with pytest.raises(ValueError, match="is a directory"):
+        check_writable(tmp_path, "--json")
+    check_writable(Path("relative.json"), "--json")  # the current directory
