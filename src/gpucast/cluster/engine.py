@@ -250,35 +250,46 @@ class Simulator:
 
     def _rerate(self, gpus, t):
         """Re-rate every job on ``gpus`` after their sets changed; update utilization."""
+        on, gtype, slow = self.on, self.gtype, self.slow
         affected = {}
         for g in gpus:
-            for j in self.on[g]:
+            for j in on[g]:
                 affected[j.i] = j
         for j in affected.values():
             self._advance(j, t)
+        total = self.total
+        contrib = self.contrib
         for g in gpus:
-            jobs = self.on[g]
-            gt = self.gtype[g]
-            if jobs:
+            jobs = on[g]
+            gt = gtype[g]
+            if len(jobs) == 1:
+                x = jobs[0]
+                slow[g] = {x.i: 1.0}
+                c = min(100.0, x.beh[gt].util_pct)
+            elif jobs:
                 utils = [x.beh[gt].util_pct for x in jobs]
                 types = ([x.prof.job_type if x.gpus == 1 else None for x in jobs] if len(jobs) == 2 else None)
                 s = interference.shared_slowdowns(utils, types, gt)
-                self.slow[g] = dict(zip((x.i for x in jobs), s))
+                slow[g] = dict(zip((x.i for x in jobs), s))
                 c = min(100.0, sum(u / sd for u, sd in zip(utils, s)))
             else:
-                self.slow[g] = {}
+                slow[g] = {}
                 c = 0.0
-            self.total += c - self.contrib[g]
-            self.contrib[g] = c
+            total += c - contrib[g]
+            contrib[g] = c
+        self.total = total
+        heap = self.heap
         for j in affected.values():
             rate = math.inf
+            ji = j.i
             for g in j.alloc:
-                r = 1.0 / (j.beh[self.gtype[g]].step_time_s * self.slow[g][j.i])
+                r = 1.0 / (j.beh[gtype[g]].step_time_s * slow[g][ji])
                 if r < rate:
                     rate = r
             j.rate = rate
             j.version += 1
-            self._push(t + max(0.0, j.work - j.done) / rate, _FINISH, j, j.version)
+            self.seq += 1
+            heapq.heappush(heap, (t + max(0.0, j.work - j.done) / rate, _FINISH, self.seq, j, j.version))
         self._record(t)
 
     def _record(self, t):

@@ -40,18 +40,18 @@ class MaxTree:
             i >>= 1
 
     def first_at_least(self, need: float, start: int = 0) -> int:
-        """Leftmost index >= ``start`` with value >= ``need``, or -1."""
+        """Leftmost index >= ``start`` with value >= ``need``, or -1 (iterative, O(log n))."""
         t, size = self.t, self.size
         if start >= self.n or t[1] < need:
             return -1
-
-        def rec(node, lo, hi):
-            if hi <= start or t[node] < need:
+        i = start + size
+        while True:
+            if t[i] >= need:
+                while i < size:
+                    i = 2 * i if t[2 * i] >= need else 2 * i + 1
+                return i - size if i - size < self.n else -1
+            while i & 1:
+                i >>= 1
+            if i == 0:
                 return -1
-            if node >= size:
-                return node - size
-            mid = (lo + hi) // 2
-            r = rec(2 * node, lo, mid)
-            return r if r != -1 else rec(2 * node + 1, mid, hi)
-
-        return rec(1, 0, size)
+            i += 1
