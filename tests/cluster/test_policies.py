@@ -1,0 +1,133 @@
+"""Each policy's placement rule on small hand-made GPU states, through the pure choose_gpu."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gpucast.cluster import interference
+from gpucast.cluster.policies import POLICIES, GpuOccupancy, choose_gpu, gang, make_policy
+from gpucast.cluster.truth import Observation
+
+GB = 1e9
+CAP = 16 * GB
+
+
+def obs(util=50.0, mem=2 * GB, lo=None, hi=None, source="prediction", job_type=None):
+    return Observation("w", 1, 1, "v100-16gb", source, util, (util, util), mem,
+                       (lo if lo is not None else mem, hi if hi is not None else mem), 0.1, job_type)
+
+
+def gpu(i, *jobs, node=0, cap=CAP):
+    return GpuOccupancy(i, "v100-16gb", cap, node, tuple(jobs))
+
+
+def test_registry_has_the_six_policies():
+    assert set(POLICIES) == {"slot", "profiling", "horus", "packing", "gpucast", "oracle"}
+    with pytest.raises(TypeError):
+        make_policy("slot", no_such_parameter=1)
+
+
+def test_slot_takes_the_first_empty_gpu_only():
+    p = make_policy("slot")
+    assert choose_gpu(p, [gpu(0, obs()), gpu(1), gpu(2)], obs())[0] == 1
+    assert choose_gpu(p, [gpu(0, obs()), gpu(1, obs())], obs()) == (None, [])
+
+
+def test_packing_is_first_fit_by_predicted_memory_and_ignores_utilization():
+    p = make_policy("packing")
+    state = [gpu(0, obs(mem=12 * GB)), gpu(1, obs(util=100, mem=2 * GB)), gpu(2)]
+    assert choose_gpu(p, state, obs(mem=6 * GB))[0] == 1        # 12 + 6 > 16; 2 + 6 fits
+    assert choose_gpu(p, state, obs(mem=4 * GB))[0] == 0        # exactly 16 fits
+    full = [gpu(0, obs(mem=1), obs(mem=1), obs(mem=1), obs(mem=1)), gpu(1)]
+    assert choose_gpu(p, full, obs(mem=1))[0] == 1              # at most 4 jobs per GPU
+
+
+def test_horus_prefers_combined_utilization_near_100_and_penalises_overshoot():
+    p = make_policy("horus")
+    state = [gpu(0, obs(util=30)), gpu(1, obs(util=60)), gpu(2)]
+    assert choose_gpu(p, state, obs(util=40))[0] == 1           # 60 + 40 = 100: cost 0
+    # 90 + 40 = 130: cost 2 * 30 = 60, empty GPU: 100 - 40 = 60 -> tie, lower index wins
+    assert choose_gpu(p, [gpu(0, obs(util=90)), gpu(1)], obs(util=40))[0] == 0
+    assert choose_gpu(p, [gpu(0, obs(util=95)), gpu(1)], obs(util=40))[0] == 1   # 70 > 60
+    assert choose_gpu(p, [gpu(0, obs(util=120))], obs(util=40))[0] is None     # > 150 %
+    three = gpu(0, obs(util=10), obs(util=10), obs(util=10))
+    assert choose_gpu(p, [three], obs(util=10))[0] is None                       # 3 jobs max
+
+
+def test_horus_queue_is_utilization_ordered():
+    class J:
+        def __init__(self, u):
+            self.obs = {"v100-16gb": obs(util=u)}
+    js = [J(30), J(90), J(60)]
+    assert [j.obs["v100-16gb"].util_pct for j in make_policy("horus").order(js)] == [90, 60, 30]
+
+
+def test_gpucast_uses_the_memory_upper_bound_and_least_harm():
+    p = make_policy("gpucast")
+    # point 6 GB fits next to 8 GB, the upper bound 9 GB does not
+    assert choose_gpu(p, [gpu(0, obs(util=20, mem=8 * GB))], obs(util=20, mem=6 * GB, hi=9 * GB))[0] is None
+    # an empty GPU costs nothing
+    assert choose_gpu(p, [gpu(0, obs(util=20)), gpu(1)], obs(util=20))[0] == 1
+    # no empty GPU: the light neighbour hurts less than the heavy one
+    idx, sl = choose_gpu(p, [gpu(0, obs(util=90)), gpu(1, obs(util=20))], obs(util=30))
+    assert idx == 1
+    assert sl == pytest.approx(interference.slowdowns([20.0, 30.0]))
+
+
+def test_gpucast_refuses_sharing_that_does_not_pay():
+    p = make_policy("gpucast", min_gain=0.5)
+    a = interference.slowdowns([100.0, 100.0])
+    assert sum(1 / s for s in a) - 1 < 0.5
+    assert choose_gpu(p, [gpu(0, obs(util=100))], obs(util=100))[0] is None
+
+
+def test_profiling_packs_by_measured_utilization_best_fit():
+    p = make_policy("profiling")
+    m = dict(source="profiled")
+    state = [gpu(0, obs(util=20, **m)), gpu(1, obs(util=50, **m)), gpu(2, obs(util=80, **m))]
+    assert choose_gpu(p, state, obs(util=40, **m))[0] == 1       # 90 %: the fullest that stays <= 100
+    assert choose_gpu(p, state[2:], obs(util=40, **m))[0] is None
+
+
+def test_oracle_uses_measured_pair_slowdowns():
+    p = make_policy("oracle")
+    a, b = "A3C", "ResNet-18 (batch size 16)"
+    measured = interference.measured_pair_slowdowns("v100-16gb")[(a, b)]
+    _, sl = choose_gpu(p, [gpu(0, obs(util=50, source="truth", job_type=a))],
+                       obs(util=50, source="truth", job_type=b))
+    assert sl == pytest.approx(list(measured))
+    assert sl != pytest.approx(interference.slowdowns([50.0, 50.0]))
+
+
+def test_gang_prefers_one_node_then_spreads():
+    cands = [(0.0, 0, 0), (0.0, 2, 1), (0.0, 3, 1), (1.0, 4, 2)]
+    assert gang(cands, 2) == [2, 3]
+    assert gang([(0.0, 0, 0), (0.0, 2, 1), (0.0, 4, 2)], 2) == [0, 2]
+    assert gang(cands, 5) is None
+
+
+class _Job:
+    def __init__(self, o, gpus=1, ooms=0):
+        self.obs, self.gpus, self.ooms = {"v100-16gb": o}, gpus, ooms
+
+
+@pytest.mark.parametrize("name", ["slot", "packing"])
+def test_fast_placement_agrees_with_choose_gpu(name):
+    """The segment-tree path used at scale picks what the pure rule picks."""
+    rng = random.Random(7)
+    for _ in range(30):
+        p = make_policy(name)
+        n = 12
+        p.attach([gpu(i, node=i // 4) for i in range(n)])
+        state = [gpu(i, node=i // 4) for i in range(n)]
+        for _step in range(25):
+            o = obs(mem=rng.choice([1, 3, 5, 7]) * GB)
+            expect, _ = choose_gpu(p, state, o)
+            got = p.place(_Job(o))
+            assert (got[0] if got else None) == expect
+            if got:
+                p.on_start(_Job(o), got)
+                g = state[got[0]]
+                state[got[0]] = GpuOccupancy(g.index, g.gpu_type, g.memory_bytes, g.node, g.jobs + (o,))
