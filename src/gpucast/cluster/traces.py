@@ -150,22 +150,29 @@ def _bad(path, row, col, msg):
 
 def parse_table(path: str | Path) -> Trace:
     """Read a user trace from CSV (``.csv``) or Parquet (``.parquet``/``.pq``); see module docs."""
-    import pandas as pd
+    import csv
 
     path = Path(path)
     try:
         if path.suffix.lower() in (".parquet", ".pq"):
-            df = pd.read_parquet(path)
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path)
+            columns = list(table.column_names)
+            records = table.to_pylist()
         else:
-            df = pd.read_csv(path, dtype=str, keep_default_na=False)
+            with open(path, newline="") as f:
+                reader = csv.DictReader(f)
+                columns = list(reader.fieldnames or [])
+                records = list(reader)
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
     except Exception as e:  # noqa: BLE001 - any reader failure is one line
         raise TraceError(f"{path}: cannot read: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    cols = set(df.columns)
+    cols = set(columns)
     for c in ("job_id", "arrival_s", "workload", "batch_size", "gpus"):
         if c not in cols:
-            raise TraceError(f"{path}: missing required column {c!r} (have: {', '.join(map(str, df.columns))})")
+            raise TraceError(f"{path}: missing required column {c!r} (have: {', '.join(map(str, columns))})")
     if "duration_s" not in cols and "steps" not in cols:
         raise TraceError(f"{path}: needs a 'duration_s' or a 'steps' column")
     from gpucast import zoo
@@ -173,7 +180,6 @@ def parse_table(path: str | Path) -> Trace:
     zoo_names = set(zoo.names())
     seen = set()
     jobs = []
-    records = df.to_dict("records")
     for i, r in enumerate(records, 1):
         def num(col, kind, positive=True, allow_zero=False, optional=False):
             v = r.get(col)
