@@ -38,9 +38,17 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f}"
 
 
+def _looks_like_file(model: str) -> bool:
+    from gpucast.graph.onnx.reader import PICKLE_SUFFIXES
+
+    suffix = Path(model).suffix.lower()
+    return suffix == ".onnx" or suffix in PICKLE_SUFFIXES or "/" in model or Path(model).is_file()
+
+
 def _build_job(model: Optional[str], job_file: Optional[Path], batch_size, seq_len, input_shape, precision,
-               mode, optimizer, input_pipeline_ms, gpus):
-    from gpucast.job import Job
+               mode, optimizer, input_pipeline_ms, gpus, hf_config=None, module=None, input_fn=None, loss=None,
+               input_dtype=None):
+    from gpucast.job import Job, JobError
 
     if job_file is not None:
         job = Job.load(job_file)
@@ -52,18 +60,43 @@ def _build_job(model: Optional[str], job_file: Optional[Path], batch_size, seq_l
         if input_pipeline_ms is not None:
             overrides["input_pipeline_s"] = input_pipeline_ms / 1e3
         return job.with_(**overrides) if overrides else job
-    if not model:
-        _fail("give a zoo model name (see `gpucast zoo`) or --job FILE")
+    sources = [name for name, v in (("MODEL", model), ("--hf-config", hf_config), ("--module", module)) if v]
+    if not sources:
+        _fail("give a zoo model name (see `gpucast zoo`), an ONNX file, --hf-config, --module or --job FILE")
+    if len(sources) > 1:
+        _fail(f"give one model source, not {' and '.join(sources)}")
+    if (input_fn or loss or input_dtype) and not module:
+        _fail("--input-fn, --loss and --input-dtype apply to --module jobs")
     # `is None`, not `or`: an explicit 0 (-b 0, --gpus 0) must reach validation, not become the default.
-    return Job(model=model, batch_size=32 if batch_size is None else batch_size, seq_len=seq_len,
-               input_shape=input_shape or None, precision="fp32" if precision is None else precision,
-               mode="train" if mode is None else mode, optimizer="sgd" if optimizer is None else optimizer,
-               input_pipeline_s=0.0 if input_pipeline_ms is None else input_pipeline_ms / 1e3,
-               gpus=1 if gpus is None else gpus)
+    common = dict(batch_size=32 if batch_size is None else batch_size,
+                  precision="fp32" if precision is None else precision,
+                  mode="train" if mode is None else mode, optimizer="sgd" if optimizer is None else optimizer,
+                  input_pipeline_s=0.0 if input_pipeline_ms is None else input_pipeline_ms / 1e3,
+                  gpus=1 if gpus is None else gpus)
+    if module:
+        from gpucast.graph.usercode import module_job
+
+        if seq_len is not None:
+            raise JobError("--seq-len does not apply to --module jobs (describe the input with --input-shape)")
+        return module_job(module, input_shape=input_shape, input_dtype=input_dtype or "float32",
+                          input_fn_ref=input_fn, loss_ref=loss, **common)
+    if hf_config:
+        return Job.from_hf_config(hf_config, seq_len=seq_len, input_shape=input_shape or None, **common)
+    if _looks_like_file(model):
+        from gpucast.graph.onnx.reader import refuse_pickle
+
+        path = Path(model)
+        if not path.is_file():
+            raise JobError(f"model file {model!r} does not exist")
+        with open(path, "rb") as f:
+            refuse_pickle(path, f.read(8))
+        return Job.from_onnx(path, seq_len=seq_len, input_shape=input_shape or None, **common)
+    return Job(model=model, seq_len=seq_len, input_shape=input_shape or None, **common)
 
 
 def _run(fn):
-    """Turn expected failures into one error line and exit code 2 (a failed capture: 1)."""
+    """Turn expected failures into one error line and exit code 2 (bad input, including a model
+    whose capture fails: its code or shapes are the input)."""
     from gpucast.job import JobError
 
     try:
@@ -73,7 +106,7 @@ def _run(fn):
         # `gpucast gpus` and `gpucast zoo` never need (a CaptureError implies it is loaded).
         tracer = sys.modules.get("gpucast.graph.tracer")
         if tracer is not None and isinstance(exc, tracer.CaptureError):
-            _fail(str(exc), code=1)
+            _fail(str(exc), code=2)
         if not isinstance(exc, (JobError, ValueError, KeyError, FileNotFoundError)):
             raise
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
@@ -96,7 +129,13 @@ def _config(path: Optional[Path]):
         raise ValueError(f"constants file {str(path)!r}: {first}") from None
 
 
-_MODEL = typer.Argument(None, help="A zoo workload name (see `gpucast zoo`).")
+_MODEL = typer.Argument(None, help="A zoo workload name (see `gpucast zoo`) or an ONNX file (.onnx).")
+_HF = typer.Option(None, "--hf-config", help="A Hugging Face config.json, config class (BertConfig) or model type (bert).")
+_MOD = typer.Option(None, "--module", help="FILE.py:FUNCTION returning your nn.Module (with --input-shape or --input-fn).")
+_INFN = typer.Option(None, "--input-fn", help="FILE.py:FUNCTION(batch_size) returning the forward's input tuple.")
+_LOSS = typer.Option(None, "--loss", help="FILE.py:FUNCTION(output, inputs) returning the scalar loss.")
+_INDT = typer.Option(None, "--input-dtype", help="dtype of --input-shape inputs: float32 | float16 | bfloat16 | int64 "
+                                                 "| int32 | bool [default: float32].")
 _JOB = typer.Option(None, "--job", help="A job spec file (.json/.yaml); flags override its fields.")
 _BS = typer.Option(None, "--batch-size", "-b", help="Batch size per GPU [default: 32].")
 _SEQ = typer.Option(None, "--seq-len", help="Sequence length (sequence models).")
@@ -116,14 +155,16 @@ def predict(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
             seq_len: Optional[int] = _SEQ, input_shape: Optional[str] = _SHAPE, precision: Optional[str] = _PREC,
             mode: Optional[str] = _MODE, optimizer: Optional[str] = _OPT,
             input_pipeline_ms: Optional[float] = _PIPE, gpus: Optional[int] = _NGPU,
-            gpu: List[str] = _GPU, as_json: bool = _JSON, constants: Optional[Path] = _CFG) -> None:
+            gpu: List[str] = _GPU, as_json: bool = _JSON, constants: Optional[Path] = _CFG,
+            hf_config: Optional[str] = _HF, module: Optional[str] = _MOD, input_fn: Optional[str] = _INFN,
+            loss: Optional[str] = _LOSS, input_dtype: Optional[str] = _INDT) -> None:
     """Predict GPU utilization, peak memory and step time of a job on one or more GPUs."""
     from gpucast.api import predict as api_predict
     from gpucast.hardware import get_gpu
 
     def go():
         j = _build_job(model, job, batch_size, seq_len, input_shape, precision, mode, optimizer,
-                       input_pipeline_ms, gpus)
+                       input_pipeline_ms, gpus, hf_config, module, input_fn, loss, input_dtype)
         cfg = _config(constants)
         specs = [get_gpu(g) for g in gpu]  # every --gpu checked before the (slow) capture
         return [api_predict(j, s, cfg) for s in specs]
@@ -160,13 +201,15 @@ def explain(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
             input_pipeline_ms: Optional[float] = _PIPE, gpus: Optional[int] = _NGPU,
             gpu: str = typer.Option("a100-80gb", "--gpu", "-g", help="GPU name or spec file."),
             as_json: bool = _JSON, constants: Optional[Path] = _CFG,
-            top: int = typer.Option(12, "--top", min=1, help="Rows of the time breakdown to show.")) -> None:
+            top: int = typer.Option(12, "--top", min=1, help="Rows of the time breakdown to show."),
+            hf_config: Optional[str] = _HF, module: Optional[str] = _MOD, input_fn: Optional[str] = _INFN,
+            loss: Optional[str] = _LOSS, input_dtype: Optional[str] = _INDT) -> None:
     """Where the time and the memory go: breakdown by phase and op category, and uncosted ops."""
     from gpucast.api import explain as api_explain
 
     def go():
         j = _build_job(model, job, batch_size, seq_len, input_shape, precision, mode, optimizer,
-                       input_pipeline_ms, gpus)
+                       input_pipeline_ms, gpus, hf_config, module, input_fn, loss, input_dtype)
         return api_explain(j, gpu, _config(constants))
 
     ex = _run(go)

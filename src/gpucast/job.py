@@ -1,7 +1,7 @@
 """The job spec: what a user asks gpucast about.
 
-A :class:`Job` names the model (a zoo workload, or a user module given by factories), the
-batch size, optional shape overrides, precision, mode, optimizer, the host-side input
+A :class:`Job` names the model (a zoo workload, an ONNX file, a Hugging Face config, or a user
+module given by factories), the batch size, optional shape overrides, precision, mode, optimizer, the host-side input
 pipeline cost per step, and the number of data-parallel GPUs. It is immutable and
 hashable; :attr:`Job.key` is a stable content hash that keys caches, datasets and
 service responses. Jobs round-trip through JSON and YAML.
@@ -26,6 +26,7 @@ from typing import Any, Callable
 PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
 MODES = ("train", "infer")
 OPTIMIZERS = ("sgd", "adam", "adamw", "none")
+_SOURCE_FIELDS = ("model_digest", "hf_config")
 MAX_BATCH_SIZE = 1 << 20  # a sanity bound, far above any single-GPU batch
 
 
@@ -37,8 +38,15 @@ class JobError(ValueError):
 class Job:
     """One training (or inference) job, as a scheduler would receive it.
 
-    ``model`` is a zoo name (see ``gpucast zoo``) or, for jobs made by
-    :meth:`from_module`, ``"module:<import path of the factory>"``.
+    ``model`` is one of:
+
+    * a zoo name (see ``gpucast zoo``);
+    * ``"onnx:<path>"``, an ONNX file (:meth:`from_onnx`); ``model_digest`` holds the sha256 of
+      its bytes, so the key follows the content and a file that changed is refused;
+    * ``"hf:<model_type>"``, a Hugging Face architecture built from ``hf_config``, the config's
+      canonical JSON (:meth:`from_hf_config`), so the spec is self-contained;
+    * ``"module:<import path of the factory>"`` for jobs made by :meth:`from_module`.
+
     ``input_pipeline_s`` is host CPU time per step spent producing the batch
     (decode, augment, collate) by the data loader; 0 means inputs are ready.
     """
@@ -52,6 +60,8 @@ class Job:
     optimizer: str = "sgd"
     input_pipeline_s: float = 0.0
     gpus: int = 1
+    model_digest: str | None = None
+    hf_config: str | None = None
     # Factories of a user module job; not part of equality, hash or serialisation.
     model_fn: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
     input_fn: Callable[[int], tuple] | None = field(default=None, compare=False, repr=False)
@@ -62,6 +72,10 @@ class Job:
             object.__setattr__(self, "input_shape", _as_shape(self.input_shape))
         if self.optimizer is None:
             object.__setattr__(self, "optimizer", "none")
+        if isinstance(self.hf_config, dict):
+            object.__setattr__(self, "hf_config", canonical_json(self.hf_config))
+        if self.is_onnx and self.model_digest is None and isinstance(self.model, str):
+            object.__setattr__(self, "model_digest", file_digest(self.model[len("onnx:"):]))
         _validate(self)
         # Equal specs must have equal keys: 0 and 0.0 (and -0.0) compare equal but serialise
         # differently, so store the one canonical float.
@@ -100,6 +114,23 @@ class Job:
             optimizer=optimizer, input_pipeline_s=input_pipeline_s, gpus=gpus,
             model_fn=model_fn, input_fn=input_fn, loss_fn=loss_fn,
         )
+
+    @classmethod
+    def from_onnx(cls, path: str | Path, *, batch_size: int, **fields_) -> "Job":
+        """A job for an ONNX file (read by :mod:`gpucast.graph.onnx`; nothing is loaded here
+        but the file's hash)."""
+        return cls(model=f"onnx:{os.fspath(path)}", batch_size=batch_size, **fields_)
+
+    @classmethod
+    def from_hf_config(cls, config, *, batch_size: int, **fields_) -> "Job":
+        """A job for a Hugging Face architecture: ``config`` is a config.json path, a dict, a
+        ``PretrainedConfig`` or the name of a transformers config class (``"BertConfig"``) or
+        model type (``"bert"``). No weights are downloaded (:mod:`gpucast.graph.hf`)."""
+        from gpucast.graph.hf import resolve_config
+
+        cfg = resolve_config(config)
+        return cls(model=f"hf:{cfg['model_type']}", hf_config=canonical_json(cfg), batch_size=batch_size,
+                   **fields_)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Job":
@@ -144,6 +175,9 @@ class Job:
     # ----------------------------------------------------------------- serialisation
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.compare}
+        for name in _SOURCE_FIELDS:  # only ONNX/HF jobs carry these: zoo jobs keep their keys
+            if d[name] is None:
+                del d[name]
         if d["input_shape"] is not None:
             d["input_shape"] = list(d["input_shape"])
         return d
@@ -179,9 +213,39 @@ class Job:
     def is_module(self) -> bool:
         return self.model.startswith("module:")
 
+    @property
+    def is_onnx(self) -> bool:
+        return isinstance(self.model, str) and self.model.startswith("onnx:")
+
+    @property
+    def is_hf(self) -> bool:
+        return isinstance(self.model, str) and self.model.startswith("hf:")
+
+    @property
+    def onnx_path(self) -> Path:
+        return Path(self.model[len("onnx:"):])
+
     def with_(self, **changes) -> "Job":
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
+
+
+def canonical_json(data: dict) -> str:
+    """One spelling per mapping: sorted keys, no whitespace (so equal configs hash equally)."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def file_digest(path: str | Path) -> str:
+    """sha256 of a file's bytes, 16 hex digits (as :attr:`Job.key`); a JobError if unreadable."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError as exc:
+        raise JobError(f"field 'model': cannot read ONNX file {os.fspath(path)!r}: "
+                       f"{exc.strerror or type(exc).__name__}") from None
+    return h.hexdigest()[:16]
 
 
 def _as_shape(value) -> tuple[int, ...]:
@@ -206,15 +270,27 @@ def _is_int(v) -> bool:
 def _validate(job: Job) -> None:
     if not isinstance(job.model, str) or not job.model.strip():
         raise JobError("field 'model' must be a non-empty string (a zoo name, see `gpucast zoo`)")
-    if not job.is_module:
+    if job.is_onnx:
+        if not job.model[len("onnx:"):].strip():
+            raise JobError("field 'model': 'onnx:' must be followed by the file's path")
+        if not (isinstance(job.model_digest, str) and re.fullmatch(r"[0-9a-f]{16}", job.model_digest)):
+            raise JobError(f"field 'model_digest' must be 16 hex digits (sha256 of the file), got {job.model_digest!r}")
+    elif job.model_digest is not None:
+        raise JobError("field 'model_digest' belongs to ONNX jobs (model 'onnx:<path>') only")
+    if job.is_hf:
+        _validate_hf(job)
+    elif job.hf_config is not None:
+        raise JobError("field 'hf_config' belongs to Hugging Face jobs (model 'hf:<model_type>') only")
+    if job.is_module:
+        if job.model_fn is None:
+            raise JobError("field 'model': a module job needs model_fn (use Job.from_module)")
+    elif not (job.is_onnx or job.is_hf):
         from gpucast import zoo
 
         try:
             zoo.get(job.model)
         except KeyError as exc:
             raise JobError(f"field 'model': {exc.args[0]}") from None
-    elif job.model_fn is None:
-        raise JobError("field 'model': a module job needs model_fn (use Job.from_module)")
     if not _is_int(job.batch_size) or not 1 <= job.batch_size <= MAX_BATCH_SIZE:
         raise JobError(f"field 'batch_size' must be an integer between 1 and {MAX_BATCH_SIZE}, got {job.batch_size!r}")
     if job.input_shape is not None and (not job.input_shape or any(d < 1 for d in job.input_shape)):
@@ -232,3 +308,16 @@ def _validate(job: Job) -> None:
         raise JobError(f"field 'input_pipeline_s' must be seconds in [0, 3600), got {job.input_pipeline_s!r}")
     if not _is_int(job.gpus) or not 1 <= job.gpus <= 4096:
         raise JobError(f"field 'gpus' must be an integer between 1 and 4096, got {job.gpus!r}")
+
+
+def _validate_hf(job: Job) -> None:
+    if not isinstance(job.hf_config, str):
+        raise JobError("field 'hf_config' is required for model 'hf:...' (a config's JSON; use Job.from_hf_config)")
+    try:
+        cfg = json.loads(job.hf_config)
+    except ValueError:
+        raise JobError("field 'hf_config' is not valid JSON") from None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str):
+        raise JobError("field 'hf_config' must be a JSON object with a 'model_type'")
+    if job.model != f"hf:{cfg['model_type']}":
+        raise JobError(f"field 'model' must be 'hf:{cfg['model_type']}' for this hf_config, got {job.model!r}")

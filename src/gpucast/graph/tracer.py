@@ -124,6 +124,8 @@ class _Recorder(TorchDispatchMode):
 
     def _record(self, func, cat, costed, args, kwargs, out, on_host=None, sync=False):
         name, _, _ = self._info(func)
+        if name == "onnx_node":  # gpucast.graph.onnx.custom: an ONNX node with no cost rule
+            name = f"onnx:{args[1]}"
         ins = rules._tensors(args) + rules._tensors(kwargs)
         outs = rules._tensors(out)
         if on_host is None:
@@ -324,7 +326,7 @@ def capture(job: Job) -> Trace:
         ops=rec.ops, memory=memory, parameters=n_params,
         parameter_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
         input_bytes=sum(rules.effective_bytes(t) for t in inputs if isinstance(t, torch.Tensor)),
-        modules=sum(1 for _ in model.modules()),
+        modules=getattr(model, "gpucast_module_count", None) or sum(1 for _ in model.modules()),
         param_tensors=len(params),
         gradient_bytes=sum(p.numel() * p.element_size() for p in params) if train else 0,
         notes=notes,

@@ -68,10 +68,19 @@ class Built:
 
 
 def factories(job) -> Built:
-    """The model, input and loss factories of a job (a zoo name or a user module), with the
+    """The model, input and loss factories of a job (a zoo name, an ONNX file, a Hugging Face
+    config or a user module), with the
     job's shape overrides applied. The callers choose the device (meta to trace, cuda to run)."""
     if job.is_module:
         return Built(job.model_fn, job.input_fn, job.loss_fn or default_loss)
+    if job.is_onnx:
+        from gpucast.graph.onnx import factories as onnx_factories
+
+        return onnx_factories(job)
+    if job.is_hf:
+        from gpucast.graph.hf import factories as hf_factories
+
+        return hf_factories(job)
     w = get(job.model)
     spec = w.resolve(job.input_shape, job.seq_len)
     return Built(lambda: w.model_fn(spec), lambda b: w.input_fn(spec, b), w.loss_fn or default_loss)

@@ -1,0 +1,227 @@
+"""Hugging Face architectures from a config alone: random weights on the meta device, no hub.
+
+``resolve_config(x)`` turns what a user has into a config dict with a ``model_type``:
+
+* a ``config.json`` path (read as JSON; nothing else in its folder is opened);
+* a dict, or a ``transformers.PretrainedConfig``;
+* the name of a transformers config class (``"BertConfig"``) or a model type (``"bert"``):
+  that class's defaults (``to_diff_dict``), which are the architecture's reference size.
+
+A string that is neither (e.g. a hub id like ``org/model``) is an error: gpucast never
+downloads. ``transformers_version`` and ``_name_or_path`` are dropped, so a config's key does
+not change with the library version that wrote it.
+
+``factories(job)`` builds the model class the config names in ``architectures`` (the first one
+transformers has), else the first of masked-LM, causal-LM, seq2seq-LM, image-classification
+and base model that transformers maps this ``model_type`` to (encoder-decoder models prefer
+seq2seq). Attention is HF's SDPA path under gpucast's registered name (see
+``gpucast.zoo.transformers_lm``), falling back to ``eager`` for architectures without SDPA.
+Inputs follow the model's ``main_input_name``: token ids ``(batch, seq_len)`` (plus decoder
+ids of the same length for encoder-decoders), images ``(batch, channels, size, size)`` from
+the config, audio samples ``(batch, seq_len)``, or log-mel features. Loss: cross-entropy on
+logits (per token for language models), else the mean of squares of the first output.
+
+Not modelled: a checkpoint's actual weights (only shapes matter), tokenizers, generation.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from pathlib import Path
+
+from gpucast.job import JobError
+
+_DROP_KEYS = ("transformers_version", "_name_or_path", "_commit_hash")
+_DEFAULT_SEQ_LEN = 512
+_DEFAULT_AUDIO_SAMPLES = 16_000  # one second at 16 kHz
+_WHISPER_FRAMES = 3000  # 30 s of 10 ms log-mel frames (Whisper's fixed input)
+_ATTN = "gpucast_sdpa"
+
+
+def _model_types() -> dict[str, str]:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    return dict(CONFIG_MAPPING_NAMES)
+
+
+def _unknown(name: str) -> JobError:
+    types = _model_types()
+    candidates = list(types) + list(types.values())
+    close = difflib.get_close_matches(name, candidates, n=3)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return JobError(f"unknown Hugging Face architecture {name!r}{hint}; pass a config.json, a transformers "
+                    f"config class name or a model type (gpucast never downloads from the hub)")
+
+
+def resolve_config(config) -> dict:
+    """A config dict with ``model_type`` (see module docstring); a JobError otherwise."""
+    if isinstance(config, (str, os.PathLike)) and (Path(config).suffix.lower() == ".json" or Path(config).is_file()):
+        path = Path(config)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise JobError(f"cannot read Hugging Face config {str(path)!r}: {exc.strerror}") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise JobError(f"Hugging Face config {str(path)!r} is not valid JSON: {str(exc).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise JobError(f"Hugging Face config {str(path)!r} must be a JSON object")
+        return _check(data, str(path))
+    if isinstance(config, dict):
+        return _check(dict(config), "the config")
+    if isinstance(config, str):
+        types = _model_types()
+        by_class = {v: k for k, v in types.items()}
+        model_type = config if config in types else by_class.get(config)
+        if model_type is None:
+            raise _unknown(config)
+        import transformers
+
+        cfg = transformers.AutoConfig.for_model(model_type)
+        data = cfg.to_diff_dict()
+        data["model_type"] = model_type
+        return _check(data, config)
+    try:
+        from transformers import PretrainedConfig
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        PretrainedConfig = ()
+    if isinstance(config, PretrainedConfig):
+        return _check(config.to_diff_dict() | {"model_type": config.model_type}, type(config).__name__)
+    raise JobError(f"hf config must be a config.json path, a dict, a PretrainedConfig or a name, "
+                   f"got {type(config).__name__}")
+
+
+def _check(data: dict, origin: str) -> dict:
+    model_type = data.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise JobError(f"Hugging Face config {origin}: no 'model_type' (which architecture is it?)")
+    if model_type not in _model_types():
+        raise _unknown(model_type)
+    for k in _DROP_KEYS:
+        data.pop(k, None)
+    return data
+
+
+def _model_class(cfg):
+    import transformers
+    from transformers.models.auto import modeling_auto as ma
+
+    for arch in cfg.architectures or ():
+        cls = getattr(transformers, arch, None)
+        if cls is not None:
+            return cls
+    t = cfg.model_type
+    order = [ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES, ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+             ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES, ma.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES,
+             ma.MODEL_MAPPING_NAMES]
+    if getattr(cfg, "is_encoder_decoder", False):
+        order.insert(0, order.pop(2))
+    for mapping in order:
+        name = mapping.get(t)
+        if isinstance(name, (tuple, list)):
+            name = name[0]
+        cls = getattr(transformers, name, None) if name else None
+        if cls is not None:
+            return cls
+    raise JobError(f"Hugging Face model type {t!r} has no model class gpucast can build")
+
+
+def _config(job):
+    import transformers
+
+    data = json.loads(job.hf_config)
+    data = {k: v for k, v in data.items() if k != "model_type"}
+    try:
+        return transformers.AutoConfig.for_model(json.loads(job.hf_config)["model_type"], **data)
+    except Exception as exc:  # a config transformers rejects
+        raise JobError(f"Hugging Face config for {job.model!r} is invalid: {str(exc).splitlines()[0]}") from None
+
+
+def _build(cfg):
+    import transformers
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    transformers.AttentionInterface.register(_ATTN, sdpa_attention_forward)
+    cls = _model_class(cfg)
+    cfg._attn_implementation = _ATTN
+    try:
+        model = cls(cfg)
+    except ValueError:  # an architecture without SDPA support
+        cfg._attn_implementation = "eager"
+        model = cls(cfg)
+    return model
+
+
+def _image_size(cfg) -> int:
+    size = getattr(cfg, "image_size", None) or getattr(getattr(cfg, "vision_config", None), "image_size", 224)
+    return size[0] if isinstance(size, (list, tuple)) else int(size)
+
+
+def factories(job):
+    import torch
+    from torch import nn
+
+    from gpucast.zoo import Built
+    from gpucast.zoo.base import default_loss, first_tensor
+
+    cfg = _config(job)
+    main = getattr(_model_class(cfg), "main_input_name", "input_ids")
+    is_seq2seq = bool(getattr(cfg, "is_encoder_decoder", False))
+    seq_len = job.seq_len
+    vocab = getattr(cfg, "vocab_size", None) or 2
+
+    names: list[str] = []
+    if main == "input_ids":
+        seq_len = seq_len or min(_DEFAULT_SEQ_LEN, getattr(cfg, "max_position_embeddings", None) or
+                                 getattr(cfg, "n_positions", None) or _DEFAULT_SEQ_LEN)
+        names = ["input_ids"] + (["decoder_input_ids"] if is_seq2seq else [])
+    elif main == "pixel_values":
+        names = ["pixel_values"]
+    elif main == "input_values":
+        seq_len = seq_len or _DEFAULT_AUDIO_SAMPLES
+        names = ["input_values"]
+    elif main == "input_features":
+        names = ["input_features"] + (["decoder_input_ids"] if is_seq2seq else [])
+        seq_len = seq_len or 448 if is_seq2seq else seq_len
+    else:
+        raise JobError(f"Hugging Face model {job.model!r} takes {main!r}, an input gpucast cannot make")
+
+    def input_fn(batch_size: int):
+        out = []
+        for name in names:
+            if name in ("input_ids", "decoder_input_ids"):
+                out.append(torch.randint(0, vocab, (batch_size, seq_len)))
+            elif name == "pixel_values":
+                size = job.input_shape or (getattr(cfg, "num_channels", 3), _image_size(cfg), _image_size(cfg))
+                out.append(torch.randn((batch_size,) + tuple(size)))
+            elif name == "input_values":
+                out.append(torch.randn(batch_size, seq_len))
+            else:  # input_features (log-mel)
+                out.append(torch.randn(batch_size, getattr(cfg, "num_mel_bins", 80), _WHISPER_FRAMES))
+        return tuple(out)
+
+    class HFModel(nn.Module):
+        """Passes the positional inputs to the HF model by name (no cache, no labels)."""
+
+        def __init__(self):
+            super().__init__()
+            self.model = _build(cfg)
+
+        def forward(self, *inputs):
+            kwargs = dict(zip(names, inputs))
+            if "use_cache" in self.model.forward.__code__.co_varnames:
+                kwargs["use_cache"] = False
+            return self.model(**kwargs)
+
+    def loss_fn(output, inputs):
+        import torch.nn.functional as F
+
+        logits = first_tensor(output)
+        if logits.dim() in (2, 3) and logits.shape[-1] > 1:
+            flat = logits.float().reshape(-1, logits.shape[-1])
+            target = torch.randint(0, logits.shape[-1], (flat.shape[0],), device=logits.device)
+            return F.cross_entropy(flat, target)
+        return default_loss(output, inputs)
+
+    return Built(HFModel, input_fn, loss_fn)
