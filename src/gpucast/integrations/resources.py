@@ -1,0 +1,71 @@
+"""How much of a GPU a job needs: the one rule every scheduler translation uses.
+
+From a :class:`~gpucast.prediction.Prediction`:
+
+* **compute share** = predicted utilization plus a margin (``UTIL_MARGIN_PCT`` points: the
+  typical spread of the prediction's interval on well-covered models), as a fraction of the
+  GPU, at least ``MIN_SHARE``;
+* **memory** = the upper end of the memory interval plus ``MEMORY_HEADROOM`` (allocator growth
+  between steps, a second CUDA context for a data loader), as bytes and as a fraction of the
+  GPU's memory;
+* **share** = the larger of the two, rounded up to ``GRANULARITY``; a job whose share reaches
+  1, or whose memory does not fit, is **exclusive** (it gets whole GPUs).
+
+A data-parallel job (``job.gpus > 1``) gets that share on each of its GPUs; schedulers that
+cannot gang fractional GPUs (Ray's ``num_gpus``) are given whole GPUs for it instead.
+
+Not modelled: interference between the jobs that end up sharing (the placement policies in
+``gpucast.cluster`` use the interference model; these translations only size requests), MIG.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+# Margin over predicted utilization, percentage points. The analytic model's utilization
+# interval on zoo models spans about +-10 points around the point value (README accuracy section).
+UTIL_MARGIN_PCT = 10.0
+# Extra memory over the upper end of the predicted interval (fraction of it).
+MEMORY_HEADROOM = 0.10
+# Shares are rounded up to this step (Ray accepts 0.0001; HAMi percent; Slurm shards are coarse).
+GRANULARITY = 0.05
+MIN_SHARE = GRANULARITY
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    gpu: str                 # catalog name of the GPU the prediction is for
+    gpus: int                # GPUs the job runs on (data parallel)
+    compute_fraction: float  # of one GPU's time, margin included
+    memory_bytes: int        # per GPU, headroom included
+    memory_fraction: float   # of one GPU's memory
+    share: float             # max(compute, memory), rounded up to GRANULARITY, at most 1
+    exclusive: bool          # needs whole GPUs
+    util_pct: float          # the prediction it came from, for annotations
+    model_version: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _round_up(x: float, step: float) -> float:
+    return min(1.0, math.ceil(round(x / step, 9)) * step)
+
+
+def gpu_share(prediction, *, util_margin_pct: float = UTIL_MARGIN_PCT, memory_headroom: float = MEMORY_HEADROOM,
+              granularity: float = GRANULARITY) -> GpuShare:
+    """The share of a GPU ``prediction``'s job needs (see module docstring)."""
+    from gpucast.hardware import get_gpu
+
+    if not 0 < granularity <= 1:
+        raise ValueError(f"granularity must be in (0, 1], got {granularity}")
+    gpu = get_gpu(prediction.gpu)
+    compute = max(MIN_SHARE, min(100.0, prediction.gpu_util_pct + util_margin_pct) / 100.0)
+    memory = int(math.ceil(prediction.memory_interval[1] * (1.0 + memory_headroom)))
+    mem_frac = memory / gpu.memory_bytes
+    share = _round_up(max(compute, mem_frac), granularity)
+    exclusive = share >= 1.0 or mem_frac > 1.0 or not prediction.fits_in_memory
+    return GpuShare(gpu=prediction.gpu, gpus=int(prediction.job.get("gpus", 1)), compute_fraction=round(compute, 4),
+                    memory_bytes=memory, memory_fraction=round(mem_frac, 6), share=1.0 if exclusive else round(share, 4),
+                    exclusive=exclusive, util_pct=prediction.gpu_util_pct, model_version=prediction.model_version)
