@@ -41,6 +41,23 @@ def test_report_is_self_contained_and_complete(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p != "r.html"]  # no temporary file left behind
 
 
+def test_assumptions_keep_policy_parameters_apart():
+    a = _result("slot", policy_params={"max_jobs_per_gpu": 1}, trace_notes=["3 jobs capped to 4 GPUs"])
+    b = _result("horus", policy_params={"max_jobs_per_gpu": 3, "lookahead": 8},
+                trace_notes=["3 jobs capped to 4 GPUs"])
+    text = report.assumptions([a, b])
+    assert "policy_params" not in text
+    assert text.count("3 jobs capped to 4 GPUs") == 1
+    assert report.policy_parameters([a, b]) == [("slot", "max_jobs_per_gpu=1"),
+                                                ("horus", "lookahead=8, max_jobs_per_gpu=3")]
+    page = report.render([a, b])
+    assert "<li>horus: lookahead=8, max_jobs_per_gpu=3</li>" in page
+    # a shared parameter that differs between runs shows both values
+    c = _result("gpucast")
+    c.params["error_sigma"] = 0.5
+    assert "prediction error sigma: 0.2 / 0.5" in report.assumptions([a, c])
+
+
 def test_long_timelines_are_binned(tmp_path):
     # 100,000 steps alternating 0 / 100 %: plotted as 5,000 bin means, each 50 %.
     n = 100_000

@@ -34,11 +34,16 @@ MAX_POINTS = 5000
 # Parameters named in the assumptions paragraph first, with a label; the rest follow as key=value.
 _KNOWN_PARAMS = (
     ("trace", "trace"),
+    ("n_jobs", "jobs"),
     ("seed", "seed"),
     ("error_sigma", "prediction error sigma"),
     ("checkpoint_s", "checkpoint interval (s)"),
     ("oom_after_s", "OOM detected after (s)"),
+    ("max_oom_failures", "abandoned after OOM failures"),
 )
+# Parameters that differ by policy by design, or are lists: shown apart, not merged.
+_POLICY_PARAMS = "policy_params"
+_NOTES = "trace_notes"
 
 # Summary table: (key, header, format)
 _COLUMNS = (
@@ -99,12 +104,19 @@ def util_points(timeline, end_s: float, max_points: int = MAX_POINTS) -> tuple[l
 
 
 def assumptions(results: Sequence) -> str:
-    """The assumptions paragraph, as plain text: the cluster and the runs' parameters."""
+    """The assumptions paragraph, as plain text: the cluster, the runs' shared parameters (a
+    parameter that differs between runs lists each value) and the trace's notes."""
     first = results[0]
     gpu_types = ", ".join(f"{n} x {t}" for t, n in first.gpu_types.items())
     merged: dict = {}
+    notes: list[str] = []
     for r in results:
         for k, v in (r.params or {}).items():
+            if k == _POLICY_PARAMS:
+                continue
+            if k == _NOTES:
+                notes += [str(n) for n in (v or []) if str(n) not in notes]
+                continue
             merged.setdefault(k, set()).add(repr(v) if isinstance(v, (dict, list, set)) else v)
     parts = [f"cluster: {first.n_gpus} GPUs ({gpu_types})"]
     shown = set()
@@ -115,7 +127,19 @@ def assumptions(results: Sequence) -> str:
     rest = [f"{k}={_values(v)}" for k, v in sorted(merged.items()) if k not in shown]
     if rest:
         parts.append("other parameters: " + ", ".join(rest))
+    if notes:
+        parts.append("trace notes: " + "; ".join(notes))
     return "; ".join(parts) + "."
+
+
+def policy_parameters(results: Sequence) -> list[tuple[str, str]]:
+    """(policy, "k=v, ...") for each run that recorded its policy's parameters."""
+    out = []
+    for r in results:
+        pp = (r.params or {}).get(_POLICY_PARAMS)
+        if isinstance(pp, dict) and pp:
+            out.append((r.policy, ", ".join(f"{k}={v}" for k, v in sorted(pp.items()))))
+    return out
 
 
 def _values(vs: set) -> str:
@@ -198,6 +222,9 @@ def render(results: Sequence, *, title: str = "gpucast simulate", baseline: str 
         f"<p class=\"note\">{html.escape(assumptions(results))} Policies see predictions (with the error "
         "model above), never the true behaviour, except the oracle and the profiling policy (which pays for "
         "its measurement). The numbers come from a simulation, not from a real cluster.</p>"
+        + (("<p class=\"note\">Policy parameters:</p><ul>"
+            + "".join(f"<li>{html.escape(p)}: {html.escape(v)}</li>" for p, v in policy_parameters(results))
+            + "</ul>") if policy_parameters(results) else "")
         + "".join(f"<div>{p}</div>" for p in plots)
         + "</body></html>\n"
     )
