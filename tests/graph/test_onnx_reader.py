@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -27,10 +28,7 @@ def _model(nodes, inputs, outputs, inits=(), opset=17, extra_opsets=()):
 
 
 def _weights(name, shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return helper.make_tensor(name, F32, shape, [0.0] * n)
+    return helper.make_tensor(name, F32, shape, np.zeros(shape, np.float32).tobytes(), raw=True)
 
 
 def _save(model, path):
@@ -185,3 +183,26 @@ def test_onnx_job_key_follows_content_and_round_trips(conv_file, tmp_path):
     assert job.to_dict()["model_digest"] == job.model_digest
     with pytest.raises(JobError, match="model_digest"):
         Job(model="resnet50", model_digest="0123456789abcdef")
+
+
+def test_external_weights_are_never_read(tmp_path, conv_file):
+    """Weights saved as ONNX external data: the reader needs only their shapes, even when the
+    data file is missing (a user may copy just the .onnx)."""
+    model = onnx.load(str(conv_file))
+    path = tmp_path / "ext.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="ext.onnx.data", size_threshold=0)
+    (tmp_path / "ext.onnx.data").unlink()
+    p = explain(Job.from_onnx(path, batch_size=4, mode="infer"), "a100-80gb").prediction
+    assert p.parameters == 16 * 27 + 160 + 10
+
+
+def test_static_batch_file_names_its_batch(tmp_path):
+    x = helper.make_tensor_value_info("x", F32, [2, 4, 4])
+    y = helper.make_tensor_value_info("y", F32, [2, 16])
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [2, 16])
+    path = _save(_model([helper.make_node("Reshape", ["x", "shape"], ["y"])], [x], [y], [shape]),
+                 tmp_path / "static.onnx")
+    assert load(path, batch_size=2).shapes["y"] == (2, 16)
+    with pytest.raises(Exception, match="exported with a static batch size of 2"):
+        explain(Job.from_onnx(path, batch_size=8, mode="infer"), "a100-80gb")

@@ -64,7 +64,8 @@ class OnnxModule(nn.Module):
                 else:
                     self._param_index[init.name] = len(self.weights)
                     self.weights.append(nn.Parameter(t))
-            elif n > _HOST_INT_ELEMS or (dtype.is_floating_point and n > HOST_CONST_ELEMS):
+            elif n > _HOST_INT_ELEMS or (dtype.is_floating_point and n > HOST_CONST_ELEMS) or init.data_location == 1:
+                # (data_location 1: ONNX external data, never read)
                 self._consts[init.name] = torch.empty(shape, dtype=dtype, device="meta")
             else:
                 from onnx import numpy_helper
@@ -118,7 +119,8 @@ class OnnxModule(nn.Module):
                 out = unknown(ctx, args)
             except (RuntimeError, ValueError, IndexError, TypeError) as exc:
                 msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise OnnxError(f"node {node.name or i!s} ({node.op_type}): shapes do not fit: {msg}"[:400]) from None
+                raise OnnxError(f"node {node.name or i!s} ({node.op_type}): shapes do not fit: {msg[:200]}"
+                                f"{self.graph.batch_hint()}") from None
             if not isinstance(out, (tuple, list)):
                 out = (out,)
             for name, value in zip(node.output, out):

@@ -59,6 +59,13 @@ class OnnxGraph:
     opset: int
     shapes: dict[str, tuple[int, ...] | None] = field(default_factory=dict)
     dtypes: dict[str, int] = field(default_factory=dict)
+    static_batch: int | None = None  # the batch size a static-shape file was exported with, if rebound
+
+    def batch_hint(self) -> str:
+        if self.static_batch is None:
+            return ""
+        return (f" (the file was exported with a static batch size of {self.static_batch}: export it with a "
+                f"dynamic batch axis, or use --batch-size {self.static_batch})")
 
 
 def _size(n: int) -> str:
@@ -108,11 +115,32 @@ def read(path: str | os.PathLike, *, max_bytes: int | None = None):
     if not model.graph.node:
         raise OnnxError(f"{_short(path)} is not a valid ONNX model (corrupt or truncated?): its graph has no nodes")
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(_checkable(model))
     except Exception as exc:  # onnx.checker.ValidationError and friends
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise OnnxError(f"{_short(path)} is not a valid ONNX model (corrupt or truncated?): {first}") from None
     return model
+
+
+def _checkable(model):
+    """The model as the checker can see it without the external data files: weights stored
+    outside the protobuf become typed graph inputs of the same shape (a copy; the protobuf
+    without its weights is small). Their data is never needed to cost the graph."""
+    import onnx
+    from onnx import helper
+
+    external = [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    if not external:
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    kept = [t for t in copy.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    del copy.graph.initializer[:]
+    copy.graph.initializer.extend(kept)
+    names = {i.name for i in copy.graph.input}
+    copy.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                            for t in external if t.name not in names)
+    return copy
 
 
 def opset_of(model) -> int:
@@ -125,12 +153,15 @@ def graph_inputs(model) -> list:
     return [i for i in model.graph.input if i.name not in inits]
 
 
-def bind(model, batch_size: int, input_shape: tuple[int, ...] | None = None, seq_len: int | None = None) -> None:
-    """Set every graph input's dims in place (see the module docstring, step 4)."""
+def bind(model, batch_size: int, input_shape: tuple[int, ...] | None = None, seq_len: int | None = None) -> int | None:
+    """Set every graph input's dims in place (see the module docstring, step 4). Returns the
+    static batch size the file was exported with when it differs from ``batch_size``, else None."""
     inputs = graph_inputs(model)
     if not inputs:
         raise OnnxError("the ONNX graph has no inputs to bind the batch size to")
     floats = [i for i in inputs if _elem_type(i) in _FLOAT_TYPES]
+    rebound = False  # a static dim changed: the exporter's recorded shapes no longer hold
+    static_batch = None
     if input_shape is not None and len(floats) != 1:
         raise OnnxError(f"--input-shape applies to a graph with one floating input; this one has "
                         f"{len(floats)} ({', '.join(i.name for i in floats) or 'none'})")
@@ -144,8 +175,12 @@ def bind(model, batch_size: int, input_shape: tuple[int, ...] | None = None, seq
                 raise OnnxError(f"input {inp.name!r} has rank {len(dims)}: --input-shape needs {len(dims) - 1} "
                                 f"per-sample dims, got {','.join(map(str, input_shape))}")
             for d, v in zip(dims[1:], input_shape):
+                rebound |= d.HasField("dim_value") and d.dim_value != v
                 d.ClearField("dim_param")
                 d.dim_value = v
+        if dims[b].HasField("dim_value") and dims[b].dim_value not in (0, batch_size):
+            rebound = True
+            static_batch = dims[b].dim_value
         dims[b].ClearField("dim_param")
         dims[b].dim_value = batch_size
         for k, d in enumerate(dims):
@@ -157,6 +192,11 @@ def bind(model, batch_size: int, input_shape: tuple[int, ...] | None = None, seq
                                 f"(or --input-shape) to bind it")
             d.ClearField("dim_param")
             d.dim_value = seq_len
+    if rebound:  # let inference recompute every shape from the new inputs
+        del model.graph.value_info[:]
+        for out in model.graph.output:
+            out.type.tensor_type.ClearField("shape")
+    return static_batch
 
 
 def _is_batch_name(name: str) -> bool:
@@ -207,8 +247,12 @@ def infer(model) -> tuple[object, dict, dict]:
 def load(path, *, batch_size: int, input_shape=None, seq_len=None, max_bytes=None) -> OnnxGraph:
     """Read, check, bind and infer: the graph ready for :class:`gpucast.graph.onnx.module.OnnxModule`."""
     model = read(path, max_bytes=max_bytes)
-    bind(model, batch_size, input_shape, seq_len)
-    model, shapes, dtypes = infer(model)
+    static_batch = bind(model, batch_size, input_shape, seq_len)
+    try:
+        model, shapes, dtypes = infer(model)
+    except OnnxError as exc:
+        hint = OnnxGraph(None, "", [], 0, static_batch=static_batch).batch_hint()
+        raise OnnxError(f"{exc}{hint}") from None
     inputs = [InputSpec(i.name, _shape_of(i), _elem_type(i)) for i in graph_inputs(model)]
     return OnnxGraph(model=model, path=os.fspath(path), inputs=inputs, opset=opset_of(model),
-                     shapes=shapes, dtypes=dtypes)
+                     shapes=shapes, dtypes=dtypes, static_batch=static_batch)
