@@ -118,6 +118,19 @@ class Observation:
     step_time_s: float | None = None
     job_type: str | None = None
 
+    @classmethod
+    def from_prediction(cls, prediction, job=None) -> "Observation":
+        """What a policy told predictions learns from ``prediction`` (a
+        :class:`~gpucast.prediction.Prediction`) of ``job`` (a :class:`~gpucast.job.Job`;
+        by default the job the prediction records), on the prediction's GPU type."""
+        spec = job.to_dict() if job is not None else prediction.job
+        return cls(workload=spec["model"], batch_size=int(spec["batch_size"]), gpus=int(spec.get("gpus", 1)),
+                   gpu_type=prediction.gpu, source="prediction", util_pct=prediction.gpu_util_pct,
+                   util_interval=tuple(prediction.gpu_util_interval),
+                   memory_bytes=float(prediction.memory_peak_bytes),
+                   memory_interval=tuple(float(x) for x in prediction.memory_interval),
+                   step_time_s=prediction.step_time_s)
+
     @property
     def memory_upper(self) -> float | None:
         """The upper end of the memory interval, else the point value."""

@@ -1,0 +1,173 @@
+"""Predictions by (job key, GPU): an LRU of answers, per-key de-duplication, a thread pool.
+
+``Predictor.get(job, gpu)`` answers in one of three ways:
+
+* **cached**: the answer (the :class:`~gpucast.prediction.Prediction` and its JSON bytes,
+  made once) is returned at once, on the event loop; no thread, no torch;
+* **in flight**: another request is computing the same key; this one awaits that future;
+* **new**: ``gpucast.api.predict`` runs in the pool; the answer (or the 422 it raised, so a
+  failing capture is not repeated) is cached.
+
+Captures are serialized by one lock: the tracer swaps ``F.scaled_dot_product_attention``
+process-wide while it records (``gpucast.graph.mirror``), so two captures in two threads would
+see each other's swap. A slow capture therefore delays other uncached predictions, never a
+cached answer (those do not touch the pool). Captures are Python- and GIL-bound, so parallel
+threads would not make them faster on few cores anyway.
+
+Waiting is bounded by ``prediction_timeout_s`` (408); the computation itself cannot be
+interrupted (a thread cannot be killed), so it finishes in the background and its answer is
+cached. At most ``max_pending`` distinct predictions compute at once (429 beyond).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from gpucast.job import Job
+from gpucast.service.limits import Settings
+from gpucast.service.metrics import Metrics
+
+
+class ServiceError(Exception):
+    """A request the service answers with ``status`` and a one-line ``detail``."""
+
+    def __init__(self, status: int, detail: str):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One cached answer: a prediction and its JSON, or the error it raised."""
+
+    prediction: object | None = None
+    body: bytes = b""
+    error: ServiceError | None = None
+
+    def result(self):
+        if self.error is not None:
+            raise ServiceError(self.error.status, self.error.detail)
+        return self
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    text = " ".join(text.split())
+    return text or type(exc).__name__
+
+
+def _input_errors() -> tuple[type, ...]:
+    """Exceptions a prediction raises because of its input (a 422, not a server fault)."""
+    from gpucast.graph.tracer import CaptureError
+    from gpucast.job import JobError
+
+    return (JobError, CaptureError, ValueError, KeyError)
+
+
+class Predictor:
+    def __init__(self, settings: Settings, metrics: Metrics):
+        self.settings = settings
+        self.metrics = metrics
+        self._lru: OrderedDict[tuple[str, str], Entry] = OrderedDict()
+        self._inflight: dict[tuple[str, str], asyncio.Future] = {}
+        self._pool = ThreadPoolExecutor(max(1, settings.workers), thread_name_prefix="gpucast-predict")
+        self._capture_lock = threading.Lock()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -------------------------------------------------------------------- the cache
+    def cached(self, job: Job, gpu: str) -> Entry | None:
+        key = (job.key, gpu)
+        e = self._lru.get(key)
+        if e is not None:
+            self._lru.move_to_end(key)
+        return e
+
+    def _store(self, key, entry: Entry) -> None:
+        self._lru[key] = entry
+        self._lru.move_to_end(key)
+        while len(self._lru) > self.settings.cache_size:
+            self._lru.popitem(last=False)
+        self.metrics.cache_entries.set(len(self._lru))
+
+    # -------------------------------------------------------------------- computing
+    def _compute(self, job: Job, gpu: str) -> Entry:
+        """In a pool thread: one prediction, as an Entry (input errors become a cached 422)."""
+        from gpucast import api
+
+        t0 = time.perf_counter()
+        try:
+            with self._capture_lock:
+                pred = api.predict(job, gpu)
+            body = json.dumps(pred.to_dict(), separators=(",", ":")).encode()
+            return Entry(prediction=pred, body=body)
+        except _input_errors() as exc:
+            return Entry(error=ServiceError(422, _one_line(exc)))
+        finally:
+            self.metrics.prediction_seconds.observe(time.perf_counter() - t0)
+
+    def _start(self, key, job: Job, gpu: str) -> asyncio.Future:
+        if len(self._inflight) >= self.settings.max_pending:
+            raise ServiceError(429, f"{len(self._inflight)} predictions are computing, the most this service "
+                                    f"runs at once (max_pending); retry later")
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(self._pool, self._compute, job, gpu)
+        self._inflight[key] = fut
+        self.metrics.in_flight.inc()
+
+        def done(f: asyncio.Future) -> None:
+            self._inflight.pop(key, None)
+            self.metrics.in_flight.dec()
+            if not f.cancelled() and f.exception() is None:
+                self._store(key, f.result())
+
+        fut.add_done_callback(done)
+        return fut
+
+    async def get(self, job: Job, gpu: str) -> Entry:
+        """The answer for ``job`` on ``gpu`` (see module docstring); raises ServiceError."""
+        e = self.cached(job, gpu)
+        if e is not None:
+            self.metrics.cache_hits.inc()
+            return e.result()
+        key = (job.key, gpu)
+        fut = self._inflight.get(key)
+        if fut is None:
+            self.metrics.cache_misses.inc()
+            fut = self._start(key, job, gpu)
+        else:
+            self.metrics.dedup_waits.inc()
+        return (await asyncio.shield(fut)).result()
+
+    async def get_many(self, pairs: list[tuple[Job, str]]) -> list[Entry]:
+        """Answers for several (job, GPU) pairs under one time limit (408 past it)."""
+        entries = [self.cached(j, g) for j, g in pairs]
+        if all(e is not None for e in entries):  # the fast path: no task, no timer
+            self.metrics.cache_hits.inc(len(entries))
+            return [e.result() for e in entries]
+        limit = self.settings.prediction_timeout_s
+        try:
+            async with asyncio.timeout(limit):
+                return list(await asyncio.gather(*(self.get(j, g) for j, g in pairs)))
+        except TimeoutError:
+            names = sorted({f"{j.model} on {g}" for j, g in pairs})
+            raise ServiceError(408, f"prediction of {', '.join(names[:3])}{' ...' if len(names) > 3 else ''} did not "
+                                    f"finish within {limit:g} s (prediction_timeout_s); it keeps running and a retry "
+                                    f"is answered from the cache once it is done") from None
+
+    def get_blocking(self, job: Job, gpu: str, loop: asyncio.AbstractEventLoop):
+        """From a thread other than the loop's: the Prediction (for ``predict_fn`` callbacks)."""
+        e = self._lru.get((job.key, gpu))
+        if e is not None:
+            self.metrics.cache_hits.inc()
+            return e.result().prediction
+        cf = asyncio.run_coroutine_threadsafe(self.get_many([(job, gpu)]), loop)
+        return cf.result()[0].prediction

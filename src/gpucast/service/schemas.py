@@ -1,0 +1,150 @@
+"""Request and response bodies of the HTTP service (pydantic), as the OpenAPI schema shows them.
+
+A job spec names its model one way: ``workload`` (a zoo name; ``model`` is accepted as its
+alias, the name of the field in :class:`gpucast.job.Job`) or ``hf_config`` (a Hugging Face
+config.json's content; ``{"model_type": "bert"}`` is that architecture's defaults). ONNX files
+come through the multipart upload ``POST /v1/predict/onnx``. Values are checked by
+:class:`gpucast.job.Job` (422 with its message), so bounds are stated once, there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+
+Precision = Literal["fp32", "tf32", "amp-fp16", "amp-bf16"]
+Mode = Literal["train", "infer"]
+Optimizer = Literal["sgd", "adam", "adamw", "none"]
+
+
+class JobSpec(BaseModel):
+    """One job, as a scheduler receives it (the fields of gpucast's job spec)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"workload": "resnet50", "batch_size": 64, "precision": "amp-bf16"}]})
+
+    workload: Optional[str] = Field(None, description="A zoo name (GET /v1/zoo).")
+    model: Optional[str] = Field(None, description="Alias of `workload` (zoo names only: no `module:`, "
+                                                   "`onnx:` or `hf:` models).")
+    hf_config: Optional[dict[str, Any]] = Field(None, description="A Hugging Face config.json's content "
+                                                                  "(needs `model_type`).")
+    batch_size: StrictInt = 32
+    seq_len: Optional[StrictInt] = None
+    input_shape: Optional[list[StrictInt]] = Field(None, description="Per-sample input shape, e.g. [3, 224, 224].")
+    precision: Precision = "fp32"
+    mode: Mode = "train"
+    optimizer: Optimizer = "sgd"
+    input_pipeline_s: Union[StrictFloat, StrictInt] = Field(0.0, description="Host input-pipeline seconds per step.")
+    gpus: StrictInt = Field(1, description="Data-parallel GPUs of the job (not GPU types: see `gpu`).")
+
+
+GpuField = Field("a100-80gb", description="A catalog GPU name (GET /v1/gpus), or a list of them: the answer "
+                                          "is then a list of predictions in the same order.")
+
+
+class PredictRequest(JobSpec):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"workload": "resnet50", "batch_size": 64, "gpu": "a100-80gb"},
+                     {"workload": "resnet18-cifar", "batch_size": 128, "gpu": ["t4", "h100"]}]})
+
+    gpu: Union[str, list[str]] = GpuField
+
+
+class Prediction(BaseModel):
+    """The fields of :class:`gpucast.prediction.Prediction`."""
+
+    job: dict[str, Any]
+    job_key: str
+    gpu: str
+    gpu_util_pct: float
+    gpu_util_interval: list[float]
+    memory_peak_bytes: int
+    memory_interval: list[int]
+    step_time_s: float
+    step_time_interval: list[float]
+    gpu_busy_s: float
+    host_time_s: float
+    flops: int
+    bytes: int
+    kernels: int
+    ops: int
+    parameters: int
+    memory_allocated_peak_bytes: int
+    fits_in_memory: bool
+    bottleneck: str
+    bottleneck_reason: str
+    op_coverage: float
+    time_coverage: float
+    uncosted_ops: dict[str, int]
+    model_version: str
+    samples_per_s: float
+    notes: list[str]
+
+
+class GpuState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_type: str = Field(description="Catalog name of this GPU.")
+    node: StrictInt = Field(0, description="Node of the GPU (the policies' gang rule reads it).")
+    jobs: list[JobSpec] = Field(default_factory=list, description="Jobs running on it now.")
+
+
+class PlaceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "gpus": [{"gpu_type": "t4", "jobs": [{"workload": "resnet18-cifar", "batch_size": 32}]},
+                 {"gpu_type": "a100-80gb", "jobs": []}],
+        "job": {"workload": "mlp-small", "batch_size": 64}, "policy": "gpucast"}]})
+
+    gpus: list[GpuState] = Field(description="The GPUs to choose from, index = position in this list.")
+    job: JobSpec
+    policy: str = Field("gpucast", description="A policy of the cluster simulator (slot, profiling, horus, "
+                                                "packing, gpucast, oracle).")
+
+
+class Occupant(BaseModel):
+    workload: str
+    job_key: str
+    util_pct: Optional[float]
+    memory_upper_bytes: Optional[float]
+    step_time_s: Optional[float]
+
+
+class PlaceResponse(BaseModel):
+    gpu: Optional[int] = Field(description="Index of the chosen GPU, null when none fits.")
+    gpu_type: Optional[str]
+    policy: str
+    predicted_slowdowns: list[float] = Field(description="The chosen GPU's current jobs in order, then the new job.")
+    occupants: list[Occupant] = Field(description="What the policy was told of the chosen GPU's jobs, then the new one.")
+    reason: Optional[str] = Field(description="Why no GPU was chosen (null when one was).")
+
+
+class GpuInfo(BaseModel):
+    name: str
+    display_name: str
+    architecture: str
+    memory_bytes: int
+    memory_bandwidth_gbs: float
+    fp32_tflops: float
+    fp16_tflops: float
+    bf16_tflops: Optional[float]
+    tf32_tflops: Optional[float]
+    sm_count: int
+
+
+class ZooEntry(BaseModel):
+    name: str
+    family: str
+    source: str
+    description: str
+    default_batch_size: int
+    default_input: str
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+    model_version: str
+    cache_entries: int
+    predictions_in_flight: int
+    limits: dict[str, Union[int, float]]

@@ -1,0 +1,93 @@
+"""Concurrency of the prediction cache over real HTTP: a slow capture blocks no cached answer,
+identical requests share one computation, and the time and in-flight limits answer 408 and 429.
+
+Timings are measured with timestamps around real requests; the margins are wide (a slow
+capture here takes seconds, a cached answer milliseconds).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from conftest import WARM, metric, serve
+
+from gpucast.service import Settings
+
+# A tiny BERT from its config: the first Hugging Face job imports transformers (seconds).
+TINY_BERT = {"model_type": "bert", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
+             "intermediate_size": 128, "vocab_size": 1000}
+
+
+def _wait_until(cond, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_slow_uncached_request_does_not_block_cached_ones(server, client):
+    slow = {}
+
+    def run_slow():
+        with server.client() as c:
+            slow["t0"] = time.monotonic()
+            slow["r"] = c.post("/v1/predict", json={"hf_config": TINY_BERT, "batch_size": 2, "seq_len": 32,
+                                                   "gpu": "a10"})
+            slow["t1"] = time.monotonic()
+
+    t = threading.Thread(target=run_slow)
+    t.start()
+    _wait_until(lambda: metric(client, "gpucast_predictions_in_flight") >= 1)
+    cached = []
+    for _ in range(20):
+        a = time.monotonic()
+        r = client.post("/v1/predict", json=WARM)
+        cached.append((a, time.monotonic(), r.status_code))
+    t.join(timeout=120)
+    assert slow["r"].status_code == 200, slow["r"].text
+    assert slow["r"].json()["job"]["model"] == "hf:bert"
+    assert all(code == 200 for _, _, code in cached)
+    assert all(end < slow["t1"] for _, end, _ in cached), "a cached answer waited for the slow capture"
+    worst = max(end - start for start, end, _ in cached)
+    assert worst < 0.25, f"cached answer took {worst:.3f} s during a slow capture"
+    assert slow["t1"] - slow["t0"] > 5 * worst
+
+
+def test_identical_concurrent_requests_share_one_prediction(server, client):
+    body = {"workload": "resnet18-cifar", "batch_size": 9, "gpu": "l4"}
+    misses = metric(client, "gpucast_prediction_cache_misses_total")
+    waits = metric(client, "gpucast_prediction_dedup_waits_total")
+    hits = metric(client, "gpucast_prediction_cache_hits_total")
+    out = [None] * 4
+
+    def one(i):
+        with server.client() as c:
+            out[i] = c.post("/v1/predict", json=body)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert all(r.status_code == 200 for r in out)
+    assert all(r.content == out[0].content for r in out)
+    assert metric(client, "gpucast_prediction_cache_misses_total") == misses + 1
+    joined = metric(client, "gpucast_prediction_dedup_waits_total") - waits
+    hit = metric(client, "gpucast_prediction_cache_hits_total") - hits
+    assert joined + hit == 3 and joined >= 1  # the others joined the computation (or came after it)
+
+
+def test_time_limit_is_408_then_the_answer_is_cached_and_pending_limit_is_429(tmp_path, server):
+    settings = Settings(data_dir=tmp_path, prediction_timeout_s=0.05, max_pending=1)
+    first = {"workload": "resnet18-cifar", "batch_size": 11, "gpu": "t4"}   # ~1 s capture, never traced before
+    second = {"workload": "resnet18-cifar", "batch_size": 13, "gpu": "t4"}
+    with serve(settings) as s, s.client() as c:
+        r = c.post("/v1/predict", json=first)
+        assert r.status_code == 408, r.text
+        assert "did not finish within 0.05 s" in r.json()["detail"] and "retry" in r.json()["detail"]
+        busy = c.post("/v1/predict", json=second)
+        assert busy.status_code == 429 and "max_pending" in busy.json()["detail"]
+        _wait_until(lambda: metric(c, "gpucast_predictions_in_flight") == 0)
+        done = c.post("/v1/predict", json=first)
+        assert done.status_code == 200 and done.json()["job"]["batch_size"] == 11
