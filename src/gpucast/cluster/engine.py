@@ -61,7 +61,7 @@ class SimJob:
 
     __slots__ = ("i", "tj", "prof", "gpus", "obs", "ooms", "restarts", "work", "done", "rate", "last_t",
                  "version", "alloc", "start_s", "finish_s", "run_start", "ckpt_work", "gpu_seconds",
-                 "seq", "types", "beh", "solo_s", "abandoned", "ran")
+                 "seq", "types", "beh", "solo_s", "abandoned", "ran", "terms")
 
     def __init__(self, i, tj, prof):
         self.i, self.tj, self.prof, self.gpus = i, tj, prof, tj.gpus
@@ -77,6 +77,7 @@ class SimJob:
         self.solo_s = None
         self.abandoned = False
         self.ran = False
+        self.terms = {}     # gpu -> 1 / (step time there * slowdown there), while placed
 
 
 class Simulator:
@@ -99,7 +100,7 @@ class Simulator:
         self.gcap = [caps[t] for t in self.gtype]
         self.max_cap = max(caps.values())
         self.on = [[] for _ in range(self.n)]          # jobs on each GPU, in placement order
-        self.slow = [dict() for _ in range(self.n)]    # job -> slowdown on that GPU
+        self._shared: dict = {}                         # GPU state -> rate terms, utilization
         self.contrib = [0.0] * self.n
         self.total = 0.0
         self.timeline = [(0.0, 0.0)]
@@ -160,17 +161,21 @@ class Simulator:
     def run(self) -> SimResult:
         jobs = self.jobs
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].tj.arrival_s, i))
+        arrivals = [jobs[i].tj.arrival_s for i in order] + [math.inf]
         na, ai = len(order), 0
         heap = self.heap
+        heappop = heapq.heappop
         total = len(jobs)
         step = max(1, total // 200)
         last_reported = -1
+        profiled = bool(self.pool) and self.policy.told == "profiled"
+        queue, pq = self.queue, self.pq
         while ai < na or heap:
-            t_arr = jobs[order[ai]].tj.arrival_s if ai < na else math.inf
+            t_arr = arrivals[ai]
             t = heap[0][0] if heap and heap[0][0] <= t_arr else t_arr
             # every event at time t: heap first (finish, oom, profiled), then arrivals
             while heap and heap[0][0] == t:
-                _, kind, _, j, v = heapq.heappop(heap)
+                _, kind, _, j, v = heappop(heap)
                 if kind == _FINISH:
                     if v == j.version and j.alloc:
                         self._finish(j, t)
@@ -179,16 +184,18 @@ class Simulator:
                         self._check_oom(j, t)
                 elif kind == _PROFILED:
                     self._profiled(j, t)
-            while ai < na and jobs[order[ai]].tj.arrival_s == t:
+            while ai < na and arrivals[ai] == t:
                 j = jobs[order[ai]]
                 ai += 1
                 self._prepare(j)
-                if self.pool and self.policy.told == "profiled":
-                    self.pq.append(j)
+                if profiled:
+                    pq.append(j)
                 else:
-                    self.queue[j.i] = j
-            self._start_profiles(t)
-            self._schedule(t)
+                    queue[j.i] = j
+            if pq:
+                self._start_profiles(t)
+            if queue or self.requeued:
+                self._schedule(t)
             if self.progress is not None and self.finished // step != last_reported:
                 last_reported = self.finished // step
                 self.progress(self.finished, total)
@@ -202,7 +209,10 @@ class Simulator:
         pol = self.policy
         w = pol.lookahead
         while self.queue or self.requeued:
-            window = list(islice(chain(self.requeued.values(), self.queue.values()), w))
+            if w == 1:
+                window = [next(iter(self.requeued.values() if self.requeued else self.queue.values()))]
+            else:
+                window = list(islice(chain(self.requeued.values(), self.queue.values()), w))
             placed = False
             for j in pol.order(window):
                 alloc = pol.place(j)
@@ -228,9 +238,16 @@ class Simulator:
         j.seq = self.place_seq
         self.policy.on_start(j, j.alloc)
         oom = False
+        on, gtype = self.on, self.gtype
         for g in j.alloc:
-            self.on[g].append(j)
-            if sum(x.beh[self.gtype[g]].memory_bytes for x in self.on[g]) > self.gcap[g]:
+            here = on[g]
+            here.append(j)
+            gt = gtype[g]
+            if len(here) == 1:
+                mem = j.beh[gt].memory_bytes
+            else:
+                mem = sum([x.beh[gt].memory_bytes for x in here])
+            if mem > self.gcap[g]:
                 oom = True
         self._rerate(set(j.alloc), t)
         if oom:
@@ -249,48 +266,76 @@ class Simulator:
         j.last_t = t
 
     def _rerate(self, gpus, t):
-        """Re-rate every job on ``gpus`` after their sets changed; update utilization."""
-        on, gtype, slow = self.on, self.gtype, self.slow
-        affected = {}
-        for g in gpus:
-            for j in on[g]:
-                affected[j.i] = j
-        for j in affected.values():
-            self._advance(j, t)
+        """Re-rate every job on ``gpus`` after their sets changed; update utilization.
+
+        The slowdowns of a GPU's jobs depend only on the GPU type and which (profile, size) each
+        job is, in placement order, so they are computed once per such state (``_shared``); a
+        job keeps one rate term per GPU (``terms``) and only the terms of ``gpus`` change."""
+        on, gtype = self.on, self.gtype
+        if len(gpus) == 1:
+            for g in gpus:
+                affected = list(on[g])
+        else:
+            seen = {}
+            for g in gpus:
+                for j in on[g]:
+                    seen[j.i] = j
+            affected = seen.values()
+        ci = self.checkpoint_s
+        for j in affected:     # _advance, inlined
+            if t > j.last_t:
+                if j.rate > 0:
+                    cp = j.run_start + math.floor((t - j.run_start) / ci) * ci
+                    if cp > j.last_t:
+                        j.ckpt_work = min(j.work, j.done + j.rate * (cp - j.last_t))
+                    j.done = min(j.work, j.done + j.rate * (t - j.last_t))
+                j.last_t = t
         total = self.total
         contrib = self.contrib
+        shared = self._shared
         for g in gpus:
             jobs = on[g]
             gt = gtype[g]
-            if len(jobs) == 1:
+            n = len(jobs)
+            if n == 1:
                 x = jobs[0]
-                slow[g] = {x.i: 1.0}
-                c = min(100.0, x.beh[gt].util_pct)
-            elif jobs:
-                utils = [x.beh[gt].util_pct for x in jobs]
-                types = ([x.prof.job_type if x.gpus == 1 else None for x in jobs] if len(jobs) == 2 else None)
-                s = interference.shared_slowdowns(utils, types, gt)
-                slow[g] = dict(zip((x.i for x in jobs), s))
-                c = min(100.0, sum(u / sd for u, sd in zip(utils, s)))
+                b = x.beh[gt]
+                x.terms[g] = 1.0 / (b.step_time_s * 1.0)
+                c = min(100.0, b.util_pct)
+            elif n:
+                key = (gt, tuple([id(x.beh) for x in jobs]))
+                m = shared.get(key)
+                if m is None:
+                    m = shared[key] = self._shared_state(jobs, gt)
+                rs, c = m
+                for x, r in zip(jobs, rs):
+                    x.terms[g] = r
             else:
-                slow[g] = {}
                 c = 0.0
             total += c - contrib[g]
             contrib[g] = c
         self.total = total
         heap = self.heap
-        for j in affected.values():
-            rate = math.inf
-            ji = j.i
-            for g in j.alloc:
-                r = 1.0 / (j.beh[gtype[g]].step_time_s * slow[g][ji])
-                if r < rate:
-                    rate = r
+        heappush = heapq.heappush
+        seq = self.seq
+        for j in affected:
+            terms = j.terms
+            rate = min(terms.values()) if len(terms) > 1 else terms[j.alloc[0]]
             j.rate = rate
             j.version += 1
-            self.seq += 1
-            heapq.heappush(heap, (t + max(0.0, j.work - j.done) / rate, _FINISH, self.seq, j, j.version))
+            seq += 1
+            heappush(heap, (t + max(0.0, j.work - j.done) / rate, _FINISH, seq, j, j.version))
+        self.seq = seq
         self._record(t)
+
+    @staticmethod
+    def _shared_state(jobs, gt):
+        """Rate terms of the jobs sharing one GPU of type ``gt`` and the GPU's utilization."""
+        utils = [x.beh[gt].util_pct for x in jobs]
+        types = ([x.prof.job_type if x.gpus == 1 else None for x in jobs] if len(jobs) == 2 else None)
+        s = interference.shared_slowdowns(utils, types, gt)
+        rs = tuple(1.0 / (x.beh[gt].step_time_s * sd) for x, sd in zip(jobs, s))
+        return rs, min(100.0, sum(u / sd for u, sd in zip(utils, s)))
 
     def _record(self, t):
         u = max(0.0, self.total) / self.n
@@ -310,6 +355,7 @@ class Simulator:
             self.on[g].remove(j)
         self.policy.on_stop(j, alloc)
         j.alloc = ()
+        j.terms = {}
         j.version += 1
         self._rerate(set(alloc), t)
 

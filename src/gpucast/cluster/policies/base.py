@@ -18,9 +18,10 @@ oracle or it profiled the job.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Iterable, Mapping
+
+import numpy as np
 
 from gpucast.cluster import interference
 from gpucast.cluster.truth import Observation
@@ -61,7 +62,8 @@ class Policy:
             if not hasattr(type(self), k) or k.startswith("_") or callable(getattr(type(self), k)):
                 raise TypeError(f"policy {self.name!r} has no parameter {k!r}")
             setattr(self, k, v)
-        self.view: list[GpuOccupancy] = []
+        self._static: list = []
+        self._jobs: list = []
 
     def params(self) -> dict:
         """The policy's parameters (class attributes that are plain values)."""
@@ -95,27 +97,46 @@ class Policy:
     # ------------------------------------------------------------------ simulator hooks
 
     def attach(self, gpus: list[GpuOccupancy]) -> None:
-        """Start of a run: the GPUs this policy places on (a profiling pool is not among them)."""
-        self.view = list(gpus)
-        self._pos = {g.index: i for i, g in enumerate(self.view)}
+        """Start of a run: the GPUs this policy places on (a profiling pool is not among them),
+        kept in GPU-index order."""
+        gl = sorted(gpus, key=lambda g: g.index)
+        self._static = [(g.index, g.gpu_type, g.memory_bytes, g.node) for g in gl]
+        self._jobs = [list(g.jobs) for g in gl]        # observations on each GPU, in placement order
+        self._pos = {g.index: i for i, g in enumerate(gl)}
+        self._gidx = np.array([g.index for g in gl], dtype=np.int64)
+        self._gnode = np.array([g.node for g in gl], dtype=np.int64)
+        self._count = np.array([len(g.jobs) for g in gl], dtype=np.int64)
         self._stops = 0          # capacity-freeing events so far
         self._failed: dict = {}  # (observation, gpus, exclusive) -> self._stops when it last failed
-        self._scores: dict = {}  # (type, memory, job observations, observation) -> score
+        self._classes: dict = {}  # (type, memory, ids of the job observations) -> class id
+        self._crep: list = []     # class id -> (a GpuOccupancy in that state, its job count)
+        self._tabs: dict = {}     # id(job observation) -> [observation, scores, states] by class id
+        self._cls = np.zeros(len(gl), dtype=np.int64)
+        if not self.score_uses_index:
+            for i in range(len(gl)):
+                self._reclass(i)
+
+    @property
+    def view(self) -> list[GpuOccupancy]:
+        """The GPUs as the policy sees them now (built on demand)."""
+        return [GpuOccupancy(i, t, m, nd, tuple(jobs)) for (i, t, m, nd), jobs in zip(self._static, self._jobs)]
 
     def on_start(self, job, gpu_indices: Iterable[int]) -> None:
         for gi in gpu_indices:
             i = self._pos[gi]
-            g = self.view[i]
-            self.view[i] = dataclasses.replace(g, jobs=g.jobs + (obs_for(job.obs, g.gpu_type),))
+            self._jobs[i].append(obs_for(job.obs, self._static[i][1]))
+            self._count[i] += 1
+            if not self.score_uses_index:
+                self._reclass(i)
 
     def on_stop(self, job, gpu_indices: Iterable[int]) -> None:
         self._stops += 1
         for gi in gpu_indices:
             i = self._pos[gi]
-            g = self.view[i]
-            jobs = list(g.jobs)
-            jobs.remove(obs_for(job.obs, g.gpu_type))
-            self.view[i] = dataclasses.replace(g, jobs=tuple(jobs))
+            self._jobs[i].remove(obs_for(job.obs, self._static[i][1]))
+            self._count[i] -= 1
+            if not self.score_uses_index:
+                self._reclass(i)
 
     def place(self, job) -> list[int] | None:
         """GPU indices for ``job`` (``job.gpus`` of them, ``job.obs``, ``job.ooms``) or ``None``.
@@ -133,30 +154,101 @@ class Policy:
         return alloc
 
     def _place(self, job, exclusive: bool) -> list[int] | None:
+        if exclusive:
+            return _gang_np(np.zeros(len(self._static)), self._count == 0, self._gidx, self._gnode, job.gpus)
+        if not self.score_uses_index:
+            scores, feasible = self._class_scores(job)
+            return _gang_np(scores, feasible, self._gidx, self._gnode, job.gpus)
+        # a score that reads the GPU index: the plain rule over every GPU
         cands = []
         cap = self.max_jobs_per_gpu
-        memo = None if self.score_uses_index else self._scores
-        if memo is not None and len(memo) > 200_000:
-            memo.clear()
         for g in self.view:
-            if exclusive:
-                if g.jobs:
-                    continue
-                cands.append((0.0, g.index, g.node))
-                continue
             if len(g.jobs) >= cap:
                 continue
-            o = obs_for(job.obs, g.gpu_type)
-            if memo is None:
-                s = self.score(g, o)
-            else:
-                k = (g.gpu_type, g.memory_bytes, tuple(map(id, g.jobs)), id(o))
-                s = memo.get(k, memo)
-                if s is memo:
-                    s = memo[k] = self.score(g, o)
+            s = self.score(g, obs_for(job.obs, g.gpu_type))
             if s is not None:
                 cands.append((s, g.index, g.node))
         return gang(cands, job.gpus)
+
+    # ---- the score index (``score_uses_index = False``)
+    #
+    # GPUs in the same state (type, memory, the same job observations in the same order) score
+    # alike, so each GPU carries a class id and each job observation a table of scores by class,
+    # filled the first time a class is seen with that observation. A placement is then a table
+    # lookup per GPU and an argmin (numpy), not a call of ``score`` per GPU.
+
+    _MAX_CLASSES = 100_000   # then the classes are rebuilt from the GPUs' current states
+
+    def _reclass(self, i: int) -> None:
+        _idx, gt, mem, _nd = self._static[i]
+        jobs = self._jobs[i]
+        key = (gt, mem, tuple(map(id, jobs)))
+        c = self._classes.get(key)
+        if c is None:
+            if len(self._crep) >= self._MAX_CLASSES:
+                self._rebuild_classes()
+                c = self._classes.get(key)
+            if c is None:
+                c = self._classes[key] = len(self._crep)
+                self._crep.append((GpuOccupancy(*self._static[i], tuple(jobs)), len(jobs)))
+        self._cls[i] = c
+
+    def _rebuild_classes(self) -> None:
+        self._classes, self._crep, self._tabs = {}, [], {}
+        for i in range(len(self._static)):
+            _idx, gt, mem, _nd = self._static[i]
+            key = (gt, mem, tuple(map(id, self._jobs[i])))
+            if key not in self._classes:
+                self._classes[key] = len(self._crep)
+                self._crep.append((GpuOccupancy(*self._static[i], tuple(self._jobs[i])), len(self._jobs[i])))
+            self._cls[i] = self._classes[key]
+
+    def _class_scores(self, job):
+        """(score of each GPU, whether the job is allowed there) for ``job`` (numpy arrays)."""
+        tab = self._tabs.get(id(job.obs))
+        ncls = len(self._crep)
+        if tab is None or len(tab[1]) < ncls:
+            size = max(64, 2 * ncls)
+            val, st = np.zeros(size), np.zeros(size, dtype=np.int8)   # state 0 unknown, 1 allowed, 2 not
+            if tab is not None:
+                val[:len(tab[1])], st[:len(tab[2])] = tab[1], tab[2]
+            tab = self._tabs[id(job.obs)] = [job.obs, val, st]
+        _o, val, st = tab
+        cls = self._cls
+        s = st[cls]
+        if not s.all():
+            cap = self.max_jobs_per_gpu
+            for c in np.unique(cls[s == 0]).tolist():
+                g, n = self._crep[c]
+                sc = None if n >= cap else self.score(g, obs_for(job.obs, g.gpu_type))
+                if sc is None:
+                    st[c] = 2
+                else:
+                    val[c], st[c] = sc, 1
+            s = st[cls]
+        return val[cls], s == 1
+
+
+def _gang_np(scores, feasible, gidx, gnode, k: int) -> list[int] | None:
+    """:func:`gang` over numpy arrays (one entry per GPU, in GPU-index order): the same choice,
+    the same order of the returned indices, the same float sums."""
+    f = np.flatnonzero(feasible)
+    if len(f) < k:
+        return None
+    s = scores[f]
+    if k == 1:
+        return [int(gidx[f[int(s.argmin())]])]
+    ix, nd = gidx[f], gnode[f]
+    order = np.lexsort((ix, s, nd))
+    nds = nd[order]
+    starts = np.flatnonzero(np.r_[True, nds[1:] != nds[:-1]])
+    counts = np.diff(np.r_[starts, len(nds)])
+    ok = starts[counts >= k]
+    if len(ok):
+        sel = order[ok[:, None] + np.arange(k)]
+        costs = np.cumsum(s[sel], axis=1)[:, -1]     # sequential sums, as sum() adds
+        return ix[sel[int(costs.argmin())]].tolist()
+    return ix[np.lexsort((ix, s))[:k]].tolist()
 
 
 def gang(cands: list[tuple[float, int, int]], k: int) -> list[int] | None:

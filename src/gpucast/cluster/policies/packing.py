@@ -6,15 +6,18 @@ fewer than ``max_jobs_per_gpu`` jobs. ``max_jobs_per_gpu`` = 4 stands for a time
 replica count (Kubernetes GPU sharing is configured as N replicas per GPU; 4 is our choice, a
 parameter). Utilization and interference are ignored, which is the point of this baseline.
 
-The placement uses a max segment tree of "free memory where one more job is allowed" so that a
-placement costs O(log n) on large clusters; :meth:`score` states the same rule for
-:func:`~gpucast.cluster.policies.base.choose_gpu`.
+The placement keeps "free memory where one more job is allowed" per GPU in a numpy array, so a
+placement on 2,048 GPUs is one vectorised comparison and an argmax, and an update is one store;
+:meth:`score` states the same rule for :func:`~gpucast.cluster.policies.base.choose_gpu`.
 """
 
 from __future__ import annotations
 
-from gpucast.cluster.policies._index import NEG, MaxTree
+import numpy as np
+
 from gpucast.cluster.policies.base import Policy, obs_for
+
+NEG = float("-inf")
 
 
 class PackingPolicy(Policy):
@@ -29,79 +32,58 @@ class PackingPolicy(Policy):
         used = sum(self._need(o) for o in gpu.jobs)
         return float(gpu.index) if used + self._need(job) <= gpu.memory_bytes else None
 
-    # ---- fast path over the simulator's view
+    # ---- fast path: an array of "free memory where one more job is allowed" per GPU
 
     def attach(self, gpus):
         super().attach(gpus)
-        n = len(self.view)
+        n = len(self._static)
+        self._mem = [m for _i, _t, m, _nd in self._static]
         self._used = [0.0] * n
-        self._count = [0] * n
-        self._tree = MaxTree([g.memory_bytes for g in self.view])
-        self._empty = MaxTree([1.0] * n)
-        # nodes: positions of each node's GPUs, and a tree of each node's best GPU value
-        self._nodes: list[list[int]] = []
-        self._node_of = []
-        last = None
-        for i, g in enumerate(self.view):
-            if g.node != last:
-                self._nodes.append([])
-                last = g.node
-            self._nodes[-1].append(i)
-            self._node_of.append(len(self._nodes) - 1)
-        sz = self._tree.size
-        self._span = [(sz + nd[0], sz + nd[-1] + 1) for nd in self._nodes]   # leaf slices per node
-        self._ntree = MaxTree([max(self.view[i].memory_bytes for i in nd) for nd in self._nodes])
-        self._nempty = MaxTree([1.0] * len(self._nodes))
+        self._free = np.array(self._mem, dtype=float)
+        for i in range(n):
+            if self._jobs[i]:
+                self._used[i] = sum(self._need(o) for o in self._jobs[i])
+                self._refresh(i)
+        # nodes: runs of consecutive GPUs with the same node, in index order
+        starts = [i for i in range(n) if i == 0 or self._static[i][3] != self._static[i - 1][3]]
+        self._run_lo = np.array(starts, dtype=np.int64)
+        self._run_hi = np.array(starts[1:] + [n], dtype=np.int64)
 
     def _refresh(self, i):
-        g = self.view[i]
-        c = self._count[i]
-        self._tree.set(i, g.memory_bytes - self._used[i] if c < self.max_jobs_per_gpu else NEG)
-        self._empty.set(i, 1.0 if c == 0 else NEG)
-        nd = self._node_of[i]
-        lo, hi = self._span[nd]
-        self._ntree.set(nd, max(self._tree.t[lo:hi]))
-        self._nempty.set(nd, max(self._empty.t[lo:hi]))
+        self._free[i] = self._mem[i] - self._used[i] if self._count[i] < self.max_jobs_per_gpu else NEG
 
-    # The view of GPU occupancies is not kept here (the segment trees hold what the rule needs);
-    # choose_gpu works on any view it is given.
     def on_start(self, job, gpu_indices):
+        super().on_start(job, gpu_indices)
         for gi in gpu_indices:
             i = self._pos[gi]
-            self._used[i] += self._need(obs_for(job.obs, self.view[i].gpu_type))
-            self._count[i] += 1
+            self._used[i] += self._need(obs_for(job.obs, self._static[i][1]))
             self._refresh(i)
 
     def on_stop(self, job, gpu_indices):
-        self._stops += 1
+        super().on_stop(job, gpu_indices)
         for gi in gpu_indices:
             i = self._pos[gi]
-            self._used[i] -= self._need(obs_for(job.obs, self.view[i].gpu_type))
-            self._count[i] -= 1
+            self._used[i] -= self._need(obs_for(job.obs, self._static[i][1]))
             if self._count[i] == 0:
                 self._used[i] = 0.0  # no float drift on empty GPUs
             self._refresh(i)
 
     def _place(self, job, exclusive):
         if exclusive:
-            tree, ntree, need = self._empty, self._nempty, 1.0
+            fits = self._count == 0
         else:
-            tree, ntree = self._tree, self._ntree
             obs = job.obs.values() if isinstance(job.obs, dict) else [job.obs]
-            need = max(self._need(o) for o in obs)
+            fits = self._free >= max(self._need(o) for o in obs)
         k = job.gpus
-        view = self.view
+        gidx = self._gidx
         if k == 1:
-            i = tree.first_at_least(need, 0)
-            return None if i == -1 else [view[i].index]
+            i = int(fits.argmax())
+            return [int(gidx[i])] if fits[i] else None
         # first node (in index order) with k GPUs that fit, else the first k that fit anywhere
-        found = []
-        nd = ntree.first_at_least(need, 0)
-        while nd != -1:
-            lo = self._nodes[nd][0]
-            here = [lo + x for x, v in enumerate(tree.t[self._span[nd][0]:self._span[nd][1]]) if v >= need]
-            if len(here) >= k:
-                return [view[i].index for i in here[:k]]
-            found += here
-            nd = ntree.first_at_least(need, nd + 1)
-        return [view[i].index for i in found[:k]] if len(found) >= k else None
+        per_node = np.add.reduceat(fits, self._run_lo, dtype=np.int64)
+        nodes = np.flatnonzero(per_node >= k)
+        if len(nodes):
+            lo, hi = int(self._run_lo[nodes[0]]), int(self._run_hi[nodes[0]])
+            return gidx[lo + np.flatnonzero(fits[lo:hi])[:k]].tolist()
+        found = np.flatnonzero(fits)
+        return gidx[found[:k]].tolist() if len(found) >= k else None
