@@ -324,6 +324,8 @@ from gpucast.cli_sim import register as _register_sim_commands  # noqa: E402
 _register_sim_commands(app, sys.modules[__name__])
 from gpucast.cli_serve import register as _register_serve_command  # noqa: E402
 _register_serve_command(app, sys.modules[__name__])
+from gpucast.cli_integrations import register as _register_integration_commands  # noqa: E402
+_register_integration_commands(app, sys.modules[__name__])
 
 
 def _click_exceptions():

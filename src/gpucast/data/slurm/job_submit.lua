@@ -1,0 +1,185 @@
+--[[
+gpucast job_submit plugin for Slurm (job_submit/lua).
+
+Sizes a job's GPU request from gpucast's prediction: the job names a gpucast job spec, the plugin
+runs `gpucast slurm SPEC --json` on the slurmctld host and sets the job's GRES request to the
+share gpucast predicts (`gres/shard:N`, `gres/mps:N`, or `gres/gpu:G` for a job that needs whole
+GPUs). Only jobs that opt in are touched; the others pass unchanged.
+
+Install: copy this file as `job_submit.lua` next to slurm.conf, set `JobSubmitPlugins=lua`, and
+edit `config` below (the gpucast command must be on slurmctld's host, runnable by SlurmUser,
+and the job spec files readable there). The installed copy of this file is at
+`python -c "from gpucast.integrations.slurm import lua_plugin_path; print(lua_plugin_path())"`.
+
+How a job opts in (fields Slurm's job_submit/lua exposes, src/plugins/job_submit/lua/
+job_submit_lua.c: `comment` and, for batch jobs, `environment`):
+  * the job comment:      sbatch --comment='gpucast:/shared/jobs/resnet.yaml' train.sh
+                          sbatch --comment='gpucast@h100:/shared/jobs/resnet.yaml' train.sh
+                          sbatch --comment='gpucast:{"model":"mlp-small","batch_size":32}' train.sh
+  * or the environment of a batch job:
+                          GPUCAST_JOB=/shared/jobs/resnet.yaml [GPUCAST_GPU=h100] sbatch train.sh
+A relative spec path is taken from the job's working directory (on submit; `scontrol update`
+carries no working directory, so use absolute paths there). An inline JSON spec (starting
+with `{`) is written to a temporary file for gpucast and removed after. The GPU type must be a
+catalog name (`gpucast gpus`); default `config.default_gpu`.
+
+What it sets: `job_desc.tres_per_node` keeps the job's other GRES and replaces any gpu, shard or
+mps entry with gpucast's; gpu/shard/mps entries in `tres_per_job`, `tres_per_task` and
+`tres_per_socket` (from --gpus, --gpus-per-task, ...) are dropped, since Slurm refuses a job that
+mixes GPU and shard/MPS GRES. Each decision is logged with slurm.log_info.
+
+When gpucast cannot size an opted-in job (a bad spec, an unknown model or GPU, gpucast missing):
+the job is rejected (slurm.ERROR) with gpucast's one-line error shown to the user
+(slurm.log_user): a job that asked to be sized is not admitted unsized.
+--]]
+
+local config = {
+  command = "gpucast",         -- the gpucast executable (may be "/opt/gpucast/bin/gpucast")
+  default_gpu = "a100-80gb",   -- GPU type of the nodes, when the job does not name one
+  shards_per_gpu = 8,          -- gres.conf: shards per GPU (Gres=gpu:N,shard:8*N)
+  use_mps = false,             -- request gres/mps instead of gres/shard
+  mps_per_gpu = 100,           -- gres.conf: MPS count per GPU
+}
+-- A test harness (or a site wrapper) may preset the global `gpucast_config`; slurmctld does not.
+if type(gpucast_config) == "table" then
+  for k, v in pairs(gpucast_config) do config[k] = v end
+end
+
+local log_info = slurm.log_info
+local log_user = slurm.log_user or function() end
+
+local function shell_quote(s)
+  return "'" .. (string.gsub(s, "'", "'\\''")) .. "'"
+end
+
+-- The gpucast request of a job: spec (path or inline JSON), GPU name, where it came from; or nil.
+local function opted_in(job_desc)
+  local comment = job_desc.comment
+  if comment ~= nil then
+    local gpu, spec = string.match(comment, "^gpucast@([^:]+):(.+)$")
+    if spec == nil then
+      spec = string.match(comment, "^gpucast:(.+)$")
+    end
+    if spec ~= nil then
+      return spec, gpu, "comment"
+    end
+  end
+  local env = job_desc.environment
+  if env ~= nil then
+    local spec = env["GPUCAST_JOB"]
+    if spec ~= nil and spec ~= "" then
+      return spec, env["GPUCAST_GPU"], "environment"
+    end
+  end
+  return nil
+end
+
+-- Run gpucast; returns the tres_per_node string, or nil and a one-line error.
+local function size(spec, gpu, work_dir)
+  local path, tmp = spec, nil
+  if string.sub(spec, 1, 1) == "{" then
+    tmp = os.tmpname()
+    local f = io.open(tmp, "w")
+    if f == nil then
+      return nil, "cannot write a temporary job spec file"
+    end
+    f:write(spec)
+    f:close()
+    path = tmp
+  elseif string.sub(spec, 1, 1) ~= "/" and work_dir ~= nil and work_dir ~= "" then
+    path = work_dir .. "/" .. spec
+  end
+  local args = { config.command, "slurm", shell_quote(path), "--gpu", shell_quote(gpu), "--json" }
+  if config.use_mps then
+    table.insert(args, "--mps --mps-per-gpu " .. tonumber(config.mps_per_gpu))
+  else
+    table.insert(args, "--shards-per-gpu " .. tonumber(config.shards_per_gpu))
+  end
+  local cmd = table.concat(args, " ") .. " 2>&1"
+  local pipe = io.popen(cmd)
+  local out = ""
+  if pipe ~= nil then
+    out = pipe:read("*a") or ""
+    pipe:close()
+  end
+  if tmp ~= nil then
+    os.remove(tmp)
+  end
+  local tres = string.match(out, '"tres_per_node"%s*:%s*"(gres/[%w_]+:%d+)"')
+  if tres ~= nil then
+    return tres
+  end
+  local err = string.match(out, "error:%s*([^\n]+)")
+  if err == nil then
+    err = "gpucast gave no answer (" .. (string.match(out, "[^\n]+") or "no output") .. ")"
+  end
+  return nil, err
+end
+
+-- A comma-separated TRES list without its gpu, shard and mps entries ("gres/gpu:a100:2", "gpu:1").
+local function without_gpu_gres(list)
+  if list == nil or list == "" then
+    return list
+  end
+  local kept = {}
+  for entry in string.gmatch(list, "[^,]+") do
+    local name = string.match(entry, "^gres/([^:]+)") or string.match(entry, "^([^:/]+)")
+    if name ~= "gpu" and name ~= "shard" and name ~= "mps" then
+      table.insert(kept, entry)
+    end
+  end
+  return table.concat(kept, ",")
+end
+
+local function apply(job_desc)
+  local spec, gpu, source = opted_in(job_desc)
+  if spec == nil then
+    return slurm.SUCCESS
+  end
+  gpu = gpu or config.default_gpu
+  if gpu == nil or gpu == "" or not string.match(gpu, "^[%w%-]+$") then
+    local msg = "gpucast: the GPU type must be a catalog name (see `gpucast gpus`), got " .. tostring(gpu)
+    log_info("%s", msg)
+    log_user(msg)
+    return slurm.ERROR
+  end
+  local tres, err = size(spec, gpu, job_desc.work_dir)
+  if tres == nil then
+    local msg = "gpucast: cannot size the job (" .. source .. "): " .. err
+    log_info("%s", msg)
+    log_user(msg)
+    return slurm.ERROR
+  end
+  local others = without_gpu_gres(job_desc.tres_per_node)
+  if others ~= nil and others ~= "" then
+    job_desc.tres_per_node = others .. "," .. tres
+  else
+    job_desc.tres_per_node = tres
+  end
+  for _, field in ipairs({ "tres_per_job", "tres_per_task", "tres_per_socket" }) do
+    local value = job_desc[field]
+    if value ~= nil and value ~= "" then
+      local kept = without_gpu_gres(value)
+      if kept ~= value then
+        job_desc[field] = kept
+      end
+    end
+  end
+  log_info("gpucast: job from %s on %s: tres_per_node=%s", source, gpu, job_desc.tres_per_node)
+  return slurm.SUCCESS
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  return apply(job_desc)
+end
+
+-- On `scontrol update job ... Comment=gpucast:...` the job is sized again; other updates pass.
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  if job_desc.comment ~= nil and string.match(job_desc.comment, "^gpucast[:@]") then
+    return apply(job_desc)
+  end
+  return slurm.SUCCESS
+end
+
+log_info("gpucast job_submit plugin loaded (command %s)", config.command)
+return slurm.SUCCESS

@@ -1,0 +1,88 @@
+"""Slurm: a prediction as a ``--gres`` request (shards, MPS or whole GPUs).
+
+Slurm shares a GPU through two GRES types (Slurm's "Generic Resource (GRES) Scheduling" guide,
+https://slurm.schedmd.com/gres.html, sections *Sharding* and *MPS Management*):
+
+* ``shard``: a site configures a number of shards per GPU (``Gres=gpu:2,shard:16`` spreads 16
+  shards over 2 GPUs, 8 each); a job asking ``--gres=shard:N`` gets N of one GPU's shards. Shards
+  do not fence anything: they only count.
+* ``mps``: a site configures a count per GPU (commonly 100); ``--gres=mps:N`` gets that part of
+  one GPU, and Slurm sets ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` for it.
+
+Both are, by default, satisfied on **one GPU per node** (the guide: "job requests for shards are
+required to fit on a single gpu on each node", likewise for MPS). So this module spells
+:func:`gpucast.integrations.resources.gpu_share` as:
+
+* a shared single-GPU job: ``shard:ceil(share x shards_per_gpu)`` or
+  ``mps:ceil(share x mps_per_gpu)``;
+* an exclusive job, or a data-parallel one (``gpus > 1``, which shards or MPS cannot spread over
+  several GPUs): ``gpu:G``, G = the job's GPUs, on one node.
+
+The ``job_submit`` Lua plugin shipped in ``gpucast/data/slurm/job_submit.lua`` applies this at
+submission by running ``gpucast slurm SPEC --json``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpucast.integrations.resources import GpuShare, gpu_share
+
+DEFAULT_SHARDS_PER_GPU = 8
+DEFAULT_MPS_PER_GPU = 100
+
+
+@dataclass(frozen=True)
+class GresRequest:
+    kind: str          # "shard", "mps" or "gpu"
+    count: int         # per node
+    share: GpuShare    # what it spells
+
+    @property
+    def gres(self) -> str:
+        """``shard:3``: the value of ``--gres`` (and of ``job_desc.gres`` in job_submit.lua)."""
+        return f"{self.kind}:{self.count}"
+
+    @property
+    def tres_per_node(self) -> str:
+        """``gres/shard:3``: the value of ``job_desc.tres_per_node`` in job_submit.lua."""
+        return f"gres/{self.gres}"
+
+    @property
+    def sbatch(self) -> str:
+        """``--gres=shard:3``: the sbatch/srun option."""
+        return f"--gres={self.gres}"
+
+    def to_dict(self) -> dict:
+        s = self.share
+        return {"sbatch": self.sbatch, "gres": self.gres, "tres_per_node": self.tres_per_node, "kind": self.kind,
+                "count": self.count, "gpu": s.gpu, "gpus": s.gpus, "share": s.share, "exclusive": s.exclusive,
+                "memory_bytes": s.memory_bytes, "util_pct": s.util_pct, "model_version": s.model_version}
+
+
+def _ceil(x: float) -> int:
+    return math.ceil(round(x, 9))  # 0.35 x 20 is 7.000000000000001 in floating point: still 7
+
+
+def gres_request(prediction_or_share, *, shards_per_gpu: int = DEFAULT_SHARDS_PER_GPU, mps: bool = False,
+                 mps_per_gpu: int = DEFAULT_MPS_PER_GPU) -> GresRequest:
+    """The ``--gres`` request for a :class:`~gpucast.prediction.Prediction` (or a
+    :class:`~gpucast.integrations.resources.GpuShare`) on a site with ``shards_per_gpu`` shards
+    (or, with ``mps``, an MPS count of ``mps_per_gpu``) per GPU."""
+    for name, value in (("shards_per_gpu", shards_per_gpu), ("mps_per_gpu", mps_per_gpu)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    s = prediction_or_share if isinstance(prediction_or_share, GpuShare) else gpu_share(prediction_or_share)
+    if s.exclusive or s.gpus > 1:
+        return GresRequest("gpu", s.gpus, s)
+    per_gpu = mps_per_gpu if mps else shards_per_gpu
+    count = min(per_gpu, max(1, _ceil(s.share * per_gpu)))
+    return GresRequest("mps" if mps else "shard", count, s)
+
+
+def lua_plugin_path():
+    """Where the shipped ``job_submit.lua`` is (copy it next to slurm.conf)."""
+    from importlib.resources import files
+
+    return files("gpucast") / "data" / "slurm" / "job_submit.lua"

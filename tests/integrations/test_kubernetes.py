@@ -1,0 +1,286 @@
+"""The HAMi mutating admission webhook, fed real AdmissionReview v1 request bodies.
+
+Pods are built with the kubernetes client's models (``V1Pod``, ``V1Container``,
+``V1ResourceRequirements``...) and serialized as the API server sends them
+(``ApiClient().sanitize_for_serialization``, then a JSON round trip). The returned JSON patch is
+applied with a strict RFC 6902 applier written here (``jsonpatch`` is not installed): a path
+that is not escaped per RFC 6901, or that points into an object that does not exist, fails.
+Real predictions (``gpucast.api.predict``) size the first tests; the hand-checked arithmetic
+ones inject a Prediction with chosen numbers.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import math
+
+import pytest
+
+k8s = pytest.importorskip("kubernetes.client")
+
+from gpucast.api import predict  # noqa: E402
+from gpucast.integrations import kubernetes as hook  # noqa: E402
+from gpucast.integrations.resources import gpu_share  # noqa: E402
+from gpucast.prediction import Prediction  # noqa: E402
+
+MIB = 2**20
+SMALL = {"model": "mlp-small", "batch_size": 32}
+LARGE = {"model": "resnet50", "batch_size": 64}
+
+
+# ------------------------------------------------------------------ a strict RFC 6902 applier
+def _tokens(path: str) -> list[str]:
+    assert path.startswith("/"), path
+    return [t.replace("~1", "/").replace("~0", "~") for t in path[1:].split("/")]
+
+
+def _parent(doc, path):
+    *head, last = _tokens(path)
+    node = doc
+    for t in head:
+        node = node[int(t)] if isinstance(node, list) else node[t]   # KeyError: parent missing
+    return node, last
+
+
+def apply_patch(doc, ops):
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        parent, key = _parent(doc, op["path"])
+        if op["op"] == "add":
+            if isinstance(parent, list):
+                parent.insert(len(parent) if key == "-" else int(key), op["value"])
+            else:
+                assert isinstance(parent, dict), op
+                parent[key] = op["value"]
+        elif op["op"] == "replace":
+            if isinstance(parent, list):
+                parent[int(key)] = op["value"]
+            else:
+                assert key in parent, f"replace of a missing member: {op}"
+                parent[key] = op["value"]
+        elif op["op"] == "remove":
+            if isinstance(parent, list):
+                del parent[int(key)]
+            else:
+                assert key in parent, f"remove of a missing member: {op}"
+                del parent[key]
+        else:
+            raise AssertionError(f"unexpected op {op}")
+    return doc
+
+
+# ------------------------------------------------------------------ building requests
+def make_pod(annotations=None, containers=None):
+    containers = containers or [k8s.V1Container(name="train", image="pytorch/pytorch:2.4.0",
+                                                resources=k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": "1"}))]
+    return k8s.V1Pod(api_version="v1", kind="Pod",
+                     metadata=k8s.V1ObjectMeta(generate_name="train-", namespace="ml", annotations=annotations),
+                     spec=k8s.V1PodSpec(containers=containers, restart_policy="Never"))
+
+
+def make_review(pod, uid="705ab4f5-6393-11e8-b7cc-42010a800002", kind="Pod", operation="CREATE"):
+    obj = k8s.ApiClient().sanitize_for_serialization(pod)
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": uid, "kind": {"group": "", "version": "v1", "kind": kind},
+                        "resource": {"group": "", "version": "v1", "resource": "pods"},
+                        "requestKind": {"group": "", "version": "v1", "kind": kind},
+                        "namespace": "ml", "operation": operation,
+                        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+                        "object": obj, "oldObject": None, "dryRun": False,
+                        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}}
+    return json.loads(json.dumps(body))  # as it comes off the wire
+
+
+def job_annotations(spec, gpu=None, **extra):
+    a = {"gpucast.ai/job": json.dumps(spec), **extra}
+    if gpu:
+        a["gpucast.ai/gpu"] = gpu
+    return a
+
+
+def decoded(out):
+    return json.loads(base64.b64decode(out["response"]["patch"]))
+
+
+def patched(review, out):
+    return apply_patch(review["request"]["object"], decoded(out))
+
+
+def _pred(util=30.0, mem_hi=3 * 2**30, gpus=1, fits=True, gpu="a100-80gb") -> Prediction:
+    return Prediction(
+        job={"model": "resnet50", "batch_size": 32, "gpus": gpus}, job_key="k", gpu=gpu, gpu_util_pct=util,
+        gpu_util_interval=(util - 5, util + 5), memory_peak_bytes=int(mem_hi * 0.9),
+        memory_interval=(int(mem_hi * 0.8), int(mem_hi)), step_time_s=0.1, step_time_interval=(0.08, 0.12),
+        gpu_busy_s=0.03, host_time_s=0.05, flops=1, bytes=1, kernels=1, ops=1, parameters=1,
+        memory_allocated_peak_bytes=1, fits_in_memory=fits, bottleneck="compute-bound", bottleneck_reason="",
+        op_coverage=1.0, time_coverage=1.0, uncosted_ops={}, model_version="analytic-test", samples_per_s=1.0)
+
+
+# ------------------------------------------------------------------ pass-through
+def test_pod_without_the_annotation_passes_unchanged():
+    review = make_review(make_pod(annotations={"team": "vision"}))
+    calls = []
+    out = hook.mutate(review, lambda spec, gpu: calls.append(spec))
+    assert out == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                   "response": {"uid": review["request"]["uid"], "allowed": True}}
+    assert calls == []  # nothing predicted
+
+
+def test_pod_without_any_annotations_and_non_pods_pass():
+    out = hook.mutate(make_review(make_pod(annotations=None)))
+    assert out["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+    annotated = make_pod(annotations=job_annotations(SMALL))
+    for review in (make_review(annotated, kind="Deployment"), make_review(annotated, operation="UPDATE")):
+        assert hook.mutate(review, lambda *a: pytest.fail("must not predict"))["response"]["allowed"] is True
+        assert "patch" not in hook.mutate(review)["response"]
+
+
+def test_request_without_uid_is_not_an_admission_review():
+    with pytest.raises(ValueError, match="uid"):
+        hook.mutate({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}})
+    with pytest.raises(ValueError):
+        hook.mutate({"kind": "AdmissionReview"})
+
+
+# ------------------------------------------------------------------ real predictions
+def test_small_job_gets_hami_limits_from_its_share():
+    gpu_container = k8s.V1Container(name="train", image="pytorch/pytorch:2.4.0",
+                                    resources=k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": "1", "cpu": "4"},
+                                                                         requests={"cpu": "2"}))
+    sidecar = k8s.V1Container(name="logs", image="busybox", resources=k8s.V1ResourceRequirements(limits={"cpu": "1"}))
+    review = make_review(make_pod(job_annotations(SMALL), [sidecar, gpu_container]))
+    out = hook.mutate(review)
+    r = out["response"]
+    assert r["allowed"] is True and r["patchType"] == "JSONPatch" and r["uid"] == review["request"]["uid"]
+    assert out["apiVersion"] == "admission.k8s.io/v1" and out["kind"] == "AdmissionReview"
+    pod = patched(review, out)
+
+    p = predict(SMALL, "a100-80gb")
+    mem = math.ceil(p.memory_interval[1] * 1.1)                       # upper end + 10 % headroom, bytes
+    share = max(math.ceil((p.gpu_util_pct + 10) / 5 - 1e-9) * 5, math.ceil(mem / (80 * 2**30) * 20 - 1e-9) * 5)
+    assert share < 100                                                # a shared job (about 35 %)
+    limits = pod["spec"]["containers"][1]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": "1", "cpu": "4", "nvidia.com/gpumem": str(math.ceil(mem / MIB)),
+                      "nvidia.com/gpucores": str(share)}
+    assert pod["spec"]["containers"][1]["resources"]["requests"] == {"cpu": "2"}
+    assert pod["spec"]["containers"][0] == review["request"]["object"]["spec"]["containers"][0]  # sidecar untouched
+    ann = pod["metadata"]["annotations"]
+    assert ann["gpucast.ai/model-version"] == p.model_version
+    pred = json.loads(ann["gpucast.ai/prediction"])
+    assert pred["gpu_util_pct"] == p.gpu_util_pct and pred["gpu_util_interval"] == list(p.gpu_util_interval)
+    assert pred["memory_peak_bytes"] == p.memory_peak_bytes and pred["memory_interval"] == list(p.memory_interval)
+    assert pred["step_time_s"] == p.step_time_s and pred["gpu"] == "a100-80gb"
+    assert pred["share"] * 100 == pytest.approx(share) and pred["exclusive"] is False
+    assert ann["gpucast.ai/job"] == json.dumps(SMALL)                  # the user's annotation is kept
+    # RFC 6901 escapes in the raw patch
+    paths = [op["path"] for op in decoded(out)]
+    assert "/spec/containers/1/resources/limits/nvidia.com~1gpumem" in paths
+    assert "/metadata/annotations/gpucast.ai~1prediction" in paths
+    assert not any(path.startswith("/spec/containers/0") for path in paths)
+
+
+def test_large_job_gets_a_whole_gpu_and_missing_objects_are_created():
+    # No container asks for a GPU and none has resources: the first container is sized.
+    containers = [k8s.V1Container(name="train", image="pytorch/pytorch:2.4.0"),
+                  k8s.V1Container(name="other", image="busybox")]
+    review = make_review(make_pod(job_annotations(LARGE, gpu="A100-80GB"), containers))
+    assert "resources" not in review["request"]["object"]["spec"]["containers"][0]
+    out = hook.mutate(review)
+    pod = patched(review, out)
+    assert gpu_share(predict(LARGE, "a100-80gb")).exclusive
+    assert pod["spec"]["containers"][0]["resources"] == {"limits": {
+        "nvidia.com/gpu": "1", "nvidia.com/gpucores": "100", "nvidia.com/gpumem-percentage": "100"}}
+    assert "resources" not in pod["spec"]["containers"][1]
+    assert decoded(out)[0] == {"op": "add", "path": "/spec/containers/0/resources",
+                               "value": pod["spec"]["containers"][0]["resources"]}
+    assert json.loads(pod["metadata"]["annotations"]["gpucast.ai/prediction"])["exclusive"] is True
+
+
+# ------------------------------------------------------------------ hand-checked arithmetic
+def test_arithmetic_requests_and_conflicting_memory_key():
+    # util 30 % -> 40 % cores; memory 3 GiB x 1.1 = 3379.2 MiB -> 3380 MiB.
+    c = k8s.V1Container(name="train", image="x", resources=k8s.V1ResourceRequirements(
+        limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50", "nvidia.com/gpucores": "90"},
+        requests={"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50", "nvidia.com/gpucores": "90"}))
+    seen = []
+    review = make_review(make_pod(job_annotations({"model": "whatever", "batch_size": 8}), [c]))
+    out = hook.mutate(review, lambda spec, gpu: seen.append((spec, gpu)) or _pred(util=30.0, mem_hi=3 * 2**30))
+    assert seen == [({"model": "whatever", "batch_size": 8}, "a100-80gb")]     # the default GPU
+    res = patched(review, out)["spec"]["containers"][0]["resources"]
+    assert res["limits"] == {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3380", "nvidia.com/gpucores": "40"}
+    assert res["requests"] == {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "40"}   # equal to limits; gpumem defaults
+    assert "warnings" not in out["response"]
+
+
+def test_requests_only_gpu_limits_created_and_count_mismatch_warns():
+    c = k8s.V1Container(name="train", image="x", resources=k8s.V1ResourceRequirements(requests={"nvidia.com/gpu": "2"}))
+    review = make_review(make_pod(job_annotations({"model": "m"}), [c]))
+    out = hook.mutate(review, lambda spec, gpu: _pred(util=62.0, mem_hi=2**30))
+    res = patched(review, out)["spec"]["containers"][0]["resources"]
+    # 62 + 10 = 72 % -> 75 % on the 0.05 grid; 1 GiB x 1.1 = 1126.4 MiB -> 1127
+    assert res["limits"] == {"nvidia.com/gpucores": "75", "nvidia.com/gpumem": "1127", "nvidia.com/gpu": "2"}
+    assert res["requests"] == {"nvidia.com/gpu": "2"}
+    assert len(out["response"]["warnings"]) == 1 and "gpus=1" in out["response"]["warnings"][0]
+
+
+def test_data_parallel_job_sets_gpu_count_and_gpu_annotation_is_used():
+    c = k8s.V1Container(name="train", image="x", resources=k8s.V1ResourceRequirements(limits={"memory": "8Gi"}))
+    seen = []
+    review = make_review(make_pod(job_annotations({"model": "m", "gpus": 4}, gpu="h100"), [c]))
+    out = hook.mutate(review, lambda spec, gpu: seen.append(gpu) or _pred(util=20.0, mem_hi=2**30, gpus=4, gpu=gpu))
+    assert seen == ["h100"]
+    limits = patched(review, out)["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "4" and limits["nvidia.com/gpucores"] == "30" and limits["memory"] == "8Gi"
+
+
+def test_stale_prediction_annotation_is_replaced():
+    review = make_review(make_pod(job_annotations({"model": "m"}, **{"gpucast.ai/prediction": "old",
+                                                                     "gpucast.ai/model-version": "old"})))
+    out = hook.mutate(review, lambda spec, gpu: _pred())
+    ann = patched(review, out)["metadata"]["annotations"]
+    assert ann["gpucast.ai/model-version"] == "analytic-test" and json.loads(ann["gpucast.ai/prediction"])["share"] == 0.4
+
+
+def test_job_that_does_not_fit_is_admitted_whole_with_a_warning():
+    review = make_review(make_pod(job_annotations({"model": "m"})))
+    out = hook.mutate(review, lambda spec, gpu: _pred(util=40.0, mem_hi=120 * 2**30, fits=False))
+    assert out["response"]["allowed"] is True
+    limits = patched(review, out)["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpucores"] == "100" and limits["nvidia.com/gpumem-percentage"] == "100"
+    assert "does not fit" in out["response"]["warnings"][0]
+
+
+# ------------------------------------------------------------------ refusals
+@pytest.mark.parametrize("annotations, needle", [
+    ({"gpucast.ai/job": "{model: resnet50"}, "not valid JSON"),
+    ({"gpucast.ai/job": "[1, 2]"}, "must be a JSON object"),
+    ({"gpucast.ai/job": json.dumps({"model": "resnet-9000"})}, "unknown zoo workload 'resnet-9000'"),
+    ({"gpucast.ai/job": json.dumps({"model": "resnet50", "batch": 3})}, "unknown field 'batch'"),
+    ({"gpucast.ai/job": json.dumps({"model": "onnx:/etc/passwd"})}, "names a file"),
+    ({"gpucast.ai/job": json.dumps(SMALL), "gpucast.ai/gpu": "tpu-v5"}, "unknown GPU 'tpu-v5'"),
+    ({"gpucast.ai/job": json.dumps(SMALL), "gpucast.ai/gpu": "/etc/gpu.yaml"}, "must be a GPU name"),
+])
+def test_bad_annotation_is_denied_with_400(annotations, needle):
+    review = make_review(make_pod(annotations))
+    out = hook.mutate(review)
+    r = out["response"]
+    assert r["allowed"] is False and "patch" not in r and r["uid"] == review["request"]["uid"]
+    assert r["status"]["code"] == 400 and needle in r["status"]["message"], r["status"]
+    assert r["status"]["message"].startswith("gpucast: ") and "\n" not in r["status"]["message"]
+
+
+def test_predictor_failure_is_denied_with_500():
+    def broken(spec, gpu):
+        raise RuntimeError("cache backend down")
+
+    r = hook.mutate(make_review(make_pod(job_annotations(SMALL))), broken)["response"]
+    assert r["allowed"] is False and r["status"]["code"] == 500
+    assert r["status"]["message"] == "gpucast: prediction failed: cache backend down"
+
+
+def test_escape_is_rfc6901():
+    assert hook.escape("nvidia.com/gpumem") == "nvidia.com~1gpumem"
+    assert hook.escape("a~/b") == "a~0~1b"          # ~ first, then /
+    assert _tokens("/x/a~0~1b") == ["x", "a~/b"]

@@ -1,0 +1,188 @@
+"""gpucast on a real local Ray cluster: jobs predicted small share a GPU, a large one gets its own.
+
+The cluster is started by the test (``ray.init`` with 2 *logical* GPUs: Ray schedules GPUs as
+numbers and sets ``CUDA_VISIBLE_DEVICES``; no GPU is needed). The jobs are CPU-only stand-ins
+that report the GPU ids and the GPU fraction Ray gave them and hold at a barrier, so the jobs
+that must run at the same time really do. The sizing numbers come from real predictions
+(``gpucast.api.predict``); only the arithmetic tests at the end use a hand-made Prediction.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from gpucast.api import predict  # noqa: E402
+from gpucast.integrations import ray as gray  # noqa: E402
+from gpucast.integrations.resources import gpu_share  # noqa: E402
+from gpucast.prediction import Prediction  # noqa: E402
+
+GPU = "a100-80gb"
+SMALL = {"model": "mlp-small", "batch_size": 32}   # ~21 % util, 0.7 GB: a 0.35 share
+LARGE = {"model": "resnet50", "batch_size": 64}    # ~99 % util: exclusive
+
+
+class Barrier:
+    """A counter the stand-ins meet at (an actor that takes no CPU)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def arrive(self) -> int:
+        self.n += 1
+        return self.n
+
+    def count(self) -> int:
+        return self.n
+
+
+def stand_in(name: str, barrier, parties: int, hold_s: float = 0.3, wait_s: float = 90.0) -> dict:
+    """A job that uses no GPU: reports what Ray assigned and waits until ``parties`` jobs have
+    arrived (or ``wait_s`` passed), then holds for ``hold_s``."""
+    import os
+    import time
+
+    import ray
+
+    start = time.time()
+    ray.get(barrier.arrive.remote())
+    reached = False
+    while time.time() - start < wait_s:
+        if ray.get(barrier.count.remote()) >= parties:
+            reached = True
+            break
+        time.sleep(0.02)
+    time.sleep(hold_s)
+    return dict(name=name, gpu_ids=sorted(int(g) for g in ray.get_gpu_ids()),
+                gpu=ray.get_runtime_context().get_assigned_resources().get("GPU"),
+                cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"), share_env=os.environ.get("GPUCAST_SHARE"),
+                start=start, end=time.time(), reached=reached)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test module
+    ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False,
+             object_store_memory=100 * 2**20, namespace="gpucast-test")
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def shares():
+    return {name: gpu_share(predict(spec, GPU)) for name, spec in (("small", SMALL), ("large", LARGE))}
+
+
+def _barrier():
+    return ray.remote(Barrier).options(num_cpus=0).remote()
+
+
+def test_predictions_premise(shares):
+    # What the placement tests rely on, from the real predictions: two small jobs fit on one
+    # GPU (but not three of them), the large one needs a whole GPU.
+    small, large = shares["small"], shares["large"]
+    assert 0.25 < small.share <= 0.5 and not small.exclusive
+    assert gray.num_gpus(small) == small.share
+    assert large.exclusive and gray.num_gpus(large) == 1.0
+
+
+def test_small_jobs_share_a_gpu_and_the_large_one_gets_its_own(cluster, shares):
+    barrier = _barrier()
+    launcher = gray.Launcher(GPU, num_cpus=0.5)
+    # All three must run at once to pass the barrier: on 2 GPUs that is possible only if the two
+    # small ones share one GPU and the large one has the other to itself.
+    refs = [launcher.submit(spec, stand_in, name, barrier, 3)
+            for name, spec in (("small-a", SMALL), ("small-b", SMALL), ("large", LARGE))]
+    out = {r["name"]: r for r in ray.get(refs, timeout=180)}
+    assert all(r["reached"] for r in out.values()), out
+    a, b, big = out["small-a"], out["small-b"], out["large"]
+    assert a["gpu"] == pytest.approx(shares["small"].share) and b["gpu"] == pytest.approx(shares["small"].share)
+    assert big["gpu"] == pytest.approx(1.0)
+    assert len(a["gpu_ids"]) == len(b["gpu_ids"]) == len(big["gpu_ids"]) == 1
+    assert a["gpu_ids"] == b["gpu_ids"]                     # the small ones share one GPU...
+    assert big["gpu_ids"] != a["gpu_ids"]                   # ...the large one has the other
+    assert big["cuda_visible"] == str(big["gpu_ids"][0]) and a["cuda_visible"] == str(a["gpu_ids"][0])
+    assert a["share_env"] == f"{shares['small'].share:g}" and big["share_env"] == "1"
+    assert [ln.num_gpus for ln in launcher.launched] == [shares["small"].share] * 2 + [1.0]
+
+
+def test_a_queue_of_small_jobs_is_packed_two_per_gpu(cluster, shares):
+    # Five 0.35-shares on 2 GPUs: at most two per GPU at once (three would need 1.05), so Ray
+    # runs four, queues the fifth, and starts it when a share frees up.
+    assert 2 * shares["small"].share <= 1.0 < 3 * shares["small"].share
+    barrier = _barrier()
+    refs = gray.launch([(SMALL, stand_in, (f"s{i}", barrier, 4)) for i in range(5)], GPU, num_cpus=0.5)
+    out = ray.get(refs, timeout=180)
+    assert sum(r["reached"] for r in out) == 5              # four ran together (the fifth came later)
+    for r in out:
+        assert r["gpu"] == pytest.approx(shares["small"].share) and len(r["gpu_ids"]) == 1
+    # at any job's start, at most two jobs (itself included) were running on its GPU
+    for r in out:
+        running = [o for o in out if o["gpu_ids"] == r["gpu_ids"] and o["start"] <= r["start"] < o["end"]]
+        assert len(running) <= 2, (r, running)
+    last = max(out, key=lambda r: r["start"])
+    assert last["start"] >= min(r["end"] for r in out if r is not last)   # the fifth waited for a share
+    assert {tuple(r["gpu_ids"]) for r in out} == {(0,), (1,)}
+
+
+def test_actors_hold_their_share(cluster, shares):
+    barrier = _barrier()
+    launcher = gray.Launcher(GPU, as_actors=True, num_cpus=0.5)
+    refs = launcher.submit_all([(SMALL, stand_in, ("actor-a", barrier, 2)), (SMALL, stand_in, ("actor-b", barrier, 2))])
+    out = ray.get(refs, timeout=180)
+    assert all(r["reached"] for r in out)
+    assert out[0]["gpu_ids"] == out[1]["gpu_ids"] and out[0]["gpu"] == pytest.approx(shares["small"].share)
+    assert all(ln.actor is not None for ln in launcher.launched)
+    # the actors still hold their shares: 2 GPUs minus two small shares are free
+    # (polled: the cluster's view is eventually consistent, and earlier tests' leases may linger)
+    free = 2 - 2 * shares["small"].share
+    deadline = time.time() + 30
+    while time.time() < deadline and abs(ray.available_resources().get("GPU", 0) - free) > 1e-6:
+        time.sleep(0.05)
+    assert ray.available_resources().get("GPU", 0) == pytest.approx(free)
+    for ln in launcher.launched:
+        ray.kill(ln.actor)
+    launcher.release()
+
+
+# ------------------------------------------------------------------ the translation, by hand
+def _pred(util=30.0, mem_hi=2**30, gpus=1, fits=True) -> Prediction:
+    return Prediction(
+        job={"model": "resnet50", "batch_size": 32, "gpus": gpus}, job_key="k", gpu=GPU, gpu_util_pct=util,
+        gpu_util_interval=(util - 5, util + 5), memory_peak_bytes=int(mem_hi * 0.9),
+        memory_interval=(int(mem_hi * 0.8), int(mem_hi)), step_time_s=0.1, step_time_interval=(0.08, 0.12),
+        gpu_busy_s=0.03, host_time_s=0.05, flops=1, bytes=1, kernels=1, ops=1, parameters=1,
+        memory_allocated_peak_bytes=1, fits_in_memory=fits, bottleneck="compute-bound", bottleneck_reason="",
+        op_coverage=1.0, time_coverage=1.0, uncosted_ops={}, model_version="analytic-test", samples_per_s=1.0)
+
+
+def test_num_gpus_spells_the_share():
+    assert gray.num_gpus(_pred(util=30.0)) == pytest.approx(0.40)        # 30 % + 10 points margin
+    assert gray.num_gpus(_pred(util=31.0)) == pytest.approx(0.45)        # rounded up to the 0.05 grid
+    assert gray.num_gpus(_pred(util=95.0)) == 1.0                        # exclusive
+    assert gray.num_gpus(_pred(util=95.0, gpus=4)) == 4.0                # whole GPUs for each replica
+    assert gray.num_gpus(_pred(util=10.0, gpus=2)) == 2.0                # Ray cannot gang fractions
+    assert gray.num_gpus(_pred(util=10.0, mem_hi=100 * 2**30, fits=False)) == 1.0
+    assert gray.num_gpus(gpu_share(_pred(util=30.0))) == pytest.approx(0.40)   # a GpuShare works too
+
+
+def test_options_merge_and_refuse_num_gpus():
+    p = _pred(util=30.0, mem_hi=2**30)
+    opts = gray.ray_options({"model": "x"}, GPU, predict_fn=lambda job, gpu: p, num_cpus=2,
+                            runtime_env={"env_vars": {"MINE": "1"}, "pip": ["x"]})
+    assert opts["num_gpus"] == pytest.approx(0.40) and opts["num_cpus"] == 2
+    env = opts["runtime_env"]["env_vars"]
+    assert env["MINE"] == "1" and opts["runtime_env"]["pip"] == ["x"]
+    assert env["GPUCAST_SHARE"] == "0.4" and env["GPUCAST_GPU"] == GPU and env["GPUCAST_UTIL_PCT"] == "30"
+    assert env["GPUCAST_GPU_MEMORY_BYTES"] == str(-(-2**30 * 11 // 10))   # ceil(1 GiB x 1.1)
+    assert "memory" not in opts                                           # host RAM in Ray: not GPU memory
+    with pytest.raises(ValueError, match="num_gpus"):
+        gray.options_for(p, num_gpus=1)
+    with pytest.raises(ValueError, match="num_gpus"):
+        gray.Launcher(GPU, num_gpus=1)

@@ -1,0 +1,360 @@
+"""Slurm: the --gres translation, `gpucast slurm`, and the shipped job_submit.lua plugin.
+
+No Slurm runs here: slurmctld, slurmd and munged are not installed on this machine (nor
+installable offline), so the plugin is not tested inside a real slurmctld. It is run by a real Lua
+interpreter (``lupa``: LuaJIT, and PUC Lua 5.1 to 5.4, the versions Slurm builds against; lupa
+builds PUC Lua without ``io.popen``, so there a shim runs the same shell command) with a stub ``slurm``
+table (``SUCCESS``, ``ERROR``, ``log_info``, ``log_user``) and plain tables as ``job_desc``: that
+stub is the Slurm boundary, written from Slurm's job_submit_lua.c (field names ``comment``,
+``environment``, ``work_dir``, ``tres_per_node``, ``tres_per_job``...). Behind it everything is
+real: the plugin's ``io.popen`` runs the real ``gpucast slurm`` once end to end, and otherwise a
+recorder command that checks the arguments and spec file the plugin passes and replays output
+the real command printed in this session.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpucast.api import predict
+from gpucast.cli import app
+from gpucast.integrations.resources import gpu_share
+from gpucast.integrations.slurm import gres_request, lua_plugin_path
+from gpucast.prediction import Prediction
+
+GPU = "a100-80gb"
+SMALL = {"model": "mlp-small", "batch_size": 32}
+LARGE = {"model": "resnet50", "batch_size": 64}
+BIN = Path(sys.executable).with_name("gpucast")
+QUOTED = "it's here.json"  # a file name with a quote and a space
+
+
+def _pred(util=30.0, mem_hi=2**30, gpus=1, fits=True) -> Prediction:
+    return Prediction(
+        job={"model": "resnet50", "batch_size": 32, "gpus": gpus}, job_key="k", gpu=GPU, gpu_util_pct=util,
+        gpu_util_interval=(util - 5, util + 5), memory_peak_bytes=int(mem_hi * 0.9),
+        memory_interval=(int(mem_hi * 0.8), int(mem_hi)), step_time_s=0.1, step_time_interval=(0.08, 0.12),
+        gpu_busy_s=0.03, host_time_s=0.05, flops=1, bytes=1, kernels=1, ops=1, parameters=1,
+        memory_allocated_peak_bytes=1, fits_in_memory=fits, bottleneck="compute-bound", bottleneck_reason="",
+        op_coverage=1.0, time_coverage=1.0, uncosted_ops={}, model_version="analytic-test", samples_per_s=1.0)
+
+
+# ------------------------------------------------------------------ the translation, by hand
+def test_shards_mps_and_whole_gpus():
+    p = _pred(util=30.0)                                           # share 0.40
+    assert gres_request(p).sbatch == "--gres=shard:4"              # ceil(0.40 x 8) = ceil(3.2)
+    assert gres_request(p, shards_per_gpu=16).gres == "shard:7"    # ceil(6.4)
+    assert gres_request(p, mps=True).sbatch == "--gres=mps:40"
+    assert gres_request(p, mps=True, mps_per_gpu=1000).gres == "mps:400"
+    assert gres_request(p).tres_per_node == "gres/shard:4"
+    assert gres_request(_pred(util=25.0), shards_per_gpu=20).count == 7    # 0.35 x 20 is 7.000000000000001
+    assert gres_request(_pred(util=0.0), shards_per_gpu=2).gres == "shard:1"  # 0.10 x 2 = 0.2 -> at least 1
+    assert gres_request(_pred(util=84.0), shards_per_gpu=4).gres == "shard:4"  # 0.95 x 4 = 3.8 -> 4, at most all
+    assert gres_request(_pred(util=95.0)).sbatch == "--gres=gpu:1"          # exclusive
+    assert gres_request(_pred(util=95.0), mps=True).gres == "gpu:1"
+    assert gres_request(_pred(util=20.0, gpus=4)).gres == "gpu:4"           # shards fit one GPU only
+    assert gres_request(_pred(util=20.0, mem_hi=200 * 2**30, fits=False)).gres == "gpu:1"
+    d = gres_request(p).to_dict()
+    assert d["share"] == 0.4 and d["kind"] == "shard" and d["count"] == 4 and d["exclusive"] is False
+
+
+@pytest.mark.parametrize("kw", [dict(shards_per_gpu=0), dict(mps_per_gpu=-1), dict(shards_per_gpu=2.5),
+                                dict(shards_per_gpu=True)])
+def test_bad_site_counts(kw):
+    with pytest.raises(ValueError, match="positive integer"):
+        gres_request(_pred(), **kw)
+
+
+# ------------------------------------------------------------------ the command
+def invoke(*args):
+    return CliRunner().invoke(app, ["slurm", *[str(a) for a in args]])
+
+
+def assert_one_error(result, start: str) -> None:
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(start), result.stderr
+    assert result.stdout == ""
+
+
+@pytest.fixture(scope="module")
+def specs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("specs")
+    (d / "small.json").write_text(json.dumps(SMALL))
+    (d / "large.yaml").write_text("model: resnet50\nbatch_size: 64\n")
+    (d / "ddp.yaml").write_text("model: mlp-small\nbatch_size: 32\ngpus: 2\n")
+    (d / "broken.yaml").write_text("model: [resnet50\n")
+    (d / "unknown.json").write_text(json.dumps({"model": "resnet-9000"}))
+    return d
+
+
+def test_command_prints_the_gres_option(specs):
+    share = gpu_share(predict(SMALL, GPU)).share
+    assert 0 < share < 1
+    r = invoke(specs / "small.json")
+    assert r.exit_code == 0 and r.stdout == f"--gres=shard:{math.ceil(round(share * 8, 9))}\n", r.stdout
+    r = invoke(specs / "small.json", "--shards-per-gpu", 16)
+    assert r.stdout == f"--gres=shard:{math.ceil(round(share * 16, 9))}\n"
+    r = invoke(specs / "small.json", "--mps")
+    assert r.stdout == f"--gres=mps:{math.ceil(round(share * 100, 9))}\n"
+    r = invoke(specs / "small.json", "--mps", "--mps-per-gpu", 400)
+    assert r.stdout == f"--gres=mps:{math.ceil(round(share * 400, 9))}\n"
+    assert invoke(specs / "large.yaml").stdout == "--gres=gpu:1\n"        # resnet50 b64: exclusive
+    assert invoke(specs / "ddp.yaml").stdout == "--gres=gpu:2\n"          # data parallel: whole GPUs
+
+
+def test_command_json(specs):
+    r = invoke(specs / "small.json", "--json", "--gpu", "h100")
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    p = predict(SMALL, "h100")
+    req = gres_request(p)
+    assert out["sbatch"] == req.sbatch and out["tres_per_node"] == f"gres/{out['gres']}" == req.tres_per_node
+    assert out["gpu"] == "h100" and out["share"] == gpu_share(p).share and out["job"]["model"] == "mlp-small"
+    assert out["prediction"]["gpu_util_pct"] == p.gpu_util_pct
+    assert out["prediction"]["memory_interval"] == list(p.memory_interval)
+
+
+@pytest.mark.parametrize("args, start", [
+    (["missing.json"], "error: cannot read job file"),
+    (["broken.yaml"], "error: job file"),
+    (["unknown.json"], "error: field 'model': unknown zoo workload 'resnet-9000'"),
+    (["small.json", "--gpu", "tpu-v5"], "error: unknown GPU 'tpu-v5'"),
+])
+def test_command_errors_are_one_line(specs, args, start):
+    assert_one_error(invoke(specs / args[0], *args[1:]), start)
+
+
+@pytest.mark.skipif(not BIN.exists(), reason="the gpucast console script is not installed")
+@pytest.mark.parametrize("args, needle", [(["--shards-per-gpu", "0"], "--shards-per-gpu"),
+                                          (["--mps-per-gpu", "x"], "--mps-per-gpu")])
+def test_command_usage_errors_exit_2_one_line(specs, args, needle):
+    r = subprocess.run([str(BIN), "slurm", str(specs / "small.json"), *args], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], r.stderr
+
+
+# ------------------------------------------------------------------ the job_submit.lua plugin
+try:
+    import lupa
+except ImportError:  # the plugin tests are skipped; the command's are not
+    lupa = None
+needs_lupa = pytest.mark.skipif(lupa is None, reason="lupa (a Lua runtime, in the dev extra) is not installed")
+# LuaJIT (the Lua 5.1 API) has a real io.popen; lupa builds PUC Lua 5.1-5.4 without popen, so there
+# the plugin's io.popen is a shim that runs the same shell command through subprocess.
+LUA_VERSIONS = [v for v in ("luajit21", "luajit20", "lua51", "lua52", "lua53", "lua54")
+                if lupa is not None and hasattr(__import__(f"lupa.{v}"), v)]
+
+POPEN_SHIM = """
+local run = ...
+io.popen = function(cmd)
+  local out = run(cmd)
+  return { read = function(self, fmt) return out end, close = function(self) return true end }
+end
+"""
+
+
+def _shell(cmd: str) -> str:
+    return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=300).stdout
+
+STUB = """
+slurm = { SUCCESS = 0, ERROR = -1 }
+_log, _user = {}, {}
+function slurm.log_info(fmt, ...) table.insert(_log, string.format(fmt, ...)) end
+function slurm.log_user(fmt, ...) table.insert(_user, string.format(fmt, ...)) end
+"""
+
+
+class Plugin:
+    """job_submit.lua loaded in a fresh Lua state behind the stub ``slurm`` table."""
+
+    def __init__(self, version: str, **config):
+        import importlib
+
+        self.lua = importlib.import_module(f"lupa.{version}").LuaRuntime(unpack_returned_tuples=True)
+        self.lua.execute(STUB)
+        self.native_popen = self.lua.execute("return (pcall(function() io.popen('true'):close() end))")
+        if not self.native_popen:
+            self.lua.execute(POPEN_SHIM, _shell)
+        g = self.lua.globals()
+        g.gpucast_config = self.lua.table_from(config)
+        assert self.lua.execute(lua_plugin_path().read_text()) == 0     # the script returns slurm.SUCCESS
+        self.g = g
+
+    def job(self, environment=None, **fields):
+        jd = self.lua.table_from(fields)
+        if environment is not None:
+            jd.environment = self.lua.table_from(environment)
+        return jd
+
+    def submit(self, job_desc) -> int:
+        return self.g.slurm_job_submit(job_desc, self.lua.table(), 1000)
+
+    def modify(self, job_desc) -> int:
+        return self.g.slurm_job_modify(job_desc, self.lua.table(), self.lua.table(), 0)
+
+    @property
+    def log(self) -> list[str]:
+        return list(self.g._log.values())
+
+    @property
+    def user(self) -> list[str]:
+        return list(self.g._user.values())
+
+
+@pytest.fixture(scope="module")
+def recorder(tmp_path_factory, specs):
+    """A stand-in for the gpucast command: records its argv and the spec file it was given, and
+    prints what the real `gpucast slurm --json` printed for that spec (run in-process here)."""
+    d = tmp_path_factory.mktemp("recorder")
+    canned = {}
+    for name, spec, extra in (("small", "small.json", []), ("small-mps", "small.json", ["--mps"]),
+                              ("large", "large.yaml", [])):
+        r = invoke(specs / spec, "--json", *extra)
+        assert r.exit_code == 0, r.stderr
+        canned[name] = r.stdout
+    (d / "canned.json").write_text(json.dumps(canned))
+    script = d / "gpucast-recorder"
+    script.write_text(f"""#!{sys.executable}
+import json, sys
+argv = sys.argv[1:]
+try:
+    text = open(argv[1]).read()
+except OSError as exc:
+    print(f"error: cannot read job file {{argv[1]!r}}: {{exc.strerror}}", file=sys.stderr)
+    sys.exit(2)
+with open({str(d / 'calls.jsonl')!r}, "a") as f:
+    f.write(json.dumps({{"argv": argv, "spec": text}}) + "\\n")
+model = json.loads(text)["model"]
+canned = json.load(open({str(d / 'canned.json')!r}))
+print(canned["large" if model == "resnet50" else "small-mps" if "--mps" in argv else "small"])
+""")
+    script.chmod(0o755)
+    return d, script, {k: json.loads(v) for k, v in canned.items()}
+
+
+def calls(recorder) -> list[dict]:
+    path = recorder[0] / "calls.jsonl"
+    if not path.exists():
+        return []
+    out = [json.loads(line) for line in path.read_text().splitlines()]
+    path.unlink()
+    return out
+
+
+@pytest.fixture
+def jobs_dir(tmp_path):
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "small.json").write_text(json.dumps(SMALL))
+    (tmp_path / "jobs" / "large.json").write_text(json.dumps(LARGE))
+    (tmp_path / "jobs" / QUOTED).write_text(json.dumps(SMALL))
+    return tmp_path
+
+
+@needs_lupa
+@pytest.mark.skipif(not BIN.exists(), reason="the gpucast console script is not installed")
+def test_plugin_end_to_end_with_the_real_command(jobs_dir):
+    plugin = Plugin(LUA_VERSIONS[0], command=str(BIN))
+    assert plugin.native_popen                                        # LuaJIT: the plugin's own io.popen
+    jd = plugin.job(comment=f"gpucast:{jobs_dir / 'jobs' / 'small.json'}", tres_per_node="gres/gpu:1")
+    assert plugin.submit(jd) == 0
+    share = gpu_share(predict(SMALL, GPU)).share
+    assert jd.tres_per_node == f"gres/shard:{math.ceil(round(share * 8, 9))}"
+    assert plugin.log[-1] == f"gpucast: job from comment on {GPU}: tres_per_node={jd.tres_per_node}"
+    # a spec the real command cannot read: rejected, with gpucast's own error line for the user
+    bad = plugin.job(comment="gpucast:/nonexistent/job.yaml")
+    assert plugin.submit(bad) == -1 and bad.tres_per_node is None
+    assert plugin.user == ["gpucast: cannot size the job (comment): cannot read job file "
+                           "'/nonexistent/job.yaml': No such file or directory"]
+
+
+@pytest.mark.parametrize("version", LUA_VERSIONS)
+def test_plugin_leaves_other_jobs_alone(version, recorder):
+    plugin = Plugin(version, command=str(recorder[1]))
+    for jd in (plugin.job(comment="nightly run", tres_per_node="gres/gpu:2"),
+               plugin.job(tres_per_node="gres/gpu:2", environment={"PATH": "/usr/bin"}),
+               plugin.job(tres_per_node="gres/gpu:2")):
+        assert plugin.submit(jd) == 0 and jd.tres_per_node == "gres/gpu:2"
+    assert plugin.modify(plugin.job(time_limit=60)) == 0
+    assert calls(recorder) == [] and plugin.user == []
+
+
+@pytest.mark.parametrize("version", LUA_VERSIONS)
+def test_plugin_comment_spec_gpu_and_work_dir(version, recorder, jobs_dir):
+    d, script, canned = recorder
+    plugin = Plugin(version, command=str(script))
+    jd = plugin.job(comment="gpucast@h100:jobs/small.json", work_dir=str(jobs_dir))
+    assert plugin.submit(jd) == 0
+    assert jd.tres_per_node == canned["small"]["tres_per_node"] and jd.tres_per_node.startswith("gres/shard:")
+    (call,) = calls(recorder)
+    assert call["argv"] == ["slurm", str(jobs_dir / "jobs" / "small.json"), "--gpu", "h100", "--json",
+                            "--shards-per-gpu", "8"]
+    assert json.loads(call["spec"]) == SMALL
+
+
+@pytest.mark.parametrize("version", LUA_VERSIONS)
+def test_plugin_environment_replaces_gpu_gres_and_keeps_others(version, recorder, jobs_dir):
+    d, script, canned = recorder
+    plugin = Plugin(version, command=str(script))
+    jd = plugin.job(environment={"GPUCAST_JOB": str(jobs_dir / "jobs" / "large.json"), "GPUCAST_GPU": "a100-80gb"},
+                    tres_per_node="gres/gpu:a100:2,gres/nvme:1", tres_per_job="gres/gpu:2", tres_per_task="cpu:2")
+    assert plugin.submit(jd) == 0
+    assert canned["large"]["tres_per_node"] == "gres/gpu:1"                  # resnet50 b64: a whole GPU
+    assert jd.tres_per_node == "gres/nvme:1,gres/gpu:1"
+    assert jd.tres_per_job == "" and jd.tres_per_task == "cpu:2"
+    (call,) = calls(recorder)
+    assert call["argv"][1:4] == [str(jobs_dir / "jobs" / "large.json"), "--gpu", "a100-80gb"]
+    assert "environment" in plugin.log[-1]
+
+
+@pytest.mark.parametrize("version", LUA_VERSIONS)
+def test_plugin_inline_spec_mps_and_quoting(version, recorder, jobs_dir):
+    d, script, canned = recorder
+    plugin = Plugin(version, command=str(script), use_mps=True, mps_per_gpu=100)
+    jd = plugin.job(comment='gpucast:{"model": "mlp-small", "batch_size": 32}')
+    assert plugin.submit(jd) == 0
+    assert jd.tres_per_node == canned["small-mps"]["tres_per_node"] and jd.tres_per_node.startswith("gres/mps:")
+    (call,) = calls(recorder)
+    assert json.loads(call["spec"]) == SMALL and call["argv"][-3:] == ["--mps", "--mps-per-gpu", "100"]
+    assert not os.path.exists(call["argv"][1])                                # the temporary spec is removed
+    # a path with a quote and a space reaches the command as one argument
+    jd = plugin.job(comment=f"gpucast:{jobs_dir / 'jobs' / QUOTED}")
+    assert plugin.submit(jd) == 0
+    (call,) = calls(recorder)
+    assert call["argv"][1] == str(jobs_dir / "jobs" / QUOTED)
+
+
+@pytest.mark.parametrize("version", LUA_VERSIONS)
+def test_plugin_refuses_what_it_cannot_size(version, recorder):
+    plugin = Plugin(version, command=str(recorder[1]))
+    jd = plugin.job(comment="gpucast@../../etc/x:/jobs/a.json")            # not a GPU name: never run
+    assert plugin.submit(jd) == -1 and jd.tres_per_node is None
+    assert plugin.user[-1].startswith("gpucast: the GPU type must be a catalog name")
+    jd = plugin.job(comment="gpucast:/nonexistent.json")
+    assert plugin.submit(jd) == -1
+    assert plugin.user[-1] == ("gpucast: cannot size the job (comment): cannot read job file "
+                               "'/nonexistent.json': No such file or directory")
+    plugin = Plugin(version, command="/nonexistent/gpucast")
+    assert plugin.submit(plugin.job(comment="gpucast:/jobs/a.json")) == -1
+    assert plugin.user[-1].startswith("gpucast: cannot size the job (comment): gpucast gave no answer")
+    assert calls(recorder) == []
+
+
+@pytest.mark.parametrize("version", LUA_VERSIONS)
+def test_plugin_modify_resizes_on_a_gpucast_comment(version, recorder, jobs_dir):
+    d, script, canned = recorder
+    plugin = Plugin(version, command=str(script))
+    jd = plugin.job(comment=f"gpucast:{jobs_dir / 'jobs' / 'large.json'}")
+    assert plugin.modify(jd) == 0 and jd.tres_per_node == "gres/gpu:1"
+    assert len(calls(recorder)) == 1
+
