@@ -141,9 +141,9 @@ def register(app: typer.Typer, cli) -> None:
         for c in changes:
             if c["policy"] != BASELINE:
                 cli.console.print(f"{c['policy']}: {metrics.change_line(c)}", highlight=False, markup=False)
-        wall = ", ".join(f"{r.policy} {r.wall_s:.1f} s" for r in results)
-        cli.console.print(f"wall time: {wall} (the first policy also pays for the trace's predictions, cached "
-                          f"for the others); times in the table are hours of simulated time", highlight=False,
+        wall = ", ".join(f"{r.policy} {r.wall_s:.1f} s" + (" (also fetches the predictions)" if i == 0 else "")
+                         for i, r in enumerate(results))
+        cli.console.print(f"wall time: {wall}; table times are hours of simulated time", highlight=False,
                           markup=False)
         if json_out is not None:
             from gpucast.cluster.report import atomic_write_text
