@@ -4,8 +4,8 @@
    gpucast, horus). Each policy runs in a **fresh Python subprocess** so no policy inherits
    another's warm caches or heap. The child reports ``trace_s`` (imports, generating the trace,
    building the cluster), ``predict_s`` (gpucast's predictions of the trace's distinct job
-   profiles, cached once per process by ``gpucast.cluster.truth.predict_cached``: paid once, not
-   per job), ``sim_s`` (``gpucast.cluster.simulate`` with those predictions cached: the
+   profiles, ``gpucast.cluster.truth.predict_cached``: computed by the first process, read back
+   from a private disk cache by the others; paid once, not per job), ``sim_s`` (``gpucast.cluster.simulate`` with those predictions cached: the
    simulator itself), the events it processed and the events per second, and the peak RSS
    (``ru_maxrss`` of the child). Events are counted from outside the engine: every heap event it
    pushed (finish, OOM, end of profiling; superseded finish events included, each is popped once)
@@ -108,11 +108,11 @@ def machine() -> dict:
 
 
 def run_scale(policy: str, jobs: int, gpus: int, gpu_type: str, seed: int, interarrival_s: float,
-              timeout_s: float) -> dict:
+              timeout_s: float, env: dict | None = None) -> dict:
     try:
         p = subprocess.run([sys.executable, "-c", _CHILD, str(jobs), str(gpus), policy, gpu_type, str(seed),
                             repr(interarrival_s)],
-                           capture_output=True, text=True, cwd=REPO_ROOT, timeout=timeout_s)
+                           capture_output=True, text=True, cwd=REPO_ROOT, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
         return dict(policy=policy, interarrival_s=interarrival_s,
                     error=f"stopped after {timeout_s:.0f} s (predictions included)")
@@ -156,7 +156,8 @@ def markdown(rows: list[dict], cli: dict | None, args, mach: dict) -> str:
         f"Synthetic trace (`gpucast.cluster.synthetic({args.jobs}, seed={args.seed}, mean_interarrival_s=...)`) on "
         f"{args.gpus} x {args.gpu_type} ({args.gpus // 8} nodes of 8), one fresh process per policy and load. "
         f"`sim s`: `gpucast.cluster.simulate` with gpucast's predictions already cached (target < {TARGET_SIM_S:.0f} s); "
-        "`predict s`: those predictions, one per distinct job profile, paid once per process; `trace s`: imports, "
+        "`predict s`: those predictions, one per distinct job profile (computed by the first process, read back from "
+        "a private disk cache by the others); `trace s`: imports, "
         "generating the trace, building the cluster. Events: heap events the engine processed (superseded finish "
         "events included) plus arrivals. Inter-arrival 60 s leaves the cluster ~90 % idle (no queue); 6 s offers "
         "~95 % of it (queues form). util %: time-weighted cluster GPU utilization. Not asserted anywhere.",
@@ -218,9 +219,13 @@ def main(argv=None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
 
     rows = []
+    # One private prediction cache for the scale runs: the first process computes the predictions,
+    # the others read them back (the user's own cache is neither read nor filled).
+    cache = tempfile.TemporaryDirectory(prefix="gpucast-sim-cache-")
+    env = {**os.environ, "GPUCAST_CACHE_DIR": cache.name}
     for ia in [float(x) for x in args.interarrival_s.split(",") if x.strip()]:
         for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
-            r = run_scale(policy, args.jobs, args.gpus, args.gpu_type, args.seed, ia, args.timeout_s)
+            r = run_scale(policy, args.jobs, args.gpus, args.gpu_type, args.seed, ia, args.timeout_s, env)
             rows.append(r)
             if "error" in r:
                 print(f"{policy} (inter-arrival {ia:g} s): failed: {r['error']}", flush=True)
@@ -228,6 +233,7 @@ def main(argv=None) -> int:
                 print(f"{policy} (inter-arrival {ia:g} s): sim {r['sim_s']:.1f} s, predict {r['predict_s']:.1f} s, "
                       f"trace {r['trace_s']:.1f} s, {_f(r.get('events_per_s'), '{:,.0f}')} events/s, "
                       f"finished {r['jobs_finished']}/{r['jobs']}", flush=True)
+    cache.cleanup()
     cli = None if args.skip_cli else run_cli()
     if cli is not None:
         print(f"{cli['command']}: cold {cli['cold']['wall_s']:.1f} s (rc {cli['cold']['rc']}), "
