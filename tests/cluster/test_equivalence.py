@@ -151,6 +151,21 @@ def test_bit_identical_to_the_code_before_the_optimisation(all_cases, case):
         assert digest(res) == BEFORE[case][name], (case, name)
 
 
+def test_dropping_superseded_events_changes_nothing(all_cases, monkeypatch):
+    """The engine drops superseded finish events once its heap is large (thousands of events at
+    scale); force it on every few events here."""
+    from gpucast.cluster import engine
+
+    monkeypatch.setattr(engine, "_COMPACT_MIN", 8)
+    calls = []
+    real = engine.Simulator._compact
+    monkeypatch.setattr(engine.Simulator, "_compact", lambda self: calls.append(1) or real(self))
+    for case in ("hand-12", "hand-ties", "gavel-64"):
+        for name in POLICY_NAMES:
+            assert digest(all_cases[case](make_policy(name))) == BEFORE[case][name], (case, name)
+    assert len(calls) > 100
+
+
 # ----------------------------------------------------------------------------- the pure rule
 
 

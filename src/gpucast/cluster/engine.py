@@ -54,6 +54,7 @@ _FINISH, _OOM, _PROFILED, _ARRIVE = 0, 1, 2, 3
 DEFAULT_CHECKPOINT_S = 1800.0   # our choice: a checkpoint every 30 min of run time
 DEFAULT_OOM_AFTER_S = 60.0      # our choice: start-up plus first steps before the peak is reached
 DEFAULT_MAX_OOM_FAILURES = 3
+_COMPACT_MIN = 4096             # heap size before superseded events are first dropped
 
 
 class SimJob:
@@ -170,7 +171,11 @@ class Simulator:
         last_reported = -1
         profiled = bool(self.pool) and self.policy.told == "profiled"
         queue, pq = self.queue, self.pq
+        compact_at = _COMPACT_MIN
         while ai < na or heap:
+            if len(heap) > compact_at:
+                heap = self._compact()
+                compact_at = max(_COMPACT_MIN, 3 * len(heap))
             t_arr = arrivals[ai]
             t = heap[0][0] if heap and heap[0][0] <= t_arr else t_arr
             # every event at time t: heap first (finish, oom, profiled), then arrivals
@@ -202,6 +207,15 @@ class Simulator:
         if self.progress is not None:
             self.progress(self.finished, total)
         return self._result()
+
+    def _compact(self):
+        """Drop superseded events from the heap (a job re-rated many times leaves one finish
+        event per rate behind). The order of the remaining events is unchanged, and no time with
+        only superseded events changes anything, so results are the same; the heap stays small."""
+        heap = self.heap
+        heap[:] = [e for e in heap if e[1] == _PROFILED or (e[4] == e[3].version and e[3].alloc)]
+        heapq.heapify(heap)
+        return heap
 
     # ------------------------------------------------------------------ scheduling
 
@@ -331,11 +345,12 @@ class Simulator:
     @staticmethod
     def _shared_state(jobs, gt):
         """Rate terms of the jobs sharing one GPU of type ``gt`` and the GPU's utilization."""
-        utils = [x.beh[gt].util_pct for x in jobs]
+        bs = [x.beh[gt] for x in jobs]
+        utils = [b.util_pct for b in bs]
         types = ([x.prof.job_type if x.gpus == 1 else None for x in jobs] if len(jobs) == 2 else None)
         s = interference.shared_slowdowns(utils, types, gt)
-        rs = tuple(1.0 / (x.beh[gt].step_time_s * sd) for x, sd in zip(jobs, s))
-        return rs, min(100.0, sum(u / sd for u, sd in zip(utils, s)))
+        rs = tuple([1.0 / (b.step_time_s * sd) for b, sd in zip(bs, s)])
+        return rs, min(100.0, sum([u / sd for u, sd in zip(utils, s)]))
 
     def _record(self, t):
         u = max(0.0, self.total) / self.n

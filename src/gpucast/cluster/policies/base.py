@@ -154,11 +154,22 @@ class Policy:
         return alloc
 
     def _place(self, job, exclusive: bool) -> list[int] | None:
+        k = job.gpus
         if exclusive:
-            return _gang_np(np.zeros(len(self._static)), self._count == 0, self._gidx, self._gnode, job.gpus)
+            empty = self._count == 0
+            if k == 1:
+                i = int(empty.argmax())
+                return [int(self._gidx[i])] if empty[i] else None
+            return _gang_np(np.zeros(len(self._static)), empty, self._gidx, self._gnode, k)
         if not self.score_uses_index:
-            scores, feasible = self._class_scores(job)
-            return _gang_np(scores, feasible, self._gidx, self._gnode, job.gpus)
+            _o, val, st, capped = self._table(job)
+            cls = self._cls
+            if k == 1:
+                sc = capped.take(cls)           # +inf where the job is not allowed
+                i = int(sc.argmin())            # the lowest score, then the lowest index
+                if sc[i] < _INF:
+                    return [int(self._gidx[i])]
+            return _gang_np(val.take(cls), st.take(cls) == 1, self._gidx, self._gnode, k)
         # a score that reads the GPU index: the plain rule over every GPU
         cands = []
         cap = self.max_jobs_per_gpu
@@ -203,20 +214,22 @@ class Policy:
                 self._crep.append((GpuOccupancy(*self._static[i], tuple(self._jobs[i])), len(self._jobs[i])))
             self._cls[i] = self._classes[key]
 
-    def _class_scores(self, job):
-        """(score of each GPU, whether the job is allowed there) for ``job`` (numpy arrays)."""
+    def _table(self, job):
+        """``[observation, score, state, score or +inf]`` by class id for ``job``, filled for
+        every class some GPU is in now (state 1: allowed, 2: not allowed, 0: not computed)."""
         tab = self._tabs.get(id(job.obs))
         ncls = len(self._crep)
         if tab is None or len(tab[1]) < ncls:
             size = max(64, 2 * ncls)
-            val, st = np.zeros(size), np.zeros(size, dtype=np.int8)   # state 0 unknown, 1 allowed, 2 not
+            val, st, capped = np.zeros(size), np.zeros(size, dtype=np.int8), np.full(size, _INF)
             if tab is not None:
-                val[:len(tab[1])], st[:len(tab[2])] = tab[1], tab[2]
-            tab = self._tabs[id(job.obs)] = [job.obs, val, st]
-        _o, val, st = tab
+                n = len(tab[1])
+                val[:n], st[:n], capped[:n] = tab[1], tab[2], tab[3]
+            tab = self._tabs[id(job.obs)] = [job.obs, val, st, capped]
+        _o, val, st, capped = tab
         cls = self._cls
-        s = st[cls]
-        if not s.all():
+        s = st.take(cls)
+        if np.count_nonzero(s) != len(s):
             cap = self.max_jobs_per_gpu
             for c in np.unique(cls[s == 0]).tolist():
                 g, n = self._crep[c]
@@ -224,25 +237,28 @@ class Policy:
                 if sc is None:
                     st[c] = 2
                 else:
-                    val[c], st[c] = sc, 1
-            s = st[cls]
-        return val[cls], s == 1
+                    val[c], st[c], capped[c] = sc, 1, sc
+        return tab
+
+
+_INF = float("inf")
+_ZERO = np.zeros(1, dtype=np.int64)
 
 
 def _gang_np(scores, feasible, gidx, gnode, k: int) -> list[int] | None:
     """:func:`gang` over numpy arrays (one entry per GPU, in GPU-index order): the same choice,
     the same order of the returned indices, the same float sums."""
-    f = np.flatnonzero(feasible)
+    f = feasible.nonzero()[0]
     if len(f) < k:
         return None
-    s = scores[f]
+    s = scores.take(f)
     if k == 1:
         return [int(gidx[f[int(s.argmin())]])]
-    ix, nd = gidx[f], gnode[f]
+    ix, nd = gidx.take(f), gnode.take(f)
     order = np.lexsort((ix, s, nd))
-    nds = nd[order]
-    starts = np.flatnonzero(np.r_[True, nds[1:] != nds[:-1]])
-    counts = np.diff(np.r_[starts, len(nds)])
+    nds = nd.take(order)
+    starts = np.concatenate((_ZERO, (nds[1:] != nds[:-1]).nonzero()[0] + 1))
+    counts = np.diff(np.concatenate((starts, (len(nds),))))
     ok = starts[counts >= k]
     if len(ok):
         sel = order[ok[:, None] + np.arange(k)]

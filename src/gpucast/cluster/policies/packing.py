@@ -40,6 +40,7 @@ class PackingPolicy(Policy):
         self._mem = [m for _i, _t, m, _nd in self._static]
         self._used = [0.0] * n
         self._free = np.array(self._mem, dtype=float)
+        self._needs: dict = {}     # id(job observation) -> (memory it needs on every GPU, the observation)
         for i in range(n):
             if self._jobs[i]:
                 self._used[i] = sum(self._need(o) for o in self._jobs[i])
@@ -72,8 +73,14 @@ class PackingPolicy(Policy):
         if exclusive:
             fits = self._count == 0
         else:
-            obs = job.obs.values() if isinstance(job.obs, dict) else [job.obs]
-            fits = self._free >= max(self._need(o) for o in obs)
+            need = self._needs.get(id(job.obs))
+            if need is None:
+                obs = job.obs.values() if isinstance(job.obs, dict) else [job.obs]
+                need = max(self._need(o) for o in obs)
+                self._needs[id(job.obs)] = (need, job.obs)    # the observation kept: its id stays its own
+            else:
+                need = need[0]
+            fits = self._free >= need
         k = job.gpus
         gidx = self._gidx
         if k == 1:
