@@ -6,7 +6,7 @@ Two references:
 * ``BEFORE``: digests (sha256 of the ``repr`` of every JobRecord, the utilization timeline and
   ``end_s``) of each case below, **generated from the code before the optimisation** (commit
   219de5d, engine and policies as of 05ad9ac) by running this file as a script against that
-  commit: ``PYTHONPATH=<checkout of 219de5d>/src .venv/bin/python tests/cluster/test_equivalence.py``.
+  commit: ``cd tests/cluster; PYTHONPATH=<checkout of 219de5d>/src python test_equivalence.py``.
   A change that moves any float of any record by one ulp, or the order of a tie, fails here.
   The Gavel cases use a fixed synthetic predictor (:func:`fake_predictor`), so they do not move
   when gpucast's analytic model changes; the truth still reads Gavel's measured data.
@@ -84,7 +84,7 @@ def cases():
         "hand-ties": _hand(2, 200, [1, 1, 2, 8], 400, H.homogeneous("v100-16gb", 16, 8)),
         "hand-mixed": _hand(3, 160, [1, 1, 2, 4], 2000, H.mixed({"v100-16gb": 8, "k80": 6}, 4),
                             checkpoint_s=120.0, oom_after_s=30.0),
-        "gavel-64": _gavel(None, H.homogeneous("v100-16gb", 64)),
+        "gavel-64": _gavel(1000, H.homogeneous("v100-16gb", 64)),
         "gavel-mixed": _gavel(600, H.mixed({"v100-16gb": 16, "k80": 16}), seed=3, sigma=0.4),
     }
 
@@ -121,12 +121,12 @@ BEFORE = {
         'profiling': '7e9dfdb98d157238333d',
     },
     'gavel-64': {
-        'slot': 'd37ccc6f18906e699e59',
-        'packing': '041c369621f1b36efedd',
-        'horus': 'f0c231fbcb4db34f6d3b',
-        'gpucast': '020d29b5f93e758414a4',
-        'oracle': 'a455d938acdb72803ce0',
-        'profiling': 'd004f0504afba4d2d6fa',
+        'slot': '0e2f5479d5f0e37c2a45',
+        'packing': '2b52cc8596406e8c561c',
+        'horus': '57cbd11f00260fc77943',
+        'gpucast': '2daf470b7fc517bd33de',
+        'oracle': '72463818ed63481c0390',
+        'profiling': '7e2e08f4ccd2cc64fd16',
     },
     'gavel-mixed': {
         'slot': 'c51093ef350cce01b440',
@@ -160,7 +160,7 @@ def test_dropping_superseded_events_changes_nothing(all_cases, monkeypatch):
     calls = []
     real = engine.Simulator._compact
     monkeypatch.setattr(engine.Simulator, "_compact", lambda self: calls.append(1) or real(self))
-    for case in ("hand-12", "hand-ties", "gavel-64"):
+    for case in ("hand-12", "hand-ties", "gavel-mixed"):
         for name in POLICY_NAMES:
             assert digest(all_cases[case](make_policy(name))) == BEFORE[case][name], (case, name)
     assert len(calls) > 100
@@ -228,7 +228,7 @@ def pure(name):
 
 @pytest.mark.parametrize("name", POLICY_NAMES)
 def test_fast_placement_equals_the_pure_rule_end_to_end(all_cases, name):
-    for case in ("hand-12", "hand-mixed", "gavel-mixed", "gavel-64"):
+    for case in ("hand-12", "hand-mixed", "gavel-mixed"):
         if name == "packing" and case == "gavel-mixed":
             # Known, and as before the optimisation (BEFORE holds it): on a cluster of several GPU
             # types packing's fast path asks every GPU for the largest of the job's per-type

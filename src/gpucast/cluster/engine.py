@@ -32,6 +32,20 @@ What is not modelled: preemption and migration by the policy, job priorities, ne
 storage, failures other than OOM, the time a placement decision takes.
 
 Cost per event is O(jobs on the touched GPUs) plus the policy's placement; no scan over jobs.
+Events at one time are processed together (releases first), then the queue is tried once. What
+keeps 100,000 jobs on 2,048 GPUs fast without changing a single float of the result:
+
+* the slowdowns, rate terms and utilization of a shared GPU are computed once per GPU state (GPU
+  type and the (profile, size) of each job on it, in placement order) and reused;
+* a job keeps one rate term per GPU, so a re-rate recomputes only the GPUs that changed (the
+  rate is still the minimum over all of them, and every affected job is still re-rated: its
+  ``done`` and finish time are recomputed at each change, as the arithmetic above requires);
+* superseded finish events are dropped from the heap in bulk once it has grown to three times
+  its last compacted size (at least 4,096), which leaves the order of the other events as it was;
+* placement is indexed by the policy (``policies/base.py``): no per-GPU Python loop.
+
+Known, kept as it was: a pending out-of-memory check is cancelled by any later re-rate of the job
+(the check carries the job's version, which every re-rate bumps).
 """
 
 from __future__ import annotations
