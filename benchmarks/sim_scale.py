@@ -12,13 +12,13 @@
    plus one per arrival. Target from the issue: ``sim_s`` under 30 s per policy on a 2-core
    machine.
 
-   Two loads (``--interarrival-s``): the generator's default mean inter-arrival of 60 s, which
-   offers 2,048 GPUs only about a tenth of their capacity (mean solo duration
-   1800 s * e^(1.5^2/2) ~ 5,500 s, mean 2.1 GPUs per job: ~190 GPUs busy on average), so the
-   queue stays empty and placement is trivial; and 6 s, ~10x the load (~1,900 GPUs' worth
-   offered, about 95 % of the cluster with one job per GPU), where queues form and policies
-   must search for room. Philly's own cluster ran near capacity, so the loaded case is the one
-   the target is about.
+   Three loads (``--interarrival-s``). Offered load, from the generator's defaults (mean solo
+   duration 1800 s * e^(1.5^2/2) ~ 5,500 s, mean 2.1 GPUs per job) over the inter-arrival time:
+   60 s (the generator's default) ~ 190 GPUs' worth, a tenth of the cluster: no queue, placement
+   is trivial; 6 s ~ 1,900: the cluster is busy while jobs arrive, waits stay short; 3 s ~ 3,900,
+   twice the cluster: the queue grows for the whole arrival period and every policy searches a
+   long queue for room. The ``queue mean h`` column shows which is which.
+
 2. **The bundled trace end to end**: the wall time of the installed command
    ``gpucast simulate --trace gavel --gpus 128 --policies slot,profiling,horus,packing,gpucast,oracle``
    (interpreter start-up, imports and all), cold (an empty prediction cache) and warm (the same
@@ -28,7 +28,7 @@ Nothing is asserted (benchmarks are not tests); the machine line records ``nproc
 model and the load average, since other work on a small box moves the numbers.
 
     .venv/bin/python benchmarks/sim_scale.py [--jobs 100000] [--gpus 2048] \\
-        [--policies slot,packing,gpucast,horus] [--interarrival-s 60,6] [--skip-cli] [--markdown benchmarks/results/sim_scale.md]
+        [--policies slot,packing,gpucast,horus] [--interarrival-s 60,6,3] [--skip-cli] [--markdown benchmarks/results/sim_scale.md]
 """
 
 from __future__ import annotations
@@ -159,8 +159,10 @@ def markdown(rows: list[dict], cli: dict | None, args, mach: dict) -> str:
         "`predict s`: those predictions, one per distinct job profile (computed by the first process, read back from "
         "a private disk cache by the others); `trace s`: imports, "
         "generating the trace, building the cluster. Events: heap events the engine processed (superseded finish "
-        "events included) plus arrivals. Inter-arrival 60 s leaves the cluster ~90 % idle (no queue); 6 s offers "
-        "~95 % of it (queues form). util %: time-weighted cluster GPU utilization. Not asserted anywhere.",
+        "events included) plus arrivals. Offered load (mean solo GPU-seconds of a job / inter-arrival): 60 s ~ 190 "
+        "GPUs, a tenth of the cluster; 6 s ~ 1,900; 3 s ~ 3,900, twice the cluster (the queue grows while jobs "
+        "arrive). util %: time-weighted cluster GPU utilization (`utilization.gpu`, not allocation). "
+        "Not asserted anywhere.",
         "",
         "| inter-arrival s | policy | jobs | finished | OOM | util % | queue mean h | sim s | events | events/s | "
         f"predict s (profiles) | trace s | peak RSS MiB | sim < {TARGET_SIM_S:.0f} s |",
@@ -208,7 +210,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu-type", default="v100-16gb")
     ap.add_argument("--policies", default="slot,packing,gpucast,horus")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--interarrival-s", default="60,6",
+    ap.add_argument("--interarrival-s", default="60,6,3",
                     help="Comma-separated mean inter-arrival times (s): one scenario each.")
     ap.add_argument("--timeout-s", type=float, default=900.0,
                     help="Stop one policy's process after this long (its row says so).")
