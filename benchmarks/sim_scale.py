@@ -1,16 +1,18 @@
 """How fast is the cluster simulator at Philly scale, and how long does `gpucast simulate` take?
 
-1. **Scale**: a synthetic trace of 100,000 jobs (``gpucast.cluster.synthetic``, seed 0) on 2,048 GPUs (256 nodes of 8 x v100-16gb) under each policy (default: slot, packing,
-   gpucast, horus). Each policy runs in a **fresh Python subprocess** so no policy inherits
-   another's warm caches or heap. The child reports ``trace_s`` (imports, generating the trace,
-   building the cluster), ``predict_s`` (gpucast's predictions of the trace's distinct job
-   profiles, ``gpucast.cluster.truth.predict_cached``: computed by the first process, read back
-   from a private disk cache by the others; paid once, not per job), ``sim_s`` (``gpucast.cluster.simulate`` with those predictions cached: the
-   simulator itself), the events it processed and the events per second, and the peak RSS
-   (``ru_maxrss`` of the child). Events are counted from outside the engine: every heap event it
-   pushed (finish, OOM, end of profiling; superseded finish events included, each is popped once)
-   plus one per arrival. Target from the issue: ``sim_s`` under 30 s per policy on a 2-core
-   machine.
+1. **Scale**: a synthetic trace of 100,000 jobs (``gpucast.cluster.synthetic``, seed 0) on 2,048
+   GPUs (256 nodes of 8 x v100-16gb) under each policy (default: slot, packing, gpucast, horus).
+   Each policy runs in a **fresh Python subprocess** so no policy inherits another's warm caches
+   or heap. The child reports ``trace_s`` (imports, generating the trace, building the cluster),
+   ``predict_s`` (gpucast's predictions of the trace's distinct job profiles,
+   ``gpucast.cluster.truth.predict_cached``: computed by the first process, read back from a
+   private disk cache by the others; paid once, not per job), ``sim_s``
+   (``gpucast.cluster.simulate`` with those predictions cached: the simulator itself), the
+   events it processed and the events per second, and the peak RSS (``ru_maxrss`` of the child).
+   Events are counted from outside the engine: every event the engine scheduled on its heap
+   (finish, OOM, end of profiling; a finish event superseded by a re-rating included, whether it
+   was popped or dropped by the heap's compaction) plus one per arrival.
+   Target from the issue: ``sim_s`` under 30 s per policy on a 2-core machine.
 
    Three loads (``--interarrival-s``). Offered load, from the generator's defaults (mean solo
    duration 1800 s * e^(1.5^2/2) ~ 5,500 s, mean 2.1 GPUs per job) over the inter-arrival time:
@@ -28,7 +30,8 @@ Nothing is asserted (benchmarks are not tests); the machine line records ``nproc
 model and the load average, since other work on a small box moves the numbers.
 
     .venv/bin/python benchmarks/sim_scale.py [--jobs 100000] [--gpus 2048] \\
-        [--policies slot,packing,gpucast,horus] [--interarrival-s 60,6,3] [--skip-cli] [--markdown benchmarks/results/sim_scale.md]
+        [--policies slot,packing,gpucast,horus] [--interarrival-s 60,6,3] [--skip-cli] \\
+        [--markdown benchmarks/results/sim_scale.md]
 """
 
 from __future__ import annotations
@@ -67,8 +70,8 @@ profiles = {tj.profile_key: Profile.from_trace_job(tj) for tj in trace.jobs}
 for prof in profiles.values():
     predict_cached(prof, gpu_type)
 t2 = time.perf_counter()
-# Count events without touching the engine: every pushed heap event (finish, OOM, profiled,
-# superseded finishes included) is popped once, and every arrival is processed once.
+# Count events without touching the engine: every heap event it scheduled (finish, OOM, profiled;
+# superseded finishes included, popped or compacted away) plus one per arrival.
 counted = {}
 _run = engine.Simulator.run
 def run(self):
@@ -80,7 +83,8 @@ res = cl.simulate(trace, spec, policy, seed=seed)
 t3 = time.perf_counter()
 from gpucast.cluster.metrics import summarize
 s = summarize(res)
-print(json.dumps(dict(policy=policy, interarrival_s=interarrival, jobs=len(res.records), trace_s=t1 - t0, predict_s=t2 - t1,
+print(json.dumps(dict(policy=policy, interarrival_s=interarrival, jobs=len(res.records), trace_s=t1 - t0,
+                      predict_s=t2 - t1,
                       profiles=len(profiles), sim_s=t3 - t2, events=counted.get("events"),
                       peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                       gpu_util_pct=s["gpu_util_pct"], jobs_finished=s["jobs_finished"],
@@ -158,7 +162,7 @@ def markdown(rows: list[dict], cli: dict | None, args, mach: dict) -> str:
         f"`sim s`: `gpucast.cluster.simulate` with gpucast's predictions already cached (target < {TARGET_SIM_S:.0f} s); "
         "`predict s`: those predictions, one per distinct job profile (computed by the first process, read back from "
         "a private disk cache by the others); `trace s`: imports, "
-        "generating the trace, building the cluster. Events: heap events the engine processed (superseded finish "
+        "generating the trace, building the cluster. Events: heap events the engine scheduled (superseded finish "
         "events included) plus arrivals. Offered load (mean solo GPU-seconds of a job / inter-arrival): 60 s ~ 190 "
         "GPUs, a tenth of the cluster; 6 s ~ 1,900; 3 s ~ 3,900, twice the cluster (the queue grows while jobs "
         "arrive). util %: time-weighted cluster GPU utilization (`utilization.gpu`, not allocation). "

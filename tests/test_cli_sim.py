@@ -62,8 +62,10 @@ def test_same_seed_same_numbers(run, tmp_path):
                "--json", tmp_path / "again.json")
     assert r.exit_code == 0, r.stderr
     drop = ("wall_s",)
-    first = [{k: v for k, v in row.items() if k not in drop} for row in json.loads((out / "r.json").read_text())]
-    again = [{k: v for k, v in row.items() if k not in drop} for row in json.loads((tmp_path / "again.json").read_text())]
+    def load(path):
+        return [{k: v for k, v in row.items() if k not in drop} for row in json.loads(path.read_text())]
+
+    first, again = load(out / "r.json"), load(tmp_path / "again.json")
     assert first == again
 
 

@@ -136,7 +136,8 @@ def register(app: typer.Typer, cli) -> None:
         changes = metrics.compare(summaries, baseline=BASELINE)
         n_jobs = summaries[0]["jobs"] if summaries else 0
         trace_name = (results[0].result.params or {}).get("trace", trace) if results else trace
-        title = f"gpucast simulate: {n_jobs} jobs (trace {trace_name}) on {gpus} x {gpu_type}, seed {seed}, error sigma {error_sigma:g}"
+        title = (f"gpucast simulate: {n_jobs} jobs (trace {trace_name}) on {gpus} x {gpu_type}, seed {seed}, "
+                 f"error sigma {error_sigma:g}")
         cli.console.print(comparison_table(summaries, changes, title))
         for c in changes:
             if c["policy"] != BASELINE:

@@ -16,8 +16,10 @@ Definitions (every time in seconds of simulated time; a job is *finished* when i
   counts them.
 * slowdown: ``JCT / solo_duration_s`` over finished jobs with a positive solo duration
   (1.0: as fast as alone on the GPU type with no wait): mean, p95.
-* ``oom_failures``, ``restarts``: sums over jobs. ``gpu_hours``: the sum of ``gpu_seconds`` / 3600
-  (GPU time held, whether or not the GPU was shared or busy).
+* ``oom_failures``, ``restarts``: sums over jobs. ``gpu_hours``: the sum of ``gpu_seconds`` / 3600:
+  GPU time held by jobs, busy or not, work lost to OOM failures included. A GPU shared by ``k``
+  jobs counts ``k`` times (each job holds it), so this is what the jobs were charged, not the
+  cluster's capacity used; it can exceed ``n_gpus * makespan``.
 
 Percentiles are linear interpolation between order statistics (numpy's default ``linear``
 method: the p-th percentile of ``n`` sorted values sits at position ``p/100 * (n-1)``).

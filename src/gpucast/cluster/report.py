@@ -215,7 +215,8 @@ def render(results: Sequence, *, title: str = "gpucast simulate", baseline: str 
         f"<p>{jobs} jobs, {len(results)} policies. Times in hours of simulated time. GPU util %: "
         "time-weighted mean cluster utilization from time 0 to the last finish; JCT: finish - arrival "
         "(finished jobs); queueing delay: first start - arrival (started jobs); slowdown: JCT / the job's "
-        "run time alone on its GPU type.</p>"
+        "run time alone on its GPU type; GPU-hours: GPU time held by jobs (a GPU shared by k jobs counts "
+        "k times).</p>"
         f"{_table(summaries)}"
         + (f"<h2>Change from {html.escape(baseline)}</h2><ul>{change_items}</ul>" if change_items else "")
         + "<h2>Assumptions</h2>"
