@@ -166,6 +166,16 @@ def test_dropping_superseded_events_changes_nothing(all_cases, monkeypatch):
     assert len(calls) > 100
 
 
+def test_rebuilding_the_score_classes_changes_nothing(all_cases, monkeypatch):
+    """The score index rebuilds its GPU-state classes when there are too many (20,000; the
+    100,000-job runs use a few hundred); force a rebuild at nearly every new state here."""
+    from gpucast.cluster.policies.base import Policy
+
+    monkeypatch.setattr(Policy, "_MAX_CLASSES", 6)
+    for name in ("horus", "gpucast", "oracle", "profiling"):
+        assert digest(all_cases["hand-12"](make_policy(name))) == BEFORE["hand-12"][name], name
+
+
 # ----------------------------------------------------------------------------- the pure rule
 
 

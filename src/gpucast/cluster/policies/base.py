@@ -110,7 +110,7 @@ class Policy:
         self._failed: dict = {}  # (observation, gpus, exclusive) -> self._stops when it last failed
         self._classes: dict = {}  # (type, memory, ids of the job observations) -> class id
         self._crep: list = []     # class id -> (a GpuOccupancy in that state, its job count)
-        self._tabs: dict = {}     # id(job observation) -> [observation, scores, states] by class id
+        self._tabs: dict = {}     # id(job observation) -> its score table by class id (_table)
         self._cls = np.zeros(len(gl), dtype=np.int64)
         if not self.score_uses_index:
             for i in range(len(gl)):
@@ -188,7 +188,7 @@ class Policy:
     # filled the first time a class is seen with that observation. A placement is then a table
     # lookup per GPU and an argmin (numpy), not a call of ``score`` per GPU.
 
-    _MAX_CLASSES = 100_000   # then the classes are rebuilt from the GPUs' current states
+    _MAX_CLASSES = 20_000    # then the classes are rebuilt from the GPUs' current states (bounds the tables)
 
     def _reclass(self, i: int) -> None:
         _idx, gt, mem, _nd = self._static[i]

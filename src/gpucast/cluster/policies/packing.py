@@ -39,6 +39,7 @@ class PackingPolicy(Policy):
         n = len(self._static)
         self._mem = [m for _i, _t, m, _nd in self._static]
         self._used = [0.0] * n
+        self._n = [len(j) for j in self._jobs]       # jobs per GPU (a list: cheaper to read than numpy)
         self._free = np.array(self._mem, dtype=float)
         self._needs: dict = {}     # id(job observation) -> (memory it needs on every GPU, the observation)
         for i in range(n):
@@ -51,22 +52,39 @@ class PackingPolicy(Policy):
         self._run_hi = np.array(starts[1:] + [n], dtype=np.int64)
 
     def _refresh(self, i):
-        self._free[i] = self._mem[i] - self._used[i] if self._count[i] < self.max_jobs_per_gpu else NEG
+        self._free[i] = self._mem[i] - self._used[i] if self._n[i] < self.max_jobs_per_gpu else NEG
 
+    # The base hooks' bookkeeping (observations per GPU, counts) and this policy's, in one pass.
     def on_start(self, job, gpu_indices):
-        super().on_start(job, gpu_indices)
+        if not self.score_uses_index:
+            super().on_start(job, gpu_indices)
+        pos, static, jobs, count, n, used = self._pos, self._static, self._jobs, self._count, self._n, self._used
         for gi in gpu_indices:
-            i = self._pos[gi]
-            self._used[i] += self._need(obs_for(job.obs, self._static[i][1]))
+            i = pos[gi]
+            o = obs_for(job.obs, static[i][1])
+            if self.score_uses_index:
+                jobs[i].append(o)
+                count[i] += 1
+            n[i] += 1
+            used[i] += self._need(o)
             self._refresh(i)
 
     def on_stop(self, job, gpu_indices):
-        super().on_stop(job, gpu_indices)
+        if not self.score_uses_index:
+            super().on_stop(job, gpu_indices)
+        else:
+            self._stops += 1
+        pos, static, jobs, count, n, used = self._pos, self._static, self._jobs, self._count, self._n, self._used
         for gi in gpu_indices:
-            i = self._pos[gi]
-            self._used[i] -= self._need(obs_for(job.obs, self._static[i][1]))
-            if self._count[i] == 0:
-                self._used[i] = 0.0  # no float drift on empty GPUs
+            i = pos[gi]
+            o = obs_for(job.obs, static[i][1])
+            if self.score_uses_index:
+                jobs[i].remove(o)
+                count[i] -= 1
+            n[i] -= 1
+            used[i] -= self._need(o)
+            if n[i] == 0:
+                used[i] = 0.0  # no float drift on empty GPUs
             self._refresh(i)
 
     def _place(self, job, exclusive):
