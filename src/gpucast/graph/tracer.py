@@ -294,6 +294,9 @@ def capture(job: Job) -> Trace:
                 raise CaptureError("the loss failed: loss_fn must return a scalar tensor")
             if job.precision == "amp-fp16":
                 loss = loss * GRAD_SCALE
+            if not loss.requires_grad:
+                raise CaptureError("the loss failed: it does not depend on any trainable parameter "
+                                   "(nothing to back-propagate; predict with --mode infer)")
             at_backward_start = rec.memory.live_by_class()
             rec.phase = "bwd"
             _stage("the backward pass", loss.backward)

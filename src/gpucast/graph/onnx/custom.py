@@ -2,7 +2,9 @@
 operators not in :mod:`gpucast.graph.onnx.base`'s registry).
 
 Such a node becomes one ``gpucast::onnx_node`` torch op whose outputs have the shapes ONNX's
-shape inference found (or, where it found none, the first input's shape and dtype). The core
+shape inference found (or, for a custom-domain op where it found none, the first input's shape
+and dtype; a standard operator without a rule or an inferred shape, such as a ``Loop``, is an
+error naming the node). The core
 tracer records it as ``onnx:<OpType>`` with ``costed=False``: it reads its inputs and writes
 its outputs once, launches one kernel and counts no FLOPs (``gpucast.graph.rules``' default
 cost), and it is listed among the trace's uncosted ops. In training its backward is one more
@@ -72,7 +74,7 @@ def unknown(ctx, inputs) -> tuple:
         shape = ctx.out_shape(i)
         dtype = ctx.out_dtype(i)
         if shape is None:
-            if not tensors:
+            if not tensors or ctx.node.domain in ("", "ai.onnx"):  # a standard op (Loop, If...): do not guess
                 from gpucast.graph.onnx.reader import OnnxError
 
                 raise OnnxError(f"node {ctx.node.name or ctx.node.op_type!r} ({ctx.node.op_type}) has no cost "

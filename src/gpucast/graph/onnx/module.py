@@ -103,7 +103,8 @@ class OnnxModule(nn.Module):
 
     def forward(self, *inputs):
         g = self.graph.model.graph
-        env: dict[str, torch.Tensor] = {spec.name: t for spec, t in zip(self.graph.inputs, inputs)}
+        env: dict[str, torch.Tensor] = {spec.name: t if isinstance(t, torch.Tensor) else torch.tensor(t)
+                                        for spec, t in zip(self.graph.inputs, inputs)}
         for i, node in enumerate(self.nodes):
             args = [self._value(env, n) for n in node.input]
             counter = self._counters.get(i)
@@ -172,7 +173,11 @@ def onnx_inputs(graph: OnnxGraph, batch_size: int) -> tuple:
         if spec.shape is None:
             raise OnnxError(f"input {spec.name!r} has no static shape after binding")
         dtype = DTYPES.get(spec.dtype, torch.float32)
-        if dtype.is_floating_point:
+        if spec.shape == () and not dtype.is_floating_point:
+            # A scalar integer input is an option, not data (HF's logits_to_keep, a step count):
+            # passed as a host value, 0 (the exporter's example value), so shape arithmetic folds.
+            out.append(0)
+        elif dtype.is_floating_point:
             out.append(torch.randn(spec.shape, dtype=dtype))
         else:
             out.append(torch.zeros(spec.shape, dtype=dtype))
