@@ -141,7 +141,7 @@ def _no_modes_left():
     (dict(model_fn=_Tiny, input_fn=_inputs, loss_fn=lambda out, inputs: 1.0), "the loss", "scalar"),
     (dict(model_fn=_Tiny, input_fn=_inputs, loss_fn=_raise), "the loss", "ValueError: bad config"),
     (dict(model_fn=_Tiny, input_fn=_inputs, loss_fn=lambda out, inputs: out.detach().sum()),
-     "the backward pass", "RuntimeError"),
+     "the loss", "does not depend on any trainable parameter"),
 ])
 def test_bad_user_code_gives_one_line_naming_the_stage(kwargs, stage, detail):
     job = Job.from_module(batch_size=2, **kwargs)
