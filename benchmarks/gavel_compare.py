@@ -49,11 +49,9 @@ not verified beyond that).
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import math
 import os
-import re
 import statistics
 import sys
 from dataclasses import asdict, dataclass
@@ -63,7 +61,6 @@ from typing import Callable
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.path.normpath(REPO_ROOT / ".." / "shared" / "data" / "gavel" / "simulation_throughputs.json"))
 GAVEL_GPUS = {"k80": "k80", "p100": "p100", "v100": "v100-16gb"}
-_JOB_TYPE_RE = re.compile(r"^(?P<name>.*?) \(batch size (?P<batch>\d+)\)$")
 
 
 class DataMissing(FileNotFoundError):
@@ -131,27 +128,8 @@ def _read(path) -> dict:
         return json.load(f)
 
 
-def _parse_key(key: str):
-    try:
-        value = ast.literal_eval(key)
-    except (ValueError, SyntaxError):
-        return None
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], int):
-        return value
-    return None
-
-
-def _split_job_type(job_type: str) -> tuple[str, int | None]:
-    m = _JOB_TYPE_RE.match(job_type)
-    if m:
-        return m["name"], int(m["batch"])
-    return job_type, None
-
-
-# ----------------------------------------------------------------------------- the mapping
-
-# The table lives in the package (one table for this check and the cluster simulator).
 from gpucast.cluster.gavel import MAPPING, Mapping  # noqa: E402,F401
+from gpucast.cluster.gavel import parse_key as _parse_key, split_job_type as _split_job_type  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- comparison
