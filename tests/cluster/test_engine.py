@@ -83,6 +83,18 @@ def test_oom_loses_work_since_checkpoint_requeues_and_counts():
     assert r["b"].gpu_seconds == pytest.approx(60 + 100 - 50 / s)
 
 
+def test_oom_check_survives_a_re_rate_before_it_fires():
+    """An overcommitted GPU fails even if a third job changes its co-location (and so re-rates
+    the job that will fail) before the check: the check belongs to the placement."""
+    table = {"w": (30.0, 10 * GB, 1.0, 4 * GB), "small": (10.0, 1 * GB, 1.0, 1 * GB)}
+    res = run(trace(job("a", 0, steps=1000), job("b", 10, steps=1000), job("c", 20, workload="small", steps=5)),
+              "packing", table, checkpoint_s=25.0, oom_after_s=60.0)
+    r = recs(res)
+    # a + b = 20 GB on a 16 GB GPU; c arrives at 20 and re-rates both; b still fails at 10 + 60.
+    assert r["b"].oom_failures == 1 and r["a"].oom_failures == 0
+    assert r["c"].oom_failures == 0 and r["c"].finish_s is not None
+
+
 def test_a_job_too_big_for_any_gpu_is_abandoned_not_looping():
     table = {"w": (50.0, 2 * GB, 1.0, 2 * GB), "huge": (50.0, 40 * GB, 1.0, 40 * GB)}
     res = run(trace(job("h", 0, workload="huge", steps=100), job("ok", 1, steps=10)), "slot", table)

@@ -44,8 +44,10 @@ keeps 100,000 jobs on 2,048 GPUs fast without changing a single float of the res
   its last compacted size (at least 4,096), which leaves the order of the other events as it was;
 * placement is indexed by the policy (``policies/base.py``): no per-GPU Python loop.
 
-Known, kept as it was: a pending out-of-memory check is cancelled by any later re-rate of the job
-(the check carries the job's version, which every re-rate bumps).
+The out-of-memory check belongs to a placement: it carries the job's placement number
+(``seq``), not its rate version, so re-rates of the job before the check (another job arriving
+on or leaving its GPU) do not cancel it. (Until the fix, it carried the version and any re-rate
+cancelled it, so some overcommitted GPUs never failed.)
 """
 
 from __future__ import annotations
@@ -199,7 +201,7 @@ class Simulator:
                     if v == j.version and j.alloc:
                         self._finish(j, t)
                 elif kind == _OOM:
-                    if v == j.version and j.alloc:
+                    if v == j.seq and j.alloc:
                         self._check_oom(j, t)
                 elif kind == _PROFILED:
                     self._profiled(j, t)
@@ -227,7 +229,8 @@ class Simulator:
         event per rate behind). The order of the remaining events is unchanged, and no time with
         only superseded events changes anything, so results are the same; the heap stays small."""
         heap = self.heap
-        heap[:] = [e for e in heap if e[1] == _PROFILED or (e[4] == e[3].version and e[3].alloc)]
+        heap[:] = [e for e in heap if e[1] == _PROFILED or (e[3].alloc and e[4] == (e[3].seq if e[1] == _OOM
+                                                                                 else e[3].version))]
         heapq.heapify(heap)
         return heap
 
@@ -279,7 +282,7 @@ class Simulator:
                 oom = True
         self._rerate(set(j.alloc), t)
         if oom:
-            self._push(t + self.oom_after_s, _OOM, j, j.version)
+            self._push(t + self.oom_after_s, _OOM, j, j.seq)
 
     def _advance(self, j: SimJob, t):
         """Bring ``done`` (and the work at the last checkpoint) up to time ``t`` at the old rate."""
