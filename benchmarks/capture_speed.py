@@ -151,15 +151,9 @@ def _read_all(proc: subprocess.Popen, timeout: float):
 
 
 def machine_info() -> dict:
-    cpu = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    from gpucast.profile.runner import host_cpu
+
+    cpu = host_cpu()
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:

@@ -61,14 +61,9 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _machine() -> str:
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from gpucast.profile.runner import host_cpu
+
+    cpu = host_cpu()
     load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",) * 3
     try:
         import httptools  # noqa: F401

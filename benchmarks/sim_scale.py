@@ -94,15 +94,9 @@ print(json.dumps(dict(policy=policy, interarrival_s=interarrival, jobs=len(res.r
 
 
 def machine() -> dict:
-    cpu = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    from gpucast.profile.runner import host_cpu
+
+    cpu = host_cpu()
     try:
         load = os.getloadavg()
     except OSError:

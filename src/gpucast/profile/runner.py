@@ -140,7 +140,8 @@ class RunSpec:
 
 
 # ------------------------------------------------------------------------------- provenance
-def _host_cpu() -> str:
+def host_cpu() -> str:
+    """The host CPU's model name (/proc/cpuinfo), for provenance and benchmark machine lines."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -163,7 +164,7 @@ def base_row(spec: RunSpec) -> dict:
     row = empty_row()
     row.update(
         run_id=uuid.uuid4().hex, suite="adhoc", kind="solo", slot=spec.slot,
-        gpucast_version=gpucast.__version__, host_cpu=_host_cpu(),
+        gpucast_version=gpucast.__version__, host_cpu=host_cpu(),
         job_key=job.key, job_json=job.to_json(),
         model=job.model, batch_size=job.batch_size, seq_len=job.seq_len,
         input_shape=",".join(map(str, job.input_shape)) if job.input_shape else None,
