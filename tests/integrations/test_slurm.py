@@ -8,8 +8,9 @@ table (``SUCCESS``, ``ERROR``, ``log_info``, ``log_user``) and plain tables as `
 stub is the Slurm boundary, written from Slurm's job_submit_lua.c (field names ``comment``,
 ``environment``, ``work_dir``, ``tres_per_node``, ``tres_per_job``...). Behind it everything is
 real: the plugin's ``io.popen`` runs the real ``gpucast slurm`` once end to end, and otherwise a
-recorder command that checks the arguments and spec file the plugin passes and replays output
-the real command printed in this session.
+recorder command that checks the arguments and spec file the plugin passes (``--service`` and its
+options included) and replays output the real command printed in this session. The plugin with
+the real command and a real ``gpucast serve`` is in test_slurm_service.py.
 """
 
 from __future__ import annotations
@@ -237,6 +238,9 @@ with open({str(d / 'calls.jsonl')!r}, "a") as f:
     f.write(json.dumps({{"argv": argv, "spec": text}}) + "\\n")
 model = json.loads(text)["model"]
 canned = json.load(open({str(d / 'canned.json')!r}))
+if "--service" in argv and "down" in argv[argv.index("--service") + 1]:  # as gpucast slurm prints it
+    print("warning: gpucast service at http://down:8000 unreachable (Connection refused); predicting locally",
+          file=sys.stderr, flush=True)
 print(canned["large" if model == "resnet50" else "small-mps" if "--mps" in argv else "small"])
 """)
     script.chmod(0o755)
@@ -332,6 +336,38 @@ def test_plugin_inline_spec_mps_and_quoting(version, recorder, jobs_dir):
     assert plugin.submit(jd) == 0
     (call,) = calls(recorder)
     assert call["argv"][1] == str(jobs_dir / "jobs" / QUOTED)
+
+
+@pytest.mark.parametrize("version", LUA_VERSIONS)
+def test_plugin_passes_the_service_options(version, recorder, jobs_dir):
+    d, script, canned = recorder
+    spec = str(jobs_dir / "jobs" / "small.json")
+    base = ["slurm", spec, "--gpu", GPU, "--json", "--shards-per-gpu", "8"]
+    plugin = Plugin(version, command=str(script))                       # service = nil: nothing added
+    assert plugin.submit(plugin.job(comment=f"gpucast:{spec}")) == 0
+    (call,) = calls(recorder)
+    assert call["argv"] == base and not any(a.startswith("--service") or a == "--no-fallback" for a in call["argv"])
+    url = "http://127.0.0.1:8000/a b'c"                                  # quoted as one argument
+    plugin = Plugin(version, command=str(script), service=url)
+    assert plugin.log[-1].endswith(f"service {url})")
+    assert plugin.submit(plugin.job(comment=f"gpucast:{spec}")) == 0
+    (call,) = calls(recorder)
+    assert call["argv"] == base + ["--service", url]                    # gpucast's default timeout and fallback
+    plugin = Plugin(version, command=str(script), service=url, service_timeout=2.5, fallback=False)
+    jd = plugin.job(comment=f"gpucast:{spec}")
+    assert plugin.submit(jd) == 0 and jd.tres_per_node == canned["small"]["tres_per_node"]
+    (call,) = calls(recorder)
+    assert call["argv"] == base + ["--service", url, "--service-timeout", "2.5", "--no-fallback"]
+    # the service was down and gpucast predicted locally: its warning line is logged, the job sized
+    plugin = Plugin(version, command=str(script), service="http://down:8000", service_timeout=3)
+    jd = plugin.job(comment=f"gpucast:{spec}")
+    assert plugin.submit(jd) == 0 and jd.tres_per_node == canned["small"]["tres_per_node"]
+    (call,) = calls(recorder)
+    assert call["argv"][-4:] == ["--service", "http://down:8000", "--service-timeout", "3"]
+    assert plugin.log[-2:] == ["gpucast: warning: gpucast service at http://down:8000 unreachable (Connection "
+                               "refused); predicting locally",
+                               f"gpucast: job from comment on {GPU}: tres_per_node={jd.tres_per_node}"]
+    assert plugin.user == []
 
 
 @pytest.mark.parametrize("version", LUA_VERSIONS)

@@ -19,7 +19,8 @@ required to fit on a single gpu on each node", likewise for MPS). So this module
   several GPUs): ``gpu:G``, G = the job's GPUs, on one node.
 
 The ``job_submit`` Lua plugin shipped in ``gpucast/data/slurm/job_submit.lua`` applies this at
-submission by running ``gpucast slurm SPEC --json``.
+submission by running ``gpucast slurm SPEC --json`` (with ``--service URL`` when the site points
+it at a running ``gpucast serve``: :mod:`gpucast.integrations.remote`).
 """
 
 from __future__ import annotations

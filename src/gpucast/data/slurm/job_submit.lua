@@ -31,6 +31,20 @@ mixes GPU and shard/MPS GRES. Each decision is logged with slurm.log_info.
 When gpucast cannot size an opted-in job (a bad spec, an unknown model or GPU, gpucast missing):
 the job is rejected (slurm.ERROR) with gpucast's one-line error shown to the user
 (slurm.log_user): a job that asked to be sized is not admitted unsized.
+
+Time: slurmctld runs this plugin synchronously in its submit path, and sbatch gives up after
+MessageTimeout (slurm.conf, default 10 s) with "Socket timed out" even though the job was
+submitted. A local `gpucast slurm` imports torch and captures the model: seconds, more on a
+loaded host. So either
+  * run `gpucast serve` on the slurmctld host (e.g. as a systemd service as SlurmUser:
+    `gpucast serve --host 127.0.0.1 --port 8000`) and set `config.service` to its URL
+    ("http://127.0.0.1:8000"): the plugin passes `--service URL`, and a prediction the service
+    has cached takes about as long as starting Python (no torch); or
+  * raise MessageTimeout above the local prediction time (measure `time gpucast slurm SPEC`).
+With `service` set: `service_timeout` bounds the wait for the service (seconds; default 5 in
+gpucast). When the service is down, silent or failing, gpucast predicts locally and prints one
+`warning:` line, which the plugin logs (slurm.log_info); with `fallback = false` the job is
+rejected instead (`--no-fallback`). A job the service refuses (a bad spec) is rejected either way.
 --]]
 
 local config = {
@@ -39,6 +53,9 @@ local config = {
   shards_per_gpu = 8,          -- gres.conf: shards per GPU (Gres=gpu:N,shard:8*N)
   use_mps = false,             -- request gres/mps instead of gres/shard
   mps_per_gpu = 100,           -- gres.conf: MPS count per GPU
+  service = nil,               -- a `gpucast serve` URL, e.g. "http://127.0.0.1:8000" (see Time above)
+  service_timeout = nil,       -- seconds to wait for the service (nil: gpucast's default, 5)
+  fallback = true,             -- service unavailable: predict locally (false: reject the job)
 }
 -- A test harness (or a site wrapper) may preset the global `gpucast_config`; slurmctld does not.
 if type(gpucast_config) == "table" then
@@ -74,7 +91,8 @@ local function opted_in(job_desc)
   return nil
 end
 
--- Run gpucast; returns the tres_per_node string, or nil and a one-line error.
+-- Run gpucast; returns the tres_per_node string (and gpucast's warning line, if any: the
+-- service could not answer and gpucast predicted locally), or nil and a one-line error.
 local function size(spec, gpu, work_dir)
   local path, tmp = spec, nil
   if string.sub(spec, 1, 1) == "{" then
@@ -95,6 +113,16 @@ local function size(spec, gpu, work_dir)
   else
     table.insert(args, "--shards-per-gpu " .. tonumber(config.shards_per_gpu))
   end
+  if config.service ~= nil and config.service ~= "" then
+    table.insert(args, "--service " .. shell_quote(tostring(config.service)))
+    local timeout = tonumber(config.service_timeout)
+    if timeout ~= nil then
+      table.insert(args, "--service-timeout " .. shell_quote(tostring(timeout)))
+    end
+    if config.fallback == false then
+      table.insert(args, "--no-fallback")
+    end
+  end
   local cmd = table.concat(args, " ") .. " 2>&1"
   local pipe = io.popen(cmd)
   local out = ""
@@ -105,15 +133,16 @@ local function size(spec, gpu, work_dir)
   if tmp ~= nil then
     os.remove(tmp)
   end
+  local warning = string.match(out, "warning:%s*([^\n]+)")
   local tres = string.match(out, '"tres_per_node"%s*:%s*"(gres/[%w_]+:%d+)"')
   if tres ~= nil then
-    return tres
+    return tres, nil, warning
   end
   local err = string.match(out, "error:%s*([^\n]+)")
   if err == nil then
     err = "gpucast gave no answer (" .. (string.match(out, "[^\n]+") or "no output") .. ")"
   end
-  return nil, err
+  return nil, err, warning
 end
 
 -- A comma-separated TRES list without its gpu, shard and mps entries ("gres/gpu:a100:2", "gpu:1").
@@ -143,7 +172,10 @@ local function apply(job_desc)
     log_user(msg)
     return slurm.ERROR
   end
-  local tres, err = size(spec, gpu, job_desc.work_dir)
+  local tres, err, warning = size(spec, gpu, job_desc.work_dir)
+  if warning ~= nil then
+    log_info("gpucast: warning: %s", warning)
+  end
   if tres == nil then
     local msg = "gpucast: cannot size the job (" .. source .. "): " .. err
     log_info("%s", msg)
@@ -181,5 +213,9 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   return slurm.SUCCESS
 end
 
-log_info("gpucast job_submit plugin loaded (command %s)", config.command)
+if config.service ~= nil and config.service ~= "" then
+  log_info("gpucast job_submit plugin loaded (command %s, service %s)", config.command, tostring(config.service))
+else
+  log_info("gpucast job_submit plugin loaded (command %s)", config.command)
+end
 return slurm.SUCCESS
