@@ -1,7 +1,7 @@
 """Slurm: the --gres translation, `gpucast slurm`, and the shipped job_submit.lua plugin.
 
-No Slurm runs here: slurmctld, slurmd and munged are not installed on this machine (nor
-installable offline), so the plugin is not tested inside a real slurmctld. It is run by a real Lua
+The plugin inside a real slurmctld is test_slurm_live.py (Debian's Slurm 22.05, which links Lua
+5.1). Here its logic runs in every Lua that Slurm builds against, by a real Lua
 interpreter (``lupa``: LuaJIT, and PUC Lua 5.1 to 5.4, the versions Slurm builds against; lupa
 builds PUC Lua without ``io.popen``, so there a shim runs the same shell command) with a stub ``slurm``
 table (``SUCCESS``, ``ERROR``, ``log_info``, ``log_user``) and plain tables as ``job_desc``: that
@@ -188,6 +188,9 @@ class Plugin:
         if not self.native_popen:
             self.lua.execute(POPEN_SHIM, _shell)
         g = self.lua.globals()
+        # The TRES spelling follows the Slurm version (job_submit.lua, "How it spells"): a fixed
+        # answer here, whatever Slurm this machine has; test_plugin_tres_spelling varies it.
+        config.setdefault("version_command", "echo slurm 23.11.4")
         g.gpucast_config = self.lua.table_from(config)
         assert self.lua.execute(lua_plugin_path().read_text()) == 0     # the script returns slurm.SUCCESS
         self.g = g
@@ -394,3 +397,32 @@ def test_plugin_modify_resizes_on_a_gpucast_comment(version, recorder, jobs_dir)
     assert plugin.modify(jd) == 0 and jd.tres_per_node == "gres/gpu:1"
     assert len(calls(recorder)) == 1
 
+
+
+@pytest.mark.parametrize("version", LUA_VERSIONS)
+def test_plugin_tres_spelling(version, recorder, jobs_dir):
+    """Slurm 22.05 refuses ``gres/shard:N`` in tres_per_node (seen in a real slurmctld:
+    test_slurm_live.py); the plugin writes ``gres:`` there, ``gres/`` on 23.02+."""
+    d, script, canned = recorder
+    small = canned["small"]["count"]
+    spec = f"gpucast:{jobs_dir / 'jobs' / 'small.json'}"
+    cases = [  # (config, the job's own GRES, what the plugin must write)
+        (dict(version_command="echo slurm 22.05.8"), None, f"gres:shard:{small}"),
+        (dict(version_command="echo slurm 23.02.0"), None, f"gres/shard:{small}"),
+        (dict(version_command="echo slurm 24.11.1"), None, f"gres/shard:{small}"),
+        (dict(version_command="false"), None, f"gres/shard:{small}"),            # unknown: current spelling
+        (dict(version_command="echo slurm 24.11.1"), "gres:license_x:1,gres:gpu:1",
+         f"gres:license_x:1,gres:shard:{small}"),                              # the job's own spelling wins
+        (dict(version_command="echo slurm 22.05.8", tres_prefix="gres/"), None, f"gres/shard:{small}"),
+    ]
+    for config, own, want in cases:
+        plugin = Plugin(version, command=str(script), **config)
+        jd = plugin.job(comment=spec, tres_per_node=own) if own else plugin.job(comment=spec)
+        assert plugin.submit(jd) == 0, plugin.user
+        assert jd.tres_per_node == want, config
+    p22 = Plugin(version, command=str(script), version_command="echo slurm 22.05.8")
+    jd = p22.job(comment=spec, tres_per_job="gres:gpu:2", tres_per_task="cpu=1,gres/gpu=1")
+    assert p22.submit(jd) == 0 and jd.tres_per_job == "" and jd.tres_per_task == "cpu=1"
+    assert any("Slurm version unknown" in line for line in Plugin(version, command=str(script),
+                                                                      version_command="false").log)
+    calls(recorder)

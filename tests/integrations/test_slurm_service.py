@@ -33,6 +33,7 @@ from gpucast.job import Job, JobError
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "service"))  # onnx_files.py: a small valid ONNX model
 from onnx_files import mlp_onnx_bytes  # noqa: E402
+from serve_process import free_port, post_json, running_service  # noqa: E402
 
 GPU = "a100-80gb"
 SMALL = {"model": "mlp-small", "batch_size": 32}
@@ -41,44 +42,12 @@ TINY_BERT = {"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2, "n
 BIN = Path(sys.executable).with_name("gpucast")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _post_json(url: str, body: dict, timeout: float = 120) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     """``gpucast serve`` as a site runs it, on a free loopback port; its URL."""
-    data = tmp_path_factory.mktemp("serve-data")
-    port = _free_port()
-    log = open(data / "serve.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "gpucast.cli", "serve", "--port", str(port), "--data-dir",
-                             str(data), "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/healthz", timeout=5) as r:
-                    assert json.loads(r.read())["status"] == "ok"
-                break
-            except OSError:
-                log.seek(0)
-                assert proc.poll() is None and time.monotonic() < deadline, log.read()
-                time.sleep(0.1)
-        _post_json(f"{url}/v1/predict", {"workload": "mlp-small", "batch_size": 32, "gpu": GPU})  # imports torch
+    with running_service(tmp_path_factory.mktemp("serve-data"),
+                         warm={"workload": "mlp-small", "batch_size": 32, "gpu": GPU}) as url:  # imports torch
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +70,7 @@ def invoke(*args):
 
 
 def closed_url() -> str:
-    return f"http://127.0.0.1:{_free_port()}"  # bound and released: nothing listens there
+    return f"http://127.0.0.1:{free_port()}"  # bound and released: nothing listens there
 
 
 def one_line(text: str) -> str:

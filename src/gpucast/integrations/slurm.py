@@ -47,7 +47,8 @@ class GresRequest:
 
     @property
     def tres_per_node(self) -> str:
-        """``gres/shard:3``: the value of ``job_desc.tres_per_node`` in job_submit.lua."""
+        """``gres/shard:3``: the value of ``job_desc.tres_per_node`` in job_submit.lua, as Slurm
+        23.02+ spells it (22.05 wants ``gres:shard:3``; the plugin respells it for the running Slurm)."""
         return f"gres/{self.gres}"
 
     @property

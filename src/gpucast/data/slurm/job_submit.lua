@@ -28,6 +28,12 @@ mps entry with gpucast's; gpu/shard/mps entries in `tres_per_job`, `tres_per_tas
 `tres_per_socket` (from --gpus, --gpus-per-task, ...) are dropped, since Slurm refuses a job that
 mixes GPU and shard/MPS GRES. Each decision is logged with slurm.log_info.
 
+How it spells the GRES: Slurm 22.05 (tested here in a real slurmctld) writes TRES entries as
+`gres:shard:3` and refuses `gres/shard:3` ("Invalid Trackable RESource (TRES) specification");
+later releases write `gres/shard:3`. The plugin takes the spelling from the job's own GRES
+entries when it has any, else from the Slurm version (`config.version_command`, asked once at
+load: before 23.02 `gres:`, otherwise `gres/`); `config.tres_prefix` overrides both.
+
 When gpucast cannot size an opted-in job (a bad spec, an unknown model or GPU, gpucast missing):
 the job is rejected (slurm.ERROR) with gpucast's one-line error shown to the user
 (slurm.log_user): a job that asked to be sized is not admitted unsized.
@@ -56,6 +62,8 @@ local config = {
   service = nil,               -- a `gpucast serve` URL, e.g. "http://127.0.0.1:8000" (see Time above)
   service_timeout = nil,       -- seconds to wait for the service (nil: gpucast's default, 5)
   fallback = true,             -- service unavailable: predict locally (false: reject the job)
+  tres_prefix = nil,           -- "gres:" (Slurm 22.05 and older) or "gres/" (newer); nil: detect
+  version_command = "slurmctld -V 2>/dev/null || /usr/sbin/slurmctld -V 2>/dev/null",
 }
 -- A test harness (or a site wrapper) may preset the global `gpucast_config`; slurmctld does not.
 if type(gpucast_config) == "table" then
@@ -64,6 +72,47 @@ end
 
 local log_info = slurm.log_info
 local log_user = slurm.log_user or function() end
+
+-- The TRES prefix of this Slurm, from its version ("slurm 22.05.8"): see "How it spells" above.
+local function version_prefix()
+  if config.tres_prefix ~= nil then
+    return config.tres_prefix
+  end
+  local out = ""
+  local pipe = io.popen(config.version_command)
+  if pipe ~= nil then
+    out = pipe:read("*a") or ""
+    pipe:close()
+  end
+  local major, minor = string.match(out, "(%d+)%.(%d+)")
+  if major == nil then
+    log_info("gpucast: Slurm version unknown (%s): writing gres/ TRES entries", config.version_command)
+    return "gres/"
+  end
+  major, minor = tonumber(major), tonumber(minor)
+  if major < 23 or (major == 23 and minor < 2) then
+    return "gres:"
+  end
+  return "gres/"
+end
+local slurm_prefix = version_prefix()
+
+-- The prefix to write for this job: the spelling of its own GRES entries, else Slurm's.
+local function tres_prefix(job_desc)
+  if config.tres_prefix ~= nil then
+    return config.tres_prefix
+  end
+  for _, field in ipairs({ "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket" }) do
+    local value = job_desc[field]
+    if value ~= nil then
+      local p = string.match(value, "^(gres[:/])") or string.match(value, ",(gres[:/])")
+      if p ~= nil then
+        return p
+      end
+    end
+  end
+  return slurm_prefix
+end
 
 local function shell_quote(s)
   return "'" .. (string.gsub(s, "'", "'\\''")) .. "'"
@@ -152,7 +201,8 @@ local function without_gpu_gres(list)
   end
   local kept = {}
   for entry in string.gmatch(list, "[^,]+") do
-    local name = string.match(entry, "^gres/([^:]+)") or string.match(entry, "^([^:/]+)")
+    -- "gres/gpu:a100:2" (23.02+), "gres:gpu:2" (22.05), "gres/gpu=1" (tres_per_task), "gpu:1"
+    local name = string.match(entry, "^gres[:/]([^:=]+)") or string.match(entry, "^([^:/=]+)")
     if name ~= "gpu" and name ~= "shard" and name ~= "mps" then
       table.insert(kept, entry)
     end
@@ -182,6 +232,7 @@ local function apply(job_desc)
     log_user(msg)
     return slurm.ERROR
   end
+  tres = tres_prefix(job_desc) .. string.sub(tres, 6)   -- gpucast prints "gres/shard:3"
   local others = without_gpu_gres(job_desc.tres_per_node)
   if others ~= nil and others ~= "" then
     job_desc.tres_per_node = others .. "," .. tres
