@@ -313,7 +313,7 @@ def register(app: typer.Typer, cli) -> None:
 
     @data_app.command("show")
     def data_show(paths: Optional[List[Path]] = typer.Argument(None, help="Parquet files or directories "
-                                                                            "[default: data/measurements]."),
+                                                                            "(default: data/measurements)."),
                   as_json: bool = cli._JSON,
                   status: Optional[str] = typer.Option(None, "--status", help="Only rows with this status.")) -> None:
         """Print measured rows, one per run."""
@@ -333,7 +333,7 @@ def register(app: typer.Typer, cli) -> None:
 
     @data_app.command("compare")
     def data_compare(path: Optional[Path] = typer.Argument(None, help="Parquet file or directory "
-                                                                       "[default: data/measurements]."),
+                                                                       "(default: data/measurements)."),
                      as_json: bool = cli._JSON) -> None:
         """Measured vs predicted step time, utilization and peak memory of each ok solo row, and a summary."""
         rows = load([path] if path is not None else [])
