@@ -8,6 +8,7 @@ is the analytic estimate (``model_version = analytic-<version>``).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from gpucast.prediction import Prediction
 MODEL_VERSION = f"analytic-{__version__}"
 _TRACE_CACHE_SIZE = 64
 _traces: OrderedDict = OrderedDict()
+_traces_lock = threading.Lock()
 
 
 def _cache_key(job: Job):
@@ -34,14 +36,16 @@ def trace(job: Job) -> Trace:
     from gpucast.graph import capture
 
     key = _cache_key(job)
-    hit = _traces.get(key)
-    if hit is not None:
-        _traces.move_to_end(key)
-        return hit
-    tr = capture(job)
-    _traces[key] = tr
-    if len(_traces) > _TRACE_CACHE_SIZE:
-        _traces.popitem(last=False)
+    with _traces_lock:
+        hit = _traces.get(key)
+        if hit is not None:
+            _traces.move_to_end(key)
+            return hit
+    tr = capture(job)  # outside the lock: captures in several threads run side by side
+    with _traces_lock:
+        _traces[key] = tr
+        if len(_traces) > _TRACE_CACHE_SIZE:
+            _traces.popitem(last=False)
     return tr
 
 

@@ -8,15 +8,20 @@ dropout kernel, cuDNN RNNs.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from gpucast.graph import capture, rules
+from gpucast.graph.mirror import _ORIGINAL_SDPA, CudaMirror
 from gpucast.graph.tracer import resolve
 from gpucast.job import Job
 
@@ -325,3 +330,85 @@ def test_amp_fp16_training_has_one_sync(cap):
     for precision in ("fp32", "amp-bf16"):
         assert not any(o.sync for o in cap(Job("resnet18", **RESNET_32PX, precision=precision)).ops)
     assert not any(o.sync for o in cap(Job("resnet18", **RESNET_32PX, precision="amp-fp16", mode="infer")).ops)
+
+
+# --------------------------------------------------------------------------- threads
+class _OpNames(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def _attention(q):
+    with _OpNames() as log:
+        out = F.scaled_dot_product_attention(q, q, q)
+    return out.dtype, [n for n in log.names if "attention" in n]
+
+
+def test_mirrors_in_two_threads_do_not_see_each_other():
+    """A capture's SDPA follows its own thread's mirror (the service captures in several threads):
+    an AMP-bf16 mirror in thread A, an fp32 one in thread B entered after it and left before A's
+    second call, a thread C with none. Backends as in test_bert_attention_is_a_fused_kernel."""
+    q = torch.empty(2, 4, 16, 8, device="meta")
+    seen, step = {}, [threading.Event() for _ in range(4)]
+
+    def a():
+        with CudaMirror(amp_dtype=torch.bfloat16):
+            step[0].set()
+            step[1].wait(30)
+            seen["a, b inside"] = _attention(q)
+            step[2].set()
+            step[3].wait(30)
+            seen["a, b gone"] = _attention(q)
+
+    def b():
+        step[0].wait(30)
+        with CudaMirror():
+            step[1].set()
+            step[2].wait(30)
+            seen["b"] = _attention(q)
+            seen["c"] = _in_thread(lambda: _attention(q))
+        step[3].set()
+
+    threads = [threading.Thread(target=f) for f in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    flash, efficient = "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention"
+    assert seen["a, b inside"] == (torch.bfloat16, [flash]) == seen["a, b gone"]
+    assert seen["b"] == (torch.float32, [efficient])
+    assert seen["c"][0] == torch.float32 and flash not in seen["c"][1] and efficient not in seen["c"][1]
+    assert F.scaled_dot_product_attention is _ORIGINAL_SDPA  # put back after the last capture
+
+
+def _in_thread(fn):
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join(30)
+    return out[0]
+
+
+def test_concurrent_predictions_equal_serial_ones():
+    """Five captures at once in five threads (AMP and fp32 attention among them) answer exactly
+    what they answer one at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpucast import api
+
+    tiny_bert = {"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                 "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 128}
+    jobs = [Job.from_hf_config(tiny_bert, batch_size=8, seq_len=64, precision="amp-bf16"),
+            Job.from_hf_config(tiny_bert, batch_size=8, seq_len=64, precision="fp32"),
+            Job("mlp-small", batch_size=32), Job("resnet18-cifar", batch_size=8, precision="amp-fp16"),
+            Job("gpt2", batch_size=2, seq_len=64, precision="amp-bf16")]
+    serial = [api.predict(j, "a100-80gb").to_dict() for j in jobs]
+    api._traces.clear()
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        together = list(pool.map(lambda j: api.predict(j, "a100-80gb").to_dict(), jobs))
+    assert together == serial

@@ -91,3 +91,31 @@ def test_time_limit_is_408_then_the_answer_is_cached_and_pending_limit_is_429(tm
         _wait_until(lambda: metric(c, "gpucast_predictions_in_flight") == 0)
         done = c.post("/v1/predict", json=first)
         assert done.status_code == 200 and done.json()["job"]["batch_size"] == 11
+
+
+def test_slow_capture_does_not_hold_up_other_new_predictions(server, client):
+    """Captures run side by side (gpucast.graph.mirror's SDPA routing is per thread): quick new
+    jobs are answered while a slow capture is still running."""
+    slow = {}
+
+    def run_slow():
+        with server.client() as c:
+            slow["t0"] = time.monotonic()
+            slow["r"] = c.post("/v1/predict", json={"workload": "bert-large", "batch_size": 3, "seq_len": 48,
+                                                   "gpu": "l4"})
+            slow["t1"] = time.monotonic()
+
+    t = threading.Thread(target=run_slow)
+    t.start()
+    _wait_until(lambda: metric(client, "gpucast_predictions_in_flight") >= 1)
+    quick = []
+    for bs in (17, 19, 23):  # never predicted before: each is a capture of its own
+        a = time.monotonic()
+        r = client.post("/v1/predict", json={"workload": "mlp-small", "batch_size": bs, "gpu": "l4"})
+        quick.append((a, time.monotonic(), r))
+    t.join(timeout=180)
+    assert slow["r"].status_code == 200, slow["r"].text
+    assert all(r.status_code == 200 and r.json()["job"]["batch_size"] == bs
+               for (_, _, r), bs in zip(quick, (17, 19, 23)))
+    assert all(end < slow["t1"] for _, end, _ in quick), "a quick capture waited for the slow one"
+    assert max(end - start for start, end, _ in quick) < (slow["t1"] - slow["t0"]) / 3

@@ -36,6 +36,8 @@ Foreach optimizers (CUDA's default) are chosen in ``gpucast.graph.tracer``.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
@@ -90,6 +92,42 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
 
 _ORIGINAL_SDPA = F.scaled_dot_product_attention
 
+# Calls through ``F.scaled_dot_product_attention`` never reach a TorchFunctionMode, so while any
+# capture runs, ``F.scaled_dot_product_attention`` is ``_sdpa_dispatch``: it sends the call to the
+# CudaMirror active in the calling thread, or to PyTorch's function in threads with none (the
+# original is put back when the last capture ends). Mode stacks are per thread in PyTorch, and
+# so is this, so captures in several threads (the prediction service) do not see each other.
+_local = threading.local()
+_install_lock = threading.Lock()
+_installed = 0
+
+
+def _sdpa_dispatch(*args, **kwargs):
+    stack = getattr(_local, "mirrors", None)
+    if not stack:
+        return _ORIGINAL_SDPA(*args, **kwargs)
+    return stack[-1]._autocast_sdpa(*args, **kwargs)
+
+
+def _enter_sdpa(mirror: "CudaMirror") -> None:
+    global _installed
+    stack = getattr(_local, "mirrors", None)
+    if stack is None:
+        stack = _local.mirrors = []
+    stack.append(mirror)
+    with _install_lock:
+        _installed += 1
+        F.scaled_dot_product_attention = _sdpa_dispatch
+
+
+def _exit_sdpa() -> None:
+    global _installed
+    _local.mirrors.pop()
+    with _install_lock:
+        _installed -= 1
+        if _installed == 0:
+            F.scaled_dot_product_attention = _ORIGINAL_SDPA
+
 
 def dropout(input, p=0.5, training=True, inplace=False, train=None):
     """``F.dropout`` / ``torch.dropout`` as CUDA runs it (see module docstring), or
@@ -116,7 +154,7 @@ class CudaMirror(TorchFunctionMode):
         self._cache: dict[int, torch.Tensor] = {}
 
     def __enter__(self):
-        F.scaled_dot_product_attention = self._autocast_sdpa
+        _enter_sdpa(self)
         return super().__enter__()
 
     def _autocast_sdpa(self, *args, **kwargs):
@@ -129,7 +167,7 @@ class CudaMirror(TorchFunctionMode):
         return sdpa(*args, **kwargs)
 
     def __exit__(self, *exc):
-        F.scaled_dot_product_attention = _ORIGINAL_SDPA
+        _exit_sdpa()
         self._cache.clear()
         return super().__exit__(*exc)
 

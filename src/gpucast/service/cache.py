@@ -8,11 +8,11 @@
 * **new**: ``gpucast.api.predict`` runs in the pool; the answer (or the 422 it raised, so a
   failing capture is not repeated) is cached.
 
-Captures are serialized by one lock: the tracer swaps ``F.scaled_dot_product_attention``
-process-wide while it records (``gpucast.graph.mirror``), so two captures in two threads would
-see each other's swap. A slow capture therefore delays other uncached predictions, never a
-cached answer (those do not touch the pool). Captures are Python- and GIL-bound, so parallel
-threads would not make them faster on few cores anyway.
+Captures run side by side in the pool's threads (``workers``): what a capture changes in
+PyTorch is per thread (dispatch and function modes; the SDPA routing of
+``gpucast.graph.mirror``), so a slow capture delays neither a cached answer (those do not touch
+the pool) nor another job's capture, beyond sharing the GIL: captures are Python-bound, so
+threads interleave them rather than run them faster.
 
 Waiting is bounded by ``prediction_timeout_s`` (408); the computation itself cannot be
 interrupted (a thread cannot be killed), so it finishes in the background and its answer is
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -78,7 +77,6 @@ class Predictor:
         self._lru: OrderedDict[tuple[str, str], Entry] = OrderedDict()
         self._inflight: dict[tuple[str, str], asyncio.Future] = {}
         self._pool = ThreadPoolExecutor(max(1, settings.workers), thread_name_prefix="gpucast-predict")
-        self._capture_lock = threading.Lock()
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -105,8 +103,7 @@ class Predictor:
 
         t0 = time.perf_counter()
         try:
-            with self._capture_lock:
-                pred = api.predict(job, gpu)
+            pred = api.predict(job, gpu)
             body = json.dumps(pred.to_dict(), separators=(",", ":")).encode()
             return Entry(prediction=pred, body=body)
         except _input_errors() as exc:
