@@ -228,9 +228,10 @@ The server was started with `{' '.join(shlex.quote(x) for x in ['gpucast', 'serv
   round-robin; the answer is JSON bytes made once per (job key, GPU), served on the event loop without
   touching the prediction thread pool.
 * **uncached**: distinct jobs never seen before (`mlp-small` and `resnet18-cifar` at batch sizes 1000+),
-  each a capture on the meta device plus an estimate; captures run one at a time (see
-  `gpucast.service.cache`), so uncached throughput is one capture after another whatever the client count,
-  and latency grows with the queue.
+  each a capture on the meta device plus an estimate; captures run side by side in the service's
+  thread pool (`workers`, see `gpucast.service.cache`) but share the GIL, so uncached throughput is about
+  one core's worth of captures whatever the client count, and a request's latency is that of the
+  captures interleaved with it.
 
 Latency is the client's: request sent to response read, over HTTP/1.1 keep-alive connections (a
 minimal client on asyncio streams, requests pre-encoded), so it includes queueing behind the other
