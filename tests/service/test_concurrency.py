@@ -26,18 +26,23 @@ def _wait_until(cond, timeout=30.0):
         time.sleep(0.01)
 
 
-def test_slow_uncached_request_does_not_block_cached_ones(server, client):
-    slow = {}
+def _post_in_background(server, body: dict):
+    """POST /v1/predict from a thread; the thread and a dict that gets t0, r (the response), t1."""
+    out = {}
 
-    def run_slow():
+    def run():
         with server.client() as c:
-            slow["t0"] = time.monotonic()
-            slow["r"] = c.post("/v1/predict", json={"hf_config": TINY_BERT, "batch_size": 2, "seq_len": 32,
-                                                   "gpu": "a10"})
-            slow["t1"] = time.monotonic()
+            out["t0"] = time.monotonic()
+            out["r"] = c.post("/v1/predict", json=body)
+            out["t1"] = time.monotonic()
 
-    t = threading.Thread(target=run_slow)
+    t = threading.Thread(target=run)
     t.start()
+    return t, out
+
+
+def test_slow_uncached_request_does_not_block_cached_ones(server, client):
+    t, slow = _post_in_background(server, {"hf_config": TINY_BERT, "batch_size": 2, "seq_len": 32, "gpu": "a10"})
     _wait_until(lambda: metric(client, "gpucast_predictions_in_flight") >= 1)
     cached = []
     for _ in range(20):
@@ -96,17 +101,7 @@ def test_time_limit_is_408_then_the_answer_is_cached_and_pending_limit_is_429(tm
 def test_slow_capture_does_not_hold_up_other_new_predictions(server, client):
     """Captures run side by side (gpucast.graph.mirror's SDPA routing is per thread): quick new
     jobs are answered while a slow capture is still running."""
-    slow = {}
-
-    def run_slow():
-        with server.client() as c:
-            slow["t0"] = time.monotonic()
-            slow["r"] = c.post("/v1/predict", json={"workload": "bert-large", "batch_size": 3, "seq_len": 48,
-                                                   "gpu": "l4"})
-            slow["t1"] = time.monotonic()
-
-    t = threading.Thread(target=run_slow)
-    t.start()
+    t, slow = _post_in_background(server, {"workload": "bert-large", "batch_size": 3, "seq_len": 48, "gpu": "l4"})
     _wait_until(lambda: metric(client, "gpucast_predictions_in_flight") >= 1)
     quick = []
     for bs in (17, 19, 23):  # never predicted before: each is a capture of its own
