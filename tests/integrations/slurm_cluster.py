@@ -9,8 +9,9 @@ The node has one GPU in gres.conf with ``File=/dev/null``: this machine has no G
 device file is the hardware boundary (Slurm only binds it into the job's cgroup, which
 ``task/none`` skips). Everything Slurm does with the GRES is real: slurmctld runs the
 job_submit/lua plugin, validates and schedules the job's ``tres_per_node`` against the node's
-``gpu:1,shard:8``, and slurmd exports ``CUDA_VISIBLE_DEVICES`` and ``SLURM_SHARDS_ON_NODE`` to
-the job. ``MessageTimeout=60``: the plugin runs ``gpucast slurm`` inside the submit call, which
+``gpu:1,shard:8`` (or ``gpu:1,mps:100`` with ``sharing="mps"``: Slurm allows one of the two per
+node), and slurmd exports ``CUDA_VISIBLE_DEVICES`` and ``SLURM_SHARDS_ON_NODE`` (or
+``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``) to the job. ``MessageTimeout=60``: the plugin runs ``gpucast slurm`` inside the submit call, which
 takes seconds (see docs/deploying.md).
 
 Needs root (slurmd launches jobs) and the packages slurmctld, slurmd, slurm-client, munge and
@@ -30,6 +31,7 @@ BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "si
 SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/bin", "/sbin"])
 NODE = "gpucast-node"
 SHARDS_PER_GPU = 8
+MPS_PER_GPU = 100
 
 
 def which(name: str) -> str | None:
@@ -67,8 +69,9 @@ def free_port() -> int:
 class SlurmCluster:
     """munged + slurmctld + slurmd in ``root``; :meth:`run` calls Slurm's client commands."""
 
-    def __init__(self, root: Path, plugin_text: str, env: dict[str, str] | None = None):
+    def __init__(self, root: Path, plugin_text: str, env: dict[str, str] | None = None, sharing: str = "shard"):
         self.root = root
+        self.sharing = f"shard:{SHARDS_PER_GPU}" if sharing == "shard" else f"mps:{MPS_PER_GPU}"
         self.conf = root / "etc" / "slurm.conf"
         self.plugin = root / "etc" / "job_submit.lua"
         self.munge_socket = root / "munge" / "munge.sock"
@@ -92,7 +95,7 @@ class SlurmCluster:
         self.conf.write_text(self._slurm_conf())
         (self.conf.parent / "gres.conf").write_text(
             f"NodeName={NODE} Name=gpu Count=1 File=/dev/null\n"
-            f"NodeName={NODE} Name=shard Count={SHARDS_PER_GPU}\n")
+            f"NodeName={NODE} Name={self.sharing.replace(':', ' Count=')}\n")
         self._spawn([which("slurmctld"), "-D", "-c"], "slurmctld")
         self._spawn([which("slurmd"), "-D", "-c", "-N", NODE], "slurmd")
         self._wait(lambda: self.node_state() == "idle", timeout_s,
@@ -162,11 +165,11 @@ class SlurmCluster:
             "SelectTypeParameters=CR_Core",
             "SlurmdParameters=config_overrides",
             "ReturnToService=2",
-            "GresTypes=gpu,shard",
+            f"GresTypes=gpu,{self.sharing.split(':')[0]}",
             "JobSubmitPlugins=lua",
             f"PluginDir={plugin_dir()}",
             f"NodeName={NODE} NodeHostname={socket.gethostname()} NodeAddr=127.0.0.1 CPUs=4 "
-            f"RealMemory=1000 Gres=gpu:1,shard:{SHARDS_PER_GPU} State=UNKNOWN",
+            f"RealMemory=1000 Gres=gpu:1,{self.sharing} State=UNKNOWN",
             f"PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
             "",
         ])

@@ -47,7 +47,7 @@ if [ -n "$BARRIER" ]; then
     sleep 0.1
   done
 fi
-for v in CUDA_VISIBLE_DEVICES SLURM_SHARDS_ON_NODE SLURM_GPUS_ON_NODE SLURM_JOB_GPUS; do
+for v in CUDA_VISIBLE_DEVICES SLURM_SHARDS_ON_NODE SLURM_GPUS_ON_NODE SLURM_JOB_GPUS CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; do
   eval "echo $v=\\${$v:-}"
 done
 """
@@ -69,15 +69,13 @@ def plugin_text(**config) -> str:
     return f"gpucast_config = {{ {lua} }}\n" + lua_plugin_path().read_text()
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def start_cluster(root: Path, sharing: str = "shard", **config) -> SlurmCluster:
     why = slurm_cluster.missing()
     if why:
         if os.environ.get("GPUCAST_REQUIRE_SLURM") == "1":
             pytest.fail(f"GPUCAST_REQUIRE_SLURM=1 but {why}")
         pytest.skip(why)
-    root = tmp_path_factory.mktemp("slurm")
-    c = SlurmCluster(root, plugin_text(), env={"GPUCAST_CACHE_DIR": str(root / "cache")})
+    c = SlurmCluster(root, plugin_text(**config), env={"GPUCAST_CACHE_DIR": str(root / "cache")}, sharing=sharing)
     try:
         c.start()
     except Exception:
@@ -88,6 +86,12 @@ def cluster(tmp_path_factory):
     script.chmod(0o755)
     (root / "jobs" / "small.json").write_text(json.dumps(SMALL))
     (root / "jobs" / "large.yaml").write_text(f"model: {LARGE['model']}\nbatch_size: {LARGE['batch_size']}\n")
+    return c
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = start_cluster(tmp_path_factory.mktemp("slurm"))
     yield c
     c.stop()
 
@@ -209,3 +213,19 @@ def test_with_a_service_configured_the_plugin_asks_it(cluster, tmp_path_factory)
             assert output(cluster, job_id)["SLURM_SHARDS_ON_NODE"] == str(expected(SMALL).count)
         finally:
             cluster.set_plugin(plugin_text())
+
+
+def test_mps_site_gets_gpucast_mps_share(tmp_path):
+    """A site that shares GPUs through MPS (`gpu:1,mps:100`, plugin config use_mps): the job asks
+    for gpucast's MPS count and slurmd gives it that percentage of the GPU's threads."""
+    want = gres_request(predict(Job.from_dict(SMALL), GPU), mps=True, mps_per_gpu=slurm_cluster.MPS_PER_GPU)
+    assert want.kind == "mps"
+    c = start_cluster(tmp_path, sharing="mps", use_mps=True, mps_per_gpu=slurm_cluster.MPS_PER_GPU)
+    try:
+        job_id = sbatch(c, f"--comment=gpucast:{json.dumps(SMALL)}")
+        assert tres(c.job(job_id)["TresPerNode"]) == tres(want.tres_per_node)
+        env = output(c, job_id)
+        assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == str(want.count)  # count of 100 = percent
+        assert env["CUDA_VISIBLE_DEVICES"] == "0"
+    finally:
+        c.stop()
