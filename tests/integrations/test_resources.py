@@ -10,17 +10,11 @@ import pytest
 from gpucast.hardware import get_gpu
 from gpucast.integrations.resources import GRANULARITY, gpu_share
 from gpucast.prediction import Prediction
+from made_predictions import made_prediction
 
 
-def _pred(util=30.0, mem_hi=8 * 2**30, gpu="a100-80gb", fits=True, gpus=1) -> Prediction:
-    """A Prediction with chosen numbers (the translation reads only these fields)."""
-    return Prediction(
-        job={"model": "resnet50", "batch_size": 32, "gpus": gpus}, job_key="k", gpu=gpu, gpu_util_pct=util,
-        gpu_util_interval=(util - 5, util + 5), memory_peak_bytes=int(mem_hi * 0.9),
-        memory_interval=(int(mem_hi * 0.8), int(mem_hi)), step_time_s=0.1, step_time_interval=(0.08, 0.12),
-        gpu_busy_s=0.03, host_time_s=0.05, flops=1, bytes=1, kernels=1, ops=1, parameters=1,
-        memory_allocated_peak_bytes=1, fits_in_memory=fits, bottleneck="launch-bound", bottleneck_reason="",
-        op_coverage=1.0, time_coverage=1.0, uncosted_ops={}, model_version="analytic-test", samples_per_s=1.0)
+def _pred(util=30.0, mem_hi=8 * 2**30, **kw) -> Prediction:
+    return made_prediction(util, mem_hi, **kw)
 
 
 def test_compute_bound_share():

@@ -30,6 +30,7 @@ from gpucast.cli import app
 from gpucast.integrations.resources import gpu_share
 from gpucast.integrations.slurm import gres_request, lua_plugin_path
 from gpucast.prediction import Prediction
+from made_predictions import made_prediction
 
 GPU = "a100-80gb"
 SMALL = {"model": "mlp-small", "batch_size": 32}
@@ -38,14 +39,8 @@ BIN = Path(sys.executable).with_name("gpucast")
 QUOTED = "it's here.json"  # a file name with a quote and a space
 
 
-def _pred(util=30.0, mem_hi=2**30, gpus=1, fits=True) -> Prediction:
-    return Prediction(
-        job={"model": "resnet50", "batch_size": 32, "gpus": gpus}, job_key="k", gpu=GPU, gpu_util_pct=util,
-        gpu_util_interval=(util - 5, util + 5), memory_peak_bytes=int(mem_hi * 0.9),
-        memory_interval=(int(mem_hi * 0.8), int(mem_hi)), step_time_s=0.1, step_time_interval=(0.08, 0.12),
-        gpu_busy_s=0.03, host_time_s=0.05, flops=1, bytes=1, kernels=1, ops=1, parameters=1,
-        memory_allocated_peak_bytes=1, fits_in_memory=fits, bottleneck="compute-bound", bottleneck_reason="",
-        op_coverage=1.0, time_coverage=1.0, uncosted_ops={}, model_version="analytic-test", samples_per_s=1.0)
+def _pred(util=30.0, mem_hi=2**30, **kw) -> Prediction:
+    return made_prediction(util, mem_hi, **kw)
 
 
 # ------------------------------------------------------------------ the translation, by hand
