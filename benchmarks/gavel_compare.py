@@ -25,8 +25,11 @@ MIT licence, LICENSE beside the file). Structure, as Gavel's profiler writes it
   ``step_time_ms = 1000 / steps_per_s`` and nothing else.
 
 Measured throughput is the wall clock of the whole training loop: real data loading, Python,
-``loss.item()`` syncs, logging. gpucast is told ``input_pipeline_s = 0`` (we have no measurement
-of Gavel's loaders to give it), so data loading is the first suspect where gpucast is fast.
+``loss.item()`` syncs, logging. Each job is given its script's loader and loop
+(``gpucast.cluster.gavel.GAVEL_SURROUNDINGS``: workers, pinning, per-step ``.item()`` calls,
+progress bars); the loader constants are the packaged defaults, whose Gavel-specific part was fit
+on these same rows (``scripts/fit_environment.py``), so this table is in-sample for those
+constants: the held-out figures are ``benchmarks/accuracy.py``'s.
 
 The mapping (Gavel job type -> gpucast job)
 -------------------------------------------
@@ -130,6 +133,7 @@ def _read(path) -> dict:
 
 from gpucast.cluster.gavel import MAPPING, Mapping  # noqa: E402,F401
 from gpucast.cluster.gavel import parse_key as _parse_key, split_job_type as _split_job_type  # noqa: E402
+from gpucast.cluster.gavel import GAVEL_SURROUNDINGS  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- comparison
@@ -183,7 +187,8 @@ def compare(measurements: list[Measurement], mapping: dict[str, Mapping] | None 
         if mp is None:
             left_out.append(f"{m.gavel_gpu} {m.key}: no gpucast mapping for job type {m.job_type!r}")
             continue
-        fields = mp.job(m.batch_size)
+        data, loop = GAVEL_SURROUNDINGS[m.job_type]
+        fields = {**mp.job(m.batch_size), "data": data.to_dict(), "loop": loop.to_dict()}
         if progress:
             progress(f"{m.job_type} b{m.batch_size} on {GAVEL_GPUS[m.gavel_gpu]}")
         pred = gpucast.predict(gpucast.Job(**fields), GAVEL_GPUS[m.gavel_gpu])
@@ -391,9 +396,10 @@ def compare_variants(measurements: list[Measurement], variants=VARIANTS,
             if m.job_type != v.job_type:
                 continue
             if m.batch_size not in jobs:
+                data, loop = GAVEL_SURROUNDINGS[v.job_type]
                 jobs[m.batch_size] = gpucast.Job.from_module(
                     v.model_fn, v.input_fn, batch_size=v.batch(m.batch_size), optimizer=v.optimizer,
-                    loss_fn=v.loss_fn, name=f"gavel_compare:{v.name}")
+                    loss_fn=v.loss_fn, name=f"gavel_compare:{v.name}", data=data, loop=loop)
             if progress:
                 progress(f"variant {v.name} b{m.batch_size} on {GAVEL_GPUS[m.gavel_gpu]}")
             pred = gpucast.predict(jobs[m.batch_size], GAVEL_GPUS[m.gavel_gpu])
@@ -424,14 +430,14 @@ def markdown(rows: list[Row], summary: dict, source: str, variant_rows: list[Row
         f"Measured: `{source}` — Gavel (Narayanan et al., OSDI 2020, MIT licence), "
         "solo (`null` partner), scale factor 1, steps/s as the file has them; measured ms = "
         "1000 / steps/s. Predicted: `gpucast.predict` "
-        f"({model_version}, input_pipeline_s = 0, fp32). ratio = predicted / measured.",
+        f"({model_version}, each job type with its script's loader and loop, fp32). ratio = predicted / measured.",
         "",
         "| job type | batch | GPU | gpucast job | measured steps/s | measured ms | predicted ms "
         "| ratio | bottleneck |",
         "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in rows:
-        extra = ", ".join(f"{k}={v}" for k, v in r.job.items() if k not in ("model", "batch_size"))
+        extra = ", ".join(f"{k}={v}" for k, v in r.job.items() if k not in ("model", "batch_size", "data", "loop"))
         out.append(f"| {r.job_type} | {_fmt_batch(r)} | {r.gpu} | {r.model} b{r.job['batch_size']}"
                    f"{', ' + extra if extra else ''} | {r.measured_steps_per_s:.3f} | {r.measured_ms:.1f} "
                    f"| {r.predicted_ms:.1f} | {r.ratio:.2f} | {r.bottleneck} |")

@@ -92,6 +92,9 @@ def files(tmp_path_factory) -> dict[str, Path]:
     out["job"].write_text(JOB_YAML)
     out["bad_yaml"].write_text("model: [resnet18-cifar\nbatch_size: 8\n")
     out["bad_json"].write_text('{"model": "resnet18-cifar", ')
+    out["fed_job"] = d / "fed.yaml"
+    out["fed_job"].write_text("model: resnet18-cifar\nbatch_size: 64\ndata:\n  source: small-images\n  num_workers: 0\n"
+                              "loop:\n  item_calls: 3\nstack:\n  torch: 2.1\n  cpu_speed: 0.8\n")
     return out
 
 
@@ -106,6 +109,10 @@ def _runs(f: dict[str, Path]) -> dict[str, list]:
                         "--json"],
         "explain_json": ["explain", "resnet18-cifar", "-b", "32", "--gpu", "t4", "--json"],
         "explain_table": ["explain", "mlp-small", "--gpu", "a100-80gb", "--mode", "infer", "--optimizer", "none"],
+        # the surroundings: a job file with nested data/loop/stack, a flag over it, and --set
+        "predict_fed": ["predict", "--job", f["fed_job"], "--set", "data.num_workers=4", "--json"],
+        "predict_window": ["predict", "resnet18-cifar", "-b", "64", "--data", "device", "--set", "loop.item_calls=0",
+                           "--window", "60", "--json"],
         # fast: listing, and bad input (refused before any capture)
         "zoo": ["zoo", "--json"],
         "zoo_table": ["zoo"],
@@ -125,6 +132,12 @@ def _runs(f: dict[str, Path]) -> dict[str, list]:
         "err_markup": ["predict", "[/bold]", "--json"],
         "err_explain_gpu": ["explain", "resnet18-cifar", "--gpu", "nope-gpu"],
         "err_no_model": ["predict", "--gpu", "t4"],
+        "err_set_value": ["predict", "resnet18-cifar", "--set", "data.num_workers=-1"],
+        "err_set_field": ["predict", "resnet18-cifar", "--set", "loop.bogus=1"],
+        "err_set_form": ["predict", "resnet18-cifar", "--set", "workers=2"],
+        "err_stack": ["predict", "resnet18-cifar", "--set", "stack.torch=two"],
+        "err_source": ["explain", "resnet18-cifar", "--data", "floppy"],
+        "err_custom": ["predict", "resnet18-cifar", "--data", "custom"],
     }
 
 
@@ -150,6 +163,13 @@ def test_zoo_json(cli):
     # every listed name is one a Job accepts
     for e in entries:
         Job(e["name"])
+    # each workload shows the typical script's loader and loop (gpucast.zoo.recipes)
+    by_name = {e["name"]: e for e in entries}
+    assert by_name["resnet50"]["data"]["source"] == "images" and by_name["resnet50"]["data"]["num_workers"] == 4
+    assert by_name["resnet18-cifar"]["data"]["source"] == "small-images"
+    assert by_name["bert-base"]["data"]["source"] == "tokens"
+    assert by_name["a3c-atari"]["data"]["source"] == "environment"
+    assert all(e["data"] and e["loop"] and e["script"] for e in entries)
 
 
 def test_zoo_table(cli):
@@ -257,6 +277,21 @@ def test_explain_table(cli):
     assert "optim" not in out and "bwd" not in out  # inference without an optimizer
 
 
+def test_predict_with_surroundings_from_a_file_and_flags(cli):
+    p = cli["predict_fed"]().json()
+    sur = p["surroundings"]
+    assert sur["data"] == {**sur["data"], "source": "small-images", "num_workers": 4}  # --set over the file's 0
+    assert sur["loop"]["item_calls"] == 3 and sur["stack"]["torch"] == "2.1" and sur["stack"]["cpu_speed"] == 0.8
+    assert p["job"]["data"] == {"source": "small-images", "num_workers": 4}
+    assert p["loader_time_s"] > 0
+
+
+def test_predict_a_run_window(cli):
+    p = cli["predict_window"]().json()
+    assert p["util_basis"].startswith("average over the first 60 s")
+    assert p["surroundings"]["data"]["source"] == "device" and p["loader_time_s"] == 0
+
+
 # ----------------------------------------------------------------------------- bad input
 
 def _assert_error(r: Result, *needles: str) -> str:
@@ -283,6 +318,12 @@ def _assert_error(r: Result, *needles: str) -> str:
     ("err_not_int", ("--batch-size",)),  # a usage error typer catches: one line too, not a box
     ("err_markup", ("[/bold]",)),  # user text is printed literally, never as rich markup
     ("err_no_model", ("gpucast zoo", "--job")),
+    ("err_set_value", ("'data.num_workers'", "-1")),
+    ("err_set_field", ("'loop.bogus'", "item_calls")),
+    ("err_set_form", ("--set", "workers=2")),
+    ("err_stack", ("'stack.torch'", "two")),
+    ("err_source", ("'data.source'", "floppy", "small-images")),
+    ("err_custom", ("'data.per_sample_s'", "custom")),
 ])
 def test_bad_input_is_one_error_line_and_exit_2(cli, name, needles):
     _assert_error(cli[name](), *needles)

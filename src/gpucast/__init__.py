@@ -11,18 +11,18 @@ from gpucast.job import Job, JobError  # noqa: E402
 from gpucast.prediction import Prediction  # noqa: E402
 
 
-def predict(job, gpu="a100-80gb", config=None):
+def predict(job, gpu="a100-80gb", config=None, env=None, window_s=None):
     """Predict ``job`` on ``gpu`` (see :func:`gpucast.api.predict`)."""
     from gpucast.api import predict as _predict
 
-    return _predict(job, gpu, config)
+    return _predict(job, gpu, config, env, window_s)
 
 
-def explain(job, gpu="a100-80gb", config=None):
+def explain(job, gpu="a100-80gb", config=None, env=None, window_s=None):
     """A prediction with its breakdown (see :func:`gpucast.api.explain`)."""
     from gpucast.api import explain as _explain
 
-    return _explain(job, gpu, config)
+    return _explain(job, gpu, config, env, window_s)
 
 
 __all__ = ["Job", "JobError", "Prediction", "predict", "explain", "__version__"]

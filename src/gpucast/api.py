@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from gpucast import __version__
 from gpucast.estimate import Estimate, EstimatorConfig, estimate
+from gpucast.estimate.environment import Environment
 from gpucast.graph.trace import Trace
 from gpucast.hardware import GpuSpec, get_gpu
 from gpucast.job import Job
@@ -60,9 +61,14 @@ def _as_job(job) -> Job:
 
 
 def predict(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
-            config: EstimatorConfig | None = None) -> Prediction:
-    """Predict utilization, peak memory and step time of ``job`` on ``gpu``."""
-    return explain(job, gpu, config).prediction
+            config: EstimatorConfig | None = None, env: Environment | None = None,
+            window_s: float | None = None) -> Prediction:
+    """Predict utilization, peak memory and step time of ``job`` on ``gpu``.
+
+    ``env`` holds the cluster's host and stack constants (default: :meth:`Environment.default`);
+    ``window_s`` asks for the utilization a monitor averages over the first ``window_s`` seconds
+    of the run instead of the steady state."""
+    return explain(job, gpu, config, env, window_s).prediction
 
 
 @dataclass
@@ -89,11 +95,14 @@ class Explanation:
 
 
 def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
-            config: EstimatorConfig | None = None) -> Explanation:
+            config: EstimatorConfig | None = None, env: Environment | None = None,
+            window_s: float | None = None) -> Explanation:
     job = _as_job(job)
     spec = get_gpu(gpu)
+    if window_s is not None and not (isinstance(window_s, (int, float)) and window_s > 0):
+        raise ValueError(f"window_s must be positive seconds, got {window_s!r}")
     tr = trace(job)
-    est = estimate(tr, job, spec, config)
+    est = estimate(tr, job, spec, config, env, window_s)
     notes = list(tr.notes)
     if job.precision == "amp-bf16" and not spec.supports_bf16:
         notes.append(f"{spec.name} has no bf16 tensor cores: bf16 math is costed at the fp32 rate")
@@ -116,6 +125,7 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
         op_coverage=round(tr.coverage, 4), time_coverage=round(est.costed_time_share, 4),
         uncosted_ops=tr.uncosted, model_version=MODEL_VERSION,
         samples_per_s=job.batch_size * job.gpus / est.step_time_s if est.step_time_s > 0 else 0.0,
-        notes=tuple(notes),
+        notes=tuple(notes), surroundings=est.surroundings.to_dict(),
+        loader_time_s=est.loader.loader_s / est.surroundings.stack.cpu_speed, util_basis=est.util_basis,
     )
     return Explanation(prediction=pred, trace=tr, estimate=est, gpu=spec)

@@ -94,6 +94,33 @@ def _build_job(model: Optional[str], job_file: Optional[Path], batch_size, seq_l
     return Job(model=model, seq_len=seq_len, input_shape=input_shape or None, **common)
 
 
+def _with_surroundings(job, data_source: Optional[str], sets: Optional[List[str]]):
+    """``--data SOURCE`` and ``--set data.num_workers=4`` (loop.*, stack.*) over the job's own fields."""
+    import yaml
+
+    from gpucast.job import JobError
+
+    changes: dict = {}
+    if data_source is not None:
+        changes.setdefault("data", {})["source"] = data_source
+    for item in sets or []:
+        key, eq, value = item.partition("=")
+        group, dot, name = key.strip().partition(".")
+        if not eq or not dot or group not in ("data", "loop", "stack") or not name:
+            raise JobError(f"--set takes data.FIELD=VALUE, loop.FIELD=VALUE or stack.FIELD=VALUE, got {item!r}")
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            parsed = value
+        if group == "stack" and name in ("torch", "cuda"):
+            parsed = value.strip()  # a version stays text: 2.10 is not 2.1
+        changes.setdefault(group, {})[name] = parsed
+    if not changes:
+        return job
+    merged = {g: {**(getattr(job, g).to_dict() if getattr(job, g) is not None else {}), **c} for g, c in changes.items()}
+    return job.with_(**merged)
+
+
 def _run(fn):
     """Turn expected failures into one error line and exit code 2 (bad input, including a model
     whose capture fails: its code or shapes are the input)."""
@@ -114,14 +141,15 @@ def _run(fn):
 
 
 def _config(path: Optional[Path]):
+    """``--constants FILE``: (EstimatorConfig, Environment) with the file's fields of either."""
     if path is None:
-        return None
+        return None, None
     import yaml
 
-    from gpucast.estimate import EstimatorConfig
+    from gpucast.estimate import load_constants
 
     try:
-        return EstimatorConfig.load(path)
+        return load_constants(path)
     except OSError as exc:
         raise ValueError(f"cannot read constants file {str(path)!r}: {exc.strerror}") from None
     except (ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
@@ -147,7 +175,14 @@ _PIPE = typer.Option(None, "--input-pipeline-ms", help="Host input-pipeline time
 _NGPU = typer.Option(None, "--gpus", help="Data-parallel GPUs (default: 1).")
 _GPU = typer.Option(["a100-80gb"], "--gpu", "-g", help="GPU name (see `gpucast gpus`) or spec file; repeatable.")
 _JSON = typer.Option(False, "--json", help="Print JSON instead of a table.")
-_CFG = typer.Option(None, "--constants", help="YAML/JSON file overriding estimator constants.")
+_CFG = typer.Option(None, "--constants", help="YAML/JSON file overriding estimator or environment constants.")
+_DATA = typer.Option(None, "--data", help="Data source: device | memory | images | small-images | tokens | environment "
+                                          "| custom (default: the workload's typical script).")
+_SET = typer.Option(None, "--set", help="A loader/loop/stack field, e.g. data.num_workers=8, data.pin_memory=true, "
+                                        "loop.item_calls=2, loop.progress_bar=true, stack.torch=1.13, "
+                                        "stack.cpu_speed=0.7; repeatable.")
+_WINDOW = typer.Option(None, "--window", help="Utilization averaged over the first S seconds of the run "
+                                              "(start-up included) instead of the steady state.")
 
 
 @app.command()
@@ -157,7 +192,8 @@ def predict(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
             input_pipeline_ms: Optional[float] = _PIPE, gpus: Optional[int] = _NGPU,
             gpu: List[str] = _GPU, as_json: bool = _JSON, constants: Optional[Path] = _CFG,
             hf_config: Optional[str] = _HF, module: Optional[str] = _MOD, input_fn: Optional[str] = _INFN,
-            loss: Optional[str] = _LOSS, input_dtype: Optional[str] = _INDT) -> None:
+            loss: Optional[str] = _LOSS, input_dtype: Optional[str] = _INDT, data: Optional[str] = _DATA,
+            set_: Optional[List[str]] = _SET, window: Optional[float] = _WINDOW) -> None:
     """Predict GPU utilization, peak memory and step time of a job on one or more GPUs."""
     from gpucast.api import predict as api_predict
     from gpucast.hardware import get_gpu
@@ -165,9 +201,10 @@ def predict(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
     def go():
         j = _build_job(model, job, batch_size, seq_len, input_shape, precision, mode, optimizer,
                        input_pipeline_ms, gpus, hf_config, module, input_fn, loss, input_dtype)
-        cfg = _config(constants)
+        j = _with_surroundings(j, data, set_)
+        cfg, env = _config(constants)
         specs = [get_gpu(g) for g in gpu]  # every --gpu checked before the (slow) capture
-        return [api_predict(j, s, cfg) for s in specs]
+        return [api_predict(j, s, cfg, env, window) for s in specs]
 
     preds = _run(go)
     if as_json:
@@ -203,14 +240,16 @@ def explain(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
             as_json: bool = _JSON, constants: Optional[Path] = _CFG,
             top: int = typer.Option(12, "--top", min=1, help="Rows of the time breakdown to show."),
             hf_config: Optional[str] = _HF, module: Optional[str] = _MOD, input_fn: Optional[str] = _INFN,
-            loss: Optional[str] = _LOSS, input_dtype: Optional[str] = _INDT) -> None:
+            loss: Optional[str] = _LOSS, input_dtype: Optional[str] = _INDT, data: Optional[str] = _DATA,
+            set_: Optional[List[str]] = _SET, window: Optional[float] = _WINDOW) -> None:
     """Where the time and the memory go: breakdown by phase and op category, and uncosted ops."""
     from gpucast.api import explain as api_explain
 
     def go():
         j = _build_job(model, job, batch_size, seq_len, input_shape, precision, mode, optimizer,
                        input_pipeline_ms, gpus, hf_config, module, input_fn, loss, input_dtype)
-        return api_explain(j, gpu, _config(constants))
+        j = _with_surroundings(j, data, set_)
+        return api_explain(j, gpu, *_config(constants), window)
 
     ex = _run(go)
     p = ex.prediction
@@ -222,6 +261,14 @@ def explain(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
         return
     console.print(_prediction_table([p]))
     console.print(f"bottleneck: [bold]{p.bottleneck}[/] — {p.bottleneck_reason}", highlight=False)
+    sur = p.surroundings
+    d, lp = sur["data"], sur["loop"]
+    console.print(f"fed by: {d['source']} ({d['num_workers']} workers, pin_memory {d['pin_memory']}, non_blocking "
+                  f"{d['non_blocking']}); loader {p.loader_time_s * 1e3:.2f} ms of host time per step; loop: "
+                  f"{lp['item_calls']} .item() per step, progress bar {lp['progress_bar']}, log every "
+                  f"{lp['log_every'] or '-'} steps, cudnn.benchmark {lp['cudnn_benchmark']}; stack: "
+                  + ", ".join(f"{k} {v}" for k, v in sur["stack"].items()) + f"; utilization: {p.util_basis}",
+                  highlight=False)
     console.print(f"host issues ops for {p.host_time_s * 1e3:.2f} ms; GPU busy {p.gpu_busy_s * 1e3:.2f} ms of "
                   f"{p.step_time_s * 1e3:.2f} ms; {p.ops} ops, {p.kernels} kernels, {p.flops / 1e9:.1f} GFLOP, "
                   f"{p.bytes / 1e9:.2f} GB moved", highlight=False)
@@ -263,14 +310,36 @@ def zoo(as_json: bool = _JSON, family: Optional[str] = typer.Option(None, "--fam
         print(json.dumps([{"name": w.name, "family": w.family, "source": w.source, "description": w.description,
                            "default_batch_size": w.default_batch_size, "default_input": w.default_input,
                            "default_input_shape": list(w.default_input_shape) if w.default_input_shape else None,
-                           "default_seq_len": w.default_seq_len} for w in ws], indent=2))
+                           "default_seq_len": w.default_seq_len,
+                           "data": w.data.to_dict() if w.data else None, "loop": w.loop.to_dict() if w.loop else None,
+                           "script": w.script} for w in ws], indent=2))
         return
     t = Table(title=f"gpucast zoo ({len(ws)} workloads)")
-    for col in ("name", "family", "source", "default input", "batch", "description"):
+    for col in ("name", "family", "source", "default input", "batch", "fed by", "loop", "description"):
         t.add_column(col)
     for w in ws:
-        t.add_row(w.name, w.family, w.source, w.default_input, str(w.default_batch_size), w.description)
+        t.add_row(w.name, w.family, w.source, w.default_input, str(w.default_batch_size), _fed_by(w), _loop_of(w),
+                  w.description)
     console.print(t)
+
+
+def _fed_by(w) -> str:
+    d = w.data
+    if d is None:
+        return "-"
+    if d.source == "device":
+        return "device"
+    extra = [f"{d.num_workers} workers" if d.num_workers is not None else "", "pinned" if d.pin_memory else ""]
+    return ", ".join([d.source] + [e for e in extra if e])
+
+
+def _loop_of(w) -> str:
+    lp = w.loop
+    if lp is None:
+        return "-"
+    parts = [f"{lp.item_calls} item" if lp.item_calls is not None else "", "tqdm" if lp.progress_bar else "",
+             f"log/{lp.log_every}" if lp.log_every else "", "cudnn-bench" if lp.cudnn_benchmark else ""]
+    return ", ".join(p for p in parts if p)
 
 
 @app.command()

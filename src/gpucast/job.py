@@ -2,7 +2,9 @@
 
 A :class:`Job` names the model (a zoo workload, an ONNX file, a Hugging Face config, or a user
 module given by factories), the batch size, optional shape overrides, precision, mode, optimizer, the host-side input
-pipeline cost per step, and the number of data-parallel GPUs. It is immutable and
+pipeline cost per step, the number of data-parallel GPUs, and what surrounds the graph: how it is
+fed (``data``), its loop's habits (``loop``) and its software stack and host (``stack``), each a
+partial spec whose unset fields take the workload's typical values (:mod:`gpucast.surroundings`). It is immutable and
 hashable; :attr:`Job.key` is a stable content hash that keys caches, datasets and
 service responses. Jobs round-trip through JSON and YAML.
 
@@ -23,10 +25,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from gpucast.surroundings import Data, Loop, SpecError, Stack
+
 PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
 MODES = ("train", "infer")
 OPTIMIZERS = ("sgd", "adam", "adamw", "none")
 _SOURCE_FIELDS = ("model_digest", "hf_config")
+_SURROUNDING_FIELDS = {"data": Data, "loop": Loop, "stack": Stack}
 MAX_BATCH_SIZE = 1 << 20  # a sanity bound, far above any single-GPU batch
 
 
@@ -49,6 +54,12 @@ class Job:
 
     ``input_pipeline_s`` is host CPU time per step spent producing the batch
     (decode, augment, collate) by the data loader; 0 means inputs are ready.
+
+    ``data``, ``loop`` and ``stack`` (:class:`~gpucast.surroundings.Data`, ``Loop``, ``Stack``,
+    or mappings of their fields) describe the loader, the loop and the stack; ``None`` (or an
+    unset field) is the workload's typical script, not a benchmark: see
+    :func:`gpucast.surroundings.resolve`. ``data=Data(source="device"), loop=Loop.benchmark()``
+    is a benchmark-style job.
     """
 
     model: str
@@ -62,6 +73,9 @@ class Job:
     gpus: int = 1
     model_digest: str | None = None
     hf_config: str | None = None
+    data: Data | None = None
+    loop: Loop | None = None
+    stack: Stack | None = None
     # Factories of a user module job; not part of equality, hash or serialisation.
     model_fn: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
     input_fn: Callable[[int], tuple] | None = field(default=None, compare=False, repr=False)
@@ -72,6 +86,12 @@ class Job:
             object.__setattr__(self, "input_shape", _as_shape(self.input_shape))
         if self.optimizer is None:
             object.__setattr__(self, "optimizer", "none")
+        for name, cls in _SURROUNDING_FIELDS.items():
+            try:
+                spec = cls.coerce(getattr(self, name))
+                object.__setattr__(self, name, spec if spec is not None and spec.to_dict() else None)
+            except SpecError as exc:
+                raise JobError(str(exc)) from None
         if isinstance(self.hf_config, dict):
             object.__setattr__(self, "hf_config", canonical_json(self.hf_config))
         if self.is_onnx and self.model_digest is None and isinstance(self.model, str):
@@ -96,6 +116,9 @@ class Job:
         input_pipeline_s: float = 0.0,
         gpus: int = 1,
         name: str | None = None,
+        data: Data | dict | None = None,
+        loop: Loop | dict | None = None,
+        stack: Stack | dict | None = None,
     ) -> "Job":
         """A job for any ``nn.Module``.
 
@@ -112,7 +135,7 @@ class Job:
         return cls(
             model=f"module:{ref}", batch_size=batch_size, precision=precision, mode=mode,
             optimizer=optimizer, input_pipeline_s=input_pipeline_s, gpus=gpus,
-            model_fn=model_fn, input_fn=input_fn, loss_fn=loss_fn,
+            data=data, loop=loop, stack=stack, model_fn=model_fn, input_fn=input_fn, loss_fn=loss_fn,
         )
 
     @classmethod
@@ -178,6 +201,11 @@ class Job:
         for name in _SOURCE_FIELDS:  # only ONNX/HF jobs carry these: zoo jobs keep their keys
             if d[name] is None:
                 del d[name]
+        for name in _SURROUNDING_FIELDS:  # unset surroundings are omitted: older jobs keep their keys
+            if d[name] is None:
+                del d[name]
+            else:
+                d[name] = d[name].to_dict()
         if d["input_shape"] is not None:
             d["input_shape"] = list(d["input_shape"])
         return d

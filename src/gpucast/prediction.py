@@ -2,7 +2,8 @@
 
 Fields follow DESIGN.md's contract: ``gpu_util_pct``, ``memory_peak_bytes``, ``step_time_s``
 with intervals, ``gpu_busy_s``, ``flops``, ``bytes``, ``kernels``, ``bottleneck``, the GPU and
-the model version that made it, plus op coverage (share of ops and of estimated GPU time that
+the model version that made it, the resolved surroundings (data, loop, stack) and the loader's
+host time per step, plus op coverage (share of ops and of estimated GPU time that
 had a cost rule) and the uncosted ops by name.
 
 ``model_version`` says what produced the numbers: ``analytic-<version>`` is the physics model
@@ -42,6 +43,11 @@ class Prediction:
     model_version: str
     samples_per_s: float
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # What surrounded the graph (resolved data, loop, stack), the loader's host seconds per step,
+    # and what the utilization figure is: "steady-state" or a run-window average.
+    surroundings: dict = field(default_factory=dict)
+    loader_time_s: float = 0.0
+    util_basis: str = "steady-state"
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -19,7 +19,7 @@ PREDICTION_FIELDS = {"job", "job_key", "gpu", "gpu_util_pct", "gpu_util_interval
                      "memory_interval", "step_time_s", "step_time_interval", "gpu_busy_s", "host_time_s", "flops",
                      "bytes", "kernels", "ops", "parameters", "memory_allocated_peak_bytes", "fits_in_memory",
                      "bottleneck", "bottleneck_reason", "op_coverage", "time_coverage", "uncosted_ops",
-                     "model_version", "samples_per_s", "notes"}
+                     "model_version", "samples_per_s", "notes", "surroundings", "loader_time_s", "util_basis"}
 
 
 # ------------------------------------------------------------------------------ catalogs, health, docs
@@ -39,7 +39,19 @@ def test_gpus_and_zoo_list_the_catalogs(client):
     assert gpus[0]["memory_bytes"] == catalog()[gpus[0]["name"]].memory_bytes
     zoo = client.get("/v1/zoo").json()
     assert [w["name"] for w in zoo] == names()
-    assert {"name", "family", "description", "default_batch_size"} <= set(zoo[0])
+    assert {"name", "family", "description", "default_batch_size", "data", "loop", "script"} <= set(zoo[0])
+    assert {w["name"]: w["data"]["source"] for w in zoo}["resnet50"] == "images"
+
+
+def test_predict_takes_the_jobs_loader_loop_and_stack(client):
+    body = {"workload": "mlp-small", "batch_size": 32, "gpu": "t4", "data": {"source": "memory", "num_workers": 2},
+            "loop": {"item_calls": 3}, "stack": {"torch": "1.13", "cpu_speed": 0.5}}
+    r = client.post("/v1/predict", json=body)
+    assert r.status_code == 200, r.text
+    direct = gpucast.predict(Job("mlp-small", batch_size=32, data={"source": "memory", "num_workers": 2},
+                                 loop={"item_calls": 3}, stack={"torch": "1.13", "cpu_speed": 0.5}), "t4").to_dict()
+    assert r.json() == direct
+    assert direct["surroundings"]["stack"]["torch"] == "1.13"
 
 
 def test_openapi_and_docs_are_served(client):
@@ -62,8 +74,11 @@ def test_predict_answers_the_prediction_of_the_python_api(client):
 
 
 def test_predict_several_gpu_types_answers_a_list_in_order(client):
-    r = client.post("/v1/predict", json={"workload": "mlp-small", "batch_size": 32, "gpu": ["T4", "h100"],
-                                         "precision": "amp-fp16", "optimizer": "adam", "mode": "train"})
+    # inputs on the GPU and a batch large enough for the GPU to set the pace (mlp-small's typical
+    # MNIST loader, one worker, or its host dispatch at batch 32 would set both GPUs' pace)
+    r = client.post("/v1/predict", json={"workload": "mlp-small", "batch_size": 4096, "gpu": ["T4", "h100"],
+                                         "precision": "amp-fp16", "optimizer": "adam", "mode": "train",
+                                         "data": {"source": "device"}})
     assert r.status_code == 200
     body = r.json()
     assert [p["gpu"] for p in body] == ["t4", "h100"]
@@ -94,6 +109,10 @@ def test_model_is_an_alias_of_workload(client):
     ({"hf_config": {"model_type": "not-a-model"}}, 422, "unknown Hugging Face architecture"),
     ({"workload": "mlp-small", "gpu": []}, 422, "at least one GPU"),
     ({"workload": "mlp-small", "gpu": ["t4"] * 17}, 422, "max_gpus_per_request"),
+    ({"workload": "mlp-small", "data": {"num_workers": -2}}, 422, "field 'data.num_workers'"),
+    ({"workload": "mlp-small", "data": {"source": "custom"}}, 422, "field 'data.per_sample_s' is required"),
+    ({"workload": "mlp-small", "data": {"workers": 2}}, 422, "Extra inputs are not permitted"),
+    ({"workload": "mlp-small", "stack": {"torch": "two"}}, 422, "field 'stack.torch'"),
 ])
 def test_bad_input_is_a_4xx_with_one_line(client, body, status, words):
     r = client.post("/v1/predict", json=body)

@@ -37,6 +37,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
+from gpucast.surroundings import Data, Loop
+
 GAVEL_GPUS = {"k80": "k80", "p100": "p100", "v100": "v100-16gb"}  # Gavel name -> catalog name
 CATALOG_TO_GAVEL = {v: k for k, v in GAVEL_GPUS.items()}
 _JOB_TYPE_RE = re.compile(r"^(?P<name>.*?) \(batch size (?P<batch>\d+)\)$")
@@ -115,11 +117,54 @@ def pair_throughputs(path: str | Path | None = None, gpu: str = "v100-16gb"
 
 
 def job_fields(job_type: str) -> dict:
-    """gpucast ``Job`` fields for a Gavel job type such as ``"ResNet-50 (batch size 64)"``."""
+    """gpucast ``Job`` fields for a Gavel job type such as ``"ResNet-50 (batch size 64)"``, with
+    the loader and loop of its script (:data:`GAVEL_SURROUNDINGS`)."""
     name, batch = split_job_type(job_type)
     if name not in MAPPING:
         raise KeyError(f"no gpucast mapping for Gavel job type {job_type!r}")
-    return MAPPING[name].job(batch)
+    data, loop = GAVEL_SURROUNDINGS[name]
+    return {**MAPPING[name].job(batch), "data": data, "loop": loop}
+
+
+# ----------------------------------------------------------------------------- the loaders
+
+# Each Gavel job type's loader and loop, from its script (the mapping's notes below).
+GAVEL_SURROUNDINGS: dict = {  # job type -> (Data, Loop)
+    # cifar10/main.py: DataLoader(num_workers=2), RandomCrop + flip + ToTensor + Normalize, loss.item()
+    # and correct .sum().item() every step.
+    "ResNet-18": (Data(source="small-images", num_workers=2, pin_memory=False, non_blocking=False),
+                  Loop(item_calls=2, progress_bar=False, log_every=0, cudnn_benchmark=True)),
+    # imagenet/main.py -j 8: JPEGs, RandomResizedCrop + flip, pin_memory, non_blocking, cudnn.benchmark,
+    # loss.item() per step, print_freq 10.
+    "ResNet-50": (Data(source="images", num_workers=8, pin_memory=True, non_blocking=True),
+                  Loop(item_calls=1, progress_bar=False, log_every=10, cudnn_benchmark=True)),
+    # translation/train.py: DataLoader(num_workers=2) with padding collate, tqdm per step, loss.item()
+    # and the correct-word count .item() per step.
+    "Transformer": (Data(source="tokens", num_workers=2, pin_memory=False, non_blocking=False),
+                    Loop(item_calls=2, progress_bar=True, log_every=0, cudnn_benchmark=False)),
+    # language_modeling/main.py: num_workers=0 Dataset whose __getitem__ slices the batchified GPU
+    # corpus and concatenates per sample: about two GPU ops and two views from Python per sample
+    # (EstimatorConfig: 2 x python_op_s + 2 x python_view_s + the fetcher ~6 us = 29 us), no copy.
+    # loss.item() per step, log_interval 200.
+    "LM": (Data(source="custom", per_sample_s=29e-6, num_workers=0, pin_memory=False, non_blocking=False),
+           Loop(item_calls=1, progress_bar=False, log_every=200, cudnn_benchmark=False)),
+    # recommendation/train.py (recoder): num_data_workers=0, sparse batches collated from CSR on the
+    # host and densified on the GPU, so a sample moves its ratings, not 20,108 floats: ML-20M's
+    # 20,000,263 ratings over 138,493 users (Harper & Konstan 2015) are ~145 per user, 12 bytes each
+    # (an int64 index and a float32 value); pageable copies, loss.item() per step.
+    "Recommendation": (Data(source="memory", num_workers=0, pin_memory=False, non_blocking=False,
+                            dataset_samples=136_677, sample_bytes=1_740),
+                       Loop(item_calls=1, progress_bar=False, log_every=0, cudnn_benchmark=False)),
+    # rl/main.py: Pong stepped in the main process, one environment step per rollout frame.
+    "A3C": (Data(source="environment", num_workers=0),
+            Loop(item_calls=1, progress_bar=False, log_every=0, cudnn_benchmark=False)),
+    # cyclegan.py: n_cpu workers (8 by default), Resize 286 + RandomCrop 256 + flip, five .item() and
+    # a status line every step.
+    "CycleGAN": (Data(source="images", num_workers=8, pin_memory=False, non_blocking=False, image_size=(256, 256),
+                      dataset_samples=6_287),
+                 Loop(item_calls=5, progress_bar=False, log_every=1, cudnn_benchmark=False)),
+}
+
 
 
 # ----------------------------------------------------------------------------- the mapping

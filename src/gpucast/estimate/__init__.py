@@ -1,14 +1,23 @@
 """The analytic model: from a Trace and a GPU spec to times, utilization, memory and a bottleneck.
 
-``estimate(trace, job, gpu, config)`` combines the kernel model (``kernels``), the host
-dispatch model (``host``), the two-clock step simulation (``step``) and device memory
-(``memory``). Intervals come from re-running the step simulation at the corners of the
+``estimate(trace, job, gpu, config, env)`` combines the kernel model (``kernels``), the host
+dispatch model (``host``), the data loader and loop habits (``loader``), the two-clock step
+simulation (``step``) and device memory as nvidia-smi shows it (``memory``). ``config`` holds the
+GPU-physics and dispatch constants, ``env`` (:class:`~gpucast.estimate.environment.Environment`)
+those of the cluster's hosts and stack; the job's surroundings (data, loop, stack) are resolved
+with the workload's typical values (:func:`gpucast.surroundings.resolve`).
+
+Utilization is the steady-state figure (a training loop past its first steps) unless
+``window_s`` asks for what a monitor averages over a run of that many seconds from process
+start: the start-up (imports, CUDA initialisation, building the model:
+``Environment.startup_s``) reads 0 % and is averaged in. Intervals come from re-running the step simulation at the corners of the
 constants' plausible ranges (``kernel_time_range`` x ``host_time_range``); they are rough
 sensitivity bands, not calibrated quantiles (``gpucast.learn`` will fit those).
 
 Bottleneck labels:
 
-* ``input-bound``: the input pipeline takes longer than the GPU step;
+* ``input-bound``: the loader sets the pace: its workers take longer per batch than the step,
+  or the loop spends more time fetching and copying the batch than anything else;
 * ``launch-bound``: the GPU idles waiting for the host to issue work (low utilization with the
   host's dispatch time >= the GPU's busy time), or its busy time is mostly per-kernel floor
   (many tiny kernels);
@@ -24,13 +33,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpucast.estimate.constants import DEFAULT, EstimatorConfig
+from gpucast.estimate.environment import Environment
 from gpucast.estimate.host import host_times
+from gpucast.estimate.loader import LoaderCost, loader_cost
 from gpucast.estimate.kernels import PHASE_CODES, KernelTimes, OpArrays, kernel_times
 from gpucast.estimate.memory import MemoryEstimate, device_memory
 from gpucast.estimate.step import Timeline, simulate
 from gpucast.graph.trace import Trace
 from gpucast.hardware import GpuSpec
 from gpucast.job import Job
+from gpucast.surroundings import Surroundings, infer_source, resolve
 
 # Below this utilization, a GPU waiting on its host is called launch-bound.
 LAUNCH_BOUND_UTIL = 0.6
@@ -53,19 +65,79 @@ class Estimate:
     costed_time_share: float = 1.0
     timeline: Timeline | None = None
     kernel_times: KernelTimes | None = None  # per-op GPU seconds, aligned with the trace's ops
+    surroundings: Surroundings | None = None
+    loader: LoaderCost | None = None
+    util_basis: str = "steady-state"
 
 
-def estimate(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | None = None) -> Estimate:
+def surroundings_of(job: Job, trace: Trace) -> Surroundings:
+    """The job's data, loop and stack with the workload's (or the inputs') typical values."""
+    wdata = wloop = None
+    if not (job.is_module or job.is_onnx or job.is_hf):
+        from gpucast import zoo
+
+        w = zoo.get(job.model)
+        wdata, wloop = w.data, w.loop
+    return resolve(job, wdata, wloop, infer_source(trace.input_kinds))
+
+
+@dataclass
+class Prepared:
+    """What does not change with the Environment's fitted constants: the resolved surroundings,
+    the effective estimator constants, per-op kernel and dispatch times."""
+
+    trace: Trace
+    job: Job
+    gpu: GpuSpec
+    cfg: EstimatorConfig
+    surroundings: Surroundings
+    kt: KernelTimes
+    host: np.ndarray
+
+    def run(self, env: Environment, kernel_scale: float = 1.0, host_scale: float = 1.0
+            ) -> tuple[Timeline, LoaderCost]:
+        """The step simulated with ``env``'s loader, loop and idle-kernel constants."""
+        lc = loader_cost(self.surroundings, self.trace, self.gpu, env, self.cfg.host_link_efficiency,
+                         self.job.input_pipeline_s)
+        tl = simulate(self.trace, self.job, self.gpu, self.cfg, self.kt, self.host, kernel_scale,
+                      host_scale / self.surroundings.stack.cpu_speed, lc, env.idle_kernel_s)
+        return tl, lc
+
+    def memory(self, env: Environment) -> MemoryEstimate:
+        return device_memory(self.trace, self.job, self.gpu, self.cfg, env, self.surroundings)
+
+
+def prepare(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | None = None,
+            env: Environment | None = None) -> Prepared:
     cfg = config or DEFAULT
-    kt = kernel_times(trace, gpu, job.precision, cfg)
-    host = host_times(trace, cfg)
-    tl = simulate(trace, job, gpu, cfg, kt, host)
+    env = env or Environment.default()
+    sur = surroundings_of(job, trace)
+    if not sur.loop.cudnn_benchmark:
+        cfg = cfg.replace(conv_efficiency=cfg.conv_efficiency * env.cudnn_heuristic_efficiency)
+    return Prepared(trace, job, gpu, cfg, sur, kernel_times(trace, gpu, job.precision, cfg), host_times(trace, cfg))
+
+
+def estimate(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | None = None,
+             env: Environment | None = None, window_s: float | None = None) -> Estimate:
+    env = env or Environment.default()
+    prep = prepare(trace, job, gpu, config, env)
+    cfg, sur, kt = prep.cfg, prep.surroundings, prep.kt
+
+    def run(k: float = 1.0, hs: float = 1.0) -> Timeline:
+        return prep.run(env, k, hs)[0]
+
+    tl = run()
     util = min(1.0, tl.gpu_busy_s / tl.step_time_s) if tl.step_time_s > 0 else 0.0
-    corners = [simulate(trace, job, gpu, cfg, kt, host, k, hs)
-               for k in cfg.kernel_time_range for hs in cfg.host_time_range]
+    corners = [run(k, hs) for k in cfg.kernel_time_range for hs in cfg.host_time_range]
     steps = [c.step_time_s for c in corners] + [tl.step_time_s]
     utils = [min(1.0, c.gpu_busy_s / c.step_time_s) for c in corners] + [util]
-    mem = device_memory(trace, job, gpu, cfg)
+    basis = "steady-state"
+    if window_s is not None:
+        running = max(0.0, window_s - env.startup_s) / window_s
+        util, utils = util * running, [u * running for u in utils]
+        basis = f"average over the first {window_s:g} s of the run ({env.startup_s:g} s of start-up at 0 %)"
+    mem = prep.memory(env)
+    lc = prep.run(env)[1]
     lo, hi = cfg.memory_range
     a = OpArrays.of(trace)
     by_phase = {p: float(kt.time[a.phase == code].sum()) for p, code in PHASE_CODES.items()
@@ -73,7 +145,7 @@ def estimate(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | Non
     by_cat = {c: float(kt.time[a.category == c].sum()) for c in dict.fromkeys(a.category)}
     total = float(kt.time.sum())
     costed_share = float(kt.time[a.costed].sum() / total) if total > 0 else 1.0
-    label, reason = _bottleneck(job, tl, util, kt)
+    label, reason = _bottleneck(job, tl, util, kt, lc)
     return Estimate(
         step_time_s=tl.step_time_s, gpu_busy_s=tl.gpu_busy_s, gpu_util_pct=100.0 * util,
         host_time_s=tl.host_time_s, memory=mem, bottleneck=label, bottleneck_reason=reason,
@@ -81,14 +153,19 @@ def estimate(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | Non
         gpu_util_interval=(100.0 * min(utils), 100.0 * max(utils)),
         memory_interval=(int(mem.total_bytes * lo), int(mem.total_bytes * hi)),
         time_by_phase=by_phase, time_by_category=dict(sorted(by_cat.items(), key=lambda kv: -kv[1])),
-        costed_time_share=costed_share, timeline=tl, kernel_times=kt,
+        costed_time_share=costed_share, timeline=tl, kernel_times=kt, surroundings=sur, loader=lc,
+        util_basis=basis,
     )
 
 
-def _bottleneck(job: Job, tl: Timeline, util: float, kt) -> tuple[str, str]:
+def _bottleneck(job: Job, tl: Timeline, util: float, kt, lc: LoaderCost) -> tuple[str, str]:
     if tl.input_wait_s > 0:
-        return "input-bound", (f"the input pipeline needs {job.input_pipeline_s * 1e3:.2f} ms per step, "
-                               f"the GPU step {tl.step_time_s * 1e3 - tl.input_wait_s * 1e3:.2f} ms")
+        return "input-bound", (f"the loader's workers need {tl.step_time_s * 1e3:.2f} ms per batch, "
+                               f"the step {tl.compute_step_s * 1e3:.2f} ms")
+    if tl.loader_in_loop_s > 0.5 * tl.step_time_s:
+        return "input-bound", (f"the loop spends {tl.loader_in_loop_s * 1e3:.2f} ms of the "
+                               f"{tl.step_time_s * 1e3:.2f} ms step fetching and copying the batch "
+                               f"({'no workers' if not lc.workers else f'{lc.workers} workers'})")
     busy = float(kt.time.sum())
     if util < LAUNCH_BOUND_UTIL and tl.host_time_s >= busy:
         return "launch-bound", (f"the host spends {tl.host_time_s * 1e3:.2f} ms issuing ops per step, "
@@ -105,4 +182,32 @@ def _bottleneck(job: Job, tl: Timeline, util: float, kt) -> tuple[str, str]:
     return "memory-bound", f"{dom_memory / busy:.0%} of GPU time is in bandwidth-limited kernels"
 
 
-__all__ = ["Estimate", "EstimatorConfig", "estimate"]
+def load_constants(path) -> tuple[EstimatorConfig, Environment]:
+    """A YAML/JSON file of ``name: value`` pairs, each a field of EstimatorConfig or of
+    Environment (over :meth:`Environment.default`); an unknown name is a ValueError."""
+    import json
+    from dataclasses import fields as dc_fields
+    from pathlib import Path
+
+    path = Path(path)
+    text = path.read_text()
+    if path.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        data = yaml.safe_load(text) or {}
+    else:
+        data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("must be a mapping of constant names to values")
+    env_names = {f.name for f in dc_fields(Environment)}
+    cfg_names = {f.name for f in dc_fields(EstimatorConfig)}
+    unknown = sorted(set(data) - env_names - cfg_names, key=str)
+    if unknown:
+        raise ValueError(f"unknown constant {unknown[0]!r}")
+    data = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    cfg = EstimatorConfig().replace(**{k: v for k, v in data.items() if k in cfg_names})
+    env = Environment.default().replace(**{k: v for k, v in data.items() if k in env_names})
+    return cfg, env
+
+
+__all__ = ["Environment", "Estimate", "EstimatorConfig", "Prepared", "estimate", "load_constants", "prepare"]

@@ -3,7 +3,8 @@
 :class:`EstimatorConfig` is a frozen dataclass; every field carries its documentation and
 source in ``field(metadata=...)``. Override fields in code (``EstimatorConfig().replace(
 python_op_s=8e-6)``) or from a YAML/JSON file of ``name: value`` pairs
-(:meth:`EstimatorConfig.load`). Later calibration (``gpucast.learn``) fits these against
+(:meth:`EstimatorConfig.load`). The constants of a cluster's hosts and stack (loader costs,
+loop habits, CUDA context) are :class:`~gpucast.estimate.environment.Environment`'s. Later calibration (``gpucast.learn``) fits these against
 measurements; until then they are the published or commonly observed figures cited below.
 
 Nothing here is a measurement of ours.
@@ -106,12 +107,6 @@ class EstimatorConfig:
     ddp_bucket_bytes: int = _c(
         25 * 2**20, "bytes", "DistributedDataParallel's default bucket_cap_mb=25 (PyTorch docs).")
     # ---------------------------------------------------------------- memory beyond tensors
-    cuda_context_bytes: int = _c(
-        500 * 2**20, "bytes",
-        "CUDA context + lazily loaded cuBLAS/cuDNN kernels of a PyTorch 2.x process as nvidia-smi "
-        "shows it: ~300-600 MiB on Volta..Hopper with CUDA 12 lazy loading.")
-    cuda_context_old_bytes: int = _c(
-        300 * 2**20, "bytes", "Same on Kepler/Pascal (smaller kernel images).")
     cublas_workspace_bytes: int = _c(
         32 * 2**20, "bytes",
         "cuBLAS workspace PyTorch allocates per handle/stream (32 MiB on Hopper, 4-8 MiB before; "

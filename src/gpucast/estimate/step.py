@@ -14,8 +14,13 @@ parameter tensor) before the next step's first launch, while the GPU idles.
 * utilization = busy / step: NVML's ``utilization.gpu`` is the share of sample periods in which
   a kernel ran, which on a steady loop equals the busy share of a step.
 
-With an input pipeline (``input_pipeline_s > 0``) the batch also crosses the host link
-(pinned, on the compute stream, which idles meanwhile). Without one, inputs are on the GPU.
+The data loader and the loop's habits (``gpucast.estimate.loader``) add host time before the
+step's first op (the batch fetched in the loop or received from workers, its copy) and after its
+last (extra ``.item()`` calls, a progress bar, logging); an asynchronous copy occupies the stream
+before the first kernel; the workers' period bounds the step from below. A kernel that starts on
+an idle GPU lasts at least ``Environment.idle_kernel_s``. With inputs already on the GPU
+(``data.source == "device"``) and a benchmark loop nothing is added: the step is as before these
+terms existed. The legacy ``input_pipeline_s > 0`` is a loader that runs ahead with a pinned copy.
 
 Not modelled: multiple streams, CUDA graphs, launch-queue depth limits, clock boosts.
 """
@@ -27,8 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucast.estimate.constants import EstimatorConfig
-from gpucast.estimate.host import host_times
-from gpucast.estimate.kernels import PHASE_CODES, KernelTimes, OpArrays, kernel_times
+from gpucast.estimate.kernels import PHASE_CODES, KernelTimes, OpArrays
+from gpucast.estimate.loader import LoaderCost
 from gpucast.graph.trace import Trace
 from gpucast.hardware import GpuSpec
 from gpucast.job import Job
@@ -43,18 +48,54 @@ class Timeline:
     comm_exposed_s: float
     input_wait_s: float
     h2d_s: float
+    loader_in_loop_s: float = 0.0  # host seconds the loop spent on the batch (fetch, receive, copy)
+    compute_step_s: float = 0.0    # the step without waiting for the loader's workers
 
 
 def simulate(trace: Trace, job: Job, gpu: GpuSpec, cfg: EstimatorConfig, kt: KernelTimes,
-             host: np.ndarray, kernel_scale: float = 1.0, host_scale: float = 1.0) -> Timeline:
+             host: np.ndarray, kernel_scale: float = 1.0, host_scale: float = 1.0,
+             lc: LoaderCost | None = None, idle_kernel_s: float = 0.0) -> Timeline:
+    """One steady-state step. ``lc`` is the loader and loop around it (None: inputs on the GPU,
+    as before these existed, with ``job.input_pipeline_s``'s pinned copy); ``idle_kernel_s`` is
+    the shortest engine-active time of a kernel that starts on an idle GPU."""
     a = OpArrays.of(trace)
     t = kt.time * kernel_scale
     h = host * host_scale
-    h2d = 0.0
-    if job.input_pipeline_s > 0:
-        h2d = trace.input_bytes / (gpu.host_link_gbs * 1e9 * cfg.host_link_efficiency)
-    cpu_clock = 0.0
-    gpu_clock = h2d
+    if lc is None:
+        h2d = trace.input_bytes / (gpu.host_link_gbs * 1e9 * cfg.host_link_efficiency) \
+            if job.input_pipeline_s > 0 else 0.0
+        pre_host, period, blocks, habits, items = 0.0, job.input_pipeline_s, False, 0.0, 1
+    else:
+        h2d, pre_host, blocks = lc.copy_stream_s, lc.in_loop_s * host_scale, lc.copy_blocks
+        period = lc.period_s * host_scale
+        habits, items = lc.habits_s * host_scale, lc.item_calls
+    cpu_clock, gpu_clock, busy = _run(a, t, h, pre_host, pre_host + h2d, idle_kernel_s)
+    comm_exposed = _allreduce_exposed(trace, job, gpu, cfg, kt, kernel_scale)
+    overhead = (cfg.step_overhead_s + cfg.param_overhead_s * trace.param_tensors) * host_scale + habits
+    end_sync = cfg.step_end_sync and items > 0
+    if items == 0 and lc is not None:  # step_overhead_s includes one loss.item(): not in this loop
+        overhead = max(0.0, overhead - lc.item_cost_s * host_scale)
+    if end_sync or blocks:  # a blocking copy waits for the stream at the next step's start
+        compute_step = max(cpu_clock, gpu_clock) + overhead
+    else:
+        compute_step = max(cpu_clock + overhead, gpu_clock)
+    compute_step += comm_exposed
+    step = max(compute_step, period)
+    return Timeline(step_time_s=step, gpu_busy_s=busy + comm_exposed, host_time_s=cpu_clock + overhead,
+                    gpu_end_s=gpu_clock, comm_exposed_s=comm_exposed,
+                    input_wait_s=max(0.0, period - compute_step), h2d_s=h2d,
+                    loader_in_loop_s=pre_host, compute_step_s=compute_step)
+
+
+def _run(a: OpArrays, t: np.ndarray, h: np.ndarray, cpu_clock: float, gpu_clock: float,
+         idle_kernel_s: float) -> tuple[float, float, float]:
+    """The two clocks over the step's ops: host end, GPU end, GPU busy seconds.
+
+    Kernels join one stream when the host has issued them; between syncs this is vectorised
+    (``gpu_end = max(gpu_end, launch) + kernel``). A kernel that starts on an idle GPU (its
+    launch is later than the previous kernel's end) lasts at least ``idle_kernel_s``: applied by
+    one more pass over the segment with those kernels lengthened."""
+    busy = 0.0
     sync_idx = np.flatnonzero(a.sync)
     bounds = list(sync_idx + 1) + [len(t)]
     start = 0
@@ -63,27 +104,29 @@ def simulate(trace: Trace, job: Job, gpu: GpuSpec, cfg: EstimatorConfig, kt: Ker
             continue
         seg_t = t[start:end]
         launch = cpu_clock + np.cumsum(h[start:end])
-        cum = np.cumsum(seg_t)
-        prev = cum - seg_t
-        lead = np.where(seg_t > 0, launch - prev, -np.inf)
-        gpu_ends = cum + np.maximum(gpu_clock, np.maximum.accumulate(lead))
-        gpu_clock = float(gpu_ends[-1])
+        ends = _stream(seg_t, launch, gpu_clock)
+        if idle_kernel_s > 0:
+            prev_end = np.concatenate(([gpu_clock], ends[:-1]))
+            idle = (seg_t > 0) & (launch > prev_end) & (seg_t < idle_kernel_s)
+            if idle.any():
+                seg_t = np.where(idle, idle_kernel_s, seg_t)
+                ends = _stream(seg_t, launch, gpu_clock)
+        busy += float(seg_t.sum())
+        gpu_clock = float(ends[-1])
         cpu_clock = float(launch[-1])
         if a.sync[end - 1]:
             cpu_clock = max(cpu_clock, gpu_clock)
         start = end
-    busy = float(t.sum())
-    comm_exposed = _allreduce_exposed(trace, job, gpu, cfg, kt, kernel_scale)
-    overhead = (cfg.step_overhead_s + cfg.param_overhead_s * trace.param_tensors) * host_scale
-    if cfg.step_end_sync:
-        compute_step = max(cpu_clock, gpu_clock) + overhead
-    else:
-        compute_step = max(cpu_clock + overhead, gpu_clock)
-    compute_step += comm_exposed
-    step = max(compute_step, job.input_pipeline_s)
-    return Timeline(step_time_s=step, gpu_busy_s=busy + comm_exposed, host_time_s=cpu_clock + overhead,
-                    gpu_end_s=gpu_clock, comm_exposed_s=comm_exposed,
-                    input_wait_s=max(0.0, job.input_pipeline_s - compute_step), h2d_s=h2d)
+    return cpu_clock, gpu_clock, busy
+
+
+def _stream(seg_t: np.ndarray, launch: np.ndarray, gpu_clock: float) -> np.ndarray:
+    """End time of each op on one stream: ``end_i = max(end_{i-1}, launch_i) + t_i`` (ops that
+    launch nothing do not wait for their launch)."""
+    cum = np.cumsum(seg_t)
+    prev = cum - seg_t
+    lead = np.where(seg_t > 0, launch - prev, -np.inf)
+    return cum + np.maximum(gpu_clock, np.maximum.accumulate(lead))
 
 
 def _allreduce_exposed(trace: Trace, job: Job, gpu: GpuSpec, cfg: EstimatorConfig, kt: KernelTimes,

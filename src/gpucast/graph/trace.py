@@ -89,6 +89,8 @@ class Trace:
     modules: int = 0  # nn.Module calls in the forward (each costs Python time on the host)
     param_tensors: int = 0  # parameter tensors (host loops of zero_grad/optimizer iterate them)
     gradient_bytes: int = 0  # bytes of the parameters' gradients (what data-parallel all-reduces)
+    input_tensors: int = 1  # tensors the step's inputs hold (each a host-to-device copy in a real loop)
+    input_kinds: list = field(default_factory=list)  # (dtype, per-sample shape) of each input tensor
     notes: list[str] = field(default_factory=list)
 
     # ------------------------------------------------------------------ summaries

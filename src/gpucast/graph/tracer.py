@@ -38,6 +38,7 @@ from gpucast.graph.mirror import CudaMirror
 from gpucast.graph.trace import OpRecord, Trace
 from gpucast.job import Job
 from gpucast.optim import make_optimizer
+from gpucast.surroundings import DEFAULT_STACK, Stack
 from gpucast.zoo import factories
 
 aten = torch.ops.aten
@@ -263,7 +264,8 @@ def capture(job: Job) -> Trace:
     train = job.mode == "train"
     model.train(train)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(job.optimizer, params) if train and params else None
+    foreach = (job.stack or Stack()).merged(DEFAULT_STACK).foreach_optimizers
+    optimizer = make_optimizer(job.optimizer, params, foreach=foreach) if train and params else None
     if optimizer is not None:
         _stage("initialising the optimizer", _warm_optimizer, optimizer, params)
 
@@ -332,6 +334,9 @@ def capture(job: Job) -> Trace:
         modules=getattr(model, "gpucast_module_count", None) or sum(1 for _ in model.modules()),
         param_tensors=len(params),
         gradient_bytes=sum(p.numel() * p.element_size() for p in params) if train else 0,
+        input_tensors=sum(isinstance(t, torch.Tensor) for t in inputs),
+        input_kinds=[(str(t.dtype).removeprefix("torch."), tuple(t.shape[1:])) for t in inputs
+                     if isinstance(t, torch.Tensor)],
         notes=notes,
     )
 

@@ -304,7 +304,11 @@ class _Step:
         self.train = job.mode == "train"
         self.model.train(self.train)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = make_optimizer(job.optimizer, self.params) if self.train and self.params else None
+        from gpucast.surroundings import DEFAULT_STACK, Stack
+
+        foreach = (job.stack or Stack()).merged(DEFAULT_STACK).foreach_optimizers
+        self.optimizer = (make_optimizer(job.optimizer, self.params, foreach=foreach)
+                          if self.train and self.params else None)
         self.amp = getattr(torch, AMP_DTYPE_NAMES[job.precision]) if job.precision in AMP_DTYPE_NAMES else None
         self.scaler = torch.amp.GradScaler(device.type) if job.precision == "amp-fp16" and self.train else None
         self.pipeline = None

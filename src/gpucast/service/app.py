@@ -201,7 +201,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         return cached_json("zoo", lambda: [{"name": w.name, "family": w.family, "source": w.source,
                                             "description": w.description, "default_batch_size": w.default_batch_size,
-                                            "default_input": w.default_input} for w in workloads()])
+                                            "default_input": w.default_input, "data": w.data.to_dict(),
+                                            "loop": w.loop.to_dict(), "script": w.script} for w in workloads()])
 
     @app.get("/healthz", response_model=schemas.Health, tags=["service"])
     async def healthz():

@@ -12,7 +12,8 @@ from gpucast.job import Job, JobError, canonical_json
 from gpucast.service.cache import ServiceError
 from gpucast.service.limits import Settings
 
-_JOB_FIELDS = ("batch_size", "seq_len", "input_shape", "precision", "mode", "optimizer", "input_pipeline_s", "gpus")
+_JOB_FIELDS = ("batch_size", "seq_len", "input_shape", "precision", "mode", "optimizer", "input_pipeline_s", "gpus",
+               "data", "loop", "stack")
 
 
 def job_from_spec(spec: dict, settings: Settings) -> Job:
@@ -25,6 +26,9 @@ def job_from_spec(spec: dict, settings: Settings) -> Job:
 
 def _job(spec: dict, settings: Settings) -> Job:
     fields = {k: spec[k] for k in _JOB_FIELDS if spec.get(k) is not None}
+    for k in ("data", "loop", "stack"):  # sub-models arrive as dicts with unset fields as None
+        if isinstance(fields.get(k), dict):
+            fields[k] = {f: v for f, v in fields[k].items() if v is not None}
     workload, model, hf = spec.get("workload"), spec.get("model"), spec.get("hf_config")
     if workload is not None and model is not None and workload != model:
         raise JobError("give the zoo name once: 'workload' or its alias 'model', not both")

@@ -18,6 +18,47 @@ Mode = Literal["train", "infer"]
 Optimizer = Literal["sgd", "adam", "adamw", "none"]
 
 
+DataSource = Literal["device", "memory", "images", "small-images", "tokens", "environment", "custom"]
+
+
+class DataSpec(BaseModel):
+    """How batches reach the GPU (gpucast.surroundings.Data); unset fields: the workload's typical script."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: Optional[DataSource] = None
+    num_workers: Optional[StrictInt] = None
+    pin_memory: Optional[bool] = None
+    non_blocking: Optional[bool] = None
+    image_size: Optional[list[StrictInt]] = Field(None, description="Stored [width, height] of 'images' files.")
+    per_sample_s: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="Measured host seconds per sample.")
+    dataset_samples: Optional[StrictInt] = None
+    sample_bytes: Optional[StrictInt] = Field(None, description="Host bytes per sample collated and copied.")
+
+
+class LoopSpec(BaseModel):
+    """The training loop's habits (gpucast.surroundings.Loop)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    item_calls: Optional[StrictInt] = None
+    progress_bar: Optional[bool] = None
+    log_every: Optional[StrictInt] = None
+    cudnn_benchmark: Optional[bool] = None
+
+
+class StackSpec(BaseModel):
+    """The software stack and host (gpucast.surroundings.Stack)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    torch: Optional[str] = Field(None, description="PyTorch version, e.g. '2.4'.")
+    cuda: Optional[str] = Field(None, description="CUDA version, e.g. '12.1'.")
+    lazy_loading: Optional[bool] = None
+    cpu_speed: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="Host single-thread speed, 1.0 = reference.")
+    cpu_cores: Optional[StrictInt] = None
+
+
 class JobSpec(BaseModel):
     """One job, as a scheduler receives it (the fields of gpucast's job spec)."""
 
@@ -37,6 +78,9 @@ class JobSpec(BaseModel):
     optimizer: Optimizer = "sgd"
     input_pipeline_s: Union[StrictFloat, StrictInt] = Field(0.0, description="Host input-pipeline seconds per step.")
     gpus: StrictInt = Field(1, description="Data-parallel GPUs of the job (not GPU types: see `gpu`).")
+    data: Optional[DataSpec] = Field(None, description="The data loader (default: the workload's typical script).")
+    loop: Optional[LoopSpec] = Field(None, description="The loop's habits (default: the workload's typical script).")
+    stack: Optional[StackSpec] = Field(None, description="Software stack and host (default: PyTorch 2.4, CUDA 12.1).")
 
 
 GpuField = Field("a100-80gb", description="A catalog GPU name (GET /v1/gpus), or a list of them: the answer "
@@ -80,6 +124,9 @@ class Prediction(BaseModel):
     model_version: str
     samples_per_s: float
     notes: list[str]
+    surroundings: dict[str, Any]
+    loader_time_s: float
+    util_basis: str
 
 
 class GpuState(BaseModel):
@@ -139,6 +186,9 @@ class ZooEntry(BaseModel):
     description: str
     default_batch_size: int
     default_input: str
+    data: dict[str, Any] = Field(description="The typical script's data loader (a job's default `data`).")
+    loop: dict[str, Any] = Field(description="The typical script's loop habits (a job's default `loop`).")
+    script: str = Field(description="The script whose habits these are.")
 
 
 class Health(BaseModel):

@@ -25,6 +25,15 @@ def register(workload: Workload) -> Workload:
         raise ValueError(f"zoo: {workload.name}: unknown family {workload.family!r}")
     if workload.source not in SOURCES:
         raise ValueError(f"zoo: {workload.name}: unknown source {workload.source!r}")
+    if workload.data is None or workload.loop is None:
+        from dataclasses import replace
+
+        from gpucast.zoo.recipes import recipe
+
+        r = recipe(workload.family, workload.tags)
+        if r is not None:
+            workload = replace(workload, data=workload.data or r.data, loop=workload.loop or r.loop,
+                               script=workload.script or r.script)
     _REGISTRY[workload.name] = workload
     return workload
 

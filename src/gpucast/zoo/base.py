@@ -9,8 +9,9 @@ training back-propagates; ``None`` means the default loss of
 :func:`default_loss`.
 
 What is modelled: the architecture, its input shapes and dtypes, the loss a
-trainer of that family uses. What is not: pretrained weights, real data, data
-augmentation (that is the job's ``input_pipeline_s``).
+trainer of that family uses. What is not: pretrained weights, real data. How the typical
+script feeds the model and runs its loop is the workload's ``data``/``loop``
+(:mod:`gpucast.zoo.recipes`), costed by ``gpucast.estimate.loader``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ class Workload:
     default_input_shape: tuple[int, ...] | None = None
     default_seq_len: int | None = None
     tags: tuple[str, ...] = field(default_factory=tuple)
+    # The typical script's data source and loop (gpucast.surroundings.Data / Loop); filled from
+    # gpucast.zoo.recipes at registration when a workload does not declare its own.
+    data: Any = None
+    loop: Any = None
+    script: str = ""
 
     def resolve(self, input_shape=None, seq_len=None) -> WorkloadSpec:
         """The spec with the job's overrides applied over this workload's defaults."""

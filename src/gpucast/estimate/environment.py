@@ -1,0 +1,182 @@
+"""The Environment: constants that describe a cluster's hosts and stack rather than GPU physics.
+
+Data-loader costs (per sample by source, per batch, worker start-up), host copies, the loop's
+habits (``.item()``, progress bars, logging), the CUDA context and library workspaces as
+nvidia-smi shows them, and the engine-active time of a kernel that starts on an idle GPU. Each
+field has its value, unit and source in ``field(metadata=...)``, like
+:class:`~gpucast.estimate.constants.EstimatorConfig`; ``prior_sigma`` (a log-space standard
+deviation) says how far a fit may move it from its published or commonly observed value, and
+fields without one are never fitted.
+
+:meth:`Environment.default` is the priors with the values fitted by ``scripts/fit_environment.py``
+(``gpucast/data/environment_fit.json``: values, rows, data sets and date) laid over them; the
+fitted fields' ``source`` then says so. Override fields in code (``Environment.default().replace(
+item_s=3e-5)``) or from a YAML/JSON file (``gpucast predict --constants FILE`` takes fields of
+either class).
+
+Nothing here is a measurement of ours.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field, fields, replace
+from importlib import resources
+
+
+def _c(value, unit: str, source: str, prior_sigma: float | None = None):
+    return field(default=value, metadata={"unit": unit, "source": source, "prior_sigma": prior_sigma})
+
+
+@dataclass(frozen=True)
+class Environment:
+    # ---------------------------------------------------------------- data loader, per sample (one core)
+    memory_sample_s: float = _c(
+        6e-6, "s",
+        "Dataset.__getitem__ of a TensorDataset plus the DataLoader fetcher's per-index Python work: "
+        "two tensor indexings (~1.5-2.5 us each in eager PyTorch) and the tuple/list handling.", 0.7)
+    jpeg_decode_s_per_px: float = _c(
+        8e-9, "s per stored pixel",
+        "PIL (libjpeg-turbo) JPEG decode + RGB convert: ~100-150 Mpixel/s per core (libjpeg-turbo "
+        "project benchmarks), a ~400x350 ImageNet JPEG in ~1-1.5 ms.", 0.5)
+    image_sample_s: float = _c(
+        1.2e-3, "s",
+        "Per ImageNet sample besides decoding: file open/read, RandomResizedCrop + flip + ToTensor + "
+        "Normalize of a 224x224 crop; with decoding ~2.5 ms per image per core (NVIDIA DALI docs: "
+        "PIL-based loaders need ~20+ cores to feed 8 V100s at ~1,000 img/s each).", 0.5)
+    small_image_sample_s: float = _c(
+        80e-6, "s",
+        "CIFAR-style per-sample PIL pipeline on a 32x32 image: Image.fromarray, RandomCrop(pad 4), "
+        "RandomHorizontalFlip, ToTensor, Normalize: ~5 transforms at 10-20 us each.", 0.6)
+    token_sample_s: float = _c(
+        10e-6, "s", "A pre-tokenised sample: list/array slice to a tensor, dict collate.", 0.7)
+    env_step_s: float = _c(
+        400e-6, "s",
+        "One RL environment step in the main process (gym Atari with frame skip 4: ~2-5k frames/s "
+        "per core, Machado et al. 2018 ALE; classic control is faster).", 0.7)
+    collate_batch_s: float = _c(
+        30e-6, "s", "default_collate's fixed cost per batch (torch.stack calls, dict/tuple walking).", 0.7)
+    collate_bytes_per_s: float = _c(
+        4e9, "bytes/s", "torch.stack copying samples into the batch tensor: a memcpy at ~3-6 GB/s per core.", 0.5)
+    worker_batch_s: float = _c(
+        2e-3, "s",
+        "A worker's fixed cost per batch besides its samples: sampler indices through the index "
+        "queue, collate's Python, putting the batch in shared memory and pickling its handles.", 0.5)
+    # ---------------------------------------------------------------- data loader, per batch (main process)
+    worker_batch_recv_s: float = _c(
+        150e-6, "s",
+        "Main process receiving one batch from a worker: multiprocessing queue get, unpickling the "
+        "shared-memory tensor handles, rebuilding the tensors (PyTorch DataLoader docs, "
+        "'multi-process data loading').", 0.7)
+    pin_bytes_per_s: float = _c(
+        6e9, "bytes/s", "The pin-memory thread copying a batch into page-locked memory (~memcpy speed).", 0.5)
+    pageable_copy_efficiency: float = _c(
+        0.35, "fraction of the host link",
+        "A host-to-device copy from pageable memory is staged through a pinned buffer by the driver: "
+        "~30-40% of the pinned rate (NVIDIA 'How to Optimize Data Transfers in CUDA C/C++', 2012).", 0.5)
+    copy_call_s: float = _c(
+        12e-6, "s", "Host cost of one tensor.to('cuda') call (dispatch, cudaMemcpyAsync, allocator).", 0.7)
+    worker_start_s: float = _c(
+        0.08, "s",
+        "Starting one DataLoader worker process at each epoch (fork, dataset pickling; "
+        "persistent_workers=False is the default).", 0.7)
+    epoch_s: float = _c(
+        2e-3, "s", "Per-epoch work of an in-loop loader: a new iterator, sampler permutation, an epoch print.", 1.0)
+    # ---------------------------------------------------------------- the loop's habits
+    item_s: float = _c(
+        25e-6, "s",
+        "One extra .item() of a GPU scalar after the GPU is idle: a 4-byte device-to-host copy, its "
+        "sync and the Python call (10-30 us on PCIe hosts).", 0.7)
+    progress_bar_s: float = _c(
+        120e-6, "s",
+        "A tqdm bar's update(1) plus set_postfix every step (set_postfix refreshes by default: "
+        "formatting the bar and writing it, ~50-200 us).", 0.8)
+    log_line_s: float = _c(
+        100e-6, "s", "One log line: formatting metrics and a print (plus its own .item()).", 0.8)
+    cudnn_heuristic_efficiency: float = _c(
+        0.9, "factor",
+        "Convolution speed with cudnn.benchmark off relative to on: cuDNN's heuristics pick a "
+        "near-best algorithm for common shapes (NVIDIA cuDNN developer guide), autotuning gains "
+        "~5-20% for convnets.")
+    # ---------------------------------------------------------------- the GPU as the counter sees it
+    idle_kernel_s: float = _c(
+        5e-6, "s",
+        "Shortest engine-active time of a kernel that starts on an idle GPU (nothing queued behind "
+        "it): launch latency, block scheduling and the completion flush are no longer hidden by "
+        "the next kernel (5-10 us launch-to-end for an empty kernel on an idle Volta..Ampere; Jia "
+        "et al. 2018, 'Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking').", 0.8)
+    # ---------------------------------------------------------------- memory as nvidia-smi shows it
+    cuda_context_lazy_bytes: int = _c(
+        500 * 2**20, "bytes",
+        "CUDA context + the kernels a PyTorch process has loaded lazily (CUDA_MODULE_LOADING=LAZY) "
+        "on Volta..Hopper: ~300-600 MiB (NVIDIA CUDA C++ Programming Guide, 'Lazy Loading').", 0.3)
+    cuda_context_eager_extra_bytes: int = _c(
+        800 * 2**20, "bytes",
+        "Extra context memory when every kernel image (PyTorch, cuBLAS, cuDNN) is loaded at "
+        "initialisation: lazy loading saves ~0.5-1 GiB per process (NVIDIA, CUDA 11.7 release "
+        "notes and the Lazy Loading section).", 0.5)
+    old_gpu_context_factor: float = _c(
+        0.6, "factor", "Kepler/Pascal: fewer and smaller kernel images (one or two SASS targets).")
+    cudnn_benchmark_workspace_bytes: int = _c(
+        512 * 2**20, "bytes",
+        "With cudnn.benchmark the autotuner tries algorithms with large workspaces and the caching "
+        "allocator keeps the largest block it gave them (PyTorch CUDA semantics notes).", 0.7)
+    # ---------------------------------------------------------------- a run as a monitor averages it
+    startup_s: float = _c(
+        10.0, "s",
+        "Process start to the first training step: Python and torch imports (~3-6 s), CUDA "
+        "initialisation (~1-3 s), building and moving the model; nvidia-smi reads 0% meanwhile.", 0.5)
+
+    def replace(self, **changes) -> "Environment":
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(f"unknown environment constant {sorted(unknown)[0]!r}")
+        return replace(self, **changes)
+
+    @classmethod
+    def priors(cls) -> "Environment":
+        """The published/commonly observed values, before any fit."""
+        return cls()
+
+    @classmethod
+    def default(cls) -> "Environment":
+        """The priors with the fitted values laid over them (see the module docstring)."""
+        return _default()
+
+    @classmethod
+    def fittable(cls) -> list[str]:
+        return [f.name for f in fields(cls) if f.metadata.get("prior_sigma")]
+
+    @classmethod
+    def describe(cls) -> list[dict]:
+        """Every constant: name, value in force, prior, unit, source (with the fit's provenance)."""
+        fit = fit_record()
+        cur = cls.default()
+        out = []
+        for f in fields(cls):
+            src = f.metadata["source"]
+            if f.name in fit.get("values", {}):
+                src = f"fitted: {fit.get('provenance', '?')}. Prior {f.default!r}: {src}"
+            out.append({"name": f.name, "value": getattr(cur, f.name), "prior": f.default,
+                        "unit": f.metadata["unit"], "source": src})
+        return out
+
+
+@functools.lru_cache(maxsize=1)
+def fit_record() -> dict:
+    """The packaged fit (``gpucast/data/environment_fit.json``), or {} when none was written."""
+    try:
+        text = (resources.files("gpucast") / "data" / "environment_fit.json").read_text()
+    except (FileNotFoundError, OSError):
+        return {}
+    return json.loads(text)
+
+
+@functools.lru_cache(maxsize=1)
+def _default() -> Environment:
+    values = fit_record().get("values", {})
+    names = {f.name: f for f in fields(Environment)}
+    cast = {k: (int(round(v)) if isinstance(names[k].default, int) else float(v))
+            for k, v in values.items() if k in names}
+    return Environment().replace(**cast)
