@@ -171,3 +171,28 @@ def test_ram_resident_models_keep_their_gpu_bound_figures():
     typical = _predict(Job("resnet50", batch_size=128), "v100-16gb")
     bench = _predict(Job("resnet50", batch_size=128, data=Data(source="device"), loop=Loop.benchmark()), "v100-16gb")
     assert typical.step_time_s == pytest.approx(bench.step_time_s, rel=0.05)
+
+
+def test_a_constants_file_takes_fields_of_both_classes(tmp_path):
+    from gpucast.estimate import load_constants
+
+    f = tmp_path / "c.yaml"
+    f.write_text("python_op_s: 1.2e-5\nitem_s: 5.0e-5\nkernel_time_range: [0.9, 1.1]\n")
+    cfg, env = load_constants(f)
+    assert cfg.python_op_s == 1.2e-5 and cfg.kernel_time_range == (0.9, 1.1) and env.item_s == 5.0e-5
+    assert env.memory_sample_s == Environment.default().memory_sample_s  # the rest: the defaults in force
+    job = Job("mlp-small", data=Data(source="device"), loop=Loop(item_calls=3))
+    assert _predict(job, env=env).step_time_s > _predict(job).step_time_s
+    (tmp_path / "bad.yaml").write_text("no_such_constant: 1\n")
+    with pytest.raises(ValueError, match="no_such_constant"):
+        load_constants(tmp_path / "bad.yaml")
+
+
+def test_fitted_constants_say_where_they_come_from():
+    rows = {r["name"]: r for r in Environment.describe()}
+    fitted = [r for r in rows.values() if r["source"].startswith("fitted:")]
+    assert fitted, "the packaged fit is missing"
+    for r in fitted:
+        assert "gpumemnet" in r["source"] or "gavel" in r["source"]
+        assert r["name"] in Environment.fittable()  # only constants with a prior spread are fitted
+    assert all(rows[n]["source"] for n in rows)

@@ -185,26 +185,16 @@ def _bottleneck(job: Job, tl: Timeline, util: float, kt, lc: LoaderCost) -> tupl
 def load_constants(path) -> tuple[EstimatorConfig, Environment]:
     """A YAML/JSON file of ``name: value`` pairs, each a field of EstimatorConfig or of
     Environment (over :meth:`Environment.default`); an unknown name is a ValueError."""
-    import json
     from dataclasses import fields as dc_fields
-    from pathlib import Path
 
-    path = Path(path)
-    text = path.read_text()
-    if path.suffix.lower() in (".yaml", ".yml"):
-        import yaml
+    from gpucast.estimate.constants import read_constants_file
 
-        data = yaml.safe_load(text) or {}
-    else:
-        data = json.loads(text)
-    if not isinstance(data, dict):
-        raise ValueError("must be a mapping of constant names to values")
+    data = read_constants_file(path)
     env_names = {f.name for f in dc_fields(Environment)}
     cfg_names = {f.name for f in dc_fields(EstimatorConfig)}
     unknown = sorted(set(data) - env_names - cfg_names, key=str)
     if unknown:
         raise ValueError(f"unknown constant {unknown[0]!r}")
-    data = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
     cfg = EstimatorConfig().replace(**{k: v for k, v in data.items() if k in cfg_names})
     env = Environment.default().replace(**{k: v for k, v in data.items() if k in env_names})
     return cfg, env

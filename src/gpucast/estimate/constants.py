@@ -129,22 +129,29 @@ class EstimatorConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> "EstimatorConfig":
-        path = Path(path)
-        text = path.read_text()
-        if path.suffix.lower() in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text) or {}
-        else:
-            data = json.loads(text)
-        data = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-        return cls().replace(**data)
+        return cls().replace(**read_constants_file(path))
 
     @classmethod
     def describe(cls) -> list[dict]:
         """Every constant: name, default, unit, source (for docs and `gpucast explain`)."""
         return [{"name": f.name, "value": f.default, "unit": f.metadata["unit"], "source": f.metadata["source"]}
                 for f in fields(cls)]
+
+
+def read_constants_file(path: str | Path) -> dict:
+    """A YAML/JSON file of ``name: value`` pairs (lists become tuples); a ValueError if it is not
+    a mapping."""
+    path = Path(path)
+    text = path.read_text()
+    if path.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        data = yaml.safe_load(text) or {}
+    else:
+        data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("must be a mapping of constant names to values")
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
 
 
 DEFAULT = EstimatorConfig()
