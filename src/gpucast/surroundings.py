@@ -232,10 +232,6 @@ class Surroundings:
     loop: Loop
     stack: Stack
 
-    @property
-    def is_benchmark(self) -> bool:
-        return self.data.source == "device" and self.loop == Loop.benchmark()
-
     def to_dict(self) -> dict:
         return {"data": self.data.to_dict(), "loop": self.loop.to_dict(), "stack": self.stack.to_dict()}
 

@@ -126,7 +126,7 @@ def estimate(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | Non
     def run(k: float = 1.0, hs: float = 1.0) -> Timeline:
         return prep.run(env, k, hs)[0]
 
-    tl = run()
+    tl, lc = prep.run(env)
     util = min(1.0, tl.gpu_busy_s / tl.step_time_s) if tl.step_time_s > 0 else 0.0
     corners = [run(k, hs) for k in cfg.kernel_time_range for hs in cfg.host_time_range]
     steps = [c.step_time_s for c in corners] + [tl.step_time_s]
@@ -137,7 +137,6 @@ def estimate(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | Non
         util, utils = util * running, [u * running for u in utils]
         basis = f"average over the first {window_s:g} s of the run ({env.startup_s:g} s of start-up at 0 %)"
     mem = prep.memory(env)
-    lc = prep.run(env)[1]
     lo, hi = cfg.memory_range
     a = OpArrays.of(trace)
     by_phase = {p: float(kt.time[a.phase == code].sum()) for p, code in PHASE_CODES.items()

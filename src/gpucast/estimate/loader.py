@@ -35,9 +35,6 @@ from gpucast.graph.trace import Trace
 from gpucast.hardware import GpuSpec
 from gpucast.surroundings import Surroundings
 
-IMAGE_INPUT = (3, 224, 224)
-
-
 @dataclass
 class LoaderCost:
     per_sample_s: float     # one core's host seconds per sample
