@@ -69,6 +69,26 @@ def test_same_seed_same_numbers(run, tmp_path):
     assert first == again
 
 
+def test_an_environment_file_changes_what_the_policies_see(run, tmp_path):
+    _, out = run
+    env = tmp_path / "env.yaml"
+    env.write_text("gpucast_environment: 1\ngpucast_version: 0.1.0\nlabel: slow-hosts\n"
+                   "constants: {host_time_factor: 4.0}\n")
+    r = invoke("--trace", "gavel", "--gpus", 16, "--limit", 40, "--policies", "slot,gpucast,oracle",
+               "--json", tmp_path / "env.json", "--env", env)
+    assert r.exit_code == 0, r.stderr
+    plain = {row["policy"]: row for row in json.loads((out / "r.json").read_text())}
+    slow = {row["policy"]: row for row in json.loads((tmp_path / "env.json").read_text())}
+    # Gavel's steps are measured; slower hosts lower the utilization the predictions (and truth) say
+    assert slow["gpucast"]["gpu_util_pct"] != plain["gpucast"]["gpu_util_pct"]
+    assert slow["slot"]["makespan_s"] == plain["slot"]["makespan_s"]
+    from gpucast.cluster.truth import _ENVIRONMENT
+
+    assert _ENVIRONMENT is None  # the run's environment does not outlive it
+    r = invoke("--limit", 5, "--env", tmp_path / "absent.yaml")
+    assert_one_error(r, "error: cannot read environment file")
+
+
 @pytest.mark.parametrize("args, start", [
     (["--policies", "slot,fifo"], "error: unknown policy 'fifo'"),
     (["--policies", ","], "error: --policies is empty"),

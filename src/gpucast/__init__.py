@@ -3,6 +3,8 @@
 >>> import gpucast
 >>> p = gpucast.predict(gpucast.Job("resnet50", batch_size=64), gpu="a100-80gb")
 >>> p.gpu_util_pct, p.memory_peak_bytes, p.step_time_s  # doctest: +SKIP
+>>> env = gpucast.load_environment("env.yaml")  # from `gpucast calibrate`  # doctest: +SKIP
+>>> gpucast.predict(gpucast.Job("resnet50"), gpu="a100-80gb", env=env).model_version  # doctest: +SKIP
 """
 
 __version__ = "0.1.0"
@@ -11,18 +13,32 @@ from gpucast.job import Job, JobError  # noqa: E402
 from gpucast.prediction import Prediction  # noqa: E402
 
 
-def predict(job, gpu="a100-80gb", config=None, env=None, window_s=None):
+def predict(job, gpu="a100-80gb", config=None, env=None, window_s=None, learned=None):
     """Predict ``job`` on ``gpu`` (see :func:`gpucast.api.predict`)."""
     from gpucast.api import predict as _predict
 
-    return _predict(job, gpu, config, env, window_s)
+    return _predict(job, gpu, config, env, window_s, learned)
 
 
-def explain(job, gpu="a100-80gb", config=None, env=None, window_s=None):
+def explain(job, gpu="a100-80gb", config=None, env=None, window_s=None, learned=None):
     """A prediction with its breakdown (see :func:`gpucast.api.explain`)."""
     from gpucast.api import explain as _explain
 
-    return _explain(job, gpu, config, env, window_s)
+    return _explain(job, gpu, config, env, window_s, learned)
 
 
-__all__ = ["Job", "JobError", "Prediction", "predict", "explain", "__version__"]
+def load_environment(path):
+    """A calibrated Environment from a ``gpucast calibrate`` file (pass it as ``env=``); see
+    :func:`gpucast.learn.artifacts.load_environment`. Messages about the file's version go to
+    ``warnings``."""
+    import warnings
+
+    from gpucast.learn.artifacts import load_environment as _load
+
+    env, messages = _load(path)
+    for m in messages:
+        warnings.warn(m, stacklevel=2)
+    return env
+
+
+__all__ = ["Job", "JobError", "Prediction", "predict", "explain", "load_environment", "__version__"]

@@ -2,8 +2,10 @@
 
 Both run the one flow of DESIGN.md: the job is traced once (cached by its key; module jobs by
 their factories too), the trace is estimated on the GPU, and the estimate becomes a
-:class:`~gpucast.prediction.Prediction`. No learned correction exists yet, so the prediction
-is the analytic estimate (``model_version = analytic-<version>``).
+:class:`~gpucast.prediction.Prediction`. The prediction
+is the analytic estimate (``model_version = analytic-<version>``, ``+env.<label>@<digest>`` when a
+calibrated environment made it; its intervals are then split-conformal from that calibration's
+held-out residuals).
 """
 
 from __future__ import annotations
@@ -21,6 +23,41 @@ from gpucast.job import Job
 from gpucast.prediction import Prediction
 
 MODEL_VERSION = f"analytic-{__version__}"
+
+
+def model_version(env: Environment | None = None) -> str:
+    """``analytic-<version>`` with the default environment; ``analytic-<version>+env.<label>@<digest>``
+    with a calibrated one (:func:`gpucast.learn.artifacts.load_environment`)."""
+    if env is None or env.label == "default":
+        return MODEL_VERSION
+    return f"{MODEL_VERSION}+env.{env.label}"
+
+
+def _intervals(est: Estimate, env: Environment | None, mem_bytes: int):
+    """The estimate's intervals: split-conformal from the environment's held-out residuals where it
+    has them, the constants' corners elsewhere; and a line saying which is which."""
+    util, mem, step = est.gpu_util_interval, est.memory_interval, est.step_time_interval
+    conformal = {q: (level, h, n) for q, level, h, n in (env.conformal if env is not None else ())}
+    if not conformal:
+        return util, mem, step, "constant corners (no measurements): a sensitivity band, not a calibrated interval"
+    from gpucast.learn.intervals import interval
+
+    said = []
+    if "util_pct" in conformal:
+        util = interval("util_pct", est.gpu_util_pct, conformal["util_pct"][1])
+        said.append("utilization")
+    if "memory_mib" in conformal:
+        lo, hi = interval("memory_mib", mem_bytes, conformal["memory_mib"][1])
+        mem = (int(lo), int(hi))
+        said.append("memory")
+    if "step_time_s" in conformal:
+        step = interval("step_time_s", est.step_time_s, conformal["step_time_s"][1])
+        said.append("step time")
+    level, _, n = next(iter(conformal.values()))
+    rest = [q for q, k in (("utilization", "util_pct"), ("memory", "memory_mib"), ("step time", "step_time_s"))
+            if k not in conformal]
+    return util, mem, step, (f"split-conformal {level:.0%} for {', '.join(said)} from {n} held-out rows of "
+                             f"{env.label}" + (f"; constant corners for {', '.join(rest)}" if rest else ""))
 _TRACE_CACHE_SIZE = 64
 _traces: OrderedDict = OrderedDict()
 _traces_lock = threading.Lock()
@@ -62,13 +99,13 @@ def _as_job(job) -> Job:
 
 def predict(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
             config: EstimatorConfig | None = None, env: Environment | None = None,
-            window_s: float | None = None) -> Prediction:
+            window_s: float | None = None, learned=None) -> Prediction:
     """Predict utilization, peak memory and step time of ``job`` on ``gpu``.
 
     ``env`` holds the cluster's host and stack constants (default: :meth:`Environment.default`);
     ``window_s`` asks for the utilization a monitor averages over the first ``window_s`` seconds
-    of the run instead of the steady state."""
-    return explain(job, gpu, config, env, window_s).prediction
+    of the run instead of the steady state; ``learned`` a hybrid model (:func:`explain`)."""
+    return explain(job, gpu, config, env, window_s, learned).prediction
 
 
 @dataclass
@@ -96,7 +133,9 @@ class Explanation:
 
 def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
             config: EstimatorConfig | None = None, env: Environment | None = None,
-            window_s: float | None = None) -> Explanation:
+            window_s: float | None = None, learned=None) -> Explanation:
+    """The prediction with its trace and estimate. ``learned`` is a hybrid model from
+    :func:`gpucast.learn.artifacts.load_model` that corrects one quantity (``gpucast learn fit``)."""
     job = _as_job(job)
     spec = get_gpu(gpu)
     if window_s is not None and not (isinstance(window_s, (int, float)) and window_s > 0):
@@ -112,20 +151,26 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
     if not fits:
         notes.append(f"needs {est.memory.total_bytes / 2**30:.1f} GiB, more than the {spec.memory_bytes / 2**30:.1f} "
                      f"GiB of a {spec.name}: the job would fail with out-of-memory")
+    util_iv, mem_iv, step_iv, basis = _intervals(est, env, est.memory.total_bytes)
     pred = Prediction(
         job=job.to_dict(), job_key=job.key, gpu=spec.name,
         gpu_util_pct=round(est.gpu_util_pct, 2),
-        gpu_util_interval=tuple(round(v, 2) for v in est.gpu_util_interval),
-        memory_peak_bytes=est.memory.total_bytes, memory_interval=est.memory_interval,
-        step_time_s=est.step_time_s, step_time_interval=est.step_time_interval,
+        gpu_util_interval=tuple(round(v, 2) for v in util_iv),
+        memory_peak_bytes=est.memory.total_bytes, memory_interval=mem_iv,
+        step_time_s=est.step_time_s, step_time_interval=step_iv,
         gpu_busy_s=est.gpu_busy_s, host_time_s=est.host_time_s,
         flops=tr.flops, bytes=tr.bytes, kernels=tr.kernels, ops=len(tr.ops), parameters=tr.parameters,
         memory_allocated_peak_bytes=est.memory.allocated_peak_bytes, fits_in_memory=fits,
         bottleneck=est.bottleneck, bottleneck_reason=est.bottleneck_reason,
         op_coverage=round(tr.coverage, 4), time_coverage=round(est.costed_time_share, 4),
-        uncosted_ops=tr.uncosted, model_version=MODEL_VERSION,
+        uncosted_ops=tr.uncosted, model_version=model_version(env),
         samples_per_s=job.batch_size * job.gpus / est.step_time_s if est.step_time_s > 0 else 0.0,
         notes=tuple(notes), surroundings=est.surroundings.to_dict(),
         loader_time_s=est.loader.loader_s / est.surroundings.stack.cpu_speed, util_basis=est.util_basis,
+        interval_basis=basis,
     )
+    if learned is not None:
+        from gpucast.learn.apply import apply
+
+        pred = apply(pred, learned, tr, job, spec, config, env)
     return Explanation(prediction=pred, trace=tr, estimate=est, gpu=spec)

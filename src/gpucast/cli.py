@@ -21,7 +21,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Predict a deep-learning job's GPU utilization, peak memory and step time from its graph.")
 # Tables need room: when output is not a terminal (pipes, CI logs) use 160 columns, not 80.
 console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
+err = err_console = Console(stderr=True)
 
 DEMO_JOBS = (("resnet50", 64, "amp-fp16"), ("resnet18-cifar", 32, "fp32"), ("bert-base", 32, "amp-fp16"),
              ("gpt2", 8, "amp-fp16"), ("lstm-lm-medium", 20, "fp32"))
@@ -140,16 +140,30 @@ def _run(fn):
         _fail(str(msg).splitlines()[0] if str(msg) else type(exc).__name__)
 
 
-def _config(path: Optional[Path]):
-    """``--constants FILE``: (EstimatorConfig, Environment) with the file's fields of either."""
+def _config(path: Optional[Path], env_path: Optional[Path] = None):
+    """``--constants FILE`` and ``--env FILE``: (EstimatorConfig, Environment). The environment
+    file (``gpucast calibrate``) comes first; a constants file's fields override it."""
+    env = None
+    if env_path is not None:
+        from gpucast.learn.artifacts import load_environment
+
+        env, messages = load_environment(env_path)
+        for m in messages:
+            err_console.print(f"[yellow]note:[/] {m}")
     if path is None:
-        return None, None
+        return None, env
     import yaml
 
     from gpucast.estimate import load_constants
 
     try:
-        return load_constants(path)
+        cfg, cenv = load_constants(path)
+        if env is not None:
+            from gpucast.estimate.constants import read_constants_file
+
+            over = {k: v for k, v in read_constants_file(path).items() if k in env.constants()}
+            cenv = env.replace(**over) if over else env
+        return cfg, cenv
     except OSError as exc:
         raise ValueError(f"cannot read constants file {str(path)!r}: {exc.strerror}") from None
     except (ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
@@ -176,6 +190,9 @@ _NGPU = typer.Option(None, "--gpus", help="Data-parallel GPUs (default: 1).")
 _GPU = typer.Option(["a100-80gb"], "--gpu", "-g", help="GPU name (see `gpucast gpus`) or spec file; repeatable.")
 _JSON = typer.Option(False, "--json", help="Print JSON instead of a table.")
 _CFG = typer.Option(None, "--constants", help="YAML/JSON file overriding estimator or environment constants.")
+_ENV = typer.Option(None, "--env", help="An environment file from `gpucast calibrate` (the cluster's fitted constants "
+                                        "and intervals).")
+_LEARNED = typer.Option(None, "--learned", help="A hybrid model from `gpucast learn fit` that corrects one quantity.")
 _DATA = typer.Option(None, "--data", help="Data source: device | memory | images | small-images | tokens | environment "
                                           "| custom (default: the workload's typical script).")
 _SET = typer.Option(None, "--set", help="A loader/loop/stack field, e.g. data.num_workers=8, data.pin_memory=true, "
@@ -193,7 +210,8 @@ def predict(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
             gpu: List[str] = _GPU, as_json: bool = _JSON, constants: Optional[Path] = _CFG,
             hf_config: Optional[str] = _HF, module: Optional[str] = _MOD, input_fn: Optional[str] = _INFN,
             loss: Optional[str] = _LOSS, input_dtype: Optional[str] = _INDT, data: Optional[str] = _DATA,
-            set_: Optional[List[str]] = _SET, window: Optional[float] = _WINDOW) -> None:
+            set_: Optional[List[str]] = _SET, window: Optional[float] = _WINDOW,
+            env_file: Optional[Path] = _ENV, learned: Optional[Path] = _LEARNED) -> None:
     """Predict GPU utilization, peak memory and step time of a job on one or more GPUs."""
     from gpucast.api import predict as api_predict
     from gpucast.hardware import get_gpu
@@ -202,9 +220,14 @@ def predict(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
         j = _build_job(model, job, batch_size, seq_len, input_shape, precision, mode, optimizer,
                        input_pipeline_ms, gpus, hf_config, module, input_fn, loss, input_dtype)
         j = _with_surroundings(j, data, set_)
-        cfg, env = _config(constants)
+        cfg, env = _config(constants, env_file)
+        hybrid = None
+        if learned is not None:
+            from gpucast.learn.artifacts import load_model
+
+            hybrid = load_model(learned)
         specs = [get_gpu(g) for g in gpu]  # every --gpu checked before the (slow) capture
-        return [api_predict(j, s, cfg, env, window) for s in specs]
+        return [api_predict(j, s, cfg, env, window, hybrid) for s in specs]
 
     preds = _run(go)
     if as_json:
@@ -212,6 +235,7 @@ def predict(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
         return
     console.print(_prediction_table(preds))
+    console.print(f"model: {preds[0].model_version}; intervals: {preds[0].interval_basis}", highlight=False)
     for p in preds:
         for note in p.notes:
             console.print(f"[yellow]note[/] ({p.gpu}): {note}", highlight=False)
@@ -241,7 +265,8 @@ def explain(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
             top: int = typer.Option(12, "--top", min=1, help="Rows of the time breakdown to show."),
             hf_config: Optional[str] = _HF, module: Optional[str] = _MOD, input_fn: Optional[str] = _INFN,
             loss: Optional[str] = _LOSS, input_dtype: Optional[str] = _INDT, data: Optional[str] = _DATA,
-            set_: Optional[List[str]] = _SET, window: Optional[float] = _WINDOW) -> None:
+            set_: Optional[List[str]] = _SET, window: Optional[float] = _WINDOW,
+            env_file: Optional[Path] = _ENV) -> None:
     """Where the time and the memory go: breakdown by phase and op category, and uncosted ops."""
     from gpucast.api import explain as api_explain
 
@@ -249,7 +274,7 @@ def explain(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
         j = _build_job(model, job, batch_size, seq_len, input_shape, precision, mode, optimizer,
                        input_pipeline_ms, gpus, hf_config, module, input_fn, loss, input_dtype)
         j = _with_surroundings(j, data, set_)
-        return api_explain(j, gpu, *_config(constants), window)
+        return api_explain(j, gpu, *_config(constants, env_file), window)
 
     ex = _run(go)
     p = ex.prediction
@@ -395,6 +420,8 @@ from gpucast.cli_serve import register as _register_serve_command  # noqa: E402
 _register_serve_command(app, sys.modules[__name__])
 from gpucast.cli_integrations import register as _register_integration_commands  # noqa: E402
 _register_integration_commands(app, sys.modules[__name__])
+from gpucast.cli_learn import register as _register_learn_commands  # noqa: E402
+_register_learn_commands(app, sys.modules[__name__])
 
 
 def _click_exceptions():

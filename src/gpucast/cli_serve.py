@@ -1,8 +1,9 @@
 """The service command of the `gpucast` command line: ``serve``.
 
-``gpucast serve [--host 127.0.0.1] [--port 8000] [--data-dir DIR]`` runs the HTTP service
+``gpucast serve [--host 127.0.0.1] [--port 8000] [--data-dir DIR] [--env env.yaml]`` runs the HTTP service
 (:func:`gpucast.service.create_app`) with uvicorn until interrupted. ``--data-dir`` holds
-uploaded ONNX files (default ``$GPUCAST_DATA_DIR`` or ``~/.cache/gpucast/service``). A thin
+uploaded ONNX files (default ``$GPUCAST_DATA_DIR`` or ``~/.cache/gpucast/service``); ``--env`` a calibrated
+environment (``gpucast calibrate``) that every prediction uses. A thin
 shell like ``cli.py``, which calls ``register(app, cli_module)`` at its end; a port outside
 1-65535 or a data directory that cannot be created prints one ``error:`` line and exits 2.
 """
@@ -23,13 +24,17 @@ def register(app: typer.Typer, cli) -> None:
               port: int = typer.Option(8000, "--port", help="TCP port to listen on."),
               data_dir: Optional[Path] = typer.Option(None, "--data-dir",
                                                       help="Where uploaded ONNX files are kept (by content)."),
-              log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level.")) -> None:
+              log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level."),
+              env_file: Optional[Path] = typer.Option(None, "--env", help="An environment file from `gpucast "
+                                                                          "calibrate`: every prediction uses it.")
+              ) -> None:
         """Serve predictions over HTTP (POST /v1/predict, /v1/place; docs at /docs)."""
         from gpucast.service import Settings, create_app
 
         if not 1 <= port <= 65535:
             cli._fail(f"--port must be between 1 and 65535, got {port}")
-        settings = Settings() if data_dir is None else Settings(data_dir=data_dir)
+        env = cli._run(lambda: cli._config(None, env_file)[1]) if env_file is not None else None
+        settings = Settings(environment=env) if data_dir is None else Settings(data_dir=data_dir, environment=env)
         try:
             settings.data_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

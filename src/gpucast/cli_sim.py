@@ -2,7 +2,7 @@
 
 * ``gpucast simulate --trace gavel --gpus 128 [--gpu-type v100-16gb] [--gpus-per-node 8]
   --policies slot,profiling,horus,gpucast,oracle [--seed 0] [--error-sigma 0.2] [--limit N]
-  [--report out.html] [--json out.json]``: replay a trace through each policy on one
+  [--report out.html] [--json out.json] [--env env.yaml]``: replay a trace through each policy on one
   homogeneous cluster (:func:`gpucast.cluster.simulate`), with a progress bar per policy; print
   the comparison table (:func:`gpucast.cluster.metrics.summarize`) and each policy's change from
   ``slot``; optionally write the HTML report (:mod:`gpucast.cluster.report`) and a JSON list with
@@ -104,7 +104,10 @@ def register(app: typer.Typer, cli) -> None:
                  limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N jobs of the trace."),
                  report: Optional[Path] = typer.Option(None, "--report", help="Write the HTML report here."),
                  json_out: Optional[Path] = typer.Option(None, "--json",
-                                                         help="Write a JSON list, one object per policy, here.")
+                                                         help="Write a JSON list, one object per policy, here."),
+                 env_file: Optional[Path] = typer.Option(None, "--env",
+                                                         help="An environment file from `gpucast calibrate`: the "
+                                                              "predictions the policies see use it.")
                  ) -> None:
         """Replay a job trace through scheduling policies on a simulated GPU cluster and compare them."""
         import gpucast.cluster as cl
@@ -126,10 +129,17 @@ def register(app: typer.Typer, cli) -> None:
                 raise ValueError("--report and --json name the same file")
             spec = cl.ClusterSpec.homogeneous(gpu_type, gpus, gpus_per_node=gpus_per_node)
             jobs = cl.load_trace(trace, gpus=gpus, limit=limit)
-            return names, spec, jobs
+            env = cli._config(None, env_file)[1] if env_file is not None else None
+            return names, spec, jobs, env
 
-        names, spec, jobs = cli._run(check)
-        results = run_policies(cl, jobs, spec, names, cli.err, seed=seed, error_sigma=error_sigma)
+        names, spec, jobs, env = cli._run(check)
+        from gpucast.cluster.truth import set_environment
+
+        set_environment(env)
+        try:
+            results = run_policies(cl, jobs, spec, names, cli.err, seed=seed, error_sigma=error_sigma)
+        finally:
+            set_environment(None)
         from gpucast.cluster import metrics
 
         summaries = [metrics.summarize(r.result) for r in results]

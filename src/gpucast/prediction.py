@@ -48,6 +48,9 @@ class Prediction:
     surroundings: dict = field(default_factory=dict)
     loader_time_s: float = 0.0
     util_basis: str = "steady-state"
+    # What the intervals are: split-conformal from a calibration's held-out residuals, or the
+    # constants' corners where no measurement exists.
+    interval_basis: str = "constant corners (no measurements)"
 
     def to_dict(self) -> dict:
         d = asdict(self)

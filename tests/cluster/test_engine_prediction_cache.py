@@ -18,7 +18,7 @@ def fake_predict(monkeypatch, tmp_path):
     """A counting stand-in for gpucast.predict, a fresh in-process cache and disk cache."""
     calls = []
 
-    def predict(job, gpu):
+    def predict(job, gpu, env=None):
         calls.append((job.key, gpu))
         return SimpleNamespace(gpu_util_pct=61.5, gpu_util_interval=(50.0, 70.25), memory_peak_bytes=3_000_000_001,
                                memory_interval=(2.5e9, 3.5e9), step_time_s=0.1234567890123,

@@ -19,7 +19,8 @@ PREDICTION_FIELDS = {"job", "job_key", "gpu", "gpu_util_pct", "gpu_util_interval
                      "memory_interval", "step_time_s", "step_time_interval", "gpu_busy_s", "host_time_s", "flops",
                      "bytes", "kernels", "ops", "parameters", "memory_allocated_peak_bytes", "fits_in_memory",
                      "bottleneck", "bottleneck_reason", "op_coverage", "time_coverage", "uncosted_ops",
-                     "model_version", "samples_per_s", "notes", "surroundings", "loader_time_s", "util_basis"}
+                     "model_version", "samples_per_s", "notes", "surroundings", "loader_time_s", "util_basis",
+                     "interval_basis"}
 
 
 # ------------------------------------------------------------------------------ catalogs, health, docs
@@ -156,6 +157,34 @@ def test_hf_config_over_its_own_limit_is_422(tmp_path):
         assert r.status_code == 422 and "max_hf_config_bytes" in r.json()["detail"]
 
 
+ENV_FILE = """gpucast_environment: 1
+gpucast_version: 0.1.0
+label: lab
+base: default
+constants: {host_time_factor: 2.0, gpu_kernel_factors: {t4: 1.5}}
+intervals: {step_time_s: {level: 0.8, log_halfwidth: 0.2, rows: 12}}
+"""
+
+
+def test_a_service_with_an_environment_answers_with_it_and_says_so(tmp_path):
+    from conftest import serve
+
+    from gpucast.learn.artifacts import load_environment
+    from gpucast.service import Settings
+
+    (tmp_path / "env.yaml").write_text(ENV_FILE)
+    env, _ = load_environment(tmp_path / "env.yaml")
+    with serve(Settings(data_dir=tmp_path, environment=env)) as s, s.client() as c:
+        assert c.get("/healthz").json()["model_version"].endswith("+env." + env.label)
+        r = c.post("/v1/predict", json=WARM)
+        assert r.status_code == 200, r.text
+    body = r.json()
+    assert body == gpucast.predict(Job("mlp-small", batch_size=32), "t4", env=env).to_dict()
+    plain = gpucast.predict(Job("mlp-small", batch_size=32), "t4")
+    assert body["step_time_s"] > plain.step_time_s and body["model_version"] != plain.model_version
+    assert body["interval_basis"].startswith("split-conformal 80% for step time from 12 held-out rows")
+
+
 def test_cache_hits_are_counted_in_metrics(client):
     hits = metric(client, "gpucast_prediction_cache_hits_total")
     misses = metric(client, "gpucast_prediction_cache_misses_total")
@@ -226,6 +255,22 @@ def test_onnx_form_fields_are_validated(client):
     assert r.status_code == 422 and "batch_size" in r.json()["detail"]
     r = client.post("/v1/predict/onnx", data={"batch_size": "4"})
     assert r.status_code == 422 and "file" in r.json()["detail"]
+    r = client.post("/v1/predict/onnx", files={"file": ("m.onnx", mlp_onnx_bytes())},
+                    data={"batch_size": "4", "data": "{not json"})
+    assert r.status_code == 422 and "field 'data'" in r.json()["detail"]
+    r = client.post("/v1/predict/onnx", files={"file": ("m.onnx", mlp_onnx_bytes())},
+                    data={"batch_size": "4", "loop": '{"spin": 3}'})
+    assert r.status_code == 422 and "loop.spin" in r.json()["detail"]
+
+
+def test_onnx_upload_takes_the_jobs_loader_loop_and_stack(client):
+    r = client.post("/v1/predict/onnx", files={"file": ("m.onnx", mlp_onnx_bytes())},
+                    data={"batch_size": "8", "gpu": "t4", "data": '{"source": "memory", "num_workers": 2}',
+                          "loop": '{"item_calls": 3}', "stack": '{"cpu_speed": 0.5}'})
+    assert r.status_code == 200, r.text
+    sur = r.json()["surroundings"]
+    assert (sur["data"]["source"], sur["data"]["num_workers"], sur["loop"]["item_calls"], sur["stack"]["cpu_speed"]) \
+        == ("memory", 2, 3, 0.5)
 
 
 # ------------------------------------------------------------------------------ /v1/place

@@ -161,10 +161,23 @@ _PRED_CACHE: dict[tuple, Estimate] = {}
 CACHE_DIR_ENV = "GPUCAST_CACHE_DIR"
 
 
+# The environment every simulated prediction uses (``gpucast simulate --env``); None: the default.
+_ENVIRONMENT = None
+
+
+def set_environment(env) -> None:
+    """Make the simulator's predictions use ``env`` (an Environment, or None for the default)."""
+    global _ENVIRONMENT
+    _ENVIRONMENT = env
+
+
 def predict_cached(profile: Profile, gpu: str) -> Estimate:
-    """``gpucast.predict`` once per (job fields, GPU type) in this process, and across processes
-    through the disk cache (see the module docstring)."""
-    key = (profile.fields or (profile.workload, profile.batch_size, profile.precision), gpu)
+    """``gpucast.predict`` once per (job fields, GPU type, environment) in this process, and across
+    processes through the disk cache (see the module docstring)."""
+    from gpucast.api import model_version
+
+    key = (profile.fields or (profile.workload, profile.batch_size, profile.precision), gpu,
+           model_version(_ENVIRONMENT))
     est = _PRED_CACHE.get(key)
     if est is None:
         import gpucast
@@ -173,7 +186,7 @@ def predict_cached(profile: Profile, gpu: str) -> Estimate:
         disk = _disk_entry(job, gpu)
         est = _disk_read(disk)
         if est is None:
-            p = gpucast.predict(job, gpu)
+            p = gpucast.predict(job, gpu, env=_ENVIRONMENT)
             est = Estimate(p.gpu_util_pct, tuple(p.gpu_util_interval), float(p.memory_peak_bytes),
                            tuple(float(x) for x in p.memory_interval), p.step_time_s,
                            tuple(p.step_time_interval))
@@ -218,9 +231,9 @@ def _disk_entry(job, gpu: str) -> tuple[Path, str] | None:
     if root is None:
         return None
     try:
-        from gpucast.api import MODEL_VERSION
+        from gpucast.api import model_version
 
-        key = f"{job.key}|{gpu}|{MODEL_VERSION}|{_code_fingerprint()}"
+        key = f"{job.key}|{gpu}|{model_version(_ENVIRONMENT)}|{_code_fingerprint()}"
     except Exception:  # noqa: BLE001 - no key, no cache: predict as usual
         return None
     return root / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json", key

@@ -96,11 +96,13 @@ class Prepared:
 
     def run(self, env: Environment, kernel_scale: float = 1.0, host_scale: float = 1.0
             ) -> tuple[Timeline, LoaderCost]:
-        """The step simulated with ``env``'s loader, loop and idle-kernel constants."""
+        """The step simulated with ``env``'s loader, loop and idle-kernel constants and its
+        kernel and host time factors (``kernel_scale``/``host_scale`` multiply them)."""
         lc = loader_cost(self.surroundings, self.trace, self.gpu, env, self.cfg.host_link_efficiency,
                          self.job.input_pipeline_s)
-        tl = simulate(self.trace, self.job, self.gpu, self.cfg, self.kt, self.host, kernel_scale,
-                      host_scale / self.surroundings.stack.cpu_speed, lc, env.idle_kernel_s)
+        tl = simulate(self.trace, self.job, self.gpu, self.cfg, self.kt, self.host,
+                      kernel_scale * env.kernel_factor(self.gpu.name),
+                      host_scale * env.host_time_factor / self.surroundings.stack.cpu_speed, lc, env.idle_kernel_s)
         return tl, lc
 
     def memory(self, env: Environment) -> MemoryEstimate:
@@ -127,10 +129,10 @@ def estimate(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | Non
         return prep.run(env, k, hs)[0]
 
     tl, lc = prep.run(env)
-    util = min(1.0, tl.gpu_busy_s / tl.step_time_s) if tl.step_time_s > 0 else 0.0
+    util = env.util_response(min(1.0, tl.gpu_busy_s / tl.step_time_s)) if tl.step_time_s > 0 else 0.0
     corners = [run(k, hs) for k in cfg.kernel_time_range for hs in cfg.host_time_range]
     steps = [c.step_time_s for c in corners] + [tl.step_time_s]
-    utils = [min(1.0, c.gpu_busy_s / c.step_time_s) for c in corners] + [util]
+    utils = [env.util_response(min(1.0, c.gpu_busy_s / c.step_time_s)) for c in corners] + [util]
     basis = "steady-state"
     if window_s is not None:
         running = max(0.0, window_s - env.startup_s) / window_s

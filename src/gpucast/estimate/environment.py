@@ -14,6 +14,13 @@ fitted fields' ``source`` then says so. Override fields in code (``Environment.d
 item_s=3e-5)``) or from a YAML/JSON file (``gpucast predict --constants FILE`` takes fields of
 either class).
 
+The cluster-wide speed factors (``kernel_time_factor``, ``host_time_factor``, per-GPU
+``gpu_kernel_factors``) and the utilization response (``util_odds_factor``/``_exponent``) are 1
+(the identity) unless a calibration (``gpucast calibrate``, :mod:`gpucast.learn.calibrate`) moved
+them; ``label`` and ``conformal`` say which calibrated environment this is and its held-out
+interval half-widths. Fittable parameters are named by field, per-GPU ones
+``gpu_kernel_factors:<gpu>`` (:meth:`Environment.param`, :meth:`Environment.with_params`).
+
 Nothing here is a measurement of ours.
 """
 
@@ -23,6 +30,9 @@ import functools
 import json
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
+
+
+PER_GPU = "gpu_kernel_factors"
 
 
 def _c(value, unit: str, source: str, prior_sigma: float | None = None):
@@ -128,6 +138,93 @@ class Environment:
         "Process start to the first training step: Python and torch imports (~3-6 s), CUDA "
         "initialisation (~1-3 s), building and moving the model; nvidia-smi reads 0% meanwhile.", 0.5)
 
+    # ---------------------------------------------------------------- a cluster's speed relative to the model
+    kernel_time_factor: float = _c(
+        1.0, "factor",
+        "GPU kernel time relative to the roofline model (EstimatorConfig): 1 is the model as published; "
+        "a calibration moves it for what the rows' cluster does differently (library versions, clocks "
+        "under its power and thermal limits, drivers). Spread: roofline models of DNN training land "
+        "within ~1.5x of measured step times for most models (Lym et al., 'DeLTA', 2019).", 0.4)
+    host_time_factor: float = _c(
+        1.0, "factor",
+        "Host CPU time (op dispatch, loader, loop habits) relative to the reference host of the "
+        "constants (a ~3 GHz server core): single-thread speed of server CPUs spans ~2x across "
+        "generations (SPEC CPU2017 speed results).", 0.4)
+    # ---------------------------------------------------------------- the counter as a monitor reports it
+    util_odds_factor: float = _c(
+        1.0, "factor on the odds u / (1 - u)",
+        "Empirical response of a monitored utilization to the modelled steady-state busy share u: the "
+        "reported value has odds util_odds_factor * (u / (1 - u)) ** util_odds_exponent (a two-parameter "
+        "logistic recalibration, Platt 1999). It stands for what the steady-state step leaves out and a "
+        "monitor's average keeps (sampling windows, start-up and epoch phases, samples a monitor drops); "
+        "the prior is the identity, and only a calibration on measured utilization moves it.", 0.5)
+    util_odds_exponent: float = _c(
+        1.0, "exponent on the odds", "See util_odds_factor (prior: the identity).", 0.3)
+    gpu_kernel_factors: tuple = field(default=(), metadata={
+        "unit": "factor per GPU type", "prior_sigma": 0.3, "kind": "per-gpu",
+        "source": "Per-GPU-type kernel time factor on top of kernel_time_factor, as (gpu, factor) pairs: a "
+                  "cluster's cards may run below their boost clock or with older libraries; 1 when absent."})
+    # ---------------------------------------------------------------- what made this environment (not constants)
+    label: str = field(default="default", metadata={
+        "kind": "meta", "unit": "", "source": "Name of the environment: 'default', or the label and digest of a "
+                                              "calibrated environment file (gpucast calibrate)."})
+    conformal: tuple = field(default=(), metadata={
+        "kind": "meta", "unit": "", "source": "Split-conformal half-widths from held-out residuals, as "
+                                              "(quantity, level, half-width in log space, rows) tuples."})
+
+    def util_response(self, busy_share: float) -> float:
+        """The utilization (0-1) a monitor reports for a modelled busy share (see util_odds_factor)."""
+        if self.util_odds_factor == 1.0 and self.util_odds_exponent == 1.0:
+            return busy_share
+        u = min(max(busy_share, 1e-4), 1 - 1e-4)
+        odds = self.util_odds_factor * (u / (1 - u)) ** self.util_odds_exponent
+        return odds / (1 + odds)
+
+    def kernel_factor(self, gpu: str) -> float:
+        """The kernel time factor on ``gpu``: the cluster-wide one times the GPU type's own."""
+        return self.kernel_time_factor * dict(self.gpu_kernel_factors).get(gpu, 1.0)
+
+    # ---------------------------------------------------------------- named parameters for fitting
+    def param(self, name: str) -> float:
+        """A fittable parameter's value: a field name, or ``gpu_kernel_factors:<gpu>``."""
+        if name.startswith(PER_GPU + ":"):
+            return float(dict(self.gpu_kernel_factors).get(name.split(":", 1)[1], 1.0))
+        return getattr(self, name)
+
+    def with_params(self, values: dict) -> "Environment":
+        """A copy with fittable parameters set (integers rounded for integer fields)."""
+        per_gpu = dict(self.gpu_kernel_factors)
+        plain = {}
+        meta = {f.name: f for f in fields(self)}
+        for name, v in values.items():
+            if name.startswith(PER_GPU + ":"):
+                per_gpu[name.split(":", 1)[1]] = float(v)
+            elif name in meta:
+                plain[name] = int(round(v)) if isinstance(meta[name].default, int) else float(v)
+            else:
+                raise ValueError(f"unknown environment constant {name!r}")
+        if per_gpu != dict(self.gpu_kernel_factors):
+            plain[PER_GPU] = tuple(sorted(per_gpu.items()))
+        return self.replace(**plain)
+
+    @classmethod
+    def prior_sigma(cls, name: str) -> float | None:
+        base = PER_GPU if name.startswith(PER_GPU + ":") else name
+        meta = {f.name: f for f in fields(cls)}
+        if base not in meta:
+            raise ValueError(f"unknown environment constant {name!r}")
+        return meta[base].metadata.get("prior_sigma")
+
+    def constants(self) -> dict:
+        """The constants (not label/conformal) as plain values; per-GPU factors as a mapping."""
+        out = {}
+        for f in fields(self):
+            if f.metadata.get("kind") == "meta":
+                continue
+            v = getattr(self, f.name)
+            out[f.name] = dict(v) if f.metadata.get("kind") == "per-gpu" else v
+        return out
+
     def replace(self, **changes) -> "Environment":
         unknown = set(changes) - {f.name for f in fields(self)}
         if unknown:
@@ -146,7 +243,8 @@ class Environment:
 
     @classmethod
     def fittable(cls) -> list[str]:
-        return [f.name for f in fields(cls) if f.metadata.get("prior_sigma")]
+        """Scalar constants with a prior (per-GPU factors are named ``gpu_kernel_factors:<gpu>``)."""
+        return [f.name for f in fields(cls) if f.metadata.get("prior_sigma") and not f.metadata.get("kind")]
 
     @classmethod
     def describe(cls) -> list[dict]:
@@ -155,6 +253,8 @@ class Environment:
         cur = cls.default()
         out = []
         for f in fields(cls):
+            if f.metadata.get("kind") == "meta":
+                continue
             src = f.metadata["source"]
             if f.name in fit.get("values", {}):
                 src = f"fitted: {fit.get('provenance', '?')}. Prior {f.default!r}: {src}"

@@ -1,8 +1,17 @@
-"""Learning from measurements (DESIGN.md's ``learn`` layer).
+"""Learning from measurements (DESIGN.md's ``learn`` layer), one job per module:
 
-So far: adapters that express the measured rows of ``../shared/data`` as gpucast jobs with the
-loaders and loops their scripts really had (:mod:`~gpucast.learn.shared_sets`), the fit of the
-Environment's constants with published priors and group-held-out evaluation
-(:mod:`~gpucast.learn.fit`), and the error metrics and floors (:mod:`~gpucast.learn.metrics`).
-Nothing runs on import; fitting is explicit (``scripts/fit_environment.py``).
+* :mod:`~gpucast.learn.rows`: the measured-row format (CSV/Parquet/JSONL) and its readers;
+  :mod:`~gpucast.learn.shared_sets`: adapters for the sets of ``../shared/data``;
+* :mod:`~gpucast.learn.fit`: the Environment's log-space fit with priors (the engine);
+  :mod:`~gpucast.learn.calibrate`: ``gpucast calibrate`` (which constants, cross-validation,
+  the priors' weight, intervals); :mod:`~gpucast.learn.artifacts`: environment and model files;
+* :mod:`~gpucast.learn.intervals`: split-conformal intervals and their group coverage;
+* :mod:`~gpucast.learn.features`, :mod:`~gpucast.learn.models`: the reference-style regressor and
+  the hybrid residual (LightGBM); :mod:`~gpucast.learn.apply`: a hybrid applied to a prediction;
+* :mod:`~gpucast.learn.evaluate`: every method under one group-held-out split, few-shot curves;
+  :mod:`~gpucast.learn.metrics`: the error metrics.
+
+Nothing runs on import and nothing is trained at import: fitting is explicit (``gpucast
+calibrate``, ``gpucast learn fit``, ``scripts/fit_environment.py``), artifacts are versioned files
+with their data's provenance, and without them predictions are the default physics.
 """

@@ -25,14 +25,14 @@ the others and predicts the held-out rows; the floor predicts their mean over th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from gpucast.estimate import Prepared, prepare
 from gpucast.estimate.environment import Environment
-from gpucast.learn.shared_sets import MeasuredRow
+from gpucast.learn.rows import MeasuredRow
 
 # The spread of a good prediction, per quantity, in the residuals' units (log1p-util, log).
 SIGMA_UTIL = 0.05
@@ -107,7 +107,7 @@ class Fitter:
             p = self.prepared[i]
             tl, _ = p.run(env)
             s[k] = tl.step_time_s
-            u[k] = 100.0 * min(1.0, tl.gpu_busy_s / tl.step_time_s) if tl.step_time_s > 0 else 0.0
+            u[k] = 100.0 * env.util_response(min(1.0, tl.gpu_busy_s / tl.step_time_s)) if tl.step_time_s > 0 else 0.0
             m[k] = p.memory(env).total_bytes / 2**20
         return Predicted(u, m, s)
 
@@ -130,14 +130,11 @@ class Fitter:
         from scipy.optimize import least_squares
 
         priors = priors or Environment.priors()
-        meta = {f.name: f for f in fields(Environment)}
-        x0 = np.array([math.log(getattr(priors, n)) for n in params])
-        sig = np.array([meta[n].metadata["prior_sigma"] for n in params])
+        x0 = np.array([math.log(priors.param(n)) for n in params])
+        sig = np.array([Environment.prior_sigma(n) for n in params])
 
         def env_of(x) -> Environment:
-            vals = {n: (int(round(math.exp(v))) if isinstance(meta[n].default, int) else float(math.exp(v)))
-                    for n, v in zip(params, x)}
-            return priors.replace(**vals)
+            return priors.with_params({n: math.exp(v) for n, v in zip(params, x)})
 
         def fun(x):
             return np.concatenate([_soft_l1(self.residuals(env_of(x), idx)), prior_weight * (x - x0) / sig])
@@ -146,7 +143,7 @@ class Fitter:
         res = least_squares(fun, start, diff_step=0.02, max_nfev=max_nfev, x_scale=sig)
         env = env_of(res.x)
         info = {"rows": int(len(idx)), "cost": float(res.cost), "nfev": int(res.nfev), "status": int(res.status),
-                "values": {n: getattr(env, n) for n in params}}
+                "values": {n: env.param(n) for n in params}}
         return env, info
 
 

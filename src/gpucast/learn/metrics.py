@@ -50,3 +50,32 @@ def worst_ratio(pred, meas) -> float:
     """The largest factor between prediction and measurement (>= 1)."""
     r = np.asarray(pred, float) / np.asarray(meas, float)
     return float(np.max(np.maximum(r, 1 / r)))
+
+
+def summary(pred, fitter, idx) -> dict:
+    """The metrics of predictions ``pred`` for rows ``idx`` of a Fitter, per measured quantity:
+    ``util`` (n, rmsle, mae, spearman), ``memory`` (n, mape), ``step`` (n, mdape)."""
+    out = {}
+    mu, mm, ms = fitter.util[idx], fitter.memory[idx], fitter.step[idx]
+    ok = ~np.isnan(mu)
+    if ok.any():
+        out["util"] = util_metrics(pred.util_pct[ok], mu[ok])
+    ok = ~np.isnan(mm)
+    if ok.any():
+        out["memory"] = {"n": int(ok.sum()), "mape": mape(pred.memory_mib[ok], mm[ok])}
+    ok = ~np.isnan(ms)
+    if ok.any():
+        out["step"] = {"n": int(ok.sum()), "mdape": mdape(pred.step_time_s[ok], ms[ok])}
+    return out
+
+
+def summary_line(s: dict) -> str:
+    """One line of a summary: 'util MAE 7.2 pts, RMSLE 0.061; memory MAPE 0.6 %; step MdAPE 39 %'."""
+    parts = []
+    if "util" in s:
+        parts.append(f"util MAE {s['util']['mae']:.1f} pts, RMSLE {s['util']['rmsle']:.3f}")
+    if "memory" in s:
+        parts.append(f"memory MAPE {100 * s['memory']['mape']:.1f} %")
+    if "step" in s:
+        parts.append(f"step MdAPE {100 * s['step']['mdape']:.0f} %")
+    return "; ".join(parts) + f" ({max(v['n'] for v in s.values())} rows)" if parts else "no rows"

@@ -13,31 +13,21 @@ script really had.
   Gavel's ``workloads/pytorch`` scripts as the mapping's evidence describes them). Group: the job
   type.
 
-The shared data is read from a path given by the caller (tests and scripts pass
+Both go through :func:`gpucast.learn.rows.from_records`, the validation every measured-row file
+gets. The shared data is read from a path given by the caller (tests and scripts pass
 ``../shared/data``); nothing of it is packaged.
 """
 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
 from pathlib import Path
 
-from gpucast.job import Job
 from gpucast.cluster.gavel import GAVEL_SURROUNDINGS  # noqa: F401  (re-exported for tests)
+from gpucast.learn.rows import MeasuredRow, from_records
 from gpucast.surroundings import Data, Loop, Stack
 
-
-@dataclass(frozen=True)
-class MeasuredRow:
-    job: Job
-    gpu: str
-    group: str                      # held-out unit: architecture / job type
-    label: str
-    util_pct: float | None = None
-    memory_mib: float | None = None
-    step_time_s: float | None = None
-
+__all__ = ["MeasuredRow", "mlp_rows", "gavel_rows", "mlp_records", "mlp_records_of", "gavel_records"]
 
 # ------------------------------------------------------------------------------ GPUMemNet MLP runs
 
@@ -46,62 +36,49 @@ MLP_LOOP = Loop(item_calls=2, progress_bar=True, log_every=0, cudnn_benchmark=Fa
 MLP_STACK = Stack(lazy_loading=False)
 
 
-def _mlp_factories(input_size: int, widths: tuple[int, ...]):
-    def model_fn():
-        import torch.nn as nn
-
-        layers, prev = [], input_size
-        for i, w in enumerate(widths):
-            layers.append(nn.Linear(prev, w))
-            if i < len(widths) - 1:
-                layers.append(nn.ReLU())
-            prev = w
-        return nn.Sequential(*layers)
-
-    def input_fn(batch_size: int):
-        import torch
-
-        return (torch.randn(batch_size, input_size),)
-
-    return model_fn, input_fn
+def _flat(group: str, spec) -> dict:
+    return {f"{group}.{k}": v for k, v in spec.to_dict().items()}
 
 
-def _ce_loss(output, inputs):
-    import torch
-    import torch.nn.functional as F
+def mlp_records_of(runs: list[dict], limit: int | None = None) -> list[dict]:
+    """runs.csv's rows (parsed) as measured-row records: ``mlp:`` models with the runs' loader."""
+    surroundings = {**_flat("data", MLP_DATA), **_flat("loop", MLP_LOOP), **_flat("stack", MLP_STACK)}
+    out = []
+    for r in runs[:limit] if limit else runs:
+        out.append({"model": f"mlp:{r['input_size']}:{r['linear_widths']}", "batch_size": int(r["batch_size"]),
+                    "optimizer": "adam", **surroundings, "gpu": r["gpu"], "group": r["architecture"],
+                    "label": f"mlp run {r['run']}", "util_pct": float(r["util_pct"]),
+                    "memory_mib": float(r["memory_max_mib"])})
+    return out
 
-    return F.cross_entropy(output, torch.randint(0, output.shape[-1], output.shape[:1], device=output.device))
+
+def mlp_records(path: str | Path, limit: int | None = None) -> list[dict]:
+    with open(path, newline="") as f:
+        return mlp_records_of(list(csv.DictReader(f)), limit)
 
 
 def mlp_rows(path: str | Path, limit: int | None = None) -> list[MeasuredRow]:
     """GPUMemNet's MLP runs as jobs (``path``: the runs.csv)."""
-    rows = []
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            widths = tuple(int(w) for w in r["linear_widths"].split(";"))
-            model_fn, input_fn = _mlp_factories(int(r["input_size"]), widths)
-            job = Job.from_module(model_fn, input_fn, batch_size=int(r["batch_size"]), optimizer="adam",
-                                  loss_fn=_ce_loss, name=f"gpumemnet-mlp:{r['input_size']}:{r['linear_widths']}",
-                                  data=MLP_DATA, loop=MLP_LOOP, stack=MLP_STACK)
-            rows.append(MeasuredRow(job=job, gpu=r["gpu"], group=r["architecture"], label=f"mlp run {r['run']}",
-                                    util_pct=float(r["util_pct"]), memory_mib=float(r["memory_max_mib"])))
-            if limit and len(rows) >= limit:
-                break
-    return rows
+    return from_records(mlp_records(path, limit), str(path))
 
 
 # ------------------------------------------------------------------------------ Gavel throughputs
 
-def gavel_rows(path: str | Path) -> list[MeasuredRow]:
-    """Gavel's solo, single-GPU throughputs as jobs (``path``: simulation_throughputs.json)."""
+def gavel_records(path: str | Path) -> list[dict]:
+    """Gavel's solo, single-GPU throughputs as measured-row records (job spec JSON, step time)."""
     from gpucast.cluster.gavel import MAPPING, job_fields, solo_throughputs, split_job_type
+    from gpucast.job import Job
 
-    rows = []
+    out = []
     for (job_type, scale, gpu), steps_per_s in solo_throughputs(path).items():
         name, batch = split_job_type(job_type)
         if scale != 1 or name not in MAPPING:
             continue
-        job = Job(**job_fields(job_type))
-        rows.append(MeasuredRow(job=job, gpu=gpu, group=name, label=f"{job_type} on {gpu}",
-                                step_time_s=1.0 / steps_per_s))
-    return rows
+        out.append({"job": Job(**job_fields(job_type)).to_json(), "gpu": gpu, "group": name,
+                    "label": f"{job_type} on {gpu}", "step_time_s": 1.0 / steps_per_s})
+    return out
+
+
+def gavel_rows(path: str | Path) -> list[MeasuredRow]:
+    """Gavel's solo, single-GPU throughputs as jobs (``path``: simulation_throughputs.json)."""
+    return from_records(gavel_records(path), str(path))

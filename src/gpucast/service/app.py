@@ -131,15 +131,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                            input_shape: Optional[str] = Form(None, description="Per-sample shape, e.g. 3,224,224."),
                            precision: schemas.Precision = Form("fp32"), mode: schemas.Mode = Form("train"),
                            optimizer: schemas.Optimizer = Form("sgd"), input_pipeline_s: float = Form(0.0),
-                           gpus: int = Form(1)) -> Response:
-        """Predict an uploaded ONNX model (multipart: `file` plus the job's fields as form fields)."""
-        from gpucast.job import Job
+                           gpus: int = Form(1),
+                           data: Optional[str] = Form(None, description='The loader as a JSON object, e.g. '
+                                                                        '{"source": "images", "num_workers": 8}.'),
+                           loop: Optional[str] = Form(None, description='The loop habits as a JSON object.'),
+                           stack: Optional[str] = Form(None, description='The stack as a JSON object.')) -> Response:
+        """Predict an uploaded ONNX model (multipart: `file` plus the job's fields as form fields;
+        `data`, `loop` and `stack` as JSON objects)."""
+        from gpucast.job import Job, JobError
 
+        surroundings = {}
+        for name, text in (("data", data), ("loop", loop), ("stack", stack)):
+            if text:
+                try:
+                    surroundings[name] = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise JobError(f"field {name!r}: not a JSON object ({exc.msg})") from None
         names = gpu_names(gpu, settings)
         tmp, head, digest = await save_upload(file, settings)
         path = await anyio.to_thread.run_sync(check_and_keep, tmp, head, digest, file.filename, settings)
         fields = dict(batch_size=batch_size, seq_len=seq_len, input_shape=input_shape or None, precision=precision,
-                      mode=mode, optimizer=optimizer, input_pipeline_s=input_pipeline_s, gpus=gpus)
+                      mode=mode, optimizer=optimizer, input_pipeline_s=input_pipeline_s, gpus=gpus, **surroundings)
         job = await anyio.to_thread.run_sync(lambda: Job.from_onnx(path, **fields))
         return await answer(job, names, len(gpu) > 1)
 
@@ -207,9 +219,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.get("/healthz", response_model=schemas.Health, tags=["service"])
     async def healthz():
         """Liveness, versions, cache size and the limits in force."""
-        from gpucast.api import MODEL_VERSION
+        from gpucast.api import model_version
 
-        return {"status": "ok", "version": __version__, "model_version": MODEL_VERSION,
+        return {"status": "ok", "version": __version__, "model_version": model_version(settings.environment),
                 "cache_entries": len(predictor._lru), "predictions_in_flight": len(predictor._inflight),
                 "limits": {r["limit"]: r["value"] for r in settings.table()}}
 

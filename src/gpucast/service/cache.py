@@ -103,7 +103,7 @@ class Predictor:
 
         t0 = time.perf_counter()
         try:
-            pred = api.predict(job, gpu)
+            pred = api.predict(job, gpu, env=self.settings.environment)
             body = json.dumps(pred.to_dict(), separators=(",", ":")).encode()
             return Entry(prediction=pred, body=body)
         except _input_errors() as exc:

@@ -55,6 +55,8 @@ class Settings:
     max_pending: int = 64
     cache_size: int = 4096        # (job key, GPU) answers kept, least recently used dropped
     workers: int = 4              # threads that run predictions
+    # The Environment every prediction uses (``gpucast serve --env FILE``); None: the default.
+    environment: object = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))

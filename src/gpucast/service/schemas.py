@@ -127,6 +127,7 @@ class Prediction(BaseModel):
     surroundings: dict[str, Any]
     loader_time_s: float
     util_basis: str
+    interval_basis: str
 
 
 class GpuState(BaseModel):
