@@ -107,7 +107,10 @@ def register(app: typer.Typer, cli) -> None:
             cli.console.print(_metrics_table(f"gpucast calibrate: {cal.rows} rows, {len(cal.groups)} groups, "
                                              f"GPUs {', '.join(cal.gpus)}", lines))
             moved = ", ".join(f"{p} {v:.3g}" for p, v in cal.info.get("values", {}).items()) or "none"
-            cli.console.print(f"fitted: {moved}", highlight=False)
+            w = cal.info.get("prior_weight")
+            how = ("the base kept: held-out rows were predicted best without a fit" if w is None and cal.params
+                   else f"prior weight {w:g}" + (" (chosen by the cross-validation)" if cal.cross_validated else ""))
+            cli.console.print(f"fitted: {moved}; {how}", highlight=False)
             if not cal.conformal:
                 cli.console.print("intervals: too few held-out rows for 80 % split-conformal intervals; predictions "
                                   "keep the constant-corner bands", highlight=False)

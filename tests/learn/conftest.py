@@ -1,4 +1,4 @@
-"""Shared paths and the skip for tests that read ../shared/data."""
+"""The MLP sample fixture (tests that read ../shared/data skip without it)."""
 
 from __future__ import annotations
 

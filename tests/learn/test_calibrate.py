@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import subprocess
 import sys
 
@@ -26,7 +28,11 @@ from gpucast.learn.fit import Fitter
 from gpucast.learn.rows import MeasuredRow, from_records
 from gpucast.surroundings import Data, Loop
 
-from conftest import MLP_CSV, needs_shared
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+MLP_CSV = SHARED / "gpumemnet-mlp" / "runs.csv"
+GAVEL_JSON = SHARED / "gavel" / "simulation_throughputs.json"
+needs_shared = pytest.mark.skipif(not MLP_CSV.is_file() or not GAVEL_JSON.is_file(),
+                                  reason="../shared/data is not beside the checkout")
 
 BENCH = {"data": Data(source="device"), "loop": Loop.benchmark()}
 SYNTHETIC_MLPS = [("mlp:64:64;10", 16), ("mlp:256:256;256;10", 64), ("mlp:1024:4096;4096;10", 512),

@@ -3,6 +3,8 @@ shape, and one clear error line naming file, row and column for a malformed row.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 
 import pytest
@@ -11,7 +13,11 @@ from gpucast import Job
 from gpucast.learn.rows import RowsError, from_records, read_file, read_rows
 from gpucast.surroundings import Data
 
-from conftest import GAVEL_JSON, MLP_CSV, needs_shared
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+MLP_CSV = SHARED / "gpumemnet-mlp" / "runs.csv"
+GAVEL_JSON = SHARED / "gavel" / "simulation_throughputs.json"
+needs_shared = pytest.mark.skipif(not MLP_CSV.is_file() or not GAVEL_JSON.is_file(),
+                                  reason="../shared/data is not beside the checkout")
 
 
 def _write(path, text):

@@ -143,13 +143,16 @@ class Environment:
         1.0, "factor",
         "GPU kernel time relative to the roofline model (EstimatorConfig): 1 is the model as published; "
         "a calibration moves it for what the rows' cluster does differently (library versions, clocks "
-        "under its power and thermal limits, drivers). Spread: roofline models of DNN training land "
-        "within ~1.5x of measured step times for most models (Lym et al., 'DeLTA', 2019).", 0.4)
+        "under its power and thermal limits, drivers). Spread 0.15: where the GPU sets the pace the kernel "
+        "model lands within ~5-20 % of Gavel's measured step times (ResNet-50 b128 within 1 % on P100/V100, "
+        "CycleGAN 0.82-0.93; benchmarks/results/gavel_compare.md), while host-side costs vary far more, "
+        "so a slow cluster is explained by its hosts first.", 0.15)
     host_time_factor: float = _c(
         1.0, "factor",
         "Host CPU time (op dispatch, loader, loop habits) relative to the reference host of the "
         "constants (a ~3 GHz server core): single-thread speed of server CPUs spans ~2x across "
-        "generations (SPEC CPU2017 speed results).", 0.4)
+        "generations (SPEC CPU2017 speed results), and older PyTorch releases dispatch ops several "
+        "times slower (per-parameter optimizer loops, no fast paths), hence a wide spread.", 0.7)
     # ---------------------------------------------------------------- the counter as a monitor reports it
     util_odds_factor: float = _c(
         1.0, "factor on the odds u / (1 - u)",
@@ -161,7 +164,7 @@ class Environment:
     util_odds_exponent: float = _c(
         1.0, "exponent on the odds", "See util_odds_factor (prior: the identity).", 0.3)
     gpu_kernel_factors: tuple = field(default=(), metadata={
-        "unit": "factor per GPU type", "prior_sigma": 0.3, "kind": "per-gpu",
+        "unit": "factor per GPU type", "prior_sigma": 0.1, "kind": "per-gpu",
         "source": "Per-GPU-type kernel time factor on top of kernel_time_factor, as (gpu, factor) pairs: a "
                   "cluster's cards may run below their boost clock or with older libraries; 1 when absent."})
     # ---------------------------------------------------------------- what made this environment (not constants)

@@ -8,7 +8,7 @@ Layout (``format: 1``)::
     created: 2026-12-01T14:00:00+00:00
     base: default                   # the constants the fit started from: default | priors
     provenance: {rows: 5, files: [{path, sha256}], groups: [...], gpus: [...], measured: {...}}
-    fit: {params: [...], before: {...}, after: {...}, cross_validated: {...}, cv_unit: group}
+    fit: {params: [...], prior_weight: 4.0, before: {...}, after: {...}, cross_validated: {...}, cv_unit: group}
     constants: {item_s: 3.1e-05, gpu_kernel_factors: {a100-40gb: 1.12}, ...}   # the fitted ones
     intervals: {util_pct: {level: 0.8, log_halfwidth: 0.05, rows: 5}, ...}
 
@@ -63,7 +63,8 @@ def document(cal, label: str, files: list[str | Path]) -> dict:
         "provenance": {"rows": cal.rows, "files": [{"path": str(p), "sha256": file_digest(p)} for p in files
                                                    if Path(p).is_file()],
                        "groups": list(cal.groups), "gpus": list(cal.gpus), "measured": dict(cal.measured)},
-        "fit": _rounded({"params": list(cal.params), "before": cal.before, "after": cal.after,
+        "fit": _rounded({"params": list(cal.params), "prior_weight": cal.info.get("prior_weight"),
+                         "before": cal.before, "after": cal.after,
                          "cross_validated": cal.cross_validated, "cv_unit": cal.cv_unit}),
         "constants": values,
         "intervals": {c[0]: {"level": c[1], "log_halfwidth": _num(c[2]), "rows": c[3]} for c in cal.env.conformal},
