@@ -103,6 +103,7 @@ def test_environment_files_round_trip_and_name_the_model(tmp_path):
     job = f.rows[0].job
     p, p0 = gpucast.predict(job, "a100-40gb", env=env), gpucast.predict(job, "a100-40gb")
     assert p.model_version.startswith(p0.model_version + "+env.lab@") and p.model_version != p0.model_version
+    assert p.model_version.endswith(".5-rows")  # a calibration on few rows says so
     assert p.interval_basis.startswith("split-conformal 80%") and p0.interval_basis.startswith("constant corners")
     assert p.step_time_s == pytest.approx(gpucast.predict(job, "a100-40gb", env=cal.env).step_time_s)
 

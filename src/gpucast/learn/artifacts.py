@@ -14,7 +14,8 @@ Layout (``format: 1``)::
 
 :func:`load_environment` lays ``constants`` over the base and returns the Environment with
 ``label = <label>@<digest>`` (the digest covers constants and intervals, so two files that
-predict differently never share a model version). Format 0 is a flat ``name: value`` constants
+predict differently never share a model version), and ``.<N>-rows`` after it when the fit saw
+fewer than :data:`FEW_ROWS` rows. Format 0 is a flat ``name: value`` constants
 file (``--constants`` style): it is migrated with a message. A file from another gpucast version
 of the same format is read with a message; one naming a constant this version does not know is
 refused, naming it. Writes are atomic.
@@ -32,6 +33,8 @@ from gpucast import __version__
 from gpucast.estimate.environment import PER_GPU, Environment
 
 FORMAT = 1
+# Below this many rows a calibration or a learned model says so in every model_version it makes.
+FEW_ROWS = 300
 
 
 class EnvironmentFileError(ValueError):
@@ -174,8 +177,11 @@ def load_environment(path: str | Path) -> tuple[Environment, list[str]]:
                                        f"log_halfwidth and rows") from None
     digest = hashlib.sha256(json.dumps([sorted(values.items()), sorted(conformal), doc.get("base")],
                                        default=str).encode()).hexdigest()[:8]
-    label = str(doc.get("label") or path.stem)
-    return env.replace(label=f"{label}@{digest}", conformal=tuple(sorted(conformal))), messages
+    label = f"{doc.get('label') or path.stem}@{digest}"
+    rows = (doc.get("provenance") or {}).get("rows")
+    if isinstance(rows, int) and rows < FEW_ROWS:  # a calibration on few rows says so in model_version
+        label += f".{rows}-rows"
+    return env.replace(label=label, conformal=tuple(sorted(conformal))), messages
 
 
 def _positive(path, name, v) -> float:
@@ -188,8 +194,6 @@ def _positive(path, name, v) -> float:
 # ------------------------------------------------------------------------------ learned models
 
 MODEL_FORMAT = 1
-# Below this many training rows a learned model says so in every model_version it makes.
-FEW_ROWS = 300
 
 
 class ModelFileError(ValueError):
