@@ -33,7 +33,7 @@ def model_version(env: Environment | None = None) -> str:
     return f"{MODEL_VERSION}+env.{env.label}"
 
 
-def _intervals(est: Estimate, env: Environment | None, mem_bytes: int):
+def _intervals(est: Estimate, env: Environment | None):
     """The estimate's intervals: split-conformal from the environment's held-out residuals where it
     has them, the constants' corners elsewhere; and a line saying which is which."""
     util, mem, step = est.gpu_util_interval, est.memory_interval, est.step_time_interval
@@ -47,7 +47,7 @@ def _intervals(est: Estimate, env: Environment | None, mem_bytes: int):
         util = interval("util_pct", est.gpu_util_pct, conformal["util_pct"][1])
         said.append("utilization")
     if "memory_mib" in conformal:
-        lo, hi = interval("memory_mib", mem_bytes, conformal["memory_mib"][1])
+        lo, hi = interval("memory_mib", est.memory.total_bytes, conformal["memory_mib"][1])
         mem = (int(lo), int(hi))
         said.append("memory")
     if "step_time_s" in conformal:
@@ -151,7 +151,7 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
     if not fits:
         notes.append(f"needs {est.memory.total_bytes / 2**30:.1f} GiB, more than the {spec.memory_bytes / 2**30:.1f} "
                      f"GiB of a {spec.name}: the job would fail with out-of-memory")
-    util_iv, mem_iv, step_iv, basis = _intervals(est, env, est.memory.total_bytes)
+    util_iv, mem_iv, step_iv, basis = _intervals(est, env)
     pred = Prediction(
         job=job.to_dict(), job_key=job.key, gpu=spec.name,
         gpu_util_pct=round(est.gpu_util_pct, 2),
@@ -172,5 +172,5 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
     if learned is not None:
         from gpucast.learn.apply import apply
 
-        pred = apply(pred, learned, tr, job, spec, config, env)
+        pred = apply(pred, learned, est.prepared, env)
     return Explanation(prediction=pred, trace=tr, estimate=est, gpu=spec)

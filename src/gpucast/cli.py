@@ -21,7 +21,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Predict a deep-learning job's GPU utilization, peak memory and step time from its graph.")
 # Tables need room: when output is not a terminal (pipes, CI logs) use 160 columns, not 80.
 console = Console(width=None if sys.stdout.isatty() else 160)
-err = err_console = Console(stderr=True)
+err = Console(stderr=True)
 
 DEMO_JOBS = (("resnet50", 64, "amp-fp16"), ("resnet18-cifar", 32, "fp32"), ("bert-base", 32, "amp-fp16"),
              ("gpt2", 8, "amp-fp16"), ("lstm-lm-medium", 20, "fp32"))
@@ -140,16 +140,23 @@ def _run(fn):
         _fail(str(msg).splitlines()[0] if str(msg) else type(exc).__name__)
 
 
+def _environment(env_path: Optional[Path]):
+    """``--env FILE`` (``gpucast calibrate``): its Environment, or None; notes about how the
+    file was read go to stderr."""
+    if env_path is None:
+        return None
+    from gpucast.learn.artifacts import load_environment
+
+    env, messages = load_environment(env_path)
+    for m in messages:
+        err.print(f"[yellow]note:[/] {m}")
+    return env
+
+
 def _config(path: Optional[Path], env_path: Optional[Path] = None):
     """``--constants FILE`` and ``--env FILE``: (EstimatorConfig, Environment). The environment
-    file (``gpucast calibrate``) comes first; a constants file's fields override it."""
-    env = None
-    if env_path is not None:
-        from gpucast.learn.artifacts import load_environment
-
-        env, messages = load_environment(env_path)
-        for m in messages:
-            err_console.print(f"[yellow]note:[/] {m}")
+    file comes first; a constants file's fields override it."""
+    env = _environment(env_path)
     if path is None:
         return None, env
     import yaml
@@ -157,13 +164,7 @@ def _config(path: Optional[Path], env_path: Optional[Path] = None):
     from gpucast.estimate import load_constants
 
     try:
-        cfg, cenv = load_constants(path)
-        if env is not None:
-            from gpucast.estimate.constants import read_constants_file
-
-            over = {k: v for k, v in read_constants_file(path).items() if k in env.constants()}
-            cenv = env.replace(**over) if over else env
-        return cfg, cenv
+        return load_constants(path, env)
     except OSError as exc:
         raise ValueError(f"cannot read constants file {str(path)!r}: {exc.strerror}") from None
     except (ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:

@@ -63,6 +63,15 @@ def _metrics_table(title: str, lines: list[tuple[str, dict | None]]):
     return t
 
 
+def _base(name: str):
+    """``--base``: the Environment a fit starts from."""
+    from gpucast.estimate.environment import Environment
+
+    if name not in ("default", "priors"):
+        raise ValueError(f"--base must be default or priors, got {name!r}")
+    return Environment.priors() if name == "priors" else Environment.default()
+
+
 def register(app: typer.Typer, cli) -> None:
     """Add ``calibrate`` and ``learn`` to ``app``; ``cli`` is the module of ``app``."""
 
@@ -79,23 +88,20 @@ def register(app: typer.Typer, cli) -> None:
                       ) -> None:
         """Fit an environment (host, loader, context, per-GPU speed) to a cluster's measured jobs."""
         from gpucast.cli_sim import check_writable
-        from gpucast.estimate.environment import Environment
         from gpucast.learn import artifacts
         from gpucast.learn.calibrate import calibrate
         from gpucast.learn.rows import read_rows
 
         def check():
             _needs("scipy")
-            if base not in ("default", "priors"):
-                raise ValueError(f"--base must be default or priors, got {base!r}")
+            start = _base(base)
             check_writable(out, "--out")
-            return read_rows(rows)
+            return read_rows(rows), start
 
-        measured = cli._run(check)
+        measured, start = cli._run(check)
         fitter = _fitter(measured, cli)
         with cli.err.status("calibrating") as status:
-            cal = cli._run(lambda: calibrate(fitter, base=Environment.priors() if base == "priors" else
-                                             Environment.default(), cross_validate=cv, label=label or out.stem,
+            cal = cli._run(lambda: calibrate(fitter, base=start, cross_validate=cv, label=label or out.stem,
                                              progress=lambda s: status.update(s)))
         doc = artifacts.document(cal, label or out.stem, rows)
         artifacts.save_environment(doc, out)
@@ -132,9 +138,9 @@ def register(app: typer.Typer, cli) -> None:
                      as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """Every method under one group-held-out split: floor, reference-style trees, physics, calibrated
         physics, hybrid."""
+        import numpy as np
         from rich.table import Table
 
-        from gpucast.estimate.environment import Environment
         from gpucast.learn import evaluate as ev
         from gpucast.learn.rows import read_rows
 
@@ -144,20 +150,18 @@ def register(app: typer.Typer, cli) -> None:
             bad = [q for q in quantity if q not in ev.KEYS]
             if bad:
                 raise ValueError(f"--quantity must be one of {', '.join(ev.KEYS)}, got {bad[0]!r}")
-            if base not in ("default", "priors"):
-                raise ValueError(f"--base must be default or priors, got {base!r}")
+            start = _base(base)
             r = read_rows(rows)
             if len({x.group for x in r}) < 2:
                 raise ValueError("learn evaluate holds out whole groups: the rows need at least two groups")
-            return r
+            return r, start
 
-        measured = cli._run(check)
+        measured, start = cli._run(check)
         fitter = _fitter(measured, cli)
         qs = tuple(quantity) or tuple(q for q, arr in (("util_pct", fitter.util), ("memory_mib", fitter.memory),
-                                                       ("step_time_s", fitter.step)) if (~_isnan(arr)).any())
+                                                       ("step_time_s", fitter.step)) if (~np.isnan(arr)).any())
         with cli.err.status("evaluating") as status:
-            res = ev.compare(fitter, qs, Environment.priors() if base == "priors" else Environment.default(),
-                             progress=lambda s: status.update(s))
+            res = ev.compare(fitter, qs, start, progress=lambda s: status.update(s))
         doc = {q: {m: ev.score(fitter, q, res[m][q]) for m in ev.METHODS} for q in qs}
         if as_json:
             print(json.dumps(doc, indent=2, default=float))
@@ -182,8 +186,6 @@ def register(app: typer.Typer, cli) -> None:
                 force: bool = typer.Option(False, "--force", help="Write the model even if it loses to the physics "
                                                                   "on held-out groups.")) -> None:
         """Train the hybrid (LightGBM on the physics' residuals) on measured rows; `predict --learned` uses it."""
-        import numpy as np
-
         from gpucast.cli_sim import check_writable
         from gpucast.learn import artifacts
         from gpucast.learn.evaluate import fit_hybrid
@@ -195,7 +197,7 @@ def register(app: typer.Typer, cli) -> None:
                 raise ValueError(f"--quantity must be util_pct, memory_mib or step_time_s, got {quantity!r}")
             check_writable(out, "--out")
             r = read_rows(rows)
-            env = cli._config(None, env_file)[1] if env_file is not None else None
+            env = cli._environment(env_file)
             return r, env
 
         measured, env = cli._run(check)
@@ -220,8 +222,3 @@ def register(app: typer.Typer, cli) -> None:
 
     app.add_typer(learn_app, name="learn")
 
-
-def _isnan(arr):
-    import numpy as np
-
-    return np.isnan(arr)

@@ -33,7 +33,7 @@ def register(app: typer.Typer, cli) -> None:
 
         if not 1 <= port <= 65535:
             cli._fail(f"--port must be between 1 and 65535, got {port}")
-        env = cli._run(lambda: cli._config(None, env_file)[1]) if env_file is not None else None
+        env = cli._run(lambda: cli._environment(env_file))
         settings = Settings(environment=env) if data_dir is None else Settings(data_dir=data_dir, environment=env)
         try:
             settings.data_dir.mkdir(parents=True, exist_ok=True)

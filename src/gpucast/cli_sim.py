@@ -129,7 +129,7 @@ def register(app: typer.Typer, cli) -> None:
                 raise ValueError("--report and --json name the same file")
             spec = cl.ClusterSpec.homogeneous(gpu_type, gpus, gpus_per_node=gpus_per_node)
             jobs = cl.load_trace(trace, gpus=gpus, limit=limit)
-            env = cli._config(None, env_file)[1] if env_file is not None else None
+            env = cli._environment(env_file)
             return names, spec, jobs, env
 
         names, spec, jobs, env = cli._run(check)

@@ -161,23 +161,30 @@ _PRED_CACHE: dict[tuple, Estimate] = {}
 CACHE_DIR_ENV = "GPUCAST_CACHE_DIR"
 
 
-# The environment every simulated prediction uses (``gpucast simulate --env``); None: the default.
+# The environment every simulated prediction uses (``gpucast simulate --env``; None: the default)
+# and the model version it makes, which keys the caches.
 _ENVIRONMENT = None
+_VERSION = None
 
 
 def set_environment(env) -> None:
     """Make the simulator's predictions use ``env`` (an Environment, or None for the default)."""
-    global _ENVIRONMENT
-    _ENVIRONMENT = env
+    from gpucast.api import model_version
+
+    global _ENVIRONMENT, _VERSION
+    _ENVIRONMENT, _VERSION = env, model_version(env)
+
+
+def _model_version() -> str:
+    if _VERSION is None:
+        set_environment(_ENVIRONMENT)
+    return _VERSION
 
 
 def predict_cached(profile: Profile, gpu: str) -> Estimate:
     """``gpucast.predict`` once per (job fields, GPU type, environment) in this process, and across
     processes through the disk cache (see the module docstring)."""
-    from gpucast.api import model_version
-
-    key = (profile.fields or (profile.workload, profile.batch_size, profile.precision), gpu,
-           model_version(_ENVIRONMENT))
+    key = (profile.fields or (profile.workload, profile.batch_size, profile.precision), gpu, _model_version())
     est = _PRED_CACHE.get(key)
     if est is None:
         import gpucast
@@ -231,9 +238,7 @@ def _disk_entry(job, gpu: str) -> tuple[Path, str] | None:
     if root is None:
         return None
     try:
-        from gpucast.api import model_version
-
-        key = f"{job.key}|{gpu}|{model_version(_ENVIRONMENT)}|{_code_fingerprint()}"
+        key = f"{job.key}|{gpu}|{_model_version()}|{_code_fingerprint()}"
     except Exception:  # noqa: BLE001 - no key, no cache: predict as usual
         return None
     return root / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json", key

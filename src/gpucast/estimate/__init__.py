@@ -68,6 +68,7 @@ class Estimate:
     surroundings: Surroundings | None = None
     loader: LoaderCost | None = None
     util_basis: str = "steady-state"
+    prepared: "Prepared | None" = None  # what the estimate was computed from (reused by learned corrections)
 
 
 def surroundings_of(job: Job, trace: Trace) -> Surroundings:
@@ -155,7 +156,7 @@ def estimate(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | Non
         memory_interval=(int(mem.total_bytes * lo), int(mem.total_bytes * hi)),
         time_by_phase=by_phase, time_by_category=dict(sorted(by_cat.items(), key=lambda kv: -kv[1])),
         costed_time_share=costed_share, timeline=tl, kernel_times=kt, surroundings=sur, loader=lc,
-        util_basis=basis,
+        util_basis=basis, prepared=prep,
     )
 
 
@@ -183,9 +184,10 @@ def _bottleneck(job: Job, tl: Timeline, util: float, kt, lc: LoaderCost) -> tupl
     return "memory-bound", f"{dom_memory / busy:.0%} of GPU time is in bandwidth-limited kernels"
 
 
-def load_constants(path) -> tuple[EstimatorConfig, Environment]:
+def load_constants(path, env: Environment | None = None) -> tuple[EstimatorConfig, Environment]:
     """A YAML/JSON file of ``name: value`` pairs, each a field of EstimatorConfig or of
-    Environment (over :meth:`Environment.default`); an unknown name is a ValueError."""
+    Environment (over ``env``, by default :meth:`Environment.default`); an unknown name is a
+    ValueError."""
     from dataclasses import fields as dc_fields
 
     from gpucast.estimate.constants import read_constants_file
@@ -197,7 +199,7 @@ def load_constants(path) -> tuple[EstimatorConfig, Environment]:
     if unknown:
         raise ValueError(f"unknown constant {unknown[0]!r}")
     cfg = EstimatorConfig().replace(**{k: v for k, v in data.items() if k in cfg_names})
-    env = Environment.default().replace(**{k: v for k, v in data.items() if k in env_names})
+    env = (env or Environment.default()).replace(**{k: v for k, v in data.items() if k in env_names})
     return cfg, env
 
 

@@ -14,17 +14,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpucast.estimate import prepare
 from gpucast.estimate.environment import Environment
 from gpucast.learn.features import physics_features, reference_features
 from gpucast.learn.intervals import interval
 
 
-def apply(pred, learned, trace, job, gpu, config=None, env: Environment | None = None):
+def apply(pred, learned, prepared, env: Environment | None = None):
+    """``pred`` corrected by ``learned`` (a model and its meta), from the Prepared estimate that made it."""
     model, meta = learned
     env = env or Environment.default()
-    prep = prepare(trace, job, gpu, config, env)
-    X = np.hstack([physics_features(prep, env), reference_features(trace, job, gpu)])[None, :]
+    job, gpu = prepared.job, prepared.gpu
+    X = np.hstack([physics_features(prepared, env), reference_features(prepared.trace, job, gpu)])[None, :]
     q = model.quantity
     physics = {"util_pct": pred.gpu_util_pct, "memory_mib": pred.memory_peak_bytes / 2**20,
                "step_time_s": pred.step_time_s}[q]

@@ -26,7 +26,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from gpucast import __version__
@@ -62,7 +61,7 @@ def document(cal, label: str, files: list[str | Path]) -> dict:
         "gpucast_version": __version__,
         "label": label,
         "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
-        "base": "priors" if cal.base == Environment.priors() else "default",
+        "base": _base_name(cal.base),
         "provenance": {"rows": cal.rows, "files": [{"path": str(p), "sha256": file_digest(p)} for p in files
                                                    if Path(p).is_file()],
                        "groups": list(cal.groups), "gpus": list(cal.gpus), "measured": dict(cal.measured)},
@@ -72,6 +71,14 @@ def document(cal, label: str, files: list[str | Path]) -> dict:
         "constants": values,
         "intervals": {c[0]: {"level": c[1], "log_halfwidth": _num(c[2]), "rows": c[3]} for c in cal.env.conformal},
     }
+
+
+def _base_name(base: Environment) -> str:
+    """What a loader can rebuild the base from: the priors or the default constants."""
+    for name, env in (("default", Environment.default()), ("priors", Environment.priors())):
+        if base == env:
+            return name
+    raise ValueError("an environment file can only start from the default constants or the priors")
 
 
 def _rounded(obj):
@@ -93,18 +100,9 @@ def _num(v):
 def save_environment(doc: dict, path: str | Path) -> None:
     import yaml
 
-    _atomic_write(Path(path), yaml.safe_dump(_plain(doc), sort_keys=False, default_flow_style=False))
+    from gpucast.cluster.report import atomic_write_text
 
-
-def _atomic_write(path: Path, text: str) -> None:
-    """A temporary file beside ``path``, then ``os.replace``: readers see the old file or the new one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, yaml.safe_dump(_plain(doc), sort_keys=False, default_flow_style=False))
 
 
 def _plain(obj):
@@ -207,7 +205,9 @@ def save_model(path: str | Path, model, meta: dict) -> None:
            "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
            "quantity": model.quantity, "rows": model.rows, **_plain(meta),
            "booster": model.booster.model_to_string()}
-    _atomic_write(Path(path), json.dumps(doc, indent=1) + "\n")
+    from gpucast.cluster.report import atomic_write_text
+
+    atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
 
 
 def load_model(path: str | Path):

@@ -66,11 +66,9 @@ def compare(fitter: Fitter, quantities: tuple[str, ...], base: Environment, cali
         say(f"held out {g}: calibrating on {min(len(train), calibration_rows)} of {len(train)} rows")
         cal_idx = train if len(train) <= calibration_rows else np.sort(rng.choice(train, calibration_rows, replace=False))
         cal = calibrate(fitter, cal_idx, base=base, cross_validate=False)
-        env = cal.env
-        phys_cal_train, phys_cal_test = fitter.predict(env, train), fitter.predict(env, test)
+        phys_cal = fitter.predict(cal.env)
         say(f"held out {g}: learned models")
-        Xp_train = np.hstack([physics_matrix(fitter, env, train), ref_X[train]])
-        Xp_test = np.hstack([physics_matrix(fitter, env, test), ref_X[test]])
+        Xp = np.hstack([physics_matrix(fitter, cal.env), ref_X])
         for q in quantities:
             y = _measured(fitter, q)
             ok = train[~np.isnan(y[train])]
@@ -80,10 +78,9 @@ def compare(fitter: Fitter, quantities: tuple[str, ...], base: Environment, cali
             out["floor"][q][test] = float(np.exp(np.mean(np.log(vals)))) if q == "step_time_s" else float(np.mean(vals))
             out["reference"][q][test] = ReferenceRegressor(q).fit(ref_X[ok], vals).predict(ref_X[test])
             out["physics"][q][test] = _of(phys_all, q)[test]
-            out["physics+calibration"][q][test] = _of(phys_cal_test, q)
-            okl = ~np.isnan(y[train])
-            hyb = HybridResidual(q).fit(Xp_train[okl], _of(phys_cal_train, q)[okl], y[train][okl])
-            out["hybrid"][q][test] = hyb.predict(Xp_test, _of(phys_cal_test, q))
+            out["physics+calibration"][q][test] = _of(phys_cal, q)[test]
+            hyb = HybridResidual(q).fit(Xp[ok], _of(phys_cal, q)[ok], vals)
+            out["hybrid"][q][test] = hyb.predict(Xp[test], _of(phys_cal, q)[test])
     return out
 
 
@@ -121,7 +118,6 @@ def few_shot(fitter: Fitter, ks: tuple[int, ...], base: Environment, draws: int 
 
     say = progress or (lambda s: None)
     rng = np.random.default_rng(seed)
-    n = len(fitter.rows)
     out = {}
     for k in ks:
         preds = {q: [] for q in KEYS}

@@ -50,7 +50,7 @@ def physics_features(prepared, env) -> np.ndarray:
     mem = prepared.memory(env)
     util = env.util_response(min(1.0, tl.gpu_busy_s / tl.step_time_s)) if tl.step_time_s > 0 else 0.0
     label, _ = _bottleneck(prepared.job, tl, util, prepared.kt, lc)
-    ctx = mem.breakdown.get("cuda_context", 0) if isinstance(mem.breakdown, dict) else 0
+    ctx = mem.breakdown.get("cuda_context", 0)
     eps = 1e-9
     return np.array([math.log(tl.step_time_s + eps), math.log(tl.gpu_busy_s + eps), math.log(tl.host_time_s + eps),
                      math.log(lc.loader_s + 1e-7), util, math.log(mem.total_bytes / 2**20),

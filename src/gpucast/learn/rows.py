@@ -234,8 +234,9 @@ def _row(rec: dict, i: int, source: str) -> MeasuredRow:
         _fail(source, i, "util_pct", "a row needs at least one measurement (util_pct, memory_mib or "
                                      "memory_bytes, step_time_s)")
     group = rec.get("group")
-    group = str(group) if group is not None else job.model.split(":", 1)[-1] if job.is_module else job.model
-    return MeasuredRow(job=job, gpu=gpu, group=group, label=str(rec.get("label", f"row {i}")), source=source,
+    if group is None:  # the model: a module job's name without its "module:" prefix
+        group = job.model.removeprefix("module:")
+    return MeasuredRow(job=job, gpu=gpu, group=str(group), label=str(rec.get("label", f"row {i}")), source=source,
                        util_pct=measured.get("util_pct"), memory_mib=measured.get("memory_mib"),
                        step_time_s=measured.get("step_time_s"))
 
