@@ -48,7 +48,9 @@ def test_simulate_prints_the_table_and_writes_json_and_report(run):
             assert key in row
         assert row["jobs"] == 40
         assert 0.0 <= row["gpu_util_pct"] <= 100.0
-        assert row["params"]["error_sigma"] == 0.2
+        from gpucast.cluster import errors
+
+        assert row["params"]["error_sigma"] == errors.measured().as_dict()   # the default: measured
     assert rows[0]["change_vs_slot_pct"]["gpu_util_pct"] == 0.0
     page = (out / "r.html").read_text(encoding="utf-8")
     assert not re.search(r"<script[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", page, re.I)
@@ -99,6 +101,10 @@ def test_an_environment_file_changes_what_the_policies_see(run, tmp_path):
     (["--gpus-per-node", "0"], "error: --gpus-per-node must be at least 1"),
     (["--limit", "0"], "error: --limit must be at least 1"),
     (["--error-sigma", "-0.1"], "error: --error-sigma must be >= 0"),
+    (["--error-sigma", "util=x"], "error: --error-sigma 'util=x': util='x' is not a number"),
+    (["--error-sigma", "speed=0.1"], "error: --error-sigma 'speed=0.1': expected"),
+    (["--load", "0"], "error: --load must be > 0"),
+    (["--trace", "no-such-mix.yaml"], "error: no-such-mix.yaml: no such mix file"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, start):
     small = [] if "--limit" in args else ["--limit", 5]  # were the input good, a short run

@@ -167,7 +167,7 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
         samples_per_s=job.batch_size * job.gpus / est.step_time_s if est.step_time_s > 0 else 0.0,
         notes=tuple(notes), surroundings=est.surroundings.to_dict(),
         loader_time_s=est.loader.loader_s / est.surroundings.stack.cpu_speed, util_basis=est.util_basis,
-        interval_basis=basis,
+        interval_basis=basis, gpu_idle_gaps=est.timeline.idle_gaps if est.timeline is not None else 0,
     )
     if learned is not None:
         from gpucast.learn.apply import apply

@@ -88,7 +88,9 @@ def register(app: typer.Typer, cli) -> None:
     @app.command("simulate")
     def simulate(trace: str = typer.Option("gavel", "--trace",
                                            help="Trace: 'gavel' (the bundled Philly-derived Gavel trace), "
-                                                "'gavel:ID', 'synthetic:N[:SEED]', or a trace file (CSV/Parquet)."),
+                                                "'gavel:ID', 'philly-mix', 'pai-mix' or a mix YAML (workloads "
+                                                "drawn to a real cluster's utilization), 'synthetic:N[:SEED]', "
+                                                "or a trace file (CSV/Parquet)."),
                  gpus: int = typer.Option(128, "--gpus", help="GPUs in the cluster."),
                  gpu_type: str = typer.Option("v100-16gb", "--gpu-type",
                                               help="GPU type of every node (see `gpucast gpus`)."),
@@ -98,10 +100,15 @@ def register(app: typer.Typer, cli) -> None:
                  seed: int = typer.Option(0, "--seed", help="Seed of the simulation's random draws (the "
                                                             "prediction errors). A synthetic trace has its own: "
                                                             "synthetic:N:SEED."),
-                 error_sigma: float = typer.Option(0.2, "--error-sigma",
-                                                   help="Size of the prediction error the policies see "
-                                                        "(0: exact predictions)."),
+                 error_sigma: str = typer.Option("measured", "--error-sigma",
+                                                 help="The prediction error the policies see: 'measured' "
+                                                      "(gpucast's measured error per quantity), a number "
+                                                      "(0: exact predictions) or util=S,memory=S,step=S."),
                  limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N jobs of the trace."),
+                 load: Optional[float] = typer.Option(None, "--load",
+                                                      help="Rescale the arrivals to this offered load (GPU-time "
+                                                           "offered per unit time per GPU; above 1 a queue "
+                                                           "grows). Default: the trace's own."),
                  report: Optional[Path] = typer.Option(None, "--report", help="Write the HTML report here."),
                  json_out: Optional[Path] = typer.Option(None, "--json",
                                                          help="Write a JSON list, one object per policy, here."),
@@ -119,8 +126,11 @@ def register(app: typer.Typer, cli) -> None:
                 raise ValueError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
             if limit is not None and limit < 1:
                 raise ValueError(f"--limit must be at least 1, got {limit}")
-            if not error_sigma >= 0:  # also refuses nan
-                raise ValueError(f"--error-sigma must be >= 0, got {error_sigma}")
+            if load is not None and not load > 0:
+                raise ValueError(f"--load must be > 0, got {load}")
+            from gpucast.cluster import errors
+
+            errors.parse(error_sigma)
             names = parse_policies(policies, list(cl.POLICIES))
             for path, flag in ((report, "--report"), (json_out, "--json")):
                 if path is not None:
@@ -128,8 +138,8 @@ def register(app: typer.Typer, cli) -> None:
             if report is not None and json_out is not None and report.resolve() == json_out.resolve():
                 raise ValueError("--report and --json name the same file")
             spec = cl.ClusterSpec.homogeneous(gpu_type, gpus, gpus_per_node=gpus_per_node)
-            jobs = cl.load_trace(trace, gpus=gpus, limit=limit)
             env = cli._environment(env_file)
+            jobs = _load_trace(cl, trace, gpus, limit, load, env, cli.err)
             return names, spec, jobs, env
 
         names, spec, jobs, env = cli._run(check)
@@ -146,8 +156,10 @@ def register(app: typer.Typer, cli) -> None:
         changes = metrics.compare(summaries, baseline=BASELINE)
         n_jobs = summaries[0]["jobs"] if summaries else 0
         trace_name = (results[0].result.params or {}).get("trace", trace) if results else trace
+        es = (results[0].result.params or {}).get("error_sigma", {}) if results else {}
         title = (f"gpucast simulate: {n_jobs} jobs (trace {trace_name}) on {gpus} x {gpu_type}, seed {seed}, "
-                 f"error sigma {error_sigma:g}")
+                 f"error sigma util {es.get('util', 0):.3g} / memory {es.get('memory', 0):.3g} / "
+                 f"step {es.get('step', 0):.3g}")
         cli.console.print(comparison_table(summaries, changes, title))
         for c in changes:
             if c["policy"] != BASELINE:
@@ -173,6 +185,27 @@ def register(app: typer.Typer, cli) -> None:
 
             write_report(report, [r.result for r in results], title=title)
             cli.err.print(f"wrote {report}", highlight=False, markup=False)
+
+
+def _load_trace(cl, trace, gpus, limit, load, env, console):
+    """The trace; a workload mix is drawn with a progress bar over its candidates' predictions
+    (made with ``env``, the run's environment)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from gpucast.cluster import mixes
+    from gpucast.cluster.truth import set_environment
+
+    if not (trace in mixes.MIX_NAMES or trace.lower().endswith((".yaml", ".yml"))):
+        return cl.load_trace(trace, gpus=gpus, limit=limit, load=load)
+    set_environment(env)
+    try:
+        with Progress(TextColumn("drawing {task.description}"), BarColumn(), MofNCompleteColumn(),
+                      console=console, transient=True) as bar:
+            task = bar.add_task(trace, total=None)
+            return cl.load_trace(trace, gpus=gpus, limit=limit, load=load,
+                                 progress=lambda i, n: bar.update(task, completed=i, total=n))
+    finally:
+        set_environment(None)
 
 
 class _Run:

@@ -51,6 +51,9 @@ class Prediction:
     # What the intervals are: split-conformal from a calibration's held-out residuals, or the
     # constants' corners where no measurement exists.
     interval_basis: str = "constant corners (no measurements)"
+    # Idle periods of the GPU per step (between kernels, at syncs, between steps): with
+    # gpu_busy_s and step_time_s, the timeline a co-location model interleaves (cluster.timeshare).
+    gpu_idle_gaps: int = 0
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpucast import cluster
-from gpucast.cluster import interference
+from gpucast.cluster import timeshare
 from gpucast.cluster.engine import Simulator
 from gpucast.cluster.policies import make_policy
 from gpucast.cluster.truth import Estimate
@@ -17,6 +17,13 @@ from simhelpers import GB, HandTruth, job, trace
 def run(tr, policy, table, n_gpus=1, gpus_per_node=8, **kw):
     spec = cluster.ClusterSpec.homogeneous("v100-16gb", n_gpus, gpus_per_node)
     return Simulator(tr, spec, make_policy(policy, **kw.pop("policy_params", {})), HandTruth(table), **kw).run()
+
+
+def pair_slowdown(util_pct, step_s=1.0):
+    """The co-location model's slowdown of each of two identical jobs (one idle gap per step, the
+    hand truth's timeline)."""
+    tl = timeshare.JobTimeline(step_s, util_pct / 100.0 * step_s, 1.0, 0.5)
+    return timeshare.slowdowns([tl, tl])[0]
 
 
 def recs(res):
@@ -58,8 +65,8 @@ def test_gang_job_waits_for_all_its_gpus_and_fifo_holds_the_rest():
 def test_shared_gpu_completion_arithmetic():
     table = {"w": (50.0, 2 * GB, 1.0, 2 * GB)}
     res = run(trace(job("a", 0, steps=100), job("b", 10, steps=50)), "packing", table)
-    s = 1 + interference.A * 0.5          # U = 100: no oversubscription term
-    assert interference.slowdowns([50.0, 50.0]) == pytest.approx([s, s])
+    s = pair_slowdown(50.0)
+    assert 1.0 < s < 2.0
     r = recs(res)
     assert r["b"].start_s == 10.0
     assert r["b"].finish_s == pytest.approx(10 + 50 * s)
@@ -73,7 +80,7 @@ def test_oom_loses_work_since_checkpoint_requeues_and_counts():
     table = {"w": (50.0, 10 * GB, 1.0, 4 * GB)}
     res = run(trace(job("a", 0, steps=1000), job("b", 10, steps=100)), "packing", table,
               checkpoint_s=25.0, oom_after_s=60.0)
-    s = 1 + interference.A * 0.5
+    s = pair_slowdown(50.0)
     r = recs(res)
     assert r["a"].oom_failures == 0 and r["b"].oom_failures == 1 and r["b"].restarts == 1
     # b ran 10..70 shared; checkpoints at 35 and 60 of its run: work at 60 is 50/s, the rest is lost
@@ -123,7 +130,9 @@ def test_same_seed_same_result_and_the_seed_matters():
     c = cluster.simulate(tr, spec, "gpucast", seed=2, predictor=_fake, measurements_dir=None)
     assert a == b
     assert [r.solo_duration_s for r in a.records] != [r.solo_duration_s for r in c.records]
-    assert a.params["seed"] == 1 and a.params["error_sigma"] == 0.2
+    from gpucast.cluster import errors
+
+    assert a.params["seed"] == 1 and a.params["error_sigma"] == errors.measured().as_dict()
 
 
 def test_progress_reaches_total():

@@ -13,7 +13,11 @@ Two references:
   and once more on 2026-12-01, when jobs gained their loaders (Gavel profiles' fields carry each
   job type's ``data``/``loop``, which the fixed predictor hashes) and the interference
   coefficients were refitted (the engine unchanged: with the previous coefficients the hand cases
-  still matched their old digests).
+  still matched their old digests), and once more on 2026-12-01 (issue 12), when shared GPUs'
+  slowdowns came from the co-location model (``timeshare``) instead of the utilization-only
+  model, a multi-GPU job's kernels on its faster GPUs were counted at the rate it really runs,
+  ``gpucast`` gained consolidation, and the truth's utilization error moved to logit space (the
+  hand cases' ``slot`` digests, which none of these touch, still matched their old values).
   A change that moves any float of any record by one ulp, or the order of a tie, fails here.
   The Gavel cases use a fixed synthetic predictor (:func:`fake_predictor`), so they do not move
   when gpucast's analytic model changes; the truth still reads Gavel's measured data.
@@ -105,43 +109,43 @@ def digest(res) -> str:
 BEFORE = {
     'hand-12': {
         'slot': 'ca17dde1294006ac4fab',
-        'packing': 'fba78117d63d12e8a311',
-        'horus': '33e6c84604bb14eeda36',
-        'gpucast': '1606777499d97f493815',
-        'oracle': 'd72a22d1b7a68a122152',
-        'profiling': 'b6e8e7b3e1295037a485',
+        'packing': 'fa613693de9f5ca50add',
+        'horus': '4fa0dc0de5fa8ab880ff',
+        'gpucast': 'f1d1afe2dfa36e250085',
+        'oracle': '64cd30e7fd6cbbe0931f',
+        'profiling': 'ffbb265eb9e8f6ec2369',
     },
     'hand-ties': {
         'slot': 'e5c7594778c95f98ec55',
-        'packing': 'c115f666cb35ac70dbbc',
-        'horus': '06870ba4e0eec42a0db6',
-        'gpucast': '444909c09b19f797b289',
-        'oracle': '9e2193113729aabaea91',
-        'profiling': '670706508f5e06597bf4',
+        'packing': '552205802e87d19a07e6',
+        'horus': 'f5b5797c46826e4df6cf',
+        'gpucast': '1fe9ce826c4c5269f5f3',
+        'oracle': '2295ef3483cd024b1f6a',
+        'profiling': 'a4ca64e88babaf36d6c2',
     },
     'hand-mixed': {
         'slot': '3ad03bf0f36a53e35d7a',
-        'packing': '9c49f98c8a8a74d1aa11',
-        'horus': 'fdc8208c1269102ed82e',
-        'gpucast': 'afa5431e4ab5e3208442',
-        'oracle': '8d8fe0861753fb1b55ff',
-        'profiling': '92b651333b2c5f48af13',
+        'packing': 'f69df772318c50ddb88f',
+        'horus': 'd8194a4bb3d72d2e94e6',
+        'gpucast': '3cdc8d4da986214a0d73',
+        'oracle': 'c5ba84bf190cf69dc846',
+        'profiling': 'ad1329c9cc379d8daae0',
     },
     'gavel-64': {
-        'slot': '2e2766a89318484708fb',
-        'packing': '57649ea5d5c1b836f947',
-        'horus': '61717761da4058584e86',
-        'gpucast': 'f8bc095f2144804f252e',
-        'oracle': '97fb2df296c9305c96fe',
-        'profiling': '8d662a5cceece9597915',
+        'slot': '5a7609295685be995d7c',
+        'packing': 'fceccaab084c2bd901a3',
+        'horus': '7b4ddcbfac970e955c02',
+        'gpucast': 'c0fd88da74ba7d3c6f81',
+        'oracle': 'a380b5b9767fbfc06e51',
+        'profiling': '787bba32855761233f43',
     },
     'gavel-mixed': {
-        'slot': 'ad06b7c27f56cd176f19',
-        'packing': 'c70c96957d1a0f609f23',
-        'horus': '1c1b9ce0315062d62de0',
-        'gpucast': '38d078d24440da0307ce',
-        'oracle': '16df27c7f647b6843282',
-        'profiling': 'f89f5af4f8e2daffa17d',
+        'slot': 'c98451c98475606d4b8f',
+        'packing': '8b07f58049f0447b6510',
+        'horus': '868e59197f09bcdea6b7',
+        'gpucast': 'da9c6cfa00e7868cd555',
+        'oracle': '13fa237d93cbfba54b21',
+        'profiling': '924eb2bfe80cfb056fdb',
     },
 }
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from gpucast.cluster import interference
+from gpucast.cluster import interference, timeshare
 from gpucast.cluster.policies import POLICIES, GpuOccupancy, choose_gpu, gang, make_policy
 from gpucast.cluster.truth import Observation
 
@@ -68,17 +68,31 @@ def test_gpucast_uses_the_memory_upper_bound_and_least_harm():
     p = make_policy("gpucast")
     # point 6 GB fits next to 8 GB, the upper bound 9 GB does not
     assert choose_gpu(p, [gpu(0, obs(util=20, mem=8 * GB))], obs(util=20, mem=6 * GB, hi=9 * GB))[0] is None
-    # an empty GPU costs nothing
-    assert choose_gpu(p, [gpu(0, obs(util=20)), gpu(1)], obs(util=20))[0] == 1
-    # no empty GPU: the light neighbour hurts less than the heavy one
+    # consolidating: a light neighbour where sharing pays beats an empty GPU ...
+    assert choose_gpu(p, [gpu(0, obs(util=20)), gpu(1)], obs(util=20))[0] == 0
+    # ... but not without consolidation: then an empty GPU costs nothing
+    assert choose_gpu(make_policy("gpucast", consolidate=0.0), [gpu(0, obs(util=20)), gpu(1)], obs(util=20))[0] == 1
+    # the light neighbour hurts less than the heavy one
     idx, sl = choose_gpu(p, [gpu(0, obs(util=90)), gpu(1, obs(util=20))], obs(util=30))
     assert idx == 1
-    assert sl == pytest.approx(interference.slowdowns([20.0, 30.0]))
+    assert sl == pytest.approx(timeshare.slowdowns([obs(util=20).timeline(), obs(util=30).timeline()]))
+
+
+def test_gpucast_is_cautious_at_the_upper_end_of_the_utilization_interval():
+    def wide(u, hi):
+        o = obs(util=u)
+        return Observation(o.workload, 1, 1, o.gpu_type, "prediction", u, (u / 2, hi), o.memory_bytes,
+                           o.memory_interval, 0.1)
+    p = make_policy("gpucast", min_gain=0.5)
+    assert choose_gpu(p, [gpu(0, obs(util=40))], obs(util=40))[0] == 0          # a narrow interval: share
+    assert choose_gpu(p, [gpu(0, wide(40, 99))], wide(40, 99))[0] is None       # might be saturated: do not
+    assert choose_gpu(make_policy("gpucast", min_gain=0.5, cautious=False),
+                      [gpu(0, wide(40, 99))], wide(40, 99))[0] == 0
 
 
 def test_gpucast_refuses_sharing_that_does_not_pay():
     p = make_policy("gpucast", min_gain=0.5)
-    a = interference.slowdowns([100.0, 100.0])
+    a = timeshare.slowdowns([obs(util=100).timeline()] * 2)
     assert sum(1 / s for s in a) - 1 < 0.5
     assert choose_gpu(p, [gpu(0, obs(util=100))], obs(util=100))[0] is None
 
@@ -98,7 +112,7 @@ def test_oracle_uses_measured_pair_slowdowns():
     _, sl = choose_gpu(p, [gpu(0, obs(util=50, source="truth", job_type=a))],
                        obs(util=50, source="truth", job_type=b))
     assert sl == pytest.approx(list(measured))
-    assert sl != pytest.approx(interference.slowdowns([50.0, 50.0]))
+    assert sl != pytest.approx(timeshare.slowdowns([obs(util=50).timeline()] * 2))
 
 
 def test_gang_prefers_one_node_then_spreads():

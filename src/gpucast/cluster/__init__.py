@@ -5,8 +5,10 @@
 >>> res = cluster.simulate("gavel", spec, "gpucast", seed=0, error_sigma=0.2)  # doctest: +SKIP
 
 Modules: ``engine`` (event-driven mechanism), ``traces`` (Gavel, synthetic, CSV/Parquet),
-``truth`` (true behaviour vs what a policy is told), ``interference`` (slowdown model and its
-fit), ``policies/`` (one file per policy), ``result`` (the output contract), ``spec`` (the cluster),
+``mixes`` (workload mixes drawn to a cluster's utilization), ``truth`` (true behaviour vs what a
+policy is told), ``errors`` (the truth's error per quantity), ``timeshare`` (jobs time-sharing a
+GPU from their timelines; ``timeshare_fit`` fits it), ``interference`` (Gavel's measured pairs and
+the utilization-only baseline), ``policies/`` (one file per policy), ``result`` (the output contract), ``spec`` (the cluster),
 ``gavel`` (Gavel's packaged data and job-type mapping).
 """
 
@@ -22,14 +24,16 @@ _ENGINE_PARAMS = ("checkpoint_s", "oom_after_s", "max_oom_failures")
 _TRUTH_PARAMS = ("predictor", "use_gavel", "measurements_dir")
 
 
-def simulate(trace, cluster_spec, policy_name: str, *, seed: int = 0, error_sigma: float = 0.2,
+def simulate(trace, cluster_spec, policy_name: str, *, seed: int = 0, error_sigma="measured",
              progress=None, **params) -> SimResult:
     """Run one policy over one trace on one cluster.
 
     ``trace``: a :class:`Trace` or a name/path for :func:`load_trace` (jobs larger than the
     cluster are capped to it). ``cluster_spec``: a :class:`ClusterSpec` (an int means that many
     ``v100-16gb`` GPUs, 8 per node). ``seed`` and ``error_sigma`` drive the truth's error model
-    (see ``truth``). ``progress(done_jobs, total_jobs)`` is called as jobs end. Other keyword
+    (see ``truth``; ``error_sigma``: ``"measured"`` (gpucast's measured error, or the calibrated
+    environment's own when one is set), a number, ``"util=..,memory=..,step=.."`` or an
+    :class:`~gpucast.cluster.errors.ErrorModel`). ``progress(done_jobs, total_jobs)`` is called as jobs end. Other keyword
     parameters go to the engine (``checkpoint_s``, ``oom_after_s``, ``max_oom_failures``), the
     truth (``predictor``, ``use_gavel``, ``measurements_dir``) or the policy (e.g.
     ``max_jobs_per_gpu``, ``lookahead``, ``min_gain``, ``profiling_gpus``, ``profile_s``).
@@ -41,10 +45,14 @@ def simulate(trace, cluster_spec, policy_name: str, *, seed: int = 0, error_sigm
     eng = {k: params.pop(k) for k in _ENGINE_PARAMS if k in params}
     tru = {k: params.pop(k) for k in _TRUTH_PARAMS if k in params}
     policy = make_policy(policy_name, **params)
+    from gpucast.cluster import errors, truth as truth_mod
+
+    if isinstance(error_sigma, str) and error_sigma.strip().lower() == "measured" and truth_mod._ENVIRONMENT is not None:
+        error_sigma = errors.from_environment(truth_mod._ENVIRONMENT)
     truth = Truth(error_sigma=error_sigma, seed=seed, **tru)
     res = Simulator(tr, spec, policy, truth, progress=progress, **eng).run()
     sim_defaults = {"checkpoint_s": 1800.0, "oom_after_s": 60.0, "max_oom_failures": 3}
-    res.params = {"seed": seed, "error_sigma": error_sigma, "trace": tr.name, "n_jobs": len(tr.jobs),
+    res.params = {"seed": seed, "error_sigma": truth.errors.as_dict(), "trace": tr.name, "n_jobs": len(tr.jobs),
                   "trace_notes": list(tr.notes), **sim_defaults, **eng,
                   "policy_params": policy.params(),
                   **({"predictor": getattr(tru["predictor"], "__name__", "custom")} if "predictor" in tru else {})}

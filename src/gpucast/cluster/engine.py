@@ -9,7 +9,8 @@ What is modelled
   converted with the job's true solo step time on the cluster's reference GPU type). A running
   job advances at ``1 / (true solo step time on its GPU type * slowdown)`` steps per second; a
   multi-GPU job at the rate of its slowest GPU. The slowdown on a GPU comes from the jobs sharing
-  it (:func:`gpucast.cluster.interference.shared_slowdowns`, on true utilizations).
+  it (:func:`gpucast.cluster.interference.shared_slowdowns`: a measured pair, else the
+  co-location model of :mod:`gpucast.cluster.timeshare` on the jobs' true timelines).
 * **Re-rating.** When the set of jobs on a GPU changes, every job on it is brought up to date at
   its old rate and re-rated; its finish event is pushed again and the old one is dropped when it
   surfaces (lazy invalidation with a per-job version counter).
@@ -24,8 +25,12 @@ What is modelled
   never finishes; its record says so with ``finish_s=None``).
 * **Profiling** (policies with ``profiling_gpus``): a new job first runs alone for
   ``profile_s`` on a reserved pool GPU (FIFO); it makes no training progress there.
+* **Allocation.** ``alloc_timeline`` is the share of GPUs holding at least one job (the
+  profiling pool included), recorded at the same instants.
 * **Utilization.** GPU ``g`` contributes ``min(100, sum_j util_j / slowdown_j)`` percent: each
-  job's kernels are spread over a ``slowdown`` times longer wall clock. Cluster utilization is
+  job's kernels are spread over a ``slowdown`` times longer wall clock. A multi-GPU job runs at
+  its slowest GPU's pace, so on each of its GPUs it counts ``util_j * step_j * rate_j`` (its
+  kernels at the rate it really runs), which is ``util_j / slowdown_j`` on its slowest GPU. Cluster utilization is
   the mean over all GPUs (profiling pool included), recorded as a step function at each change.
 
 What is not modelled: preemption and migration by the policy, job priorities, network and
@@ -121,6 +126,9 @@ class Simulator:
         self.contrib = [0.0] * self.n
         self.total = 0.0
         self.timeline = [(0.0, 0.0)]
+        self.held = [0] * self.n        # 1 while a GPU holds a job
+        self.nheld = 0
+        self.alloc_timeline = [(0.0, 0.0)]
         self.heap = []
         self.seq = 0
         self.place_seq = 0
@@ -345,18 +353,48 @@ class Simulator:
                 c = 0.0
             total += c - contrib[g]
             contrib[g] = c
-        self.total = total
+            h = 1 if n else 0
+            self.nheld += h - self.held[g]
+            self.held[g] = h
         heap = self.heap
         heappush = heapq.heappush
         seq = self.seq
+        multi = None
         for j in affected:
             terms = j.terms
-            rate = min(terms.values()) if len(terms) > 1 else terms[j.alloc[0]]
+            if len(terms) > 1:
+                rate = min(terms.values())
+                if multi is None:
+                    multi = set()
+                multi.update(j.alloc)
+            else:
+                rate = terms[j.alloc[0]]
             j.rate = rate
             j.version += 1
             seq += 1
             heappush(heap, (t + max(0.0, j.work - j.done) / rate, _FINISH, seq, j, j.version))
         self.seq = seq
+        if multi:
+            # A multi-GPU job runs at its slowest GPU's pace, so on its other GPUs its kernels are
+            # spread over more time than their own slowdown says: count each job's kernels at the
+            # rate it really runs (util x step time x rate), on every GPU of such a job.
+            for g in multi:
+                jobs = on[g]
+                gt = gtype[g]
+                if all(x.rate == x.terms[g] for x in jobs):   # every job here at this GPU's pace
+                    if len(jobs) == 1:
+                        c = min(100.0, jobs[0].beh[gt].util_pct)
+                    else:
+                        c = shared[(gt, tuple([id(x.beh) for x in jobs]))][1]
+                else:
+                    c = 0.0
+                    for x in jobs:
+                        b = x.beh[gt]
+                        c += b.util_pct * b.step_time_s * x.rate
+                    c = min(100.0, c)
+                total += c - contrib[g]
+                contrib[g] = c
+        self.total = total
         self._record(t)
 
     @staticmethod
@@ -365,19 +403,19 @@ class Simulator:
         bs = [x.beh[gt] for x in jobs]
         utils = [b.util_pct for b in bs]
         types = ([x.prof.job_type if x.gpus == 1 else None for x in jobs] if len(jobs) == 2 else None)
-        s = interference.shared_slowdowns(utils, types, gt)
+        s = interference.shared_slowdowns([b.timeline() for b in bs], types, gt)
         rs = tuple([1.0 / (b.step_time_s * sd) for b, sd in zip(bs, s)])
         return rs, min(100.0, sum([u / sd for u, sd in zip(utils, s)]))
 
     def _record(self, t):
         u = max(0.0, self.total) / self.n
-        tl = self.timeline
-        if tl[-1][0] == t:
-            tl[-1] = (t, u)
-            if len(tl) > 1 and tl[-2][1] == u:
-                tl.pop()
-        elif tl[-1][1] != u:
-            tl.append((t, u))
+        for tl, v in ((self.timeline, u), (self.alloc_timeline, 100.0 * self.nheld / self.n)):
+            if tl[-1][0] == t:
+                tl[-1] = (t, v)
+                if len(tl) > 1 and tl[-2][1] == v:
+                    tl.pop()
+            elif tl[-1][1] != v:
+                tl.append((t, v))
 
     def _release(self, j: SimJob, t):
         self._advance(j, t)
@@ -440,6 +478,9 @@ class Simulator:
         c = min(100.0, sum(x.beh[self.gtype[g]].util_pct for x in jobs))
         self.total += c - self.contrib[g]
         self.contrib[g] = c
+        h = 1 if jobs else 0
+        self.nheld += h - self.held[g]
+        self.held[g] = h
         self._record(t)
 
     def _profiled(self, j: SimJob, t):
@@ -473,4 +514,5 @@ class Simulator:
             tj = j.tj
             recs.append(JobRecord(tj.job_id, tj.workload, tj.batch_size, tj.gpus, tj.arrival_s, j.start_s,
                                   j.finish_s, j.solo_s, j.gpu_seconds, j.ooms, j.restarts))
-        return SimResult(self.policy.name, self.n, dict(self.spec.gpu_types), recs, list(self.timeline), end, {})
+        return SimResult(self.policy.name, self.n, dict(self.spec.gpu_types), recs, list(self.timeline), end, {},
+                         list(self.alloc_timeline))

@@ -1,6 +1,11 @@
-"""Slowdown of jobs that share a GPU, fitted to Gavel's measured pair throughputs.
+"""Gavel's measured pair slowdowns, and the utilization-only slowdown model they were first fitted to.
 
-The model (per GPU, for job ``i`` among the jobs sharing it, utilizations in percent)::
+The simulator's slowdowns come from :func:`shared_slowdowns`: a measured pair where Gavel measured
+it, the co-location model of :mod:`gpucast.cluster.timeshare` (each job's bursts and gaps)
+everywhere else. The utilization-only model below is kept as the baseline that model is compared
+with (``benchmarks/colocation.py``).
+
+The utilization-only model (per GPU, for job ``i`` among the jobs sharing it, utilizations in percent)::
 
     U            = sum of the jobs' solo utilizations
     slowdown_i   = 1 + A * (U - u_i) / 100 + B * max(0, U - 100) / 100
@@ -25,7 +30,7 @@ that comes out negative is set to 0 and the other refitted.
 gpucast ``analytic-0.1.0``); tests refit them from the data and check they agree.
 
 The engine uses measured pair slowdowns directly where they exist (two Gavel job types alone on a
-K80/P100/V100, see :func:`measured_pair_slowdowns`) and this model everywhere else.
+K80/P100/V100, see :func:`measured_pair_slowdowns`) and the co-location model everywhere else.
 """
 
 from __future__ import annotations
@@ -156,13 +161,16 @@ def fit_report(gpu: str = "v100-16gb", utils: dict[str, float] | None = None) ->
     return rep
 
 
-def shared_slowdowns(utils: Sequence[float], job_types: Sequence[str | None] | None = None,
+def shared_slowdowns(timelines: Sequence, job_types: Sequence[str | None] | None = None,
                      gpu: str | None = None) -> list[float]:
     """Slowdowns of the jobs sharing one GPU: Gavel's measured pair slowdowns when exactly two
-    single-GPU Gavel job types share a K80/P100/V100 and that pair was measured, else the model.
+    single-GPU Gavel job types share a K80/P100/V100 and that pair was measured, else the
+    co-location model on the jobs' timelines (:func:`gpucast.cluster.timeshare.slowdowns`).
     Pass ``None`` as a job type for a job that is not a single-GPU Gavel job."""
-    if len(utils) == 2 and job_types is not None and gpu is not None and None not in job_types:
+    from gpucast.cluster import timeshare
+
+    if len(timelines) == 2 and job_types is not None and gpu is not None and None not in job_types:
         m = measured_pair_slowdowns(gpu).get((job_types[0], job_types[1]))
         if m is not None:
             return [m[0], m[1]]
-    return slowdowns(utils)
+    return timeshare.slowdowns(timelines)

@@ -8,6 +8,10 @@ Definitions (every time in seconds of simulated time; a job is *finished* when i
   ``(t_i, u_i)`` meaning "from ``t_i`` on, the cluster's GPUs are ``u_i`` % utilized"; the value
   is its integral over ``[0, end_s]`` divided by ``end_s``. Before the first point the cluster
   counts as idle (0 %); points past ``end_s`` are ignored.
+  This is the busy share of **all** GPUs over the run (time 0 to the last finish).
+* ``gpu_util_allocated_pct``: the busy share of the **allocated** GPUs (those holding at least
+  one job): the same integral over the integral of ``alloc_timeline``; ``gpus_allocated_pct``
+  is the time-weighted share of GPUs holding a job.
 * ``makespan_s``: ``end_s`` minus the first arrival.
 * JCT (job completion time): ``finish_s - arrival_s`` over finished jobs: mean, p50, p95, p99.
 * queueing delay: ``start_s - arrival_s`` over started jobs (the first start: a job that was
@@ -75,6 +79,15 @@ def time_weighted_util(timeline: Sequence[tuple[float, float]], end_s: float) ->
     return util_integral(timeline, end_s) / end_s
 
 
+def allocated_util(result) -> Optional[float]:
+    """Busy share of the *allocated* GPUs: the utilization integral over the integral of the
+    share of GPUs holding a job (``None`` without an allocation timeline or allocation)."""
+    if not result.alloc_timeline or result.end_s <= 0:
+        return None
+    held = util_integral(result.alloc_timeline, result.end_s)
+    return 100.0 * util_integral(result.util_timeline, result.end_s) / held if held > 0 else None
+
+
 def binned_util(timeline: Sequence[tuple[float, float]], end_s: float, bins: int) -> tuple[list[float], list[float]]:
     """The step function averaged over ``bins`` equal time bins of ``[0, end_s]``: (bin start
     times, mean utilization % in each bin). Exact (the running integral of a step function is
@@ -129,6 +142,8 @@ def summarize(result) -> dict:
         jobs_unfinished=len(records) - finished,
         jobs_never_started=len(records) - started,
         gpu_util_pct=time_weighted_util(result.util_timeline, result.end_s),
+        gpu_util_allocated_pct=allocated_util(result),
+        gpus_allocated_pct=time_weighted_util(result.alloc_timeline, result.end_s) if result.alloc_timeline else None,
         makespan_s=float(result.end_s - first_arrival) if records else float(result.end_s),
         end_s=float(result.end_s),
         jct_mean_s=_mean(jct),

@@ -50,3 +50,4 @@ class SimResult:
     util_timeline: list[tuple[float, float]]
     end_s: float
     params: dict = field(default_factory=dict)
+    alloc_timeline: list[tuple[float, float]] = field(default_factory=list)  # % of GPUs holding a job

@@ -299,16 +299,60 @@ def synthetic(n_jobs: int, *, seed: int = 0, mean_interarrival_s: float = 60.0,
                         f"duration median={duration_median_s}s sigma={duration_sigma}"])
 
 
+# ----------------------------------------------------------------------------- load
+
+def solo_duration_s(tj: TraceJob) -> float:
+    """A job's solo run time: its ``duration_s``, else its steps times Gavel's measured solo step
+    time of its job type on a V100 (at its GPU count where measured); 0 when neither is known."""
+    if tj.duration_s is not None:
+        return tj.duration_s
+    solo = gavel.solo_throughputs()
+    tput = solo.get((tj.job_type, tj.gpus, "v100-16gb")) or solo.get((tj.job_type, 1, "v100-16gb"))
+    return (tj.steps or 0.0) / tput if tput else 0.0
+
+
+def offered_load(trace: Trace, n_gpus: int) -> float:
+    """GPU-seconds of work the trace offers per second of its arrival span, per GPU of the
+    cluster (1.0: exactly the cluster's capacity, run one job per GPU; above 1 a queue grows)."""
+    jobs = trace.jobs
+    if len(jobs) < 2:
+        return 0.0
+    span = jobs[-1].arrival_s - jobs[0].arrival_s
+    work = sum(solo_duration_s(j) * j.gpus for j in jobs)
+    return work / span / n_gpus if span > 0 else math.inf
+
+
+def at_load(trace: Trace, n_gpus: int, load: float) -> Trace:
+    """The trace with its arrival times stretched or compressed (about the first arrival) so that
+    its :func:`offered_load` on ``n_gpus`` is ``load``; what runs and how long is unchanged."""
+    from dataclasses import replace
+
+    if not load > 0:
+        raise TraceError(f"load must be > 0, got {load}")
+    now = offered_load(trace, n_gpus)
+    if not now or math.isinf(now):
+        return trace
+    f = now / load
+    t0 = trace.jobs[0].arrival_s
+    jobs = [replace(j, arrival_s=t0 + (j.arrival_s - t0) * f) for j in trace.jobs]
+    return Trace(trace.name, jobs, trace.source, list(trace.notes) + [
+        f"arrivals scaled by {f:.4g}: offered load {load:g} of {n_gpus} GPUs (the trace's own: {now:.3g})"])
+
+
 # ----------------------------------------------------------------------------- loading
 
-def load_trace(name_or_path, *, gpus: int | None = None, limit: int | None = None) -> Trace:
+def load_trace(name_or_path, *, gpus: int | None = None, limit: int | None = None, progress=None,
+               load: float | None = None) -> Trace:
     """A trace by name or path.
 
     ``"gavel"`` is :data:`DEFAULT_GAVEL_TRACE`; ``"gavel:<id>"`` or ``"<id>"`` a packaged Gavel
-    trace; a path ending in ``.trace`` a Gavel file; ``.csv``/``.parquet`` a user trace;
+    trace; ``"philly-mix"``, ``"pai-mix"`` or a ``.yaml`` file a workload mix
+    (:mod:`gpucast.cluster.mixes`; ``progress(i, n)`` follows its candidates' predictions); a path
+    ending in ``.trace`` a Gavel file; ``.csv``/``.parquet`` a user trace;
     ``"synthetic:N"`` (optionally ``"synthetic:N:SEED"``) a synthetic trace. A :class:`Trace`
     is returned as is. ``limit`` keeps the first N jobs by arrival. ``gpus`` (the cluster size)
     caps each job's GPU count so that every job can run; capped jobs are counted in ``notes``.
+    ``load`` (with ``gpus``) rescales the arrivals to that offered load (:func:`at_load`).
     """
     if isinstance(name_or_path, Trace):
         trace = name_or_path
@@ -317,7 +361,11 @@ def load_trace(name_or_path, *, gpus: int | None = None, limit: int | None = Non
         ids = gavel.trace_ids()
         if s == "gavel":
             s = f"gavel:{DEFAULT_GAVEL_TRACE}"
-        if s.startswith("gavel:") or s in ids:
+        from gpucast.cluster import mixes
+
+        if s in mixes.MIX_NAMES or s.lower().endswith((".yaml", ".yml")):
+            trace = mixes.build(s, progress=progress)
+        elif s.startswith("gavel:") or s in ids:
             tid = s.split(":", 1)[1] if s.startswith("gavel:") else s
             if tid not in ids:
                 raise TraceError(f"unknown Gavel trace {tid!r} (have: {', '.join(ids)})")
@@ -334,7 +382,7 @@ def load_trace(name_or_path, *, gpus: int | None = None, limit: int | None = Non
             p = Path(s)
             if not p.exists():
                 raise TraceError(f"no trace named {s!r}: not 'gavel', a Gavel id ({', '.join(ids)}), "
-                                 f"'synthetic:N' or an existing file")
+                                 f"'philly-mix', 'pai-mix', 'synthetic:N' or an existing file")
             trace = parse_gavel(p) if p.suffix == ".trace" else parse_table(p)
     jobs = trace.jobs
     notes = list(trace.notes)
@@ -347,4 +395,9 @@ def load_trace(name_or_path, *, gpus: int | None = None, limit: int | None = Non
 
             jobs = [replace(j, gpus=gpus) if j.gpus > gpus else j for j in jobs]
             notes.append(f"{capped} jobs asked for more than {gpus} GPUs and were capped to {gpus}")
-    return Trace(trace.name, jobs, trace.source, notes)
+    out = Trace(trace.name, jobs, trace.source, notes)
+    if load is not None:
+        if gpus is None:
+            raise TraceError("a load needs the cluster's GPU count")
+        out = at_load(out, gpus, load)
+    return out

@@ -11,11 +11,16 @@ paid for a profiling run. Where the truth comes from, in order:
    ``v100-16gb``), for one GPU and for data-parallel scale factors 2-8 where measured.
 2. **Simulated truth** otherwise: gpucast's analytic prediction times a multiplicative
    log-normal error, ``truth = predicted * exp(sigma * z)``, ``z ~ N(0, 1)``, drawn once per
-   (job profile, GPU type, quantity) from ``seed``. Utilization is capped at 100 %. This is not
-   a measurement: it says "suppose gpucast is wrong by a factor of about exp(sigma)". With
-   ``error_sigma=0`` the truth equals the prediction.
+   (job profile, GPU type, quantity) from ``seed``, with one ``sigma`` per quantity
+   (:mod:`gpucast.cluster.errors`: gpucast's measured error by default). For utilization the
+   error moves the logit (``logit(truth) = logit(predicted) + sigma * z``), so it stays a share
+   between 0 and 100 %. This is not a measurement: it says "suppose gpucast is as wrong as it was measured
+   to be". With ``error_sigma=0`` the truth equals the prediction.
 
-A Gavel job type that Gavel measured running alone on a GPU type did fit there, so its simulated
+A single-GPU Gavel job type with a measured step time takes its utilization and idle gaps from
+the co-location fit to Gavel's measured pairs (:data:`gpucast.cluster.timeshare.GAVEL_CORRECTIONS`,
+source ``inferred:gavel-pairs``): inferred from measurements, not measured, and not drawn with
+the error model. A Gavel job type that Gavel measured running alone on a GPU type did fit there, so its simulated
 true memory is clipped to :data:`MEASURED_FIT_FRACTION` of that GPU's memory (gpucast
 over-predicts some of them). A multi-GPU job with no measured multi-GPU throughput runs each step
 in its solo step time (weak scaling, per-GPU batch fixed; communication is not modelled).
@@ -103,6 +108,9 @@ class Estimate:
     memory_interval: tuple[float, float]
     step_time_s: float
     step_time_interval: tuple[float, float]
+    busy_s: float = 0.0        # predicted GPU busy seconds per step
+    gaps: float = 1.0          # predicted idle periods of the GPU per step
+    mem_bound: float = 0.5     # predicted memory-bound share of kernel time
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,15 @@ class Behaviour:
     util_source: str
     memory_source: str
     step_source: str
+    gaps: float = 1.0          # idle periods of the GPU per step (the prediction's, anchored)
+    mem_bound: float = 0.5     # memory-bound share of kernel time (predicted)
+
+    def timeline(self):
+        """This behaviour as the co-location model sees it (:mod:`gpucast.cluster.timeshare`)."""
+        from gpucast.cluster.timeshare import JobTimeline
+
+        return JobTimeline(self.step_time_s, min(1.0, self.util_pct / 100.0) * self.step_time_s,
+                           self.gaps, self.mem_bound)
 
 
 @dataclass(frozen=True)
@@ -133,6 +150,23 @@ class Observation:
     memory_interval: tuple[float, float] | None = None
     step_time_s: float | None = None
     job_type: str | None = None
+    gaps: float = 1.0
+    mem_bound: float = 0.5
+
+    def timeline(self, upper: bool = False):
+        """What this observation says of the job's timeline (:mod:`gpucast.cluster.timeshare`);
+        ``upper``: at the upper end of the utilization interval (a cautious neighbour). A job
+        whose utilization is not told counts as saturating the GPU."""
+        from gpucast.cluster.timeshare import JobTimeline
+
+        u = self.util_pct
+        if upper and self.util_interval is not None:
+            u = self.util_interval[1]
+        step = self.step_time_s or 0.1
+        if u is None:
+            return JobTimeline(step, step, 0.0, self.mem_bound)
+        u = min(1.0, max(0.0, u / 100.0))
+        return JobTimeline(step, u * step, self.gaps if u < 1.0 else 0.0, self.mem_bound)
 
     @classmethod
     def from_prediction(cls, prediction, job=None) -> "Observation":
@@ -145,7 +179,8 @@ class Observation:
                    util_interval=tuple(prediction.gpu_util_interval),
                    memory_bytes=float(prediction.memory_peak_bytes),
                    memory_interval=tuple(float(x) for x in prediction.memory_interval),
-                   step_time_s=prediction.step_time_s)
+                   step_time_s=prediction.step_time_s, gaps=float(max(prediction.gpu_idle_gaps, 0)),
+                   mem_bound=_mem_bound(prediction))
 
     @property
     def memory_upper(self) -> float | None:
@@ -153,6 +188,15 @@ class Observation:
         if self.memory_interval is not None:
             return self.memory_interval[1]
         return self.memory_bytes
+
+
+def _mem_bound(prediction) -> float:
+    from gpucast.cluster.timeshare import mem_bound_share
+
+    try:
+        return mem_bound_share(prediction)
+    except Exception:  # noqa: BLE001 - a GPU that is not in the catalog: the model's default
+        return 0.5
 
 
 # ----------------------------------------------------------------------------- predictions
@@ -193,10 +237,13 @@ def predict_cached(profile: Profile, gpu: str) -> Estimate:
         disk = _disk_entry(job, gpu)
         est = _disk_read(disk)
         if est is None:
+            from gpucast.cluster.timeshare import mem_bound_share
+
             p = gpucast.predict(job, gpu, env=_ENVIRONMENT)
             est = Estimate(p.gpu_util_pct, tuple(p.gpu_util_interval), float(p.memory_peak_bytes),
                            tuple(float(x) for x in p.memory_interval), p.step_time_s,
-                           tuple(p.step_time_interval))
+                           tuple(p.step_time_interval), float(p.gpu_busy_s), float(p.gpu_idle_gaps),
+                           mem_bound_share(p))
             _disk_write(disk, est)
         _PRED_CACHE[key] = est
     return est
@@ -244,7 +291,8 @@ def _disk_entry(job, gpu: str) -> tuple[Path, str] | None:
     return root / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json", key
 
 
-_EST_FIELDS = ("util_pct", "util_interval", "memory_bytes", "memory_interval", "step_time_s", "step_time_interval")
+_EST_FIELDS = ("util_pct", "util_interval", "memory_bytes", "memory_interval", "step_time_s", "step_time_interval",
+               "busy_s", "gaps", "mem_bound")
 
 
 def _disk_read(entry) -> Estimate | None:
@@ -257,7 +305,8 @@ def _disk_read(entry) -> Estimate | None:
             return None
         e = d["estimate"]
         vals = [tuple(e[k]) if k.endswith("interval") else e[k] for k in _EST_FIELDS]
-        if not all(isinstance(v, (int, float)) for v in vals[0::2]) or not all(len(v) == 2 for v in vals[1::2]):
+        if (not all(isinstance(v, (int, float)) for v in vals[0:6:2] + vals[6:])
+                or not all(len(v) == 2 for v in vals[1:6:2])):
             return None
         return Estimate(*vals)
     except Exception:  # noqa: BLE001 - unreadable, partial or foreign: recompute
@@ -303,6 +352,16 @@ def _load_measured(root: Path | None) -> dict[tuple[str, str], dict]:
     return out
 
 
+def _logit_scaled(util_pct: float, factor: float) -> float:
+    """A utilization whose odds are ``factor`` times ``util_pct``'s (its logit moved by
+    ``log(factor)``): bounded by 0 and 100 as a share must be."""
+    if factor == 1.0:
+        return util_pct
+    u = min(max(util_pct / 100.0, 1e-6), 1 - 1e-6)
+    odds = u / (1 - u) * factor
+    return 100.0 * odds / (1.0 + odds)
+
+
 def _unit_normal(*parts) -> float:
     """A standard normal draw fixed by ``parts`` (order of calls does not matter)."""
     import numpy as np
@@ -314,12 +373,15 @@ def _unit_normal(*parts) -> float:
 class Truth:
     """True behaviour and observations of job profiles, with caching and a seeded error model."""
 
-    def __init__(self, *, error_sigma: float = 0.2, seed: int = 0,
+    def __init__(self, *, error_sigma="measured", seed: int = 0,
                  predictor: Callable[[Profile, str], Estimate] | None = None,
                  use_gavel: bool = True, measurements_dir: Path | None = DEFAULT_MEASUREMENTS_DIR):
-        if error_sigma < 0:
+        from gpucast.cluster.errors import ErrorModel, parse
+
+        if isinstance(error_sigma, (int, float)) and not isinstance(error_sigma, bool) and error_sigma < 0:
             raise ValueError("error_sigma must be >= 0")
-        self.error_sigma = float(error_sigma)
+        self.errors: ErrorModel = parse(error_sigma)
+        self.error_sigma = self.errors
         self.seed = seed
         self.predictor = predictor or predict_cached
         self._gavel_solo = gavel.solo_throughputs() if use_gavel else {}
@@ -335,9 +397,10 @@ class Truth:
         return e
 
     def _factor(self, profile: Profile, gpu: str, what: str) -> float:
-        if self.error_sigma == 0:
+        sigma = self.errors.sigma(what)
+        if sigma == 0:
             return 1.0
-        return math.exp(self.error_sigma * _unit_normal(self.seed, profile.fields, profile.job_type, gpu, what))
+        return math.exp(sigma * _unit_normal(self.seed, profile.fields, profile.job_type, gpu, what))
 
     def behaviour(self, profile: Profile, gpu: str, gpus: int = 1) -> Behaviour:
         k = (profile, gpu, gpus)
@@ -359,7 +422,7 @@ class Truth:
             mem_src = "measured:gpucast"
             step, step_src = float(measured["step_time_mean_s"]), "measured:gpucast"
         else:
-            util = min(100.0, est.util_pct * self._factor(profile, gpu, "util"))
+            util = _logit_scaled(est.util_pct, self._factor(profile, gpu, "util"))
             util_src = "simulated"
             mem, mem_src = est.memory_bytes * self._factor(profile, gpu, "memory"), "simulated"
             step, step_src = est.step_time_s * self._factor(profile, gpu, "step"), "simulated"
@@ -370,8 +433,32 @@ class Truth:
                 cap = MEASURED_FIT_FRACTION * get_gpu(gpu).memory_bytes
                 if mem > cap and mem_src == "simulated":
                     mem = cap
-        b = self._beh[k] = Behaviour(util, mem, step, util_src, mem_src, step_src)
+        from gpucast.cluster.timeshare import GAVEL_CORRECTIONS, anchored, corrected
+
+        corr = GAVEL_CORRECTIONS.get((gpu, profile.job_type)) if profile.job_type and gpus == 1 else None
+        if corr is not None and step_src == "measured:gavel" and util_src == "simulated":
+            # Gavel measured this job type's step and its slowdowns next to others: its timeline is
+            # the one the co-location fit inferred from them (benchmarks/colocation.py).
+            tl = corrected(anchored(est, step), corr)
+            util, util_src = 100.0 * tl.util, "inferred:gavel-pairs"
+        else:
+            tl = anchored(est, step, util)
+        b = self._beh[k] = Behaviour(util, mem, step, util_src, mem_src, step_src, tl.gaps, est.mem_bound)
         return b
+
+    def intervals(self, e: Estimate) -> tuple[tuple[float, float], tuple[float, float]]:
+        """The 80 % utilization and memory intervals a policy is told with a prediction: those of
+        the error model this run's truth is drawn with (``z = 1.2816``, so that they cover 80 %
+        of the truths, as a calibration's split-conformal intervals do); the prediction's own
+        intervals when the error model is zero."""
+        from gpucast.cluster.errors import Z80
+
+        su, sm = self.errors.sigma("util"), self.errors.sigma("memory")
+        if su == 0 and sm == 0:
+            return e.util_interval, e.memory_interval
+        fu, fm = math.exp(Z80 * su), math.exp(Z80 * sm)
+        return ((_logit_scaled(e.util_pct, 1 / fu), _logit_scaled(e.util_pct, fu)),
+                (e.memory_bytes / fm, e.memory_bytes * fm))
 
     def observe(self, profile: Profile, gpu: str, told: str, gpus: int = 1) -> Observation:
         """What a policy that is ``told`` this learns about ``profile`` on ``gpu``."""
@@ -381,12 +468,13 @@ class Truth:
             return Observation(**base)
         if told == "prediction":
             e = self.estimate(profile, gpu)
-            return Observation(**base, util_pct=e.util_pct, util_interval=e.util_interval,
-                               memory_bytes=e.memory_bytes, memory_interval=e.memory_interval,
-                               step_time_s=e.step_time_s)
+            ui, mi = self.intervals(e)
+            return Observation(**base, util_pct=e.util_pct, util_interval=ui,
+                               memory_bytes=e.memory_bytes, memory_interval=mi,
+                               step_time_s=e.step_time_s, gaps=e.gaps, mem_bound=e.mem_bound)
         if told in ("truth", "profiled"):
             b = self.behaviour(profile, gpu, gpus)
             return Observation(**base, util_pct=b.util_pct, util_interval=(b.util_pct, b.util_pct),
                                memory_bytes=b.memory_bytes, memory_interval=(b.memory_bytes, b.memory_bytes),
-                               step_time_s=b.step_time_s)
+                               step_time_s=b.step_time_s, gaps=b.gaps, mem_bound=b.mem_bound)
         raise ValueError(f"unknown observation kind {told!r} (nothing, prediction, profiled, truth)")

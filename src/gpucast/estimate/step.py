@@ -50,6 +50,8 @@ class Timeline:
     h2d_s: float
     loader_in_loop_s: float = 0.0  # host seconds the loop spent on the batch (fetch, receive, copy)
     compute_step_s: float = 0.0    # the step without waiting for the loader's workers
+    idle_gaps: int = 0             # idle periods of the GPU per step (between kernels, at syncs,
+                                   # and the one between steps), what a co-located job can fill
 
 
 def simulate(trace: Trace, job: Job, gpu: GpuSpec, cfg: EstimatorConfig, kt: KernelTimes,
@@ -69,7 +71,7 @@ def simulate(trace: Trace, job: Job, gpu: GpuSpec, cfg: EstimatorConfig, kt: Ker
         h2d, pre_host, blocks = lc.copy_stream_s, lc.in_loop_s * host_scale, lc.copy_blocks
         period = lc.period_s * host_scale
         habits, items = lc.habits_s * host_scale, lc.item_calls
-    cpu_clock, gpu_clock, busy = _run(a, t, h, pre_host, pre_host + h2d, idle_kernel_s)
+    cpu_clock, gpu_clock, busy, gaps = _run(a, t, h, pre_host, pre_host + h2d, idle_kernel_s)
     comm_exposed = _allreduce_exposed(trace, job, gpu, cfg, kt, kernel_scale)
     overhead = (cfg.step_overhead_s + cfg.param_overhead_s * trace.param_tensors) * host_scale + habits
     end_sync = cfg.step_end_sync and items > 0
@@ -84,18 +86,27 @@ def simulate(trace: Trace, job: Job, gpu: GpuSpec, cfg: EstimatorConfig, kt: Ker
     return Timeline(step_time_s=step, gpu_busy_s=busy + comm_exposed, host_time_s=cpu_clock + overhead,
                     gpu_end_s=gpu_clock, comm_exposed_s=comm_exposed,
                     input_wait_s=max(0.0, period - compute_step), h2d_s=h2d,
-                    loader_in_loop_s=pre_host, compute_step_s=compute_step)
+                    loader_in_loop_s=pre_host, compute_step_s=compute_step,
+                    idle_gaps=gaps + (1 if step > gpu_clock + GAP_MIN_S else 0))
+
+
+# An idle period shorter than this is not counted as a gap (our choice: well under the few
+# microseconds a kernel launch takes, so rounding noise never counts).
+GAP_MIN_S = 1e-7
 
 
 def _run(a: OpArrays, t: np.ndarray, h: np.ndarray, cpu_clock: float, gpu_clock: float,
-         idle_kernel_s: float) -> tuple[float, float, float]:
-    """The two clocks over the step's ops: host end, GPU end, GPU busy seconds.
+         idle_kernel_s: float) -> tuple[float, float, float, int]:
+    """The two clocks over the step's ops: host end, GPU end, GPU busy seconds, and the number
+    of idle periods of the GPU inside the step (a kernel that starts later than the previous
+    one ended).
 
     Kernels join one stream when the host has issued them; between syncs this is vectorised
     (``gpu_end = max(gpu_end, launch) + kernel``). A kernel that starts on an idle GPU (its
     launch is later than the previous kernel's end) lasts at least ``idle_kernel_s``: applied by
     one more pass over the segment with those kernels lengthened."""
     busy = 0.0
+    gaps = 0
     sync_idx = np.flatnonzero(a.sync)
     bounds = list(sync_idx + 1) + [len(t)]
     start = 0
@@ -112,12 +123,18 @@ def _run(a: OpArrays, t: np.ndarray, h: np.ndarray, cpu_clock: float, gpu_clock:
                 seg_t = np.where(idle, idle_kernel_s, seg_t)
                 ends = _stream(seg_t, launch, gpu_clock)
         busy += float(seg_t.sum())
+        k = seg_t > 0
+        if k.any():
+            ke = ends[k]
+            starts = ke - seg_t[k]
+            prev = np.concatenate(([gpu_clock], ke[:-1]))
+            gaps += int(np.count_nonzero(starts > prev + GAP_MIN_S))
         gpu_clock = float(ends[-1])
         cpu_clock = float(launch[-1])
         if a.sync[end - 1]:
             cpu_clock = max(cpu_clock, gpu_clock)
         start = end
-    return cpu_clock, gpu_clock, busy
+    return cpu_clock, gpu_clock, busy, gaps
 
 
 def _stream(seg_t: np.ndarray, launch: np.ndarray, gpu_clock: float) -> np.ndarray:

@@ -128,6 +128,8 @@ class Prediction(BaseModel):
     loader_time_s: float
     util_basis: str
     interval_basis: str
+    gpu_idle_gaps: int = Field(0, description="Idle periods of the GPU per step (the timeline the co-location "
+                                              "model interleaves).")
 
 
 class GpuState(BaseModel):

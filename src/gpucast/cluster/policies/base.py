@@ -23,7 +23,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from gpucast.cluster import interference
+from gpucast.cluster import timeshare
 from gpucast.cluster.truth import Observation
 
 
@@ -85,8 +85,7 @@ class Policy:
 
     def predicted_slowdowns(self, gpu: GpuOccupancy, job: Observation) -> list[float]:
         """Slowdowns this policy expects for ``gpu``'s jobs and then ``job`` if it joined."""
-        utils = [o.util_pct if o.util_pct is not None else 100.0 for o in gpu.jobs + (job,)]
-        return interference.slowdowns(utils)
+        return timeshare.slowdowns([o.timeline() for o in gpu.jobs + (job,)])
 
     # ------------------------------------------------------------------ queue policy
 

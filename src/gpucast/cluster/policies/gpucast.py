@@ -1,19 +1,37 @@
-"""``gpucast``: packing with gpucast's predictions, their intervals and the interference model.
+"""``gpucast``: packing with gpucast's predictions, their intervals and the co-location model.
 
-Told gpucast's predictions with intervals. A GPU is allowed when the upper ends of the memory
-intervals of its jobs and this one fit (the interval is the safety margin), it holds fewer than
-``max_jobs_per_gpu`` jobs, and, if it is not empty, sharing pays: the summed normalized
-throughput (sum of 1/slowdown over the GPU's jobs, slowdowns from
-:mod:`gpucast.cluster.interference` on the predicted utilizations) rises by at least
-``min_gain`` (0.2: the newcomer adds at least a fifth of a GPU's worth of work net of the harm
-it does; our choice, a parameter). Among allowed GPUs the job goes where it hurts least: the
-smallest increase of the summed slowdown of the GPU's jobs plus its own slowdown minus one (an
-empty GPU costs 0). FIFO, like ``packing``, so the two differ only in placement.
+Told gpucast's predictions with intervals (the 80 % intervals of the run's error model, which
+cover 80 % of the simulated truths as a calibration's split-conformal intervals do; see
+:meth:`gpucast.cluster.truth.Truth.intervals`). A GPU is allowed when
+
+* the upper ends of the memory intervals of its jobs and this one fit (the interval is the
+  safety margin against out-of-memory failures),
+* it holds fewer than ``max_jobs_per_gpu`` jobs, and,
+* if it is not empty, sharing pays: the newcomer's normalized throughput (1/slowdown) minus what
+  the GPU's jobs lose (sum of the drops of their 1/slowdown) is at least ``min_gain``, with the
+  slowdowns from the co-location model (:mod:`gpucast.cluster.timeshare`) on the jobs' predicted
+  timelines taken at the **upper end of each utilization interval** (``cautious``: a job that may
+  be busier than predicted is assumed to be). ``weigh_gangs`` counts a resident k-GPU job's loss
+  k times (it runs at its slowest GPU's pace); off by default: on the packaged mixes it blocked
+  most sharing and lost more than it saved.
+
+Among allowed GPUs the job goes where it costs least: the added slowdown (the GPU's jobs' increase
+plus the newcomer's slowdown minus one) minus ``consolidate`` for a shared GPU (an empty GPU costs
+0). With ``consolidate = 1`` a job shares a GPU whenever sharing pays and adds less than one
+whole slowdown, even when empty GPUs are free: light jobs are packed together and whole GPUs stay
+free for gang-scheduled multi-GPU jobs; with 0 it shares only when no empty GPU is free.
+
+How it trades utilization against JCT: ``min_gain`` (0.2: the newcomer adds at least a fifth of
+a GPU's worth of work net of the harm it does) is the knob; at 0 any net gain shares a GPU (more
+jobs running, each slower: utilization up, the shared jobs' run times longer); higher values
+share only where the jobs hardly meet (JCT of running jobs protected, less packing). The
+intervals make it cautious where the prediction is uncertain. All values are our choices
+(parameters). FIFO, like ``packing``, so the two differ only in placement.
 """
 
 from __future__ import annotations
 
-from gpucast.cluster import interference
+from gpucast.cluster import timeshare
 from gpucast.cluster.policies.base import Policy
 
 
@@ -23,9 +41,12 @@ class GpucastPolicy(Policy):
     score_uses_index = False
     max_jobs_per_gpu = 4
     min_gain = 0.2
+    cautious = True
+    weigh_gangs = False
+    consolidate = 1.0
 
     def _slowdowns(self, obs, gpu_type) -> list[float]:
-        return interference.slowdowns([o.util_pct if o.util_pct is not None else 100.0 for o in obs])
+        return timeshare.slowdowns([o.timeline(upper=self.cautious) for o in obs])
 
     def predicted_slowdowns(self, gpu, job):
         return self._slowdowns(gpu.jobs + (job,), gpu.gpu_type)
@@ -38,7 +59,9 @@ class GpucastPolicy(Policy):
             return None
         before = self._slowdowns(gpu.jobs, gpu.gpu_type)
         after = self._slowdowns(gpu.jobs + (job,), gpu.gpu_type)
-        gain = sum(1.0 / s for s in after) - sum(1.0 / s for s in before)
-        if gain < self.min_gain:
+        w = [o.gpus if self.weigh_gangs else 1 for o in gpu.jobs]
+        harm = sum(k * (1.0 / b - 1.0 / a) for k, b, a in zip(w, before, after[:-1]))
+        if 1.0 / after[-1] - harm < self.min_gain:
             return None
-        return sum(after) - sum(before) - 1.0
+        cost = sum(k * (a - b) for k, b, a in zip(w, before, after[:-1])) + after[-1] - 1.0
+        return cost - self.consolidate

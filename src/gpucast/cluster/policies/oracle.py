@@ -1,6 +1,6 @@
 """``oracle``: the ``gpucast`` policy told the truth: true utilization, true memory (no
 interval needed) and the true slowdowns (Gavel's measured pair slowdowns where the engine uses
-them, the interference model on true utilizations elsewhere). An upper bound for prediction-based
+them, the co-location model on true timelines elsewhere). An upper bound for prediction-based
 packing with this placement rule, not an optimal scheduler.
 """
 
@@ -16,4 +16,4 @@ class OraclePolicy(GpucastPolicy):
 
     def _slowdowns(self, obs, gpu_type):
         types = [o.job_type if o.gpus == 1 else None for o in obs]
-        return interference.shared_slowdowns([o.util_pct for o in obs], types, gpu_type)
+        return interference.shared_slowdowns([o.timeline() for o in obs], types, gpu_type)

@@ -1,0 +1,204 @@
+"""What gpucast's predictions buy a cluster, on workload mixes that look like real clusters, with
+gpucast's measured error, next to the reference work's published gains.
+
+For each trace (``gavel``, ``philly-mix``, ``pai-mix``) on 128 x v100-16gb (16 nodes of 8), at the
+trace's own load and at a queue-keeping load (arrivals compressed to offer ``--heavy`` times the
+cluster's capacity), every policy: cluster GPU utilization (busy share of all GPUs from time 0 to
+the last finish, and of the allocated GPUs), makespan, mean and p99 JCT, mean queueing delay,
+OOM failures. Then the error sweep: the truth's error scaled from 0 to 2x the measured one, for
+``slot``, ``gpucast`` and ``oracle`` on both mixes at the queue-keeping load. Also the mixes'
+utilization distributions against their targets (statistics and an HTML plot).
+
+Writes ``benchmarks/results/sim_mixes.{md,json}`` and ``sim_mixes.html`` (gitignored: plotly is
+inlined).
+
+    .venv/bin/python benchmarks/sim_mixes.py [--heavy 3] [--gpus 128] [--policies ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RESULTS = REPO_ROOT / "benchmarks" / "results"
+POLICIES = ("slot", "profiling", "horus", "packing", "gpucast", "oracle")
+TRACES = ("gavel", "philly-mix", "pai-mix")
+SWEEP = (0.0, 0.5, 1.0, 2.0)
+# The reference work's published gains (figures as quoted in issue 12 of this project: Yeung et
+# al.'s utilization-prediction scheduler): utilization over slot and over 1-minute profiling,
+# makespan, job wait. Our runs are not theirs: shown for comparison, not reproduced.
+REFERENCE = {"util_vs_slot": "+61.5 % (up to)", "util_vs_profiling": "+47.1 %",
+             "makespan": "-23.7 to -30.7 %", "wait": "-68.3 %"}
+
+
+def _h(s):
+    return "-" if s is None else f"{s / 3600:.0f}"
+
+
+def _pct(a, b):
+    return None if a is None or not b else 100.0 * (a / b - 1.0)
+
+
+def _f(x, fmt="{:+.1f}%"):
+    return "-" if x is None else fmt.format(x)
+
+
+def run_table(trace, n_gpus, policies, errors, progress):
+    from gpucast import cluster
+    from gpucast.cluster import metrics
+
+    out = []
+    for p in policies:
+        t = time.time()
+        res = cluster.simulate(trace, n_gpus, p, seed=0, error_sigma=errors)
+        s = metrics.summarize(res)
+        s["wall_s"] = time.time() - t
+        out.append(s)
+        progress()
+    return out
+
+
+def table_md(rows):
+    base = next(r for r in rows if r["policy"] == "slot")
+    prof = next((r for r in rows if r["policy"] == "profiling"), None)
+    md = ["| policy | util % (all GPUs) | vs slot | vs profiling | util % (allocated GPUs) | vs slot | makespan h | "
+          "vs slot | JCT mean h | JCT p99 h | queue mean h | vs slot | OOM |",
+          "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        md.append(f"| {r['policy']} | {r['gpu_util_pct']:.1f} | {_f(_pct(r['gpu_util_pct'], base['gpu_util_pct']))} | "
+                  f"{_f(_pct(r['gpu_util_pct'], prof['gpu_util_pct'])) if prof else '-'} | "
+                  f"{r['gpu_util_allocated_pct']:.1f} | "
+                  f"{_f(_pct(r['gpu_util_allocated_pct'], base['gpu_util_allocated_pct']))} | {_h(r['makespan_s'])} | "
+                  f"{_f(_pct(r['makespan_s'], base['makespan_s']))} | {_h(r['jct_mean_s'])} | {_h(r['jct_p99_s'])} | "
+                  f"{_h(r['queue_delay_mean_s'])} | {_f(_pct(r['queue_delay_mean_s'], base['queue_delay_mean_s']))} | "
+                  f"{r['oom_failures']} |")
+    md.append(f"| reference work (published) | | {REFERENCE['util_vs_slot']} | {REFERENCE['util_vs_profiling']} | | | | "
+              f"{REFERENCE['makespan']} | | | | {REFERENCE['wait']} | |")
+    return md
+
+
+def mix_stats(traces):
+    from gpucast.cluster import mixes
+    from gpucast.cluster.truth import Profile, Truth, predict_cached
+
+    truth = Truth()
+    out = {}
+    for name, tr in traces.items():
+        if name not in mixes.MIX_NAMES:
+            continue
+        gpu = mixes.load(name).gpu
+        out[name] = {"predicted": mixes.statistics(tr, lambda j: predict_cached(Profile.from_trace_job(j), gpu).util_pct),
+                     "truth": mixes.statistics(tr, lambda j: truth.behaviour(Profile.from_trace_job(j), gpu).util_pct),
+                     "utils_truth": [truth.behaviour(Profile.from_trace_job(j), gpu).util_pct for j in tr.jobs]}
+    return out
+
+
+def write_html(stats, path):
+    import numpy as np
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+    from scipy.stats import beta
+
+    from gpucast.cluster import mixes
+
+    fig = make_subplots(rows=1, cols=len(stats), subplot_titles=list(stats))
+    for k, (name, s) in enumerate(stats.items(), 1):
+        fig.add_trace(go.Histogram(x=s["utils_truth"], xbins=dict(start=0, end=100, size=5), histnorm="probability density",
+                                   name=f"{name}: jobs (simulated truth)"), row=1, col=k)
+        a, b = mixes.load(name).beta()
+        x = np.linspace(0.5, 99.5, 200)
+        fig.add_trace(go.Scatter(x=x, y=beta.pdf(x / 100, a, b) / 100, name=f"{name}: target Beta({a:.2f}, {b:.2f})"),
+                      row=1, col=k)
+        fig.update_xaxes(title_text="GPU utilization %", row=1, col=k)
+    fig.update_layout(title="Workload mixes: per-job utilization against the target", height=450)
+    fig.write_html(path, include_plotlyjs=True, full_html=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=128)
+    ap.add_argument("--heavy", type=float, default=3.0, help="queue-keeping offered load (x cluster capacity)")
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--traces", default=",".join(TRACES))
+    ap.add_argument("--no-sweep", action="store_true")
+    args = ap.parse_args(argv)
+    from rich.progress import Progress
+
+    from gpucast.cluster import errors, traces as tr_mod
+
+    policies = args.policies.split(",")
+    names = args.traces.split(",")
+    measured = errors.measured()
+    doc = {"gpus": args.gpus, "heavy_load": args.heavy, "errors": measured.as_dict(), "tables": {}, "sweep": {},
+           "reference": REFERENCE}
+    t0 = time.time()
+    n_sweep = 0 if args.no_sweep else 2 * len(SWEEP) * 3
+    with Progress() as bar:
+        task = bar.add_task("simulating", total=len(names) * 2 * len(policies) + n_sweep)
+        step = lambda: bar.advance(task)  # noqa: E731
+        loaded = {n: tr_mod.load_trace(n, gpus=args.gpus) for n in names}
+        for n in names:
+            own = tr_mod.offered_load(loaded[n], args.gpus)
+            for label, trace in ((f"own load {own:.2f}", loaded[n]),
+                                 (f"queue-keeping load {args.heavy:g}", tr_mod.at_load(loaded[n], args.gpus, args.heavy))):
+                doc["tables"].setdefault(n, {})[label] = run_table(trace, args.gpus, policies, measured, step)
+        if not args.no_sweep:
+            for n in ("philly-mix", "pai-mix"):
+                if n not in loaded:
+                    continue
+                heavy = tr_mod.at_load(loaded[n], args.gpus, args.heavy)
+                for f in SWEEP:
+                    rows = run_table(heavy, args.gpus, ["slot", "gpucast", "oracle"], measured.scaled(f), step)
+                    doc["sweep"].setdefault(n, []).append({"factor": f, "rows": rows})
+    stats = mix_stats(loaded)
+    doc["mixes"] = {k: {q: v for q, v in s.items() if q != "utils_truth"} for k, s in stats.items()}
+    md = [f"### Scheduling on workload mixes ({args.gpus} x v100-16gb, measured error)", "",
+          "`.venv/bin/python benchmarks/sim_mixes.py` (seed 0; error: " + measured.label() + "). "
+          "Utilization (all GPUs): busy share of all GPUs from time 0 to the last finish; (allocated GPUs): "
+          "busy share of the GPUs holding a job. The reference row is the published gains of the reference work, "
+          "not a run of ours.", ""]
+    for n, by_load in doc["tables"].items():
+        for label, rows in by_load.items():
+            md += [f"#### {n}, {label}", ""] + table_md(rows) + [""]
+    if doc["sweep"]:
+        md += ["#### How the gain falls as prediction error grows (queue-keeping load)", "",
+               "| mix | error (x measured) | gpucast util vs slot | oracle util vs slot | gpucast allocated util vs slot "
+               "| gpucast JCT mean vs slot | gpucast OOM |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for n, pts in doc["sweep"].items():
+            for p in pts:
+                r = {x["policy"]: x for x in p["rows"]}
+                s, g, o = r["slot"], r["gpucast"], r["oracle"]
+                md.append(f"| {n} | {p['factor']:g} | {_f(_pct(g['gpu_util_pct'], s['gpu_util_pct']))} | "
+                          f"{_f(_pct(o['gpu_util_pct'], s['gpu_util_pct']))} | "
+                          f"{_f(_pct(g['gpu_util_allocated_pct'], s['gpu_util_allocated_pct']))} | "
+                          f"{_f(_pct(g['jct_mean_s'], s['jct_mean_s']))} | {g['oom_failures']} |")
+        md.append("")
+    if stats:
+        md += ["#### The mixes' utilization (per job, and weighted by GPU-hours)", "",
+               "| mix | target | predicted mean | predicted median | predicted GPU-hour mean | simulated-truth mean | "
+               "truth median | truth GPU-hour mean | jobs under 100 % |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        from gpucast.cluster import mixes
+
+        for n, s in stats.items():
+            m = mixes.load(n)
+            tgt = f"mean {m.mean:.0%}" if m.mean is not None else f"median {m.median:.0%}"
+            p, t = s["predicted"], s["truth"]
+            md.append(f"| {n} | {tgt} ({m.source.split(':')[0]}) | {p['mean_pct']:.1f} | {p['median_pct']:.1f} | "
+                      f"{p['gpu_hour_mean_pct']:.1f} | {t['mean_pct']:.1f} | {t['median_pct']:.1f} | "
+                      f"{t['gpu_hour_mean_pct']:.1f} | {t['share_under_100_pct']:.1f}% |")
+        md.append("")
+        write_html(stats, RESULTS / "sim_mixes.html")
+    md.append(f"Wall time {time.time() - t0:.0f} s.")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "sim_mixes.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    (RESULTS / "sim_mixes.json").write_text(json.dumps(doc, indent=1, default=float) + "\n", encoding="utf-8")
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""Workload mixes: a Gavel trace's arrivals, durations and GPU counts, with each job's workload
+drawn from the zoo so that the jobs' GPU utilization looks like a real cluster's.
+
+A mix is a small YAML file (the packaged ones: ``gpucast/data/mixes/philly-mix.yaml`` and
+``pai-mix.yaml``; a user's own: ``gpucast simulate --trace my-mix.yaml``)::
+
+    name: my-mix
+    trace: gavel:ee9e8c          # arrivals, solo durations and GPU counts come from this trace
+    gpu: v100-16gb               # utilization is matched as gpucast predicts it on this GPU
+    seed: 0
+    target:                      # the utilization distribution of the jobs (fractions of 1)
+      mean: 0.52                 # or median: 0.10 (one of the two)
+      concentration: 3.0         # a + b of the Beta distribution (spread; optional, default 3)
+      source: "Jeon et al., ATC 2019"
+    workloads:                   # candidates: every combination of the listed values
+      - model: resnet50
+        batch_size: [32, 64, 128]
+        precision: [fp32, amp-fp16]
+        data: [{}, {num_workers: 0}]   # Job fields (data, loop, stack, seq_len, optimizer ...)
+        weight: 2                # relative weight of this entry (default 1)
+
+How a mix is drawn (:func:`build`, fixed by ``seed``):
+
+1. Every candidate (each combination of an entry's values) is predicted once on ``gpu``
+   (cached like every simulator prediction); an entry's weight is shared among its candidates.
+2. The target is a Beta distribution over utilization with the given mean (or median) and
+   ``concentration``. Each trace job gets a target quantile, stratified by the job's GPU-hours
+   (jobs sorted by GPU-hours, in blocks of ten, each block's ten quantiles one in each tenth, in
+   a random order), so that both the per-job and the GPU-hour-weighted distributions follow the
+   target.
+3. The job takes a candidate whose predicted utilization is within :data:`WINDOW` of the
+   target's value at that quantile, drawn by weight (the nearest candidate when none is).
+
+The trace job's arrival and GPU count are kept; its solo duration on ``gpu`` is the trace job's
+(Gavel's steps times Gavel's measured solo step time of its job type on a V100), so only *what*
+runs changes. Bad YAML raises :class:`MixError`: one line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from gpucast.cluster.traces import Trace, TraceError, TraceJob, solo_duration_s
+
+WINDOW = 0.04          # our choice: a candidate within 4 utilization points of the target value
+DEFAULT_CONCENTRATION = 3.0
+MIX_NAMES = ("philly-mix", "pai-mix")
+_TOP_KEYS = {"name", "description", "trace", "gpu", "seed", "target", "workloads"}
+_TARGET_KEYS = {"mean", "median", "concentration", "source"}
+
+
+class MixError(TraceError):
+    """A mix file that cannot be used; the message is one line naming the file and field."""
+
+
+@dataclass(frozen=True)
+class Mix:
+    name: str
+    trace: str
+    gpu: str
+    seed: int
+    mean: float | None
+    median: float | None
+    concentration: float
+    source: str
+    candidates: tuple        # ((fields dict as sorted items), weight)
+    path: str = ""
+
+    def beta(self) -> tuple[float, float]:
+        """(a, b) of the target Beta distribution."""
+        k = self.concentration
+        if self.mean is not None:
+            return self.mean * k, (1.0 - self.mean) * k
+        return _beta_for_median(self.median, k)
+
+
+def _beta_for_median(median: float, k: float) -> tuple[float, float]:
+    """(a, b) with a + b = k whose median is ``median`` (bisection on a)."""
+    from scipy.stats import beta
+
+    lo, hi = 1e-3, k - 1e-3
+    for _ in range(80):
+        a = 0.5 * (lo + hi)
+        if beta.median(a, k - a) < median:
+            lo = a
+        else:
+            hi = a
+    return a, k - a
+
+
+def mix_path(name: str) -> Path:
+    return Path(str(resources.files("gpucast") / "data" / "mixes" / f"{name}.yaml"))
+
+
+def load(name_or_path) -> Mix:
+    """A packaged mix by name (``philly-mix``, ``pai-mix``) or a mix YAML file."""
+    import yaml
+
+    s = str(name_or_path)
+    path = mix_path(s) if s in MIX_NAMES else Path(s)
+    try:
+        d = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MixError(f"{path}: no such mix file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise MixError(f"{path}: cannot read: {e}") from None
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" (line {where.line + 1})" if where is not None else ""
+        raise MixError(f"{path}: not valid YAML{at}") from None
+    return parse(d, str(path))
+
+
+def parse(d, where: str = "mix") -> Mix:
+    """Validate a mix given as a mapping (the YAML's content)."""
+    import gpucast
+
+    def bad(field, msg):
+        raise MixError(f"{where}: {field}: {msg}")
+
+    if not isinstance(d, dict):
+        raise MixError(f"{where}: a mix is a mapping with 'trace', 'target' and 'workloads'")
+    unknown = sorted(set(d) - _TOP_KEYS, key=str)
+    if unknown:
+        bad(unknown[0], f"unknown field (allowed: {', '.join(sorted(_TOP_KEYS))})")
+    trace = d.get("trace", "gavel")
+    if not isinstance(trace, str):
+        bad("trace", "must be a trace name such as gavel:ee9e8c")
+    gpu = d.get("gpu", "v100-16gb")
+    try:
+        from gpucast.hardware import get_gpu
+
+        gpu = get_gpu(gpu).name
+    except Exception as e:  # noqa: BLE001 - one line for any unknown GPU
+        bad("gpu", str(e).splitlines()[0] if str(e) else "unknown GPU")
+    seed = d.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        bad("seed", "must be an integer")
+    t = d.get("target")
+    if not isinstance(t, dict):
+        bad("target", "must be a mapping with 'mean' or 'median' (fractions of 1)")
+    unknown = sorted(set(t) - _TARGET_KEYS, key=str)
+    if unknown:
+        bad(f"target.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(_TARGET_KEYS))})")
+    if ("mean" in t) == ("median" in t):
+        bad("target", "give exactly one of 'mean' and 'median'")
+    which = "mean" if "mean" in t else "median"
+    v = t[which]
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 < v < 1.0:
+        bad(f"target.{which}", f"must be a number between 0 and 1 (a fraction), got {v!r}")
+    k = t.get("concentration", DEFAULT_CONCENTRATION)
+    if not isinstance(k, (int, float)) or isinstance(k, bool) or k <= 0:
+        bad("target.concentration", f"must be a positive number, got {k!r}")
+    wl = d.get("workloads")
+    if not isinstance(wl, list) or not wl:
+        bad("workloads", "must be a non-empty list of workload entries")
+    cands = []
+    for i, e in enumerate(wl, 1):
+        if not isinstance(e, dict) or "model" not in e:
+            bad(f"workloads[{i}]", "must be a mapping with at least 'model'")
+        w = e.get("weight", 1.0)
+        if not isinstance(w, (int, float)) or isinstance(w, bool) or w <= 0:
+            bad(f"workloads[{i}].weight", f"must be a positive number, got {w!r}")
+        keys = [key for key in e if key != "weight"]
+        values = [e[key] if isinstance(e[key], list) else [e[key]] for key in keys]
+        if any(not vs for vs in values):
+            bad(f"workloads[{i}]", "a field lists no values")
+        combos = list(itertools.product(*values))
+        for combo in combos:
+            f = {key: val for key, val in zip(keys, combo) if not (isinstance(val, dict) and not val)}
+            try:
+                job = gpucast.Job(**f)
+            except TypeError as err:
+                bad(f"workloads[{i}]", str(err).replace("__init__() ", ""))
+            except Exception as err:  # noqa: BLE001 - Job's own one-line validation message
+                bad(f"workloads[{i}]", str(err).splitlines()[0])
+            f.setdefault("precision", job.precision)
+            items = tuple(sorted((key, getattr(job, key)) for key in f))
+            cands.append((items, float(w) / len(combos)))
+    return Mix(str(d.get("name", Path(where).stem)), trace, gpu, seed, t.get("mean"), t.get("median"), float(k),
+               str(t.get("source", "")), tuple(cands), where)
+
+
+def build(mix: Mix | str, *, predictor=None, progress=None) -> Trace:
+    """Draw ``mix`` (a :class:`Mix`, a packaged name or a file) over its trace (see the module
+    docstring). ``predictor(profile, gpu)`` defaults to the simulator's cached prediction."""
+    import numpy as np
+    from scipy.stats import beta as beta_dist
+
+    from gpucast.cluster.traces import load_trace
+    from gpucast.cluster.truth import Profile, predict_cached
+
+    if not isinstance(mix, Mix):
+        mix = load(mix)
+    predictor = predictor or predict_cached
+    base = load_trace(mix.trace)
+    utils = []
+    for i, (items, _w) in enumerate(mix.candidates):
+        f = dict(items)
+        prof = Profile(f["model"], int(f["batch_size"]), f.get("precision", "fp32"), None, items)
+        try:
+            utils.append(predictor(prof, mix.gpu).util_pct / 100.0)
+        except Exception as e:  # noqa: BLE001 - one line naming the candidate
+            raise MixError(f"{mix.path}: workload {f['model']!r} (batch {f['batch_size']}) cannot be "
+                           f"predicted: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        if progress:
+            progress(i + 1, len(mix.candidates))
+    utils = np.array(utils)
+    weights = np.array([w for _i, w in mix.candidates])
+    rng = np.random.default_rng(mix.seed)
+    jobs = base.jobs
+    order = np.argsort([-solo_duration_s(j) * j.gpus for j in jobs], kind="stable")
+    q = np.empty(len(jobs))
+    for s in range(0, len(jobs), 10):
+        block = order[s:s + 10]
+        qs = (np.arange(10) + rng.random(10)) / 10.0
+        q[block] = rng.permutation(qs)[:len(block)]
+    a, b = mix.beta()
+    want = beta_dist.ppf(q, a, b)
+    out = []
+    for j, u in zip(jobs, want):
+        near = np.flatnonzero(np.abs(utils - u) <= WINDOW)
+        if not len(near):
+            near = np.array([int(np.argmin(np.abs(utils - u)))])
+        p = weights[near] / weights[near].sum()
+        c = int(near[rng.choice(len(near), p=p)])
+        items = mix.candidates[c][0]
+        f = dict(items)
+        out.append(TraceJob(j.job_id, j.arrival_s, f["model"], int(f["batch_size"]), j.gpus,
+                            f.get("precision", "fp32"), None, solo_duration_s(j), None, items))
+    notes = list(base.notes) + [
+        f"mix {mix.name}: {len(mix.candidates)} candidates, target Beta(a={a:.3f}, b={b:.3f}) "
+        f"({'mean' if mix.mean is not None else 'median'} {mix.mean if mix.mean is not None else mix.median}; "
+        f"{mix.source}), seed {mix.seed}, predicted on {mix.gpu}"]
+    return Trace(mix.name, out, source=f"mix:{mix.path}", notes=notes)
+
+
+def statistics(trace: Trace, util_of) -> dict:
+    """Per-job and GPU-hour-weighted utilization statistics of a trace (``util_of(job)`` in %)."""
+    import numpy as np
+
+    u = np.array([util_of(j) for j in trace.jobs], dtype=float)
+    w = np.array([solo_duration_s(j) * j.gpus for j in trace.jobs], dtype=float)
+    return {"jobs": len(u), "mean_pct": float(u.mean()), "median_pct": float(np.median(u)),
+            "gpu_hour_mean_pct": float((u * w).sum() / w.sum()) if w.sum() > 0 else math.nan,
+            "p10_pct": float(np.percentile(u, 10)), "p90_pct": float(np.percentile(u, 90)),
+            "share_under_100_pct": float(100.0 * (u < 99.5).mean())}

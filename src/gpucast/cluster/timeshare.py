@@ -1,0 +1,296 @@
+"""Jobs time-sharing one GPU, from their predicted timelines (the two clocks of each job).
+
+A job running alone repeats a step of ``step_s`` seconds in which the GPU is busy ``busy_s``
+(its kernels) and idle the rest, split into ``gaps`` idle periods (between kernels the host has
+not launched yet, at syncs, the loader and the loop's host work between steps: the estimator's
+:class:`~gpucast.estimate.step.Timeline` counts them). When two or three such jobs share a GPU
+their bursts and gaps interleave: one job's kernels run in another's gaps, and where bursts
+overlap the GPU alternates between the contexts. This module predicts each job's slowdown
+(shared step time over solo step time) for any set of jobs, measured together or never.
+
+The model is a mean-value analysis of that interleaving with random relative phase (the jobs
+are not assumed to lock into a perfect alternation). For job ``i`` among the GPU's jobs, with
+``a_j`` the share of time job ``j`` has kernels to run (its *activity* while shared) and the
+constants of :class:`Constants`::
+
+    burst_i' = busy_i * (1 + sum_{j != i} a_j) * (1 + switch / slice * P_i)
+                      * (1 + bandwidth * sum_{j != i} a_j * m_i * m_j)
+    wait_i   = gaps_i * sum_{j != i} a_j * (min(slice, run_j) / 2 + switch)
+    host_i'  = (step_i - busy_i) * (1 + host * sum_{j != i} h_j)
+    step_i'  = host_i' + burst_i' + wait_i ,   a_i = burst_i' / step_i'
+
+solved by fixed-point iteration. ``P_i = 1 - prod_{j != i} (1 - a_j)`` is the chance some other
+job wants the GPU while ``i`` does (then the contexts alternate every ``slice`` seconds, paying
+``switch`` each time); ``run_j = busy_j / gaps_j`` is ``j``'s mean uninterrupted burst, so a job
+that returns from an idle gap while another holds the GPU waits for that job's slice (or burst)
+to end, half of it on average, plus a switch; ``m`` is a job's memory-bound share of kernel time
+(two memory-bound jobs thrash the caches and DRAM rows each other warmed); ``h_j`` is ``j``'s host
+share of its step (the jobs share the node's CPU cores). A job alone has slowdown 1. Two
+saturated jobs (no gaps) each run at about half speed; two jobs idle half the time each fill each
+other's gaps for a slowdown of about 1.3 (random phase; a perfect alternation would be 1.0); a
+third job makes every slowdown worse.
+
+Time-slicing (the default CUDA behaviour: one context on the GPU at a time) is the mode fitted
+here. ``mode="mps"`` states NVIDIA MPS from its documentation (the MPS server funnels the
+clients' work into one context, so kernels of different processes run concurrently and there is
+no context switch): no slice waits and no switch cost; overlapping bursts still share the SMs
+(the ``1 + sum a_j`` stretch) and memory bandwidth. Its constants are not fitted (no measured
+MPS pairs here).
+
+What is modelled: each job's busy time, idle-gap count and host share, memory-boundness, the
+constants below. What is not: phase locking, priorities, memory capacity (an over-committed GPU
+is an out-of-memory failure in the engine), PCIe/NVLink traffic of multi-GPU jobs, MIG.
+
+The constants (:data:`FITTED`) are fitted to Gavel's measured co-located pairs on K80, P100 and
+V100 (``benchmarks/colocation.py``, :mod:`gpucast.cluster.timeshare_fit`), and so are per-job
+corrections of the timelines of Gavel's job types (:data:`GAVEL_CORRECTIONS`, used for those job
+types only). Gavel's jobs' timelines are gpucast's predictions anchored to Gavel's measured solo
+step times (:func:`anchored`). Held-out error is in ``benchmarks/results/colocation.md``: on
+pairs never measured whose job types were measured with others, well below a constant's; on job
+families never measured at all, no better than a constant (what the timelines predict about an
+unmeasured job's co-location is weak evidence).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class JobTimeline:
+    """One job's solo step as the co-location model sees it."""
+
+    step_s: float          # solo step time
+    busy_s: float          # GPU busy seconds per step (kernels), <= step_s
+    gaps: float = 1.0      # idle periods of the GPU per step
+    mem_bound: float = 0.5  # share of kernel time bound by memory bandwidth (0..1)
+
+    @property
+    def util(self) -> float:
+        return self.busy_s / self.step_s if self.step_s > 0 else 0.0
+
+    @classmethod
+    def from_util(cls, util_pct: float, step_s: float = 0.1, gaps: float = 1.0, mem_bound: float = 0.5
+                  ) -> "JobTimeline":
+        """A timeline of a job known only by its utilization (one gap per step by default)."""
+        u = min(1.0, max(0.0, util_pct / 100.0))
+        return cls(step_s, u * step_s, gaps if u < 1.0 else 0.0, mem_bound)
+
+
+@dataclass(frozen=True)
+class Constants:
+    """The co-location model's constants (name, value, unit, source)."""
+
+    # Seconds a context holds the GPU while another context has work. NVIDIA's time-slice scheduler
+    # is not documented in seconds (nvidia-smi compute-policy offers default/short/medium/long);
+    # fitted on Gavel's V100 pairs from a start of 2 ms.
+    slice_s: float = 2e-3
+    # Seconds lost per context switch (save/restore of a context). Published measurements put a
+    # GPU context switch at tens of microseconds (e.g. 25 us on Pascal-class GPUs, NVIDIA's Pascal
+    # compute-preemption material); fitted from that start.
+    switch_s: float = 25e-6
+    # Stretch of overlapping memory-bound bursts (cache and DRAM-row thrash), per unit of the
+    # product of the two jobs' memory-bound shares; fitted (start 0.2).
+    bandwidth: float = 0.2
+    # Stretch of a job's host time per unit of its neighbours' host shares (the jobs share the
+    # node's CPU cores, loader workers and Python threads); fitted (start 0.2).
+    host: float = 0.2
+    # How a job's idle-gap count grows when its true host time exceeds the predicted one:
+    # gaps = predicted gaps * (true host / predicted host) ** gap_exponent (0: the extra host
+    # time is one long gap per gap; 1: it comes as proportionally more gaps); fitted (start 0.5).
+    gap_exponent: float = 0.5
+    # Where a job's true step differs from the predicted one, the share (in log space) of the
+    # difference that is GPU time: busy = predicted busy * (true step / predicted step) **
+    # kernel_share (0: the kernels are as predicted and the host is slower; 1: the kernels and the
+    # host are slower alike, utilization as predicted); fitted (start 0.5).
+    kernel_share: float = 0.5
+
+    def with_(self, **kw) -> "Constants":
+        return replace(self, **kw)
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _packaged_fit() -> dict:
+    from importlib import resources
+
+    path = resources.files("gpucast") / "data" / "gavel" / "timeshare_fit.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+_FIT = _packaged_fit()
+# Source: benchmarks/colocation.py, fitted on every pair Gavel measured (K80/P100/V100), packaged in
+# gpucast/data/gavel/timeshare_fit.json with its provenance; Constants()' starts where it is absent.
+FITTED = Constants(**{k: float(v) for k, v in _FIT.get("constants", {}).items()
+                      if k in {f.name for f in fields(Constants)}})
+# Per (gpu, Gavel job type) timeline corrections from the same fit (timeshare_fit.corrected).
+GAVEL_CORRECTIONS = {(r["gpu"], r["job_type"]): (float(r["busy_logit"]), float(r["log_gaps"]))
+                     for r in _FIT.get("corrections", [])}
+
+_ITERATIONS = 60
+_TOLERANCE = 1e-7   # on the activities (shares of time): far below what any figure here shows
+
+
+def anchored(est, step_s: float, util_pct: float | None = None, c: Constants = FITTED) -> JobTimeline:
+    """A job's timeline from its prediction ``est`` (a :class:`gpucast.cluster.truth.Estimate`)
+    and its true solo step time: GPU busy time ``util_pct`` of the step when given, else the
+    predicted busy seconds times ``(true step / predicted step) ** kernel_share`` (at most the
+    step); the rest is host time, with the predicted gap count scaled by
+    ``(true host time / predicted host time) ** gap_exponent``."""
+    busy_p = est.busy_s if est.busy_s > 0 else est.util_pct / 100.0 * est.step_time_s
+    if util_pct is not None:
+        busy = min(step_s, util_pct / 100.0 * step_s)
+    else:
+        busy = min(step_s, busy_p * (step_s / est.step_time_s) ** c.kernel_share)
+    host_p = max(est.step_time_s - busy_p, 1e-9)
+    host = max(0.0, step_s - busy)
+    if host <= 1e-12:
+        return JobTimeline(step_s, step_s, 0.0, est.mem_bound)
+    gaps = max(1.0, est.gaps) * (host / host_p) ** c.gap_exponent
+    return JobTimeline(step_s, busy, max(1.0, gaps), est.mem_bound)
+
+
+def corrected(tl: JobTimeline, corr: tuple[float, float] | None) -> JobTimeline:
+    """``tl`` with a per-job correction ``(logit shift of the busy share, log factor on the
+    gaps)`` learned from that job's measured pairs (:func:`fit_corrections`); None: as is."""
+    if not corr:
+        return tl
+    u = min(max(tl.util, 1e-4), 1 - 1e-4)
+    z = math.log(u / (1 - u)) + corr[0]
+    u2 = 1.0 / (1.0 + math.exp(-z))
+    return JobTimeline(tl.step_s, u2 * tl.step_s, max(1.0, tl.gaps) * math.exp(corr[1]), tl.mem_bound)
+
+
+def mem_bound_share(prediction) -> float:
+    """The memory-bound share of a prediction's kernel time: its bytes at the GPU's achievable
+    bandwidth (the estimator's ``bandwidth_efficiency``) over its GPU busy time, at most 1."""
+    from gpucast.estimate.constants import DEFAULT
+    from gpucast.hardware import get_gpu
+
+    if prediction.gpu_busy_s <= 0:
+        return 0.0
+    bw = get_gpu(prediction.gpu).memory_bandwidth_gbs * 1e9 * DEFAULT.bandwidth_efficiency
+    return min(1.0, prediction.bytes / bw / prediction.gpu_busy_s)
+
+
+def slowdowns(jobs: Sequence[JobTimeline], c: Constants = FITTED, mode: str = "timeslice") -> list[float]:
+    """Each job's step time when sharing one GPU over its solo step time (>= 1)."""
+    n = len(jobs)
+    if n <= 1:
+        return [1.0] * n
+    return list(_cached(tuple(jobs), c, mode))
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _cached(jobs: tuple, c: Constants, mode: str) -> tuple:
+    """One GPU's slowdowns, remembered (a simulation asks for the same few job sets again and
+    again): :func:`solve`'s iteration in plain Python, which for two to four jobs is ten times
+    faster than numpy's (tests check the two agree)."""
+    if mode not in ("timeslice", "mps"):
+        raise ValueError(f"unknown sharing mode {mode!r} (timeslice, mps)")
+    n = len(jobs)
+    step = [max(j.step_s, 1e-12) for j in jobs]
+    busy = [min(max(j.busy_s, 0.0), s) for j, s in zip(jobs, step)]
+    gaps = [float(j.gaps) for j in jobs]
+    m = [min(1.0, max(0.0, j.mem_bound)) for j in jobs]
+    host = [s - b for s, b in zip(step, busy)]
+    hshare = [h / s for h, s in zip(host, step)]
+    hsum = sum(hshare)
+    run = [b / max(g, 1.0) if g >= 1.0 else b for b, g in zip(busy, gaps)]
+    ts = mode == "timeslice"
+    host_new = [h * (1.0 + c.host * (hsum - x)) for h, x in zip(host, hshare)]
+    act = [b / s for b, s in zip(busy, step)]
+    ratio = c.switch_s / c.slice_s
+    cost = [min(c.slice_s, r) / 2.0 + c.switch_s for r in run]
+    new = list(step)
+    rng = range(n)
+    for _ in range(_ITERATIONS):
+        asum = sum(act)
+        amsum = sum(a * x for a, x in zip(act, m))
+        psum = sum(a * k for a, k in zip(act, cost))
+        nact = []
+        for i in rng:
+            ai = act[i]
+            burst = busy[i] * (1.0 + asum - ai) * (1.0 + c.bandwidth * m[i] * (amsum - ai * m[i]))
+            wait = 0.0
+            if ts:
+                free = 1.0
+                for k in rng:
+                    if k != i:
+                        free *= 1.0 - min(1.0, act[k])
+                burst *= 1.0 + ratio * (1.0 - free)
+                wait = gaps[i] * (psum - ai * cost[i])
+            t = host_new[i] + burst + wait
+            new[i] = t
+            nact.append(min(1.0, burst / t))
+        done = max(abs(x - y) for x, y in zip(nact, act)) < _TOLERANCE
+        act = [0.5 * (x + y) for x, y in zip(nact, act)]
+        if done:
+            break
+    return tuple(max(1.0, t / s) for t, s in zip(new, step))
+
+
+def solve(step, busy, gaps, mem_bound, c: Constants = FITTED, mode: str = "timeslice"):
+    """:func:`slowdowns` over arrays of shape ``(jobs on the GPU, cases)``: column ``k`` is one
+    GPU's set of jobs (for fitting on many measured pairs at once). Returns the slowdowns, same
+    shape."""
+    import numpy as np
+
+    if mode not in ("timeslice", "mps"):
+        raise ValueError(f"unknown sharing mode {mode!r} (timeslice, mps)")
+    step = np.maximum(np.asarray(step, dtype=float), 1e-12)
+    busy = np.clip(np.asarray(busy, dtype=float), 0.0, step)
+    gaps = np.asarray(gaps, dtype=float)
+    m = np.clip(np.asarray(mem_bound, dtype=float), 0.0, 1.0)
+    n = step.shape[0]
+    if n <= 1:
+        return np.ones_like(step)
+    host = step - busy
+    hshare = host / step
+    run = np.where(gaps >= 1.0, busy / np.maximum(gaps, 1.0), busy)
+    ts = mode == "timeslice"
+    host_new = host * (1.0 + c.host * (hshare.sum(0) - hshare))
+    act = busy / step
+    new = step
+    for _ in range(_ITERATIONS):
+        others = act.sum(0) - act
+        burst = busy * (1.0 + others) * (1.0 + c.bandwidth * m * ((act * m).sum(0) - act * m))
+        wait = 0.0
+        if ts:
+            free = 1.0 - np.minimum(1.0, act)
+            if n == 2:
+                p_other = 1.0 - free[::-1]
+            else:   # the product of the others' free shares: prefix times suffix products
+                ones = np.ones_like(free[:1])
+                pre = np.cumprod(np.concatenate([ones, free[:-1]]), axis=0)
+                suf = np.cumprod(np.concatenate([ones, free[::-1][:-1]]), axis=0)[::-1]
+                p_other = 1.0 - pre * suf
+            burst = burst * (1.0 + (c.switch_s / c.slice_s) * p_other)
+            per = act * (np.minimum(c.slice_s, run) / 2.0 + c.switch_s)
+            wait = gaps * (per.sum(0) - per)
+        new = host_new + burst + wait
+        nact = np.minimum(1.0, burst / new)
+        done = np.max(np.abs(nact - act)) < _TOLERANCE
+        act = 0.5 * (nact + act)      # damped: converges for 2-4 jobs
+        if done:
+            break
+    return np.maximum(1.0, new / step)
+
+
+def throughputs(jobs: Sequence[JobTimeline], c: Constants = FITTED, mode: str = "timeslice") -> float:
+    """Summed normalized throughput of the jobs (sum of 1 / slowdown): above 1, sharing pays."""
+    return sum(1.0 / s for s in slowdowns(jobs, c, mode))
+
+
+def gpu_util_pct(jobs: Sequence[JobTimeline], c: Constants = FITTED, mode: str = "timeslice") -> float:
+    """The shared GPU's utilization: each job's kernels spread over its longer step."""
+    sd = slowdowns(jobs, c, mode)
+    return min(100.0, 100.0 * sum(j.util / s for j, s in zip(jobs, sd)))

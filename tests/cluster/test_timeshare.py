@@ -1,0 +1,131 @@
+"""The co-location model (gpucast.cluster.timeshare) on timelines whose answers can be worked out
+by hand, and its fit to Gavel's measured pairs."""
+
+import math
+
+import pytest
+
+from gpucast.cluster import timeshare
+from gpucast.cluster.timeshare import Constants, JobTimeline, slowdowns
+
+# Constants that leave only the interleaving itself: no switch cost, no contention, a slice far
+# shorter than any burst (so a returning job waits a negligible half slice).
+PURE = Constants(slice_s=1e-6, switch_s=1e-12, bandwidth=0.0, host=0.0)
+
+SAT = JobTimeline(step_s=0.1, busy_s=0.1, gaps=0)          # kernels back to back
+HALF = JobTimeline(step_s=0.1, busy_s=0.05, gaps=1)        # idle half of every step
+
+
+def test_a_job_alone_is_not_slowed():
+    assert slowdowns([HALF]) == [1.0]
+    assert slowdowns([]) == []
+
+
+def test_two_saturated_jobs_each_run_at_half_speed():
+    # Both always want the GPU: each gets half of it.
+    assert slowdowns([SAT, SAT], PURE) == pytest.approx([2.0, 2.0], rel=1e-3)
+    # With the fitted switch and contention costs it is a little worse than half speed.
+    s = slowdowns([SAT, SAT])
+    assert all(2.0 <= x <= 2.6 for x in s)
+
+
+def test_two_half_idle_jobs_fill_each_others_gaps():
+    # Random phase, worked by hand: each job's burst is stretched by the other's activity x,
+    # step = 0.05 + 0.05 (1 + x), x = burst / step  =>  x^2 + x - 1 = 0, x = 0.618,
+    # slowdown = (2 + x) / 2 = 1.309.
+    x = (math.sqrt(5) - 1) / 2
+    assert slowdowns([HALF, HALF], PURE) == pytest.approx([(2 + x) / 2] * 2, rel=2e-3)
+    # Far less than the saturated pair's slowdown, with the fitted constants too.
+    assert max(slowdowns([HALF, HALF])) < 0.8 * min(slowdowns([SAT, SAT]))
+
+
+def test_a_third_job_makes_it_worse():
+    for job in (HALF, SAT):
+        two = slowdowns([job, job])
+        three = slowdowns([job, job, job])
+        assert min(three) > max(two)
+    assert slowdowns([SAT, SAT, SAT], PURE) == pytest.approx([3.0] * 3, rel=1e-3)
+
+
+def test_a_light_neighbour_hurts_less_than_a_heavy_one():
+    light = JobTimeline(0.1, 0.01, 1)
+    assert slowdowns([HALF, light])[0] < slowdowns([HALF, HALF])[0] < slowdowns([HALF, SAT])[0]
+
+
+def test_many_gaps_cost_a_job_more_next_to_a_busy_neighbour():
+    few = JobTimeline(0.1, 0.05, 1)
+    many = JobTimeline(0.1, 0.05, 200)
+    assert slowdowns([many, SAT])[0] > slowdowns([few, SAT])[0]
+
+
+def test_mps_has_no_slice_waits():
+    many = JobTimeline(0.1, 0.05, 200)
+    assert slowdowns([many, SAT], mode="mps")[0] < slowdowns([many, SAT], mode="timeslice")[0]
+    with pytest.raises(ValueError, match="unknown sharing mode"):
+        slowdowns([many, SAT], mode="mig")
+
+
+def test_sharing_pays_for_light_jobs_and_not_for_saturated_ones():
+    assert timeshare.throughputs([HALF, JobTimeline(0.1, 0.02, 1)]) > 1.2
+    assert timeshare.throughputs([SAT, SAT]) < 1.0
+
+
+def test_the_array_solver_agrees_with_the_per_gpu_one():
+    import numpy as np
+
+    pairs = [(SAT, HALF), (HALF, JobTimeline(0.2, 0.03, 40, 0.9))]
+    arr = lambda name: np.array([[getattr(a, name) for a, _b in pairs], [getattr(b, name) for _a, b in pairs]])
+    s = timeshare.solve(arr("step_s"), arr("busy_s"), arr("gaps"), arr("mem_bound"))
+    for k, (a, b) in enumerate(pairs):
+        assert slowdowns([a, b]) == pytest.approx([s[0, k], s[1, k]], rel=1e-6)   # both stop at 1e-7
+
+
+def test_anchoring_keeps_the_predicted_kernels_and_adds_host_time():
+    from gpucast.cluster.truth import Estimate
+
+    est = Estimate(50.0, (40, 60), 1e9, (1e9, 1e9), 0.1, (0.1, 0.1), busy_s=0.05, gaps=4, mem_bound=0.3)
+    c = Constants(kernel_share=0.0, gap_exponent=1.0)
+    tl = timeshare.anchored(est, 0.2, c=c)       # the true step is twice the predicted one
+    assert tl.busy_s == pytest.approx(0.05)      # kernels as predicted
+    assert tl.gaps == pytest.approx(4 * 0.15 / 0.05)   # host time 3x: three times the gaps
+    tl = timeshare.anchored(est, 0.2, c=Constants(kernel_share=1.0))
+    assert tl.util == pytest.approx(0.5)         # kernels slower alike: utilization as predicted
+    assert timeshare.anchored(est, 0.2, util_pct=25.0).busy_s == pytest.approx(0.05)
+
+
+def test_the_packaged_fit_says_where_it_came_from_and_beats_a_constant():
+    from gpucast.cluster import timeshare_fit as tf
+
+    fit = timeshare._packaged_fit()
+    assert fit["provenance"]["command"] == "benchmarks/colocation.py"
+    assert "Gavel" in fit["provenance"]["data"]
+    assert timeshare.FITTED.as_dict() == pytest.approx(fit["constants"])
+    obs = tf.observations(["v100-16gb"])
+    y = tf._flat(obs)
+    pred = [s for p in tf.predict(obs, timeshare.FITTED, corrections=timeshare.GAVEL_CORRECTIONS) for s in p]
+    mean = sum(y) / len(y)
+    assert tf.rmse(pred, y) < 0.8 * tf.rmse([mean] * len(y), y)
+
+
+def test_fitting_improves_on_the_training_pairs():
+    from gpucast.cluster import timeshare_fit as tf
+
+    types = {"ResNet-18 (batch size 64)", "ResNet-50 (batch size 32)", "LM (batch size 20)",
+             "Recommendation (batch size 1024)", "Transformer (batch size 64)", "A3C"}
+    obs = [o for o in tf.observations(["v100-16gb"]) if o[1] in types and o[2] in types]
+    assert len(obs) >= 10
+    start = Constants()
+    before = tf.rmse([s for p in tf.predict(obs, start) for s in p], tf._flat(obs))
+    c, corr = tf.fit_corrections(obs, start)
+    after = tf.rmse([s for p in tf.predict(obs, c, corrections=corr) for s in p], tf._flat(obs))
+    assert after < 0.8 * before
+    assert set(corr) == {("v100-16gb", t) for t in types}
+
+
+def test_the_array_solver_agrees_for_three_jobs():
+    import numpy as np
+
+    jobs = [SAT, HALF, JobTimeline(0.2, 0.03, 40, 0.9)]
+    col = lambda name: np.array([[getattr(j, name)] for j in jobs])
+    s = timeshare.solve(col("step_s"), col("busy_s"), col("gaps"), col("mem_bound"))
+    assert slowdowns(jobs) == pytest.approx(list(s[:, 0]), rel=1e-6)
