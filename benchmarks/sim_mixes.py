@@ -125,10 +125,17 @@ def main(argv=None) -> int:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--traces", default=",".join(TRACES))
     ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--host-contention", type=float, default=None,
+                    help="sensitivity run: the co-location model's host constant set to this (0: every job "
+                         "has CPU cores of its own) instead of the one fitted on Gavel's servers")
+    ap.add_argument("--out-name", default="sim_mixes", help="results file stem under benchmarks/results")
     args = ap.parse_args(argv)
     from rich.progress import Progress
 
-    from gpucast.cluster import errors, traces as tr_mod
+    from gpucast.cluster import errors, timeshare, traces as tr_mod
+
+    if args.host_contention is not None:
+        timeshare.set_constants(timeshare.FITTED.with_(host=args.host_contention))
 
     policies = args.policies.split(",")
     names = args.traces.split(",")
@@ -156,8 +163,10 @@ def main(argv=None) -> int:
                     doc["sweep"].setdefault(n, []).append({"factor": f, "rows": rows})
     stats = mix_stats(loaded)
     doc["mixes"] = {k: {q: v for q, v in s.items() if q != "utils_truth"} for k, s in stats.items()}
-    md = [f"### Scheduling on workload mixes ({args.gpus} x v100-16gb, measured error)", "",
-          "`.venv/bin/python benchmarks/sim_mixes.py` (seed 0; error: " + measured.label() + "). "
+    hc = ("" if args.host_contention is None else
+          f", co-location host contention {args.host_contention:g} instead of the fitted {timeshare.FITTED.host:.3g}")
+    md = [f"### Scheduling on workload mixes ({args.gpus} x v100-16gb, measured error{hc})", "",
+          f"`.venv/bin/python benchmarks/sim_mixes.py {' '.join(argv if argv is not None else sys.argv[1:])}`".strip() + " (seed 0; error: " + measured.label() + "). "
           "Utilization (all GPUs): busy share of all GPUs from time 0 to the last finish; (allocated GPUs): "
           "busy share of the GPUs holding a job. The reference row is the published gains of the reference work, "
           "not a run of ours.", ""]
@@ -191,11 +200,11 @@ def main(argv=None) -> int:
                       f"{p['gpu_hour_mean_pct']:.1f} | {t['mean_pct']:.1f} | {t['median_pct']:.1f} | "
                       f"{t['gpu_hour_mean_pct']:.1f} | {t['share_under_100_pct']:.1f}% |")
         md.append("")
-        write_html(stats, RESULTS / "sim_mixes.html")
+        write_html(stats, RESULTS / f"{args.out_name}.html")
     md.append(f"Wall time {time.time() - t0:.0f} s.")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "sim_mixes.md").write_text("\n".join(md) + "\n", encoding="utf-8")
-    (RESULTS / "sim_mixes.json").write_text(json.dumps(doc, indent=1, default=float) + "\n", encoding="utf-8")
+    (RESULTS / f"{args.out_name}.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    (RESULTS / f"{args.out_name}.json").write_text(json.dumps(doc, indent=1, default=float) + "\n", encoding="utf-8")
     print("\n".join(md))
     return 0
 

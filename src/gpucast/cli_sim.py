@@ -1,7 +1,7 @@
 """The simulator command of the `gpucast` command line: ``simulate``.
 
 * ``gpucast simulate --trace gavel --gpus 128 [--gpu-type v100-16gb] [--gpus-per-node 8]
-  --policies slot,profiling,horus,gpucast,oracle [--seed 0] [--error-sigma 0.2] [--limit N]
+  --policies slot,profiling,horus,gpucast,oracle [--seed 0] [--error-sigma measured] [--load L] [--limit N]
   [--report out.html] [--json out.json] [--env env.yaml]``: replay a trace through each policy on one
   homogeneous cluster (:func:`gpucast.cluster.simulate`), with a progress bar per policy; print
   the comparison table (:func:`gpucast.cluster.metrics.summarize`) and each policy's change from

@@ -47,9 +47,22 @@ def test_a_third_job_makes_it_worse():
     assert slowdowns([SAT, SAT, SAT], PURE) == pytest.approx([3.0] * 3, rel=1e-3)
 
 
+# The fitted constants with the node's CPU shared by no one: the GPU side alone.
+GPU_SIDE = timeshare.FITTED.with_(host=0.0)
+
+
 def test_a_light_neighbour_hurts_less_than_a_heavy_one():
     light = JobTimeline(0.1, 0.01, 1)
-    assert slowdowns([HALF, light])[0] < slowdowns([HALF, HALF])[0] < slowdowns([HALF, SAT])[0]
+    c = GPU_SIDE
+    assert slowdowns([HALF, light], c)[0] < slowdowns([HALF, HALF], c)[0] < slowdowns([HALF, SAT], c)[0]
+
+
+def test_host_heavy_neighbours_slow_each_others_host_time():
+    light = JobTimeline(0.1, 0.01, 1)                 # 90 % of its step on the host
+    c = PURE.with_(host=0.5)
+    # light's host time (0.09 s) is stretched by 0.5 x its neighbour's host share (0.9)
+    assert slowdowns([light, light], c)[0] == pytest.approx(1 + 0.09 * 0.5 * 0.9 / 0.1, rel=0.02)
+    assert slowdowns([light, light], c)[0] > slowdowns([light, light], PURE)[0]
 
 
 def test_many_gaps_cost_a_job_more_next_to_a_busy_neighbour():
@@ -66,7 +79,7 @@ def test_mps_has_no_slice_waits():
 
 
 def test_sharing_pays_for_light_jobs_and_not_for_saturated_ones():
-    assert timeshare.throughputs([HALF, JobTimeline(0.1, 0.02, 1)]) > 1.2
+    assert timeshare.throughputs([HALF, JobTimeline(0.1, 0.02, 1)], GPU_SIDE) > 1.2
     assert timeshare.throughputs([SAT, SAT]) < 1.0
 
 

@@ -181,12 +181,23 @@ def mem_bound_share(prediction) -> float:
     return min(1.0, prediction.bytes / bw / prediction.gpu_busy_s)
 
 
-def slowdowns(jobs: Sequence[JobTimeline], c: Constants = FITTED, mode: str = "timeslice") -> list[float]:
-    """Each job's step time when sharing one GPU over its solo step time (>= 1)."""
+_ACTIVE = [FITTED]
+
+
+def set_constants(c: Constants | None) -> None:
+    """The constants :func:`slowdowns` uses when given none (None: :data:`FITTED`): the simulator,
+    its policies and the benchmarks' sensitivity runs (``benchmarks/sim_mixes.py
+    --host-contention``) all read them."""
+    _ACTIVE[0] = FITTED if c is None else c
+
+
+def slowdowns(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: str = "timeslice") -> list[float]:
+    """Each job's step time when sharing one GPU over its solo step time (>= 1); ``c``: the
+    constants (default: :func:`set_constants`'s, :data:`FITTED` unless changed)."""
     n = len(jobs)
     if n <= 1:
         return [1.0] * n
-    return list(_cached(tuple(jobs), c, mode))
+    return list(_cached(tuple(jobs), c if c is not None else _ACTIVE[0], mode))
 
 
 @functools.lru_cache(maxsize=1 << 17)
@@ -285,12 +296,12 @@ def solve(step, busy, gaps, mem_bound, c: Constants = FITTED, mode: str = "times
     return np.maximum(1.0, new / step)
 
 
-def throughputs(jobs: Sequence[JobTimeline], c: Constants = FITTED, mode: str = "timeslice") -> float:
+def throughputs(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: str = "timeslice") -> float:
     """Summed normalized throughput of the jobs (sum of 1 / slowdown): above 1, sharing pays."""
     return sum(1.0 / s for s in slowdowns(jobs, c, mode))
 
 
-def gpu_util_pct(jobs: Sequence[JobTimeline], c: Constants = FITTED, mode: str = "timeslice") -> float:
+def gpu_util_pct(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: str = "timeslice") -> float:
     """The shared GPU's utilization: each job's kernels spread over its longer step."""
     sd = slowdowns(jobs, c, mode)
     return min(100.0, 100.0 * sum(j.util / s for j, s in zip(jobs, sd)))

@@ -15,7 +15,7 @@ A data-parallel job (``job.gpus > 1``) gets that share on each of its GPUs; sche
 cannot gang fractional GPUs (Ray's ``num_gpus``) are given whole GPUs for it instead.
 
 Not modelled: interference between the jobs that end up sharing (the placement policies in
-``gpucast.cluster`` use the interference model; these translations only size requests), MIG.
+``gpucast.cluster`` use the co-location model; these translations only size requests), MIG.
 """
 
 from __future__ import annotations
