@@ -282,7 +282,7 @@ def _obs(job: Job, gpu: str) -> Observation:
 def test_place_answers_what_choose_gpu_answers(client):
     small = {"workload": "mlp-small", "batch_size": 32}
     body = {"gpus": [{"gpu_type": "t4", "jobs": [small]}, {"gpu_type": "t4", "jobs": [small, small]},
-                     {"gpu_type": "h100", "jobs": [small]}],
+                     {"gpu_type": "h100", "jobs": [small]}, {"gpu_type": "t4", "jobs": []}],
             "job": small, "policy": "gpucast"}
     r = client.post("/v1/place", json=body)
     assert r.status_code == 200, r.text
@@ -290,7 +290,8 @@ def test_place_answers_what_choose_gpu_answers(client):
     j = Job("mlp-small", batch_size=32)
     state = [GpuOccupancy(0, "t4", get_gpu("t4").memory_bytes, jobs=(_obs(j, "t4"),)),
              GpuOccupancy(1, "t4", get_gpu("t4").memory_bytes, jobs=(_obs(j, "t4"),) * 2),
-             GpuOccupancy(2, "h100", get_gpu("h100").memory_bytes, jobs=(_obs(j, "h100"),))]
+             GpuOccupancy(2, "h100", get_gpu("h100").memory_bytes, jobs=(_obs(j, "h100"),)),
+             GpuOccupancy(3, "t4", get_gpu("t4").memory_bytes)]    # an empty GPU: some answer exists
     index, slowdowns = choose_gpu(make_policy("gpucast"), state, {"t4": _obs(j, "t4"), "h100": _obs(j, "h100")})
     assert got["gpu"] == index and got["gpu"] is not None
     assert got["predicted_slowdowns"] == pytest.approx(slowdowns)
