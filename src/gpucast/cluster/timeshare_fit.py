@@ -96,31 +96,14 @@ def fit(obs, start: Constants = FITTED, ests: dict | None = None) -> Constants:
 
     ests = ests if ests is not None else _estimates(obs)
     y = np.array(_flat(obs))
-    logs = {"slice_s", "switch_s"}
-
-    def unpack(x):
-        kw = {}
-        for v, name in zip(x, _FITTED_NAMES):
-            kw[name] = float(math.exp(v)) if name in logs else float(v)
-        return start.with_(**kw)
+    names = list(_FITTED_NAMES)
+    x0, lo, hi = _pack(start, names)
 
     def resid(x):
-        return np.array([s for p in predict(obs, unpack(x), ests) for s in p]) - y
+        return np.array([s for p in predict(obs, _unpack(start, names, x), ests) for s in p]) - y
 
-    x0, lo, hi = [], [], []
-    for name in _FITTED_NAMES:
-        v = getattr(start, name)
-        a, b = _BOUNDS[name]
-        if name in logs:
-            x0.append(math.log(min(max(v, a), b)))
-            lo.append(math.log(a))
-            hi.append(math.log(b))
-        else:
-            x0.append(min(max(v, a), b))
-            lo.append(a)
-            hi.append(b)
-    r = least_squares(resid, np.array(x0), bounds=(np.array(lo), np.array(hi)), diff_step=1e-3, max_nfev=200)
-    return unpack(r.x)
+    r = least_squares(resid, x0, bounds=(lo, hi), diff_step=1e-3, max_nfev=200)
+    return _unpack(start, names, r.x)
 
 
 # Prior of the per-job corrections: one unit of logit busy share and of log gaps costs as much as

@@ -165,8 +165,7 @@ class Observation:
         step = self.step_time_s or 0.1
         if u is None:
             return JobTimeline(step, step, 0.0, self.mem_bound)
-        u = min(1.0, max(0.0, u / 100.0))
-        return JobTimeline(step, u * step, self.gaps if u < 1.0 else 0.0, self.mem_bound)
+        return JobTimeline.from_util(u, step, self.gaps, self.mem_bound)
 
     @classmethod
     def from_prediction(cls, prediction, job=None) -> "Observation":
