@@ -1,13 +1,17 @@
 """What gpucast's predictions buy a cluster, on workload mixes that look like real clusters, with
 gpucast's measured error, next to the reference work's published gains.
 
-For each trace (``gavel``, ``philly-mix``, ``pai-mix``) on 128 x v100-16gb (16 nodes of 8), at the
+For each co-location world (``--colocation``: ``measured-pairs``, the model fitted on current-GPU
+pairs of real scripts, and ``gavel``, fitted on Gavel's K80/P100/V100 pairs, a sensitivity run),
+each trace (``gavel``, ``philly-mix``, ``pai-mix``) on 128 x v100-16gb (16 nodes of 8), at the
 trace's own load and at a queue-keeping load (arrivals compressed to offer ``--heavy`` times the
-cluster's capacity), every policy: cluster GPU utilization (busy share of all GPUs from time 0 to
-the last finish, and of the allocated GPUs), makespan, mean and p99 JCT, mean queueing delay,
-OOM failures. Then the error sweep: the truth's error scaled from 0 to 2x the measured one, for
-``slot``, ``gpucast`` and ``oracle`` on both mixes at the queue-keeping load. Also the mixes'
-utilization distributions against their targets (statistics and an HTML plot).
+cluster's capacity), every policy: cluster GPU utilization as NVML reads it (over the busy period,
+as the reference work measures a loaded cluster; over all time from 0 to the last finish; and of
+the allocated GPUs), makespan, mean and p99 JCT, mean queueing delay, OOM failures. ``slot`` is
+FIFO with EASY backfilling (Slurm's default), ``slot-fifo`` strict FIFO. Then the error sweep (in
+the first world): the truth's error scaled from 0 to 2x the measured one, for ``slot``,
+``gpucast`` and ``oracle`` on both mixes at the queue-keeping load. Also the mixes' utilization
+distributions against their targets (statistics and an HTML plot).
 
 Writes ``benchmarks/results/sim_mixes.{md,json}`` and ``sim_mixes.html`` (gitignored: plotly is
 inlined).
@@ -25,7 +29,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "benchmarks" / "results"
-POLICIES = ("slot", "profiling", "horus", "packing", "gpucast", "oracle")
+POLICIES = ("slot", "slot-fifo", "profiling", "horus", "packing", "gpucast", "oracle")
+WORLDS = ("measured-pairs", "gavel")
 TRACES = ("gavel", "philly-mix", "pai-mix")
 SWEEP = (0.0, 0.5, 1.0, 2.0)
 # The reference work's published gains (figures as quoted in issue 12 of this project: Yeung et
@@ -47,14 +52,14 @@ def _f(x, fmt="{:+.1f}%"):
     return "-" if x is None else fmt.format(x)
 
 
-def run_table(trace, n_gpus, policies, errors, progress):
+def run_table(trace, n_gpus, policies, errors, progress, world=None):
     from gpucast import cluster
     from gpucast.cluster import metrics
 
     out = []
     for p in policies:
         t = time.time()
-        res = cluster.simulate(trace, n_gpus, p, seed=0, error_sigma=errors)
+        res = cluster.simulate(trace, n_gpus, p, seed=0, error_sigma=errors, colocation=world)
         s = metrics.summarize(res)
         s["wall_s"] = time.time() - t
         out.append(s)
@@ -65,19 +70,26 @@ def run_table(trace, n_gpus, policies, errors, progress):
 def table_md(rows):
     base = next(r for r in rows if r["policy"] == "slot")
     prof = next((r for r in rows if r["policy"] == "profiling"), None)
-    md = ["| policy | util % (all GPUs) | vs slot | vs profiling | util % (allocated GPUs) | vs slot | makespan h | "
-          "vs slot | JCT mean h | JCT p99 h | queue mean h | vs slot | OOM |",
-          "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    orc = next((r for r in rows if r["policy"] == "oracle"), None)
+
+    def vs(r, other, key):
+        return _f(_pct(r[key], other[key])) if other else "-"
+
+    md = ["| policy | util % (busy period) | vs slot | vs profiling | vs oracle | util % (queued period) | vs slot | "
+          "vs profiling | util % (all time) | util % (allocated GPUs) | makespan h | vs slot | JCT mean h | vs slot | "
+          "JCT p99 h | queue mean h | vs slot | OOM |",
+          "| --- |" + " ---: |" * 17]
     for r in rows:
-        md.append(f"| {r['policy']} | {r['gpu_util_pct']:.1f} | {_f(_pct(r['gpu_util_pct'], base['gpu_util_pct']))} | "
-                  f"{_f(_pct(r['gpu_util_pct'], prof['gpu_util_pct'])) if prof else '-'} | "
-                  f"{r['gpu_util_allocated_pct']:.1f} | "
-                  f"{_f(_pct(r['gpu_util_allocated_pct'], base['gpu_util_allocated_pct']))} | {_h(r['makespan_s'])} | "
-                  f"{_f(_pct(r['makespan_s'], base['makespan_s']))} | {_h(r['jct_mean_s'])} | {_h(r['jct_p99_s'])} | "
-                  f"{_h(r['queue_delay_mean_s'])} | {_f(_pct(r['queue_delay_mean_s'], base['queue_delay_mean_s']))} | "
-                  f"{r['oom_failures']} |")
-    md.append(f"| reference work (published) | | {REFERENCE['util_vs_slot']} | {REFERENCE['util_vs_profiling']} | | | | "
-              f"{REFERENCE['makespan']} | | | | {REFERENCE['wait']} | |")
+        q = r.get("gpu_util_queued_pct")
+        md.append(f"| {r['policy']} | {r['gpu_util_busy_pct']:.1f} | {vs(r, base, 'gpu_util_busy_pct')} | "
+                  f"{vs(r, prof, 'gpu_util_busy_pct')} | {vs(r, orc, 'gpu_util_busy_pct')} | "
+                  f"{_f(q, '{:.1f}')} | {vs(r, base, 'gpu_util_queued_pct') if q is not None else '-'} | "
+                  f"{vs(r, prof, 'gpu_util_queued_pct') if q is not None else '-'} | {r['gpu_util_pct']:.1f} | "
+                  f"{r['gpu_util_allocated_pct']:.1f} | {_h(r['makespan_s'])} | {vs(r, base, 'makespan_s')} | "
+                  f"{_h(r['jct_mean_s'])} | {vs(r, base, 'jct_mean_s')} | {_h(r['jct_p99_s'])} | "
+                  f"{_h(r['queue_delay_mean_s'])} | {vs(r, base, 'queue_delay_mean_s')} | {r['oom_failures']} |")
+    md.append(f"| reference work (published) | | {REFERENCE['util_vs_slot']} | {REFERENCE['util_vs_profiling']} | | | | | | | | "
+              f"{REFERENCE['makespan']} | | | | | {REFERENCE['wait']} | |")
     return md
 
 
@@ -125,6 +137,7 @@ def main(argv=None) -> int:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--traces", default=",".join(TRACES))
     ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--colocation", default=",".join(WORLDS), help="co-location worlds, comma-separated")
     ap.add_argument("--host-contention", type=float, default=None,
                     help="sensitivity run: the co-location model's host constant set to this (0: every job "
                          "has CPU cores of its own) instead of the one fitted on Gavel's servers")
@@ -135,54 +148,65 @@ def main(argv=None) -> int:
     from gpucast.cluster import errors, timeshare, traces as tr_mod
 
     if args.host_contention is not None:
-        timeshare.set_constants(timeshare.FITTED.with_(host=args.host_contention))
+        timeshare.set_constants(timeshare.CURRENT.with_(host=args.host_contention))
 
     policies = args.policies.split(",")
     names = args.traces.split(",")
     measured = errors.measured()
+    worlds = [w for w in args.colocation.split(",") if w]
     doc = {"gpus": args.gpus, "heavy_load": args.heavy, "errors": measured.as_dict(), "tables": {}, "sweep": {},
-           "reference": REFERENCE}
+           "reference": REFERENCE, "worlds": worlds}
     t0 = time.time()
     n_sweep = 0 if args.no_sweep else 2 * len(SWEEP) * 3
     with Progress() as bar:
-        task = bar.add_task("simulating", total=len(names) * 2 * len(policies) + n_sweep)
+        task = bar.add_task("simulating", total=len(worlds) * len(names) * 2 * len(policies) + n_sweep)
         step = lambda: bar.advance(task)  # noqa: E731
         loaded = {n: tr_mod.load_trace(n, gpus=args.gpus) for n in names}
-        for n in names:
-            own = tr_mod.offered_load(loaded[n], args.gpus)
-            for label, trace in ((f"own load {own:.2f}", loaded[n]),
-                                 (f"queue-keeping load {args.heavy:g}", tr_mod.at_load(loaded[n], args.gpus, args.heavy))):
-                doc["tables"].setdefault(n, {})[label] = run_table(trace, args.gpus, policies, measured, step)
+        for w in worlds:
+            for n in names:
+                own = tr_mod.offered_load(loaded[n], args.gpus)
+                for label, trace in ((f"own load {own:.2f}", loaded[n]),
+                                     (f"queue-keeping load {args.heavy:g}",
+                                      tr_mod.at_load(loaded[n], args.gpus, args.heavy))):
+                    doc["tables"].setdefault(w, {}).setdefault(n, {})[label] = run_table(
+                        trace, args.gpus, policies, measured, step, w)
         if not args.no_sweep:
             for n in ("philly-mix", "pai-mix"):
                 if n not in loaded:
                     continue
                 heavy = tr_mod.at_load(loaded[n], args.gpus, args.heavy)
                 for f in SWEEP:
-                    rows = run_table(heavy, args.gpus, ["slot", "gpucast", "oracle"], measured.scaled(f), step)
+                    rows = run_table(heavy, args.gpus, ["slot", "gpucast", "oracle"], measured.scaled(f), step,
+                                     worlds[0])
                     doc["sweep"].setdefault(n, []).append({"factor": f, "rows": rows})
     stats = mix_stats(loaded)
     doc["mixes"] = {k: {q: v for q, v in s.items() if q != "utils_truth"} for k, s in stats.items()}
     hc = ("" if args.host_contention is None else
-          f", co-location host contention {args.host_contention:g} instead of the fitted {timeshare.FITTED.host:.3g}")
+          f", co-location host contention {args.host_contention:g} instead of the fitted {timeshare.CURRENT.host:.3g}")
     md = [f"### Scheduling on workload mixes ({args.gpus} x v100-16gb, measured error{hc})", "",
           f"`.venv/bin/python benchmarks/sim_mixes.py {' '.join(argv if argv is not None else sys.argv[1:])}`".strip() + " (seed 0; error: " + measured.label() + "). "
-          "Utilization (all GPUs): busy share of all GPUs from time 0 to the last finish; (allocated GPUs): "
-          "busy share of the GPUs holding a job. The reference row is the published gains of the reference work, "
-          "not a run of ours.", ""]
-    for n, by_load in doc["tables"].items():
-        for label, rows in by_load.items():
-            md += [f"#### {n}, {label}", ""] + table_md(rows) + [""]
+          "Utilization is what NVML would read, averaged over all GPUs: over the busy period (from the first "
+          "arrival to the last finish, stretches with no job queued or running left out: the reference work's "
+          "measure for a loaded cluster), over the queued period (while some job waits to start: the cluster "
+          "holding more work than it runs), over all time (from 0 to the last finish), and over the GPUs holding "
+          "a job. `slot` is FIFO with EASY backfilling (exact time limits), `slot-fifo` strict FIFO. The reference "
+          "row is the published gains of the reference work, not a run of ours.", ""]
+    for w, by_trace in doc["tables"].items():
+        md += [f"### Co-location world: {w}", ""]
+        for n, by_load in by_trace.items():
+            for label, rows in by_load.items():
+                md += [f"#### {n}, {label} ({w})", ""] + table_md(rows) + [""]
     if doc["sweep"]:
         md += ["#### How the gain falls as prediction error grows (queue-keeping load)", "",
-               "| mix | error (x measured) | gpucast util vs slot | oracle util vs slot | gpucast allocated util vs slot "
-               "| gpucast JCT mean vs slot | gpucast OOM |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+               "| mix | error (x measured) | gpucast util (busy) vs slot | oracle util (busy) vs slot | "
+               "gpucast allocated util vs slot | gpucast JCT mean vs slot | gpucast OOM |",
+               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for n, pts in doc["sweep"].items():
             for p in pts:
                 r = {x["policy"]: x for x in p["rows"]}
                 s, g, o = r["slot"], r["gpucast"], r["oracle"]
-                md.append(f"| {n} | {p['factor']:g} | {_f(_pct(g['gpu_util_pct'], s['gpu_util_pct']))} | "
-                          f"{_f(_pct(o['gpu_util_pct'], s['gpu_util_pct']))} | "
+                md.append(f"| {n} | {p['factor']:g} | {_f(_pct(g['gpu_util_busy_pct'], s['gpu_util_busy_pct']))} | "
+                          f"{_f(_pct(o['gpu_util_busy_pct'], s['gpu_util_busy_pct']))} | "
                           f"{_f(_pct(g['gpu_util_allocated_pct'], s['gpu_util_allocated_pct']))} | "
                           f"{_f(_pct(g['jct_mean_s'], s['jct_mean_s']))} | {g['oom_failures']} |")
         md.append("")

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from gpucast.cli import app
 from gpucast.cli_sim import check_writable, parse_policies
 
-REQUIRED = ("policy", "gpu_util_pct", "makespan_s", "jct_mean_s", "jct_p99_s", "queue_delay_mean_s", "oom_failures")
+REQUIRED = ("policy", "gpu_util_busy_pct", "gpu_util_pct", "makespan_s", "jct_mean_s", "jct_p99_s", "queue_delay_mean_s", "oom_failures")
 
 
 def invoke(*args):
@@ -30,7 +30,7 @@ def assert_one_error(result, start: str) -> None:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sim")
-    r = invoke("--trace", "gavel", "--gpus", 16, "--limit", 40, "--policies", "slot,gpucast,oracle",
+    r = invoke("--trace", "gavel", "--gpus", 16, "--limit", 40, "--policies", "slot,slot-fifo,gpucast,oracle",
                "--json", out / "r.json", "--report", out / "r.html")
     return r, out
 
@@ -38,29 +38,33 @@ def run(tmp_path_factory):
 def test_simulate_prints_the_table_and_writes_json_and_report(run):
     r, out = run
     assert r.exit_code == 0, r.stderr + r.stdout
-    for policy in ("slot", "gpucast", "oracle"):
+    for policy in ("slot", "slot-fifo", "gpucast", "oracle"):
         assert re.search(rf"^. {policy} ", r.stdout, re.M), r.stdout
-    assert "gpucast: util " in r.stdout and "vs slot" in r.stdout
+    assert "util % busy" in r.stdout       # the first utilization column
+    assert "gpucast: util busy " in r.stdout and "vs slot" in r.stdout
     rows = json.loads((out / "r.json").read_text())
-    assert [row["policy"] for row in rows] == ["slot", "gpucast", "oracle"]
+    assert [row["policy"] for row in rows] == ["slot", "slot-fifo", "gpucast", "oracle"]
     for row in rows:
         for key in REQUIRED:
             assert key in row
         assert row["jobs"] == 40
-        assert 0.0 <= row["gpu_util_pct"] <= 100.0
+        # the busy period is a part of the run holding all its GPU time: never a lower mean
+        assert 0.0 <= row["gpu_util_pct"] <= row["gpu_util_busy_pct"] * (1 + 1e-12)
+        assert row["gpu_util_busy_pct"] <= 100.0
         from gpucast.cluster import errors
 
         assert row["params"]["error_sigma"] == errors.measured().as_dict()   # the default: measured
     assert rows[0]["change_vs_slot_pct"]["gpu_util_pct"] == 0.0
     page = (out / "r.html").read_text(encoding="utf-8")
     assert not re.search(r"<script[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", page, re.I)
-    assert "Assumptions" in page
+    assert "Assumptions" in page and "Co-location world: measured-pairs" in page and "RTX 3090" in page
+    assert all(row["params"]["colocation"] == "measured-pairs" for row in rows)
     assert sorted(p.name for p in out.iterdir()) == ["r.html", "r.json"]  # no temporary files left
 
 
 def test_same_seed_same_numbers(run, tmp_path):
     _, out = run
-    r = invoke("--trace", "gavel", "--gpus", 16, "--limit", 40, "--policies", "slot,gpucast,oracle",
+    r = invoke("--trace", "gavel", "--gpus", 16, "--limit", 40, "--policies", "slot,slot-fifo,gpucast,oracle",
                "--json", tmp_path / "again.json")
     assert r.exit_code == 0, r.stderr
     drop = ("wall_s",)
@@ -105,6 +109,7 @@ def test_an_environment_file_changes_what_the_policies_see(run, tmp_path):
     (["--error-sigma", "speed=0.1"], "error: --error-sigma 'speed=0.1': expected"),
     (["--load", "0"], "error: --load must be > 0"),
     (["--trace", "no-such-mix.yaml"], "error: no-such-mix.yaml: no such mix file"),
+    (["--colocation", "moon"], "error: unknown --colocation 'moon'; choose from measured-pairs, gavel"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, start):
     small = [] if "--limit" in args else ["--limit", 5]  # were the input good, a short run
@@ -140,3 +145,12 @@ def test_check_writable(tmp_path):
     with pytest.raises(ValueError, match="is a directory"):
         check_writable(tmp_path, "--json")
     check_writable(Path("relative.json"), "--json")  # the current directory
+
+
+def test_the_gavel_world_is_a_sensitivity_run(tmp_path):
+    r = invoke("--trace", "gavel", "--gpus", 16, "--limit", 40, "--policies", "slot,gpucast",
+               "--colocation", "gavel", "--json", tmp_path / "g.json")
+    assert r.exit_code == 0, r.stderr + r.stdout
+    assert "co-location world gavel" in r.stdout
+    rows = json.loads((tmp_path / "g.json").read_text())
+    assert [row["params"]["colocation"] for row in rows] == ["gavel", "gavel"]

@@ -168,6 +168,8 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
         notes=tuple(notes), surroundings=est.surroundings.to_dict(),
         loader_time_s=est.loader.loader_s / est.surroundings.stack.cpu_speed, util_basis=est.util_basis,
         interval_basis=basis, gpu_idle_gaps=est.timeline.idle_gaps if est.timeline is not None else 0,
+        gpu_held_pct=round(est.gpu_held_pct, 2), gpu_held_interval=tuple(round(v, 2) for v in est.gpu_held_interval),
+        gpu_syncs=est.timeline.syncs if est.timeline is not None else 0,
     )
     if learned is not None:
         from gpucast.learn.apply import apply

@@ -295,6 +295,9 @@ def explain(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
                   f"{lp['log_every'] or '-'} steps, cudnn.benchmark {lp['cudnn_benchmark']}; stack: "
                   + ", ".join(f"{k} {v}" for k, v in sur["stack"].items()) + f"; utilization: {p.util_basis}",
                   highlight=False)
+    console.print(f"GPU use: kernels hold the GPU {p.gpu_held_pct:.1f}% of the time (what a co-located job "
+                  f"competes for); NVML reports {p.gpu_util_pct:.1f}% (idle gaps shorter than its counter's tick "
+                  f"read busy; {p.gpu_idle_gaps} idle gaps per step)", highlight=False)
     console.print(f"host issues ops for {p.host_time_s * 1e3:.2f} ms; GPU busy {p.gpu_busy_s * 1e3:.2f} ms of "
                   f"{p.step_time_s * 1e3:.2f} ms; {p.ops} ops, {p.kernels} kernels, {p.flops / 1e9:.1f} GFLOP, "
                   f"{p.bytes / 1e9:.2f} GB moved", highlight=False)

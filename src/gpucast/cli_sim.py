@@ -1,12 +1,15 @@
 """The simulator command of the `gpucast` command line: ``simulate``.
 
 * ``gpucast simulate --trace gavel --gpus 128 [--gpu-type v100-16gb] [--gpus-per-node 8]
-  --policies slot,profiling,horus,gpucast,oracle [--seed 0] [--error-sigma measured] [--load L] [--limit N]
+  --policies slot,slot-fifo,profiling,horus,gpucast,oracle [--seed 0] [--error-sigma measured]
+  [--load L] [--limit N]
   [--report out.html] [--json out.json] [--env env.yaml]``: replay a trace through each policy on one
   homogeneous cluster (:func:`gpucast.cluster.simulate`), with a progress bar per policy; print
-  the comparison table (:func:`gpucast.cluster.metrics.summarize`) and each policy's change from
-  ``slot``; optionally write the HTML report (:mod:`gpucast.cluster.report`) and a JSON list with
-  one object per policy (the summary, its relative change from ``slot`` and the run's parameters).
+  the comparison table (:func:`gpucast.cluster.metrics.summarize`: utilization over the busy
+  period first, then over the whole run) and each policy's change from ``slot`` (FIFO with
+  EASY backfilling; ``slot-fifo`` is strict FIFO); optionally write the HTML report
+  (:mod:`gpucast.cluster.report`) and a JSON list with one object per policy (the summary, its
+  relative change from ``slot`` and the run's parameters).
 
 A thin shell like ``cli.py``: ``cli.py`` calls ``register(app, cli_module)`` at its end. Every
 input is checked before anything runs: an unknown policy, trace or GPU type, a count below 1, an
@@ -63,21 +66,25 @@ def check_writable(path: Path, flag: str) -> None:
 
 
 def comparison_table(summaries: list[dict], changes: list[dict], title: str):
-    """One row per policy: utilization (and its change vs the baseline), makespan, JCT, queueing
-    delay, slowdown, OOM failures, finished jobs."""
+    """One row per policy: utilization over the busy period and over the whole run (each with its
+    change vs the baseline), makespan, JCT, queueing delay, slowdown, OOM failures, finished jobs."""
     from rich.table import Table
 
     by_policy = {c["policy"]: c for c in changes}
     t = Table(title=title)
-    cols = ("policy", "GPU util %", f"vs {BASELINE}", "makespan h", "JCT mean h", "JCT p50 h", "JCT p99 h",
-            "queue mean h", "slowdown", "OOM", "GPU-h", "finished")
+    cols = ("policy", "util % busy", f"vs {BASELINE}", "util % all", f"vs {BASELINE}", "makespan h", "JCT mean h",
+            "JCT p50 h", "JCT p99 h", "queue mean h", "slowdown", "OOM", "GPU-h", "finished")
     for col in cols:
         t.add_column(col, justify="left" if col == "policy" else "right")
+
+    def vs(s, key):
+        g = by_policy.get(s["policy"], {}).get(key)
+        return "-" if g is None or s["policy"] == BASELINE else f"{g:+.1f}%"
+
     for s in summaries:
-        g = by_policy.get(s["policy"], {}).get("gpu_util_pct")
-        t.add_row(s["policy"], _f(s["gpu_util_pct"]), "-" if g is None or s["policy"] == BASELINE else f"{g:+.1f}%",
-                  _h(s["makespan_s"]), _h(s["jct_mean_s"]), _h(s["jct_p50_s"]), _h(s["jct_p99_s"]),
-                  _h(s["queue_delay_mean_s"]), _f(s["slowdown_mean"], "{:.2f}"), str(s["oom_failures"]),
+        t.add_row(s["policy"], _f(s.get("gpu_util_busy_pct")), vs(s, "gpu_util_busy_pct"), _f(s["gpu_util_pct"]),
+                  vs(s, "gpu_util_pct"), _h(s["makespan_s"]), _h(s["jct_mean_s"]), _h(s["jct_p50_s"]),
+                  _h(s["jct_p99_s"]), _h(s["queue_delay_mean_s"]), _f(s["slowdown_mean"], "{:.2f}"), str(s["oom_failures"]),
                   _f(s["gpu_hours"], "{:.0f}"), f"{s['jobs_finished']}/{s['jobs']}")
     return t
 
@@ -96,7 +103,9 @@ def register(app: typer.Typer, cli) -> None:
                                               help="GPU type of every node (see `gpucast gpus`)."),
                  gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node."),
                  policies: str = typer.Option("slot,profiling,horus,packing,gpucast,oracle", "--policies",
-                                              help="Comma-separated policies to compare."),
+                                              help="Comma-separated policies to compare: slot (FIFO with "
+                                                   "EASY backfilling, the baseline), slot-fifo (strict "
+                                                   "FIFO), profiling, horus, packing, gpucast, oracle."),
                  seed: int = typer.Option(0, "--seed", help="Seed of the simulation's random draws (the "
                                                             "prediction errors). A synthetic trace has its own: "
                                                             "synthetic:N:SEED."),
@@ -114,7 +123,13 @@ def register(app: typer.Typer, cli) -> None:
                                                          help="Write a JSON list, one object per policy, here."),
                  env_file: Optional[Path] = typer.Option(None, "--env",
                                                          help="An environment file from `gpucast calibrate`: the "
-                                                              "predictions the policies see use it.")
+                                                              "predictions the policies see use it."),
+                 colocation: str = typer.Option("measured-pairs", "--colocation",
+                                                help="How jobs sharing a GPU slow each other in the simulated "
+                                                     "world: 'measured-pairs' (the co-location model fitted on "
+                                                     "measured pairs of real scripts on a current GPU) or 'gavel' "
+                                                     "(fitted on Gavel's K80/P100/V100 pairs; a sensitivity run). "
+                                                     "gpucast's policies always predict with gpucast's model.")
                  ) -> None:
         """Replay a job trace through scheduling policies on a simulated GPU cluster and compare them."""
         import gpucast.cluster as cl
@@ -131,6 +146,10 @@ def register(app: typer.Typer, cli) -> None:
             from gpucast.cluster import errors
 
             errors.parse(error_sigma)
+            from gpucast.cluster.timeshare import WORLDS
+
+            if colocation not in WORLDS:
+                raise ValueError(f"unknown --colocation {colocation!r}; choose from {', '.join(WORLDS)}")
             names = parse_policies(policies, list(cl.POLICIES))
             for path, flag in ((report, "--report"), (json_out, "--json")):
                 if path is not None:
@@ -147,7 +166,8 @@ def register(app: typer.Typer, cli) -> None:
 
         set_environment(env)
         try:
-            results = run_policies(cl, jobs, spec, names, cli.err, seed=seed, error_sigma=error_sigma)
+            results = run_policies(cl, jobs, spec, names, cli.err, seed=seed, error_sigma=error_sigma,
+                                   colocation=colocation)
         finally:
             set_environment(None)
         from gpucast.cluster import metrics
@@ -159,7 +179,7 @@ def register(app: typer.Typer, cli) -> None:
         es = (results[0].result.params or {}).get("error_sigma", {}) if results else {}
         title = (f"gpucast simulate: {n_jobs} jobs (trace {trace_name}) on {gpus} x {gpu_type}, seed {seed}, "
                  f"error sigma util {es.get('util', 0):.3g} / memory {es.get('memory', 0):.3g} / "
-                 f"step {es.get('step', 0):.3g}")
+                 f"step {es.get('step', 0):.3g}, co-location world {colocation}")
         cli.console.print(comparison_table(summaries, changes, title))
         for c in changes:
             if c["policy"] != BASELINE:

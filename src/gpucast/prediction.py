@@ -1,6 +1,7 @@
 """The Prediction every consumer reads: one job on one GPU.
 
-Fields follow DESIGN.md's contract: ``gpu_util_pct``, ``memory_peak_bytes``, ``step_time_s``
+Fields follow DESIGN.md's contract: ``gpu_util_pct`` (what NVML reports), ``gpu_held_pct`` (the
+share of time the kernels hold the GPU), ``memory_peak_bytes``, ``step_time_s``
 with intervals, ``gpu_busy_s``, ``flops``, ``bytes``, ``kernels``, ``bottleneck``, the GPU and
 the model version that made it, the resolved surroundings (data, loop, stack) and the loader's
 host time per step, plus op coverage (share of ops and of estimated GPU time that
@@ -54,9 +55,17 @@ class Prediction:
     # Idle periods of the GPU per step (between kernels, at syncs, between steps): with
     # gpu_busy_s and step_time_s, the timeline a co-location model interleaves (cluster.timeshare).
     gpu_idle_gaps: int = 0
+    # The share of the step the job's kernels hold the GPU (percent), what a co-located job
+    # competes for; gpu_util_pct is what NVML reports, which reads short idle gaps as busy
+    # (gpucast.estimate.nvml). held <= reported.
+    gpu_held_pct: float = 0.0
+    gpu_held_interval: tuple[float, float] = (0.0, 0.0)
+    # Points per step where the host waits for the GPU (syncs): where a co-located job's time
+    # slice can hold this one up (cluster.timeshare).
+    gpu_syncs: int = 0
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for k in ("gpu_util_interval", "memory_interval", "step_time_interval", "notes"):
+        for k in ("gpu_util_interval", "memory_interval", "step_time_interval", "notes", "gpu_held_interval"):
             d[k] = list(d[k])
         return d

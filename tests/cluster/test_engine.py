@@ -1,5 +1,6 @@
-"""The event engine on hand-checkable traces: ordering, gang scheduling, completion arithmetic
-under sharing, the out-of-memory path, the utilization timeline and determinism."""
+"""The event engine on hand-checkable traces: ordering, gang scheduling (strict FIFO and EASY
+backfilling), completion arithmetic under sharing, the out-of-memory path, the utilization
+timeline, the busy periods and determinism."""
 
 from __future__ import annotations
 
@@ -45,6 +46,21 @@ def test_fifo_exclusive_two_jobs_one_gpu():
 def test_finish_before_arrival_at_the_same_instant():
     res = run(trace(job("a", 0, steps=100), job("b", 100, steps=10)), "slot", ONE)
     assert recs(res)["b"].start_s == 100.0 and recs(res)["b"].finish_s == 110.0
+    assert res.busy_intervals == [(0.0, 110.0)]      # a leaves as b arrives: no idle gap
+
+
+def test_busy_intervals_leave_out_stretches_with_no_job():
+    # a runs 0..100, nothing is queued or running 100..300, b runs 300..350
+    res = run(trace(job("a", 0, steps=100), job("b", 300, steps=50)), "slot", ONE)
+    assert res.busy_intervals == [(0.0, 100.0), (300.0, 350.0)]
+    from gpucast.cluster.metrics import summarize
+
+    s = summarize(res)
+    assert s["gpu_util_busy_pct"] == pytest.approx(60.0)              # 60 % whenever a job is there
+    assert s["gpu_util_pct"] == pytest.approx(60.0 * 150 / 350)       # diluted by the idle gap
+    # a waiting job counts as busy even while the GPU it waits for is held: one interval
+    res = run(trace(job("a", 0, steps=100), job("b", 10, steps=50)), "slot", ONE)
+    assert res.busy_intervals == [(0.0, 150.0)]
 
 
 def test_utilization_timeline_is_a_step_function():
@@ -55,11 +71,48 @@ def test_utilization_timeline_is_a_step_function():
 
 def test_gang_job_waits_for_all_its_gpus_and_fifo_holds_the_rest():
     res = run(trace(job("a", 0, steps=100), job("big", 1, steps=10, gpus=4), job("c", 2, steps=5)),
-              "slot", ONE, n_gpus=4)
+              "slot-fifo", ONE, n_gpus=4)
     r = recs(res)
     assert r["big"].start_s == 100.0 and r["big"].finish_s == 110.0
     assert r["c"].start_s == 110.0          # strict FIFO: no overtaking the waiting gang job
     assert r["big"].gpu_seconds == 40.0
+    # three GPUs of four idle from 1 to 100 behind the gang head: 15 % (a's 60 % on one GPU)
+    assert res.util_timeline[:2] == [(0.0, 15.0), (100.0, 60.0)]
+
+
+# EASY backfilling (``slot``). ONE's step is 1 s, so a job's time limit (its solo run time on the
+# reference GPU) is its step count in seconds.
+
+def test_backfill_starts_a_short_job_that_does_not_delay_the_gang_head():
+    # a holds 1 GPU of 4 until 100; big (4 GPUs) is the blocked head, reserved for 100 (a's end),
+    # with no GPU to spare then. c needs 1 GPU for 5 s: it ends at 7 <= 100, so it starts now.
+    res = run(trace(job("a", 0, steps=100), job("big", 1, steps=10, gpus=4), job("c", 2, steps=5)),
+              "slot", ONE, n_gpus=4)
+    r = recs(res)
+    assert (r["c"].start_s, r["c"].finish_s) == (2.0, 7.0)      # strict FIFO: 110, 115
+    assert (r["big"].start_s, r["big"].finish_s) == (100.0, 110.0)   # not delayed
+    assert res.util_timeline[:3] == [(0.0, 15.0), (2.0, 30.0), (7.0, 15.0)]
+
+
+def test_backfill_refuses_a_long_job_that_would_delay_the_head():
+    # as above, but d needs 1 GPU for 200 s: it would hold a GPU big needs at 100 (0 to spare)
+    res = run(trace(job("a", 0, steps=100), job("big", 1, steps=10, gpus=4), job("d", 2, steps=200)),
+              "slot", ONE, n_gpus=4)
+    r = recs(res)
+    assert r["big"].start_s == 100.0
+    assert r["d"].start_s == 110.0          # after big, as under strict FIFO
+
+
+def test_backfill_uses_the_gpus_the_head_leaves_over_then_stops():
+    # 6 GPUs; a holds 2 until 100; big needs 5: 4 free now, 6 at 100, so 1 GPU is left over then.
+    # long1 (1 GPU, 500 s, arrives at 2) runs past 100 on that spare GPU; long2 (arrives at 3, no
+    # start or stop since long1's: the remembered reservation) finds none to spare and waits.
+    res = run(trace(job("a", 0, steps=100, gpus=2), job("big", 1, steps=10, gpus=5),
+                    job("long1", 2, steps=500), job("long2", 3, steps=500)), "slot", ONE, n_gpus=6)
+    r = recs(res)
+    assert r["long1"].start_s == 2.0
+    assert (r["big"].start_s, r["big"].finish_s) == (100.0, 110.0)   # not delayed
+    assert r["long2"].start_s == 110.0      # 1 GPU of 6 free from 100: long1's; then big's
 
 
 def test_shared_gpu_completion_arithmetic():

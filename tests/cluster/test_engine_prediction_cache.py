@@ -23,6 +23,7 @@ def fake_predict(monkeypatch, tmp_path):
         return SimpleNamespace(gpu_util_pct=61.5, gpu_util_interval=(50.0, 70.25), memory_peak_bytes=3_000_000_001,
                                memory_interval=(2.5e9, 3.5e9), step_time_s=0.1234567890123,
                                step_time_interval=(0.1, 1 / 7), gpu_busy_s=0.075, gpu_idle_gaps=3,
+                               gpu_held_pct=40.25, gpu_syncs=2,
                                bytes=10**9, gpu=gpu)
 
     monkeypatch.setattr(gpucast, "predict", predict)
@@ -49,7 +50,7 @@ def test_a_second_run_reads_the_prediction_from_disk(fake_predict, tmp_path):
     from dataclasses import replace
 
     assert replace(again, mem_bound=0.5) == Estimate(61.5, (50.0, 70.25), 3_000_000_001.0, (2.5e9, 3.5e9),
-                                                     0.1234567890123, (0.1, 1 / 7), 0.075, 3.0, 0.5)
+                                                     0.1234567890123, (0.1, 1 / 7), 0.075, 3.0, 0.5, 40.25, 2.0)
     assert 0 < again.mem_bound <= 1
     predict_cached(PROF, "k80")                                  # another GPU: another entry
     assert len(fake_predict) == 2 and len(list((tmp_path / "predictions").glob("*.json"))) == 2

@@ -20,19 +20,31 @@ Two references:
   hand cases' ``slot`` digests, which none of these touch, still matched their old values). The
   sharing policies' digests depend on the packaged co-location fit
   (``gpucast/data/gavel/timeshare_fit.json``): refitting it is a deliberate change of behaviour.
+  When ``slot`` became FIFO with EASY backfilling (a change of behaviour), the strict-FIFO policy
+  was kept as ``slot-fifo``: its digests are the old ``slot`` digests, carried over unchanged (the
+  code computed them again, bit for bit, with the engine's new time limits and busy periods in
+  place), and only the ``slot`` digests were regenerated, after the backfilling matched
+  :class:`PureEasy` (the rule as its definition reads) and its remembered passes matched passes
+  that remember nothing (``test_remembered_backfill_passes_change_nothing``).
+  The sharing policies' digests were regenerated once more on 2026-12-01 (issue 17), deliberately:
+  the co-location world became the model fitted on current-GPU pairs (``timeshare.CURRENT``: held
+  time instead of NVML's reading, waits at host syncs), a shared GPU's utilization became NVML's
+  reading of the jobs together, and the Gavel cases' util-only coefficients were refitted; the
+  ``slot`` and ``slot-fifo`` digests, which none of this touches, still matched their old values.
   A change that moves any float of any record by one ulp, or the order of a tie, fails here.
   The Gavel cases use a fixed synthetic predictor (:func:`fake_predictor`), so they do not move
   when gpucast's analytic model changes; the truth still reads Gavel's measured data.
 * At test time, each policy's fast placement against the pure rule it stands for
   (:class:`PureRule`: ``score()`` on every GPU of a ``GpuOccupancy`` view and ``gang()``, the
-  placement loop as it was before the optimisation), on the same engine: a failure there names
-  the first record that differs.
+  placement loop as it was before the optimisation; for ``slot``, with :class:`PureEasy`'s
+  backfilling), on the same engine: a failure there names the first record that differs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import random
 import sys
 
@@ -40,12 +52,13 @@ import pytest
 
 from gpucast import cluster
 from gpucast.cluster.engine import Simulator
-from gpucast.cluster.policies import GpuOccupancy, gang, make_policy, obs_for
+from gpucast.cluster.policies import GpuOccupancy, SlotPolicy, gang, make_policy, obs_for
+from gpucast.cluster.policies.backfill import EasyBackfill
 from gpucast.cluster.truth import Estimate
 
 from simhelpers import GB, HandTruth, job, trace
 
-POLICY_NAMES = ("slot", "packing", "horus", "gpucast", "oracle", "profiling")
+POLICY_NAMES = ("slot", "slot-fifo", "packing", "horus", "gpucast", "oracle", "profiling")
 
 # util %, true memory, step s, told memory
 TABLE = {
@@ -110,44 +123,49 @@ def digest(res) -> str:
 # changes of behaviour the module docstring lists; never regenerate to make a refactor pass.
 BEFORE = {
     'hand-12': {
-        'slot': 'ca17dde1294006ac4fab',
-        'packing': '69235ed61dd6be136d92',
-        'horus': 'aab104a6252146781feb',
-        'gpucast': '0aa5039737566afa1f56',
-        'oracle': '0aa5039737566afa1f56',
-        'profiling': '732275e47502d20102e4',
+        'slot': '54b4ddfbc4b024910dcc',
+        'slot-fifo': 'ca17dde1294006ac4fab',
+        'packing': '48d4309eeb41c2f6412a',
+        'horus': '44fa21d433cd8139b3ee',
+        'gpucast': '54910745846d1a277798',
+        'oracle': 'ada5a1fd722b878806f3',
+        'profiling': '65cf87a2d4c074caef14',
     },
     'hand-ties': {
-        'slot': 'e5c7594778c95f98ec55',
-        'packing': 'f763b37a049eb21ab96c',
-        'horus': 'b4562fd5fcb0ce2161d7',
-        'gpucast': '83ca04574db5c43f6c76',
-        'oracle': '83ca04574db5c43f6c76',
-        'profiling': '8dd7c1f3f1d352fb60f4',
+        'slot': 'd139dccc0094510879b3',
+        'slot-fifo': 'e5c7594778c95f98ec55',
+        'packing': '574559ded4d0d9eb42a0',
+        'horus': 'f686a5f09d282bf5d4b3',
+        'gpucast': '41e820e62a4efd157b16',
+        'oracle': '4b9b71d99c284c5109ec',
+        'profiling': '3dc25c9ee56b605ec8e6',
     },
     'hand-mixed': {
-        'slot': '3ad03bf0f36a53e35d7a',
-        'packing': '99850560104fb2ee05b3',
-        'horus': '4a82c77c056624ed491b',
-        'gpucast': 'cd1e4930bd526f2968b3',
-        'oracle': 'bbc988d7d13feb96e9a4',
-        'profiling': '5730f6816f05b3fe3651',
+        'slot': 'd97cc59471d8aa63ba0b',
+        'slot-fifo': '3ad03bf0f36a53e35d7a',
+        'packing': 'cdd967e54c8264f5fe8f',
+        'horus': '3e106463a88a2b24e496',
+        'gpucast': '244b61d1c9a8911d17b8',
+        'oracle': '96c1b58d8210370d2be3',
+        'profiling': '4441b81103cc1f5bfce7',
     },
     'gavel-64': {
-        'slot': '94f918c8f83954e0867d',
-        'packing': '3656f005a3d39aa054d9',
-        'horus': '152cd26f42139f374f16',
-        'gpucast': '14f0f9c90720fd485600',
-        'oracle': 'c497374ca5b9dbd61672',
-        'profiling': 'fee40e0929ad4effb0f7',
+        'slot': '195bb75b57eabd64f634',
+        'slot-fifo': '94f918c8f83954e0867d',
+        'packing': '2bf0abc704dd7d886221',
+        'horus': '69e5895233a195c71bc5',
+        'gpucast': 'f7bdece7c821c8dfc126',
+        'oracle': 'cc71d9400f174821e1f2',
+        'profiling': '535873dad4eef0d16ac7',
     },
     'gavel-mixed': {
-        'slot': '3bcc429378dc7fa6f39d',
-        'packing': '7b8e4b42c75a8ca2f1b0',
-        'horus': 'c2d09e07d5f5525f6f4f',
-        'gpucast': '5bcce5ed5f339d273909',
-        'oracle': '19b23151e843cba042e5',
-        'profiling': 'd1210dd7c667c3f9aa00',
+        'slot': '79fe25fe05a799b85f69',
+        'slot-fifo': '3bcc429378dc7fa6f39d',
+        'packing': '1c12efbac0c1fe095eb2',
+        'horus': 'fddf244c6a76c5da85af',
+        'gpucast': '63d7bc72b5664a94b1a8',
+        'oracle': '5ecaa9ba97446a3bd970',
+        'profiling': '27fb2082b7526ba6e510',
     },
 }
 
@@ -244,9 +262,89 @@ class PureRule:
         return gang(cands, job.gpus)
 
 
+class PureEasy(PureRule):
+    """EASY backfilling as its definition reads, over the pure rule: every pass counts the free
+    GPUs and recomputes the head's reservation from every running job (nothing sorted, nothing
+    remembered between passes)."""
+
+    def attach(self, gpus):
+        super().attach(gpus)
+        self._running = {}
+
+    def on_start(self, job, gpu_indices):
+        gl = tuple(gpu_indices)
+        self._running[job] = (self.now + job.limit_s, len(gl))
+        super().on_start(job, gl)
+
+    def on_stop(self, job, gpu_indices):
+        del self._running[job]
+        super().on_stop(job, gpu_indices)
+
+    def order(self, window):
+        now, free = self.now, sum(1 for g in self.view if not g.jobs)
+        out = []
+        for j in window:                      # the front of the queue, in order, while it fits
+            if j.gpus > free:
+                break
+            out.append(j)
+            free -= j.gpus
+        if out or not window:
+            return out
+        head = window[0]
+        due = [(max(e, now), k) for e, k in self._running.values()]   # overdue: expected now
+
+        def free_by(t):
+            return free + sum(k for e, k in due if e <= t)
+
+        shadow = min((e for e, _ in due if free_by(e) >= head.gpus), default=math.inf)
+        extra = free_by(shadow) - head.gpus if shadow < math.inf else 0
+        for j in window[1:]:
+            if j.gpus > free:
+                continue
+            if now + j.limit_s <= shadow:
+                pass
+            elif j.gpus <= extra:
+                extra -= j.gpus
+            else:
+                continue
+            out.append(j)
+            free -= j.gpus
+        return out
+
+
 def pure(name):
     klass = type(make_policy(name))
+    if issubclass(klass, EasyBackfill):
+        placer = next(b for b in klass.__mro__[1:] if not issubclass(b, EasyBackfill))
+        return type(f"Pure{klass.__name__}", (PureEasy, placer), {"name": klass.name, "lookahead": klass.lookahead})()
     return type(f"Pure{klass.__name__}", (PureRule, klass), {})()
+
+
+class _ForgetfulSlot(SlotPolicy):
+    """``slot`` remembering nothing between passes (every pass recomputes the reservation)."""
+
+    @property
+    def _memo(self):
+        return None
+
+    @_memo.setter
+    def _memo(self, value):
+        pass
+
+
+def test_remembered_backfill_passes_change_nothing(all_cases, monkeypatch):
+    calls = {}
+    real = EasyBackfill.reservation
+
+    def counted(self, *a):
+        calls[type(self).__name__] = calls.get(type(self).__name__, 0) + 1
+        return real(self, *a)
+
+    monkeypatch.setattr(EasyBackfill, "reservation", counted)
+    for case in all_cases:
+        assert digest(all_cases[case](_ForgetfulSlot())) == BEFORE[case]["slot"], case
+        assert digest(all_cases[case](make_policy("slot"))) == BEFORE[case]["slot"], case
+    assert calls["SlotPolicy"] < calls["_ForgetfulSlot"]       # the memo was used
 
 
 @pytest.mark.parametrize("name", POLICY_NAMES)

@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from gpucast.cluster.metrics import (binned_util, change_line, change_pct, compare, summarize, time_weighted_util,
-                                     util_integral)
+from gpucast.cluster.metrics import (binned_util, busy_periods, queued_periods, change_line, change_pct, compare, summarize,
+                                     time_weighted_util, util_integral)
 from gpucast.cluster.result import JobRecord, SimResult
 
 
@@ -56,6 +56,9 @@ def test_summarize_hand_checked():
     s = summarize(synthetic_result())
     assert s["policy"] == "slot"
     assert s["gpu_util_pct"] == pytest.approx(40.0)
+    # busy period (no recorded busy_intervals: from the records): A [0,40], B [5,50], C [20,end 50]
+    # cover [0,50], the whole run -> the same 40 %
+    assert s["gpu_util_busy_pct"] == pytest.approx(40.0)
     assert s["makespan_s"] == pytest.approx(50.0)            # end 50 - first arrival 0
     assert (s["jobs"], s["jobs_finished"], s["jobs_unfinished"], s["jobs_never_started"]) == (3, 2, 1, 1)
     # JCTs 40, 45: mean 42.5; p95 = 40 + 0.95 * 5; p99 = 40 + 0.99 * 5
@@ -72,6 +75,36 @@ def test_summarize_hand_checked():
     assert s["oom_failures"] == 1 and s["restarts"] == 1
     assert s["gpu_hours"] == pytest.approx(70.0 / 3600.0)
     json.dumps(s)  # JSON-ready: plain floats and ints
+
+
+# Two jobs with nothing queued or running between them: A arrives at 10 and runs 10..20 (the
+# cluster 50 % busy), nothing on 20..40 (0 %), B arrives at 40 and runs 40..50 (100 %); end 50.
+GAP_TIMELINE = [(0.0, 0.0), (10.0, 50.0), (20.0, 0.0), (40.0, 100.0), (50.0, 0.0)]
+
+
+def gap_result(busy_intervals=()):
+    records = [_rec("A", 10.0, 10.0, 20.0, 10.0, 10.0), _rec("B", 40.0, 40.0, 50.0, 10.0, 10.0)]
+    return SimResult("slot", 1, {"t4": 1}, records, list(GAP_TIMELINE), 50.0, {},
+                     busy_intervals=list(busy_intervals))
+
+
+def test_busy_util_leaves_out_idle_stretches_and_the_time_before_the_first_arrival():
+    # integral 50*10 + 100*10 = 1500 %·s; busy period [10,20] + [40,50] = 20 s -> 75 %
+    # (over [0, 50]: 1500 / 50 = 30 %)
+    for res in (gap_result(), gap_result([(10.0, 20.0), (40.0, 50.0)])):
+        s = summarize(res)
+        assert busy_periods(res) == [(10.0, 20.0), (40.0, 50.0)]
+        assert s["gpu_util_busy_pct"] == pytest.approx(75.0)
+        assert s["gpu_util_pct"] == pytest.approx(30.0)
+    # the recorded intervals win over the records: a job waiting on 20..40 (queued, GPUs idle)
+    # makes that stretch busy -> 1500 / 40 = 37.5 %
+    assert summarize(gap_result([(10.0, 50.0)]))["gpu_util_busy_pct"] == pytest.approx(37.5)
+    # clipped to [first arrival, end_s]; overlapping and touching intervals merge
+    res = gap_result([(0.0, 15.0), (12.0, 20.0), (40.0, 45.0), (45.0, 80.0)])
+    assert busy_periods(res) == [(10.0, 20.0), (40.0, 50.0)]
+    assert summarize(res)["gpu_util_busy_pct"] == pytest.approx(75.0)
+    # no job at all: no busy period
+    assert summarize(SimResult("x", 1, {"t4": 1}, [], [(0.0, 0.0)], 0.0, {}))["gpu_util_busy_pct"] is None
 
 
 def test_percentiles_interpolate_linearly():
@@ -136,8 +169,9 @@ def test_compare_against_slot():
     assert rows[0]["gpu_util_pct"] == pytest.approx(0.0)
     assert rows[1]["gpu_util_pct"] == pytest.approx(50.0)
     assert rows[1]["makespan_s"] == pytest.approx(0.0)
+    assert rows[1]["gpu_util_busy_pct"] == pytest.approx(50.0)   # busy period [0,50] too: 60 vs 40
     line = change_line(rows[1])
-    assert line.startswith("util +50.0%") and line.endswith("vs slot")
+    assert line.startswith("util busy +50.0%, util queued +50.0%, util +50.0%") and line.endswith("vs slot")
     assert compare([busy], baseline="slot") == []
 
 
@@ -146,3 +180,17 @@ def test_change_line_skips_missing_values():
                         "jct_p99_s": None, "queue_delay_mean_s": 10.0})
     assert line == "makespan -23.7%, queue delay +10.0% vs slot"
     assert change_line({"vs": "slot"}) == "no comparison with slot"
+
+
+def test_queued_util_counts_only_the_time_some_job_waits():
+    # A runs from its arrival at 0; B arrives at 10 and waits until 20; D arrives at 30 and waits
+    # until 35; the cluster is 50 % busy on [0,20), 100 % on [20,40), idle after; end 50.
+    records = [_rec("A", 0.0, 0.0, 40.0, 40.0, 40.0), _rec("B", 10.0, 20.0, 40.0, 20.0, 20.0),
+               _rec("D", 30.0, 35.0, 50.0, 15.0, 15.0)]
+    res = SimResult("slot", 1, {"t4": 1}, records, [(0.0, 50.0), (20.0, 100.0), (40.0, 0.0)], 50.0, {})
+    assert queued_periods(res) == [(10.0, 20.0), (30.0, 35.0)]
+    # (50 % x 10 s + 100 % x 5 s) / 15 s
+    assert summarize(res)["gpu_util_queued_pct"] == pytest.approx(1000.0 / 15.0)
+    # nobody waits: no queued period
+    alone = SimResult("slot", 1, {"t4": 1}, records[:1], [(0.0, 50.0)], 40.0, {})
+    assert summarize(alone)["gpu_util_queued_pct"] is None

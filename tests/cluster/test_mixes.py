@@ -52,17 +52,21 @@ def test_the_same_seed_draws_the_same_mix(drawn):
     assert [j.fields for j in again.jobs] == [j.fields for j in drawn["pai-mix"].jobs]
 
 
+@pytest.mark.parametrize("world", ["measured-pairs", "gavel"])
 @pytest.mark.parametrize("name", mixes.MIX_NAMES)
-def test_every_policy_runs_end_to_end_on_each_mix(drawn, name):
+def test_every_policy_runs_end_to_end_on_each_mix_and_world(drawn, name, world):
     from gpucast import cluster
+    from gpucast.cluster import timeshare
     from gpucast.cluster.traces import Trace
 
     tr = drawn[name]
     small = Trace(tr.name, tr.jobs[:150], tr.source, tr.notes)
     for policy in cluster.POLICIES:
-        res = cluster.simulate(small, 32, policy, seed=0)
-        assert len(res.records) == 150
+        res = cluster.simulate(small, 32, policy, seed=0, colocation=world)
+        assert len(res.records) == 150 and res.params["colocation"] == world
         assert sum(r.finish_s is not None for r in res.records) == 150, policy
+        assert all(0.0 <= u <= 100.0 for _, u in res.util_timeline)
+    assert timeshare.world_name() == "measured-pairs"      # the run's world is undone after it
 
 
 BAD = [

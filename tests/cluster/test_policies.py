@@ -23,14 +23,16 @@ def gpu(i, *jobs, node=0, cap=CAP):
     return GpuOccupancy(i, "v100-16gb", cap, node, tuple(jobs))
 
 
-def test_registry_has_the_six_policies():
-    assert set(POLICIES) == {"slot", "profiling", "horus", "packing", "gpucast", "oracle"}
+def test_registry_has_the_seven_policies():
+    assert set(POLICIES) == {"slot", "slot-fifo", "profiling", "horus", "packing", "gpucast", "oracle"}
     with pytest.raises(TypeError):
         make_policy("slot", no_such_parameter=1)
+    assert make_policy("slot").lookahead == 500 and make_policy("slot-fifo").lookahead == 1
 
 
-def test_slot_takes_the_first_empty_gpu_only():
-    p = make_policy("slot")
+@pytest.mark.parametrize("name", ["slot", "slot-fifo"])
+def test_slot_takes_the_first_empty_gpu_only(name):
+    p = make_policy(name)
     assert choose_gpu(p, [gpu(0, obs()), gpu(1), gpu(2)], obs())[0] == 1
     assert choose_gpu(p, [gpu(0, obs()), gpu(1, obs())], obs()) == (None, [])
 
@@ -137,7 +139,7 @@ class _Job:
         self.obs, self.gpus, self.ooms = {"v100-16gb": o}, gpus, ooms
 
 
-@pytest.mark.parametrize("name", ["slot", "packing"])
+@pytest.mark.parametrize("name", ["slot", "slot-fifo", "packing"])
 def test_fast_placement_agrees_with_choose_gpu(name):
     """The segment-tree path used at scale picks what the pure rule picks."""
     rng = random.Random(7)
@@ -155,3 +157,48 @@ def test_fast_placement_agrees_with_choose_gpu(name):
                 p.on_start(_Job(o), got)
                 g = state[got[0]]
                 state[got[0]] = GpuOccupancy(g.index, g.gpu_type, g.memory_bytes, g.node, g.jobs + (o,))
+
+
+class _QJob:
+    """A waiting job as the backfill sees it: GPUs and a time limit."""
+
+    def __init__(self, gpus, limit_s):
+        self.gpus, self.limit_s, self.ooms = gpus, limit_s, 0
+        self.obs = {"v100-16gb": obs()}
+
+
+def _backfill_state(n_gpus, running):
+    """``slot`` on ``n_gpus`` GPUs (2 nodes) with ``running``: (start time, GPUs, limit) each."""
+    p = make_policy("slot")
+    p.attach([gpu(i, node=i * 2 // n_gpus) for i in range(n_gpus)])
+    for t, k, limit in running:
+        p.now = t
+        j = _QJob(k, limit)
+        p.on_start(j, p.place(j))
+    return p
+
+
+def test_backfill_reservation_and_choice_by_hand():
+    # 8 GPUs: A (3 GPUs) ends at 0 + 50, B (2) at 10 + 100 = 110, C (2) at 20 + 20 = 40; 1 free.
+    p = _backfill_state(8, [(0.0, 3, 50.0), (10.0, 2, 100.0), (20.0, 2, 20.0)])
+    p.now = 30.0
+    # a head of 6 GPUs: 1 free + C's 2 at 40 + A's 3 at 50 = 6 -> reserved for 50, 0 to spare
+    assert p.reservation(6, 1, 30.0) == (50.0, 0, 110.0)
+    # a head of 4: 1 + 2 = 3 at 40, 6 at 50 -> reserved for 50, 2 to spare then
+    assert p.reservation(4, 1, 30.0) == (50.0, 2, 110.0)
+    # a head of 9 can never start (8 GPUs): no reservation
+    assert p.reservation(9, 1, 30.0)[0] == float("inf")
+    head, short, long_ = _QJob(6, 10.0), _QJob(1, 20.0), _QJob(1, 21.0)
+    # short ends at 50 <= 50: starts; long_ would end at 51 on a GPU the head needs: refused
+    assert p.order([head, long_, short]) == [short]
+    # once the clock has passed a running job's expected end, it is expected to end now
+    p.now = 60.0    # A (3) is overdue: 1 free + C 2 + A 3 = 6 -> due now, B at 110 not included
+    assert p.reservation(6, 1, 60.0) == (60.0, 0, 110.0)
+
+
+def test_backfill_lets_the_fitting_front_of_the_queue_start_in_order():
+    p = _backfill_state(4, [(0.0, 1, 100.0)])
+    p.now = 1.0
+    a, b, c = _QJob(2, 500.0), _QJob(1, 500.0), _QJob(2, 5.0)
+    # a and b fit (3 free): both start, FIFO; c is not looked at before they have started
+    assert p.order([a, b, c]) == [a, b]

@@ -30,8 +30,11 @@ def test_report_is_self_contained_and_complete(tmp_path):
     assert text.count("plotly.js v") == 1  # the bundle's banner: inlined, once for three figures
     for what in ("Cluster GPU utilization over time", "Job completion time", "Queueing delay", "Assumptions"):
         assert what in text
-    # summary table: both policies; 25 % for 1 h then 75 % for 1 h -> 50.0 %; JCT 1.00 h
-    assert "<td>slot</td><td>50.0</td>" in text and "<td>gpucast</td><td>50.0</td>" in text
+    # summary table: both policies; busy while a job is there, from the first arrival (0) to the
+    # last finish (3720): 25 % for 3600 s, 75 % for 120 s -> 99000 / 3720 = 26.6 %; over the whole
+    # run, 25 % for 1 h then 75 % for 1 h -> 50.0 %; JCT 1.00 h
+    assert "<th>GPU util % (busy)</th><th>GPU util % (all time)</th>" in text
+    assert "<td>slot</td><td>26.6</td><td>50.0</td>" in text and "<td>gpucast</td><td>26.6</td><td>50.0</td>" in text
     assert "<td>1.00</td>" in text
     # assumptions name the parameters
     for what in ("seed: 0", "prediction error sigma: 0.2", "checkpoint interval (s): 1800.0",

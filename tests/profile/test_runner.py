@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from fakes import FakeNvml
 from gpucast import Job
 from gpucast.job import JobError
 from gpucast.profile.nvml import GpuUnavailable
-from gpucast.profile.runner import FAULT_ENV, RunSpec, _Step, run_job
+from gpucast.profile.runner import FAULT_ENV, PIPELINE_QUEUE_DEPTH, RunSpec, _Step, run_job
 from gpucast.profile.schema import COLUMNS
 
 FAST = dict(device="cpu", warmup_steps=1, window_s=0.15, min_window_steps=3, max_window_steps=50)
@@ -160,3 +161,16 @@ def test_runspec_json_round_trip_and_validation():
     module_job = Job.from_module(lambda: torch.nn.Linear(2, 2), lambda b: (torch.randn(b, 2),), batch_size=2)
     with pytest.raises(JobError, match="module job"):
         RunSpec(module_job).to_dict()
+
+
+def test_settle_drains_the_loaders_prefetched_backlog():
+    # The emulated loader fills its queue while the model is built and warmed up; those batches
+    # are not steady state. settle() steps until a step had to wait for its batch.
+    step = _Step(Job("mlp-small", batch_size=8, input_pipeline_s=0.02), torch.device("cpu"))
+    try:
+        time.sleep(0.2)          # the queue is full and the producer holds one more batch
+        assert step.pipeline.queue.qsize() == PIPELINE_QUEUE_DEPTH
+        n = step.settle()
+        assert step.pipeline.waited and n >= PIPELINE_QUEUE_DEPTH
+    finally:
+        step.close()

@@ -25,7 +25,7 @@ _TRUTH_PARAMS = ("predictor", "use_gavel", "measurements_dir")
 
 
 def simulate(trace, cluster_spec, policy_name: str, *, seed: int = 0, error_sigma="measured",
-             progress=None, **params) -> SimResult:
+             progress=None, colocation: str | None = None, **params) -> SimResult:
     """Run one policy over one trace on one cluster.
 
     ``trace``: a :class:`Trace` or a name/path for :func:`load_trace` (jobs larger than the
@@ -33,7 +33,11 @@ def simulate(trace, cluster_spec, policy_name: str, *, seed: int = 0, error_sigm
     ``v100-16gb`` GPUs, 8 per node). ``seed`` and ``error_sigma`` drive the truth's error model
     (see ``truth``; ``error_sigma``: ``"measured"`` (gpucast's measured error, or the calibrated
     environment's own when one is set), a number, ``"util=..,memory=..,step=.."`` or an
-    :class:`~gpucast.cluster.errors.ErrorModel`). ``progress(done_jobs, total_jobs)`` is called as jobs end. Other keyword
+    :class:`~gpucast.cluster.errors.ErrorModel`). ``colocation``: the co-location world the truth
+    runs in (:data:`gpucast.cluster.timeshare.WORLDS`: ``measured-pairs``, fitted on current-GPU
+    pairs of real scripts, the default; ``gavel``, fitted on Gavel's K80/P100/V100 pairs; None: the
+    one in force); gpucast's policies always predict with gpucast's model.
+    ``progress(done_jobs, total_jobs)`` is called as jobs end. Other keyword
     parameters go to the engine (``checkpoint_s``, ``oom_after_s``, ``max_oom_failures``), the
     truth (``predictor``, ``use_gavel``, ``measurements_dir``) or the policy (e.g.
     ``max_jobs_per_gpu``, ``lookahead``, ``min_gain``, ``profiling_gpus``, ``profile_s``).
@@ -50,9 +54,19 @@ def simulate(trace, cluster_spec, policy_name: str, *, seed: int = 0, error_sigm
     if isinstance(error_sigma, str) and error_sigma.strip().lower() == "measured" and truth_mod._ENVIRONMENT is not None:
         error_sigma = errors.from_environment(truth_mod._ENVIRONMENT)
     truth = Truth(error_sigma=error_sigma, seed=seed, **tru)
-    res = Simulator(tr, spec, policy, truth, progress=progress, **eng).run()
+    from gpucast.cluster import timeshare
+
+    before = (timeshare.world(), timeshare.world_name())
+    if colocation is not None:
+        timeshare.set_world(colocation)
+    try:
+        res = Simulator(tr, spec, policy, truth, progress=progress, **eng).run()
+        world = timeshare.world_name()
+    finally:
+        timeshare._ACTIVE[1], timeshare._WORLD_NAME[0] = before
     sim_defaults = {"checkpoint_s": 1800.0, "oom_after_s": 60.0, "max_oom_failures": 3}
     res.params = {"seed": seed, "error_sigma": truth.errors.as_dict(), "trace": tr.name, "n_jobs": len(tr.jobs),
+                  "colocation": world,
                   "trace_notes": list(tr.notes), **sim_defaults, **eng,
                   "policy_params": policy.params(),
                   **({"predictor": getattr(tru["predictor"], "__name__", "custom")} if "predictor" in tru else {})}

@@ -27,8 +27,19 @@ What is modelled
   ``profile_s`` on a reserved pool GPU (FIFO); it makes no training progress there.
 * **Allocation.** ``alloc_timeline`` is the share of GPUs holding at least one job (the
   profiling pool included), recorded at the same instants.
-* **Utilization.** GPU ``g`` contributes ``min(100, sum_j util_j / slowdown_j)`` percent: each
-  job's kernels are spread over a ``slowdown`` times longer wall clock. A multi-GPU job runs at
+* **Busy periods.** ``busy_intervals`` are the stretches of time during which at least one job
+  is queued or running (arrived, and neither finished nor abandoned; profiling included), after
+  all events at each instant (a job that finishes when another arrives leaves no gap). A job
+  that never finishes keeps the last one open until the last event.
+* **Time limits.** Each job carries ``limit_s``, the time limit a user would request: the
+  trace's ``duration_s`` or, for a trace that gives steps, those steps at the job's true solo
+  step time on the reference GPU type (its solo run time there, as ``duration_s`` means). Only
+  ``slot`` (EASY backfilling) reads it; the engine never stops a job at its limit.
+* **Utilization.** What NVML would report. A GPU with one job contributes its utilization; a
+  shared GPU what NVML reads for the jobs together under the co-location model
+  (:func:`gpucast.cluster.timeshare.gpu_util_pct`: busy unless every job is idle for a whole tick
+  of the counter), or ``min(100, sum_j util_j / slowdown_j)`` for a measured Gavel pair (each
+  job's kernels spread over a ``slowdown`` times longer wall clock). A multi-GPU job runs at
   its slowest GPU's pace, so on each of its GPUs it counts ``util_j * step_j * rate_j`` (its
   kernels at the rate it really runs), which is ``util_j / slowdown_j`` on its slowest GPU. Cluster utilization is
   the mean over all GPUs (profiling pool included), recorded as a step function at each change.
@@ -62,7 +73,7 @@ import math
 from collections import deque
 from itertools import chain, islice
 
-from gpucast.cluster import interference
+from gpucast.cluster import interference, timeshare
 from gpucast.cluster.policies.base import GpuOccupancy, Policy
 from gpucast.cluster.result import JobRecord, SimResult
 from gpucast.cluster.spec import ClusterSpec
@@ -79,11 +90,11 @@ _COMPACT_MIN = 4096             # heap size before superseded events are first d
 
 
 class SimJob:
-    """A job's state in one run (policies read ``gpus``, ``obs``, ``ooms``)."""
+    """A job's state in one run (policies read ``gpus``, ``obs``, ``ooms``, ``limit_s``)."""
 
     __slots__ = ("i", "tj", "prof", "gpus", "obs", "ooms", "restarts", "work", "done", "rate", "last_t",
                  "version", "alloc", "start_s", "finish_s", "run_start", "ckpt_work", "gpu_seconds",
-                 "seq", "types", "beh", "solo_s", "abandoned", "ran", "terms")
+                 "seq", "types", "beh", "solo_s", "abandoned", "ran", "terms", "limit_s")
 
     def __init__(self, i, tj, prof):
         self.i, self.tj, self.prof, self.gpus = i, tj, prof, tj.gpus
@@ -100,6 +111,7 @@ class SimJob:
         self.abandoned = False
         self.ran = False
         self.terms = {}     # gpu -> 1 / (step time there * slowdown there), while placed
+        self.limit_s = None  # the time limit a user would request (set on arrival)
 
 
 class Simulator:
@@ -129,6 +141,7 @@ class Simulator:
         self.held = [0] * self.n        # 1 while a GPU holds a job
         self.nheld = 0
         self.alloc_timeline = [(0.0, 0.0)]
+        self.busy_intervals: list[tuple[float, float]] = []
         self.heap = []
         self.seq = 0
         self.place_seq = 0
@@ -176,6 +189,7 @@ class Simulator:
         j.beh, j.obs = c[0], c[1]
         tj = j.tj
         j.work = float(tj.steps) if tj.steps is not None else tj.duration_s / j.beh[self.ref].step_time_s
+        j.limit_s = tj.duration_s if tj.duration_s is not None else j.work * j.beh[self.ref].step_time_s
 
     # ------------------------------------------------------------------ events
 
@@ -196,6 +210,9 @@ class Simulator:
         profiled = bool(self.pool) and self.policy.told == "profiled"
         queue, pq = self.queue, self.pq
         compact_at = _COMPACT_MIN
+        busy = self.busy_intervals
+        busy_from = None      # start of the open busy interval (a job queued or running)
+        t = 0.0
         while ai < na or heap:
             if len(heap) > compact_at:
                 heap = self._compact()
@@ -225,9 +242,17 @@ class Simulator:
                 self._start_profiles(t)
             if queue or self.requeued:
                 self._schedule(t)
+            if ai > self.finished:        # arrived jobs not yet finished or abandoned
+                if busy_from is None:
+                    busy_from = t
+            elif busy_from is not None:
+                busy.append((busy_from, t))
+                busy_from = None
             if self.progress is not None and self.finished // step != last_reported:
                 last_reported = self.finished // step
                 self.progress(self.finished, total)
+        if busy_from is not None:
+            busy.append((busy_from, t))
         if self.progress is not None:
             self.progress(self.finished, total)
         return self._result()
@@ -246,6 +271,7 @@ class Simulator:
 
     def _schedule(self, t):
         pol = self.policy
+        pol.now = t
         w = pol.lookahead
         while self.queue or self.requeued:
             if w == 1:
@@ -403,9 +429,13 @@ class Simulator:
         bs = [x.beh[gt] for x in jobs]
         utils = [b.util_pct for b in bs]
         types = ([x.prof.job_type if x.gpus == 1 else None for x in jobs] if len(jobs) == 2 else None)
-        s = interference.shared_slowdowns([b.timeline() for b in bs], types, gt)
+        tls = [b.timeline() for b in bs]
+        s = interference.shared_slowdowns(tls, types, gt)
         rs = tuple([1.0 / (b.step_time_s * sd) for b, sd in zip(bs, s)])
-        return rs, min(100.0, sum([u / sd for u, sd in zip(utils, s)]))
+        w = timeshare.world()
+        if s == timeshare.slowdowns(tls, w):   # the co-location model: NVML's reading of the shared GPU
+            return rs, timeshare.gpu_util_pct(tls, w)
+        return rs, min(100.0, sum([u / sd for u, sd in zip(utils, s)]))   # a measured pair
 
     def _record(self, t):
         u = max(0.0, self.total) / self.n
@@ -515,4 +545,4 @@ class Simulator:
             recs.append(JobRecord(tj.job_id, tj.workload, tj.batch_size, tj.gpus, tj.arrival_s, j.start_s,
                                   j.finish_s, j.solo_s, j.gpu_seconds, j.ooms, j.restarts))
         return SimResult(self.policy.name, self.n, dict(self.spec.gpu_types), recs, list(self.timeline), end, {},
-                         list(self.alloc_timeline))
+                         list(self.alloc_timeline), list(self.busy_intervals))

@@ -41,11 +41,12 @@ from typing import Sequence
 from gpucast.cluster import gavel
 
 # Source: fit_report(gpu="v100-16gb") on Gavel's V100 pairs with gpucast analytic-0.1.0 utilizations
-# of Gavel's jobs with their scripts' loaders (2026-12-01, both coefficients kept non-negative).
+# (as NVML reports them: the counter's tick and the environment refitted with it, issue 17) of
+# Gavel's jobs with their scripts' loaders (2026-12-01, both coefficients kept non-negative).
 # RMSE 1.234 against 1.254 for a constant slowdown: utilization alone explains little of Gavel's
 # pair slowdowns.
-A = 1.0005
-B = 0.0658
+A = 0.9738
+B = 0.0889
 
 
 def slowdowns(utils: Sequence[float], a: float = A, b: float = B) -> list[float]:
@@ -173,4 +174,4 @@ def shared_slowdowns(timelines: Sequence, job_types: Sequence[str | None] | None
         m = measured_pair_slowdowns(gpu).get((job_types[0], job_types[1]))
         if m is not None:
             return [m[0], m[1]]
-    return timeshare.slowdowns(timelines)
+    return timeshare.slowdowns(timelines, timeshare.world())

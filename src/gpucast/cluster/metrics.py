@@ -4,6 +4,23 @@
 Definitions (every time in seconds of simulated time; a job is *finished* when its
 ``finish_s`` is set, *started* when its ``start_s`` is):
 
+* ``gpu_util_busy_pct``: cluster GPU utilization while the cluster is loaded, as the reference
+  work defines it: the time-weighted mean of ``util_timeline`` over the **busy period** only,
+  the times at which at least one job is queued or running, from the first arrival to
+  ``end_s``. Stretches with no job queued or running (and everything before the first arrival)
+  are left out, so an idle gap between bursts of jobs does not dilute it; a policy that keeps a
+  queue waiting behind idle GPUs is still charged for them. The busy period is the result's
+  ``busy_intervals`` (recorded by the engine: a job counts from its arrival until it finishes
+  or is abandoned), clipped to ``[first arrival, end_s]``; a result without them (a hand-made
+  one) uses the union over jobs of ``[arrival_s, finish_s]`` (``end_s`` for an unfinished
+  job). ``None`` when the busy period is empty.
+* ``gpu_util_queued_pct``: the same mean over the **queued period** only, the times at which at
+  least one job waits for its first start (the union over jobs of ``[arrival_s, start_s]``;
+  ``end_s`` for a job never started; a wait after an out-of-memory requeue is not counted): the
+  cluster while it has more work than it runs, which is when packing can gain anything. A
+  trace whose last hundreds of hours are a few very long jobs running alone (Gavel's ends so)
+  dilutes the busy-period figure with a tail that no policy can fill; this one leaves it out.
+  ``None`` when no job ever waited.
 * ``gpu_util_pct``: time-weighted cluster GPU utilization. ``util_timeline`` is a step function,
   ``(t_i, u_i)`` meaning "from ``t_i`` on, the cluster's GPUs are ``u_i`` % utilized"; the value
   is its integral over ``[0, end_s]`` divided by ``end_s``. Before the first point the cluster
@@ -43,6 +60,8 @@ import numpy as np
 # The metrics `compare` reports changes of: (summary key, short label). Utilization is better
 # when higher, the times when lower.
 COMPARED = (
+    ("gpu_util_busy_pct", "util busy"),
+    ("gpu_util_queued_pct", "util queued"),
     ("gpu_util_pct", "util"),
     ("makespan_s", "makespan"),
     ("jct_mean_s", "JCT mean"),
@@ -88,13 +107,11 @@ def allocated_util(result) -> Optional[float]:
     return 100.0 * util_integral(result.util_timeline, result.end_s) / held if held > 0 else None
 
 
-def binned_util(timeline: Sequence[tuple[float, float]], end_s: float, bins: int) -> tuple[list[float], list[float]]:
-    """The step function averaged over ``bins`` equal time bins of ``[0, end_s]``: (bin start
-    times, mean utilization % in each bin). Exact (the running integral of a step function is
-    piecewise linear, so interpolating it at the bin edges loses nothing), and the bins' mean is
-    the whole run's :func:`time_weighted_util`. Used to keep plots of long runs small."""
-    if end_s <= 0 or not timeline or bins < 1:
-        return [], []
+def _cumulative(timeline: Sequence[tuple[float, float]], end_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Knots and the running integral of the step function at them over ``[0, end_s]`` (idle
+    before the first point): the integral is piecewise linear, so ``np.interp`` on these is exact.
+    (``np.interp`` needs increasing x; repeated knots, events at one instant, are fine for it
+    because their y values agree: a zero width adds nothing.)"""
     t = np.asarray([p[0] for p in timeline], dtype=float)
     u = np.asarray([p[1] for p in timeline], dtype=float)
     order = np.argsort(t, kind="stable")
@@ -102,10 +119,81 @@ def binned_util(timeline: Sequence[tuple[float, float]], end_s: float, bins: int
     knots = np.concatenate(([0.0], t, [end_s]))
     widths = np.diff(knots)
     rates = np.concatenate(([0.0], u))  # idle before the first point
-    cum = np.concatenate(([0.0], np.cumsum(rates * widths)))
+    return knots, np.concatenate(([0.0], np.cumsum(rates * widths)))
+
+
+def busy_periods(result) -> list[tuple[float, float]]:
+    """The busy period of ``result`` (see ``gpu_util_busy_pct``) as sorted, disjoint, non-empty
+    ``(start, end)`` intervals within ``[first arrival, end_s]``."""
+    records = list(result.records)
+    end_s = float(result.end_s)
+    lo = min((r.arrival_s for r in records), default=0.0)
+    raw = list(getattr(result, "busy_intervals", None) or ())
+    if not raw:
+        raw = [(r.arrival_s, r.finish_s if r.finish_s is not None else end_s) for r in records]
+    out: list[list[float]] = []
+    for a, b in sorted((max(float(a), lo), min(float(b), end_s)) for a, b in raw):
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _merge(raw, lo: float, hi: float) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, b in sorted((max(float(a), lo), min(float(b), hi)) for a, b in raw):
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def queued_periods(result) -> list[tuple[float, float]]:
+    """The queued period of ``result`` (see ``gpu_util_queued_pct``) as sorted, disjoint,
+    non-empty intervals."""
+    end_s = float(result.end_s)
+    raw = [(r.arrival_s, r.start_s if r.start_s is not None else end_s) for r in result.records]
+    return _merge(raw, 0.0, end_s)
+
+
+def queued_util(result) -> Optional[float]:
+    """Mean cluster GPU utilization % over the queued period (``gpu_util_queued_pct``)."""
+    return _util_over(result, queued_periods(result))
+
+
+def busy_util(result) -> Optional[float]:
+    """Mean cluster GPU utilization % over the busy period (``gpu_util_busy_pct``); ``None``
+    when it is empty."""
+    return _util_over(result, busy_periods(result))
+
+
+def _util_over(result, periods) -> Optional[float]:
+    length = sum(b - a for a, b in periods)
+    if length <= 0:
+        return None
+    if not result.util_timeline:
+        return 0.0
+    knots, cum = _cumulative(result.util_timeline, float(result.end_s))
+    a = np.asarray([p[0] for p in periods])
+    b = np.asarray([p[1] for p in periods])
+    return float(np.sum(np.interp(b, knots, cum) - np.interp(a, knots, cum))) / length
+
+
+def binned_util(timeline: Sequence[tuple[float, float]], end_s: float, bins: int) -> tuple[list[float], list[float]]:
+    """The step function averaged over ``bins`` equal time bins of ``[0, end_s]``: (bin start
+    times, mean utilization % in each bin). Exact (the running integral of a step function is
+    piecewise linear, so interpolating it at the bin edges loses nothing), and the bins' mean is
+    the whole run's :func:`time_weighted_util`. Used to keep plots of long runs small."""
+    if end_s <= 0 or not timeline or bins < 1:
+        return [], []
+    knots, cum = _cumulative(timeline, end_s)
     edges = np.linspace(0.0, end_s, bins + 1)
-    # np.interp needs increasing x; repeated knots (events at the same instant) are fine for it
-    # only when the y values agree, which they do (zero width adds nothing).
     area = np.interp(edges, knots, cum)
     means = np.diff(area) / np.diff(edges)
     return edges[:-1].tolist(), means.tolist()
@@ -141,6 +229,8 @@ def summarize(result) -> dict:
         jobs_finished=finished,
         jobs_unfinished=len(records) - finished,
         jobs_never_started=len(records) - started,
+        gpu_util_busy_pct=busy_util(result),
+        gpu_util_queued_pct=queued_util(result),
         gpu_util_pct=time_weighted_util(result.util_timeline, result.end_s),
         gpu_util_allocated_pct=allocated_util(result),
         gpus_allocated_pct=time_weighted_util(result.alloc_timeline, result.end_s) if result.alloc_timeline else None,
@@ -186,6 +276,6 @@ def compare(summaries: Sequence[dict], baseline: str = "slot") -> list[dict]:
 
 
 def change_line(changes: dict) -> str:
-    """``util +61.5%, makespan -23.7%, JCT mean -40.2%, ... vs slot`` (one :func:`compare` row)."""
+    """``util busy +5.0%, util +61.5%, makespan -23.7%, ... vs slot`` (one :func:`compare` row)."""
     parts = [f"{label} {changes[key]:+.1f}%" for key, label in COMPARED if changes.get(key) is not None]
     return f"{', '.join(parts)} vs {changes['vs']}" if parts else f"no comparison with {changes['vs']}"

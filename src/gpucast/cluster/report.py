@@ -3,8 +3,9 @@
 :func:`render` returns the page; :func:`write_report` writes it atomically (a temporary file in
 the target's directory, then ``os.replace``). The page holds:
 
-* the summary table (:func:`gpucast.cluster.metrics.summarize` of each run) and each policy's
-  change from the baseline (``slot`` when it was run);
+* the summary table (:func:`gpucast.cluster.metrics.summarize` of each run; utilization over
+  the busy period first, then over the whole run) and each policy's change from the baseline
+  (``slot`` when it was run);
 * cluster GPU utilization over time per policy, averaged over at most ``max_points`` equal time
   bins (:func:`gpucast.cluster.metrics.binned_util`: exact bin means, so a 100,000-job run stays
   a few hundred kB of data);
@@ -37,6 +38,7 @@ _KNOWN_PARAMS = (
     ("n_jobs", "jobs"),
     ("seed", "seed"),
     ("error_sigma", "prediction error sigma"),
+    ("colocation", "co-location world"),
     ("checkpoint_s", "checkpoint interval (s)"),
     ("oom_after_s", "OOM detected after (s)"),
     ("max_oom_failures", "abandoned after OOM failures"),
@@ -48,7 +50,8 @@ _NOTES = "trace_notes"
 # Summary table: (key, header, format)
 _COLUMNS = (
     ("policy", "policy", "{}"),
-    ("gpu_util_pct", "GPU util %", "{:.1f}"),
+    ("gpu_util_busy_pct", "GPU util % (busy)", "{:.1f}"),
+    ("gpu_util_pct", "GPU util % (all time)", "{:.1f}"),
     ("makespan_s", "makespan h", "h"),
     ("jct_mean_s", "JCT mean h", "h"),
     ("jct_p50_s", "JCT p50 h", "h"),
@@ -101,6 +104,23 @@ def util_points(timeline, end_s: float, max_points: int = MAX_POINTS) -> tuple[l
         ts.append(end_s)
         us.append(us[-1])
     return ts, us
+
+
+# What each co-location world was fitted on (gpucast.cluster.timeshare.WORLDS).
+WORLD_SOURCES = {
+    "measured-pairs": "jobs sharing a GPU slow each other as the co-location model fitted on 335 measured pairs of "
+                      "real training scripts on an RTX 3090 says (Lucid's artifact; benchmarks/colocation_current.py: "
+                      "held-out-family speed error 0.06, a constant's 0.11)",
+    "gavel": "jobs sharing a GPU slow each other as the co-location model fitted on Gavel's measured pairs on "
+             "K80/P100/V100 says (benchmarks/colocation.py; a sensitivity run: on job families it never saw it "
+             "errs more than a constant)",
+}
+
+
+def world_line(results) -> str:
+    """The co-location world of the runs and what it was fitted on."""
+    names = sorted({(r.params or {}).get("colocation", "measured-pairs") for r in results})
+    return "Co-location world: " + "; ".join(f"{n}: {WORLD_SOURCES.get(n, 'custom constants')}" for n in names) +         ". Gavel's own measured pair slowdowns are used where two Gavel job types share a K80/P100/V100."
 
 
 def assumptions(results: Sequence) -> str:
@@ -212,8 +232,10 @@ def render(results: Sequence, *, title: str = "gpucast simulate", baseline: str 
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
         f"<h1>{html.escape(title)}</h1>"
-        f"<p>{jobs} jobs, {len(results)} policies. Times in hours of simulated time. GPU util %: "
-        "time-weighted mean cluster utilization from time 0 to the last finish; JCT: finish - arrival "
+        f"<p>{jobs} jobs, {len(results)} policies. Times in hours of simulated time. GPU util % (busy): "
+        "time-weighted mean cluster utilization while at least one job is queued or running (from the "
+        "first arrival to the last finish, idle stretches with no job left out); GPU util % (all time): "
+        "the same from time 0 to the last finish; JCT: finish - arrival "
         "(finished jobs); queueing delay: first start - arrival (started jobs); slowdown: JCT / the job's "
         "run time alone on its GPU type; GPU-hours: GPU time held by jobs (a GPU shared by k jobs counts "
         "k times).</p>"
@@ -223,6 +245,7 @@ def render(results: Sequence, *, title: str = "gpucast simulate", baseline: str 
         f"<p class=\"note\">{html.escape(assumptions(results))} Policies see predictions (with the error "
         "model above), never the true behaviour, except the oracle and the profiling policy (which pays for "
         "its measurement). The numbers come from a simulation, not from a real cluster.</p>"
+        f"<p class=\"note\">{html.escape(world_line(results))}</p>"
         + (("<p class=\"note\">Policy parameters:</p><ul>"
             + "".join(f"<li>{html.escape(p)}: {html.escape(v)}</li>" for p, v in policy_parameters(results))
             + "</ul>") if policy_parameters(results) else "")

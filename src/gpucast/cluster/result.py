@@ -41,6 +41,9 @@ class SimResult:
     ``util_timeline`` is a step function: each ``(time_s, pct)`` holds from ``time_s`` until the
     next entry; it starts at time 0. ``pct`` is cluster GPU utilization in percent (0-100) as
     defined in ``engine``'s docstring. ``end_s`` is the time the last job finished.
+    ``busy_intervals``: the ``(start_s, end_s)`` stretches during which at least one job was
+    queued or running (arrived, neither finished nor abandoned), in time order; empty in a
+    result that did not record them (a hand-made one).
     """
 
     policy: str
@@ -51,3 +54,4 @@ class SimResult:
     end_s: float
     params: dict = field(default_factory=dict)
     alloc_timeline: list[tuple[float, float]] = field(default_factory=list)  # % of GPUs holding a job
+    busy_intervals: list[tuple[float, float]] = field(default_factory=list)  # a job queued or running

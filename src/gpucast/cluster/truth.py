@@ -111,6 +111,13 @@ class Estimate:
     busy_s: float = 0.0        # predicted GPU busy seconds per step
     gaps: float = 1.0          # predicted idle periods of the GPU per step
     mem_bound: float = 0.5     # predicted memory-bound share of kernel time
+    held_pct: float | None = None   # predicted share of the step the kernels hold the GPU (None: util_pct)
+    syncs: float | None = None      # predicted host syncs per step (None: unknown)
+
+    @property
+    def held(self) -> float:
+        """The predicted held share (percent), at most the NVML utilization."""
+        return self.util_pct if self.held_pct is None else min(self.util_pct, self.held_pct)
 
 
 @dataclass(frozen=True)
@@ -126,13 +133,16 @@ class Behaviour:
     step_source: str
     gaps: float = 1.0          # idle periods of the GPU per step (the prediction's, anchored)
     mem_bound: float = 0.5     # memory-bound share of kernel time (predicted)
+    held_pct: float | None = None   # share of the step the kernels hold the GPU (None: util_pct)
+    syncs: float | None = None      # host syncs per step (predicted)
 
     def timeline(self):
-        """This behaviour as the co-location model sees it (:mod:`gpucast.cluster.timeshare`)."""
+        """This behaviour as the co-location model sees it (:mod:`gpucast.cluster.timeshare`): the
+        held share is what a neighbour competes for, the rest of NVML's reading is hidden idle."""
         from gpucast.cluster.timeshare import JobTimeline
 
-        return JobTimeline(self.step_time_s, min(1.0, self.util_pct / 100.0) * self.step_time_s,
-                           self.gaps, self.mem_bound)
+        return JobTimeline.from_util(self.util_pct, self.step_time_s, self.gaps, self.mem_bound,
+                                     self.held_pct, self.syncs)
 
 
 @dataclass(frozen=True)
@@ -152,20 +162,26 @@ class Observation:
     job_type: str | None = None
     gaps: float = 1.0
     mem_bound: float = 0.5
+    held_pct: float | None = None   # told share of the step the kernels hold the GPU (None: util_pct)
+    syncs: float | None = None
 
     def timeline(self, upper: bool = False):
-        """What this observation says of the job's timeline (:mod:`gpucast.cluster.timeshare`);
-        ``upper``: at the upper end of the utilization interval (a cautious neighbour). A job
+        """What this observation says of the job's timeline (:mod:`gpucast.cluster.timeshare`):
+        the held share (what a neighbour competes for) and NVML's reading; ``upper``: at the upper
+        end of the utilization interval, the held share scaled alike (a cautious neighbour). A job
         whose utilization is not told counts as saturating the GPU."""
         from gpucast.cluster.timeshare import JobTimeline
 
-        u = self.util_pct
-        if upper and self.util_interval is not None:
-            u = self.util_interval[1]
+        u, h = self.util_pct, self.held_pct
         step = self.step_time_s or 0.1
         if u is None:
             return JobTimeline(step, step, 0.0, self.mem_bound)
-        return JobTimeline.from_util(u, step, self.gaps, self.mem_bound)
+        if upper and self.util_interval is not None:
+            hi = self.util_interval[1]
+            if h is not None and u > 0:
+                h = min(hi, h * hi / u)
+            u = hi
+        return JobTimeline.from_util(u, step, self.gaps, self.mem_bound, h, self.syncs)
 
     @classmethod
     def from_prediction(cls, prediction, job=None) -> "Observation":
@@ -179,7 +195,8 @@ class Observation:
                    memory_bytes=float(prediction.memory_peak_bytes),
                    memory_interval=tuple(float(x) for x in prediction.memory_interval),
                    step_time_s=prediction.step_time_s, gaps=float(max(prediction.gpu_idle_gaps, 0)),
-                   mem_bound=_mem_bound(prediction))
+                   mem_bound=_mem_bound(prediction), held_pct=prediction.gpu_held_pct,
+                   syncs=float(prediction.gpu_syncs))
 
     @property
     def memory_upper(self) -> float | None:
@@ -242,7 +259,7 @@ def predict_cached(profile: Profile, gpu: str) -> Estimate:
             est = Estimate(p.gpu_util_pct, tuple(p.gpu_util_interval), float(p.memory_peak_bytes),
                            tuple(float(x) for x in p.memory_interval), p.step_time_s,
                            tuple(p.step_time_interval), float(p.gpu_busy_s), float(p.gpu_idle_gaps),
-                           mem_bound_share(p))
+                           mem_bound_share(p), float(p.gpu_held_pct), float(p.gpu_syncs))
             _disk_write(disk, est)
         _PRED_CACHE[key] = est
     return est
@@ -291,7 +308,7 @@ def _disk_entry(job, gpu: str) -> tuple[Path, str] | None:
 
 
 _EST_FIELDS = ("util_pct", "util_interval", "memory_bytes", "memory_interval", "step_time_s", "step_time_interval",
-               "busy_s", "gaps", "mem_bound")
+               "busy_s", "gaps", "mem_bound", "held_pct", "syncs")
 
 
 def _disk_read(entry) -> Estimate | None:
@@ -304,7 +321,8 @@ def _disk_read(entry) -> Estimate | None:
             return None
         e = d["estimate"]
         vals = [tuple(e[k]) if k.endswith("interval") else e[k] for k in _EST_FIELDS]
-        if (not all(isinstance(v, (int, float)) for v in vals[0:6:2] + vals[6:])
+        if (not all(isinstance(v, (int, float)) for v in vals[0:6:2] + vals[6:9])
+                or not all(v is None or isinstance(v, (int, float)) for v in vals[9:])
                 or not all(len(v) == 2 for v in vals[1:6:2])):
             return None
         return Estimate(*vals)
@@ -435,14 +453,20 @@ class Truth:
         from gpucast.cluster.timeshare import GAVEL_CORRECTIONS, anchored, corrected
 
         corr = GAVEL_CORRECTIONS.get((gpu, profile.job_type)) if profile.job_type and gpus == 1 else None
+        # The predicted held share over the predicted NVML reading: a truth drawn or measured as
+        # NVML's number keeps it (estimate.nvml: the reading adds the idle gaps its tick misses).
+        ratio = est.held / est.util_pct if est.util_pct > 0 else 1.0
         if corr is not None and step_src == "measured:gavel" and util_src == "simulated":
             # Gavel measured this job type's step and its slowdowns next to others: its timeline is
             # the one the co-location fit inferred from them (benchmarks/colocation.py).
             tl = corrected(anchored(est, step), corr)
-            util, util_src = 100.0 * tl.util, "inferred:gavel-pairs"
+            held = 100.0 * tl.util
+            util, util_src = min(100.0, held / ratio) if ratio > 0 else held, "inferred:gavel-pairs"
         else:
-            tl = anchored(est, step, util)
-        b = self._beh[k] = Behaviour(util, mem, step, util_src, mem_src, step_src, tl.gaps, est.mem_bound)
+            held = util * ratio
+            tl = anchored(est, step, held)
+        b = self._beh[k] = Behaviour(util, mem, step, util_src, mem_src, step_src, tl.gaps, est.mem_bound,
+                                     held, est.syncs)
         return b
 
     def intervals(self, e: Estimate) -> tuple[tuple[float, float], tuple[float, float]]:
@@ -470,10 +494,12 @@ class Truth:
             ui, mi = self.intervals(e)
             return Observation(**base, util_pct=e.util_pct, util_interval=ui,
                                memory_bytes=e.memory_bytes, memory_interval=mi,
-                               step_time_s=e.step_time_s, gaps=e.gaps, mem_bound=e.mem_bound)
+                               step_time_s=e.step_time_s, gaps=e.gaps, mem_bound=e.mem_bound,
+                               held_pct=e.held, syncs=e.syncs)
         if told in ("truth", "profiled"):
             b = self.behaviour(profile, gpu, gpus)
             return Observation(**base, util_pct=b.util_pct, util_interval=(b.util_pct, b.util_pct),
                                memory_bytes=b.memory_bytes, memory_interval=(b.memory_bytes, b.memory_bytes),
-                               step_time_s=b.step_time_s, gaps=b.gaps, mem_bound=b.mem_bound)
+                               step_time_s=b.step_time_s, gaps=b.gaps, mem_bound=b.mem_bound,
+                               held_pct=b.held_pct, syncs=b.syncs)
         raise ValueError(f"unknown observation kind {told!r} (nothing, prediction, profiled, truth)")

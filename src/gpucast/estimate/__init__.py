@@ -7,7 +7,10 @@ GPU-physics and dispatch constants, ``env`` (:class:`~gpucast.estimate.environme
 those of the cluster's hosts and stack; the job's surroundings (data, loop, stack) are resolved
 with the workload's typical values (:func:`gpucast.surroundings.resolve`).
 
-Utilization is the steady-state figure (a training loop past its first steps) unless
+Utilization is NVML's ``utilization.gpu`` as its sampler reports the simulated step
+(:mod:`gpucast.estimate.nvml`: gaps shorter than the counter's tick read busy); ``gpu_held_pct``
+is the share of the step the kernels really hold the GPU, what a co-located job competes for.
+Both are the steady-state figure (a training loop past its first steps) unless
 ``window_s`` asks for what a monitor averages over a run of that many seconds from process
 start: the start-up (imports, CUDA initialisation, building the model:
 ``Environment.startup_s``) reads 0 % and is averaged in. Intervals come from re-running the step simulation at the corners of the
@@ -38,6 +41,7 @@ from gpucast.estimate.host import host_times
 from gpucast.estimate.loader import LoaderCost, loader_cost
 from gpucast.estimate.kernels import PHASE_CODES, KernelTimes, OpArrays, kernel_times
 from gpucast.estimate.memory import MemoryEstimate, device_memory
+from gpucast.estimate.nvml import held_share, reported_share
 from gpucast.estimate.step import Timeline, simulate
 from gpucast.graph.trace import Trace
 from gpucast.hardware import GpuSpec
@@ -68,7 +72,18 @@ class Estimate:
     surroundings: Surroundings | None = None
     loader: LoaderCost | None = None
     util_basis: str = "steady-state"
+    gpu_held_pct: float = 0.0   # share of the step the job's kernels hold the GPU (estimate.nvml)
+    gpu_held_interval: tuple[float, float] = (0.0, 0.0)
     prepared: "Prepared | None" = None  # what the estimate was computed from (reused by learned corrections)
+
+
+def reported_util(tl: Timeline, env: Environment) -> float:
+    """The utilization (0-1) a monitor reports for a simulated step: NVML's sampler rule
+    (:func:`gpucast.estimate.nvml.reported_share`, the environment's tick) through the
+    environment's calibrated response."""
+    if tl.step_time_s <= 0:
+        return 0.0
+    return env.util_response(reported_share(tl.step_time_s, tl.gpu_busy_s, tl.gap_lengths, env.nvml_tick_s))
 
 
 def surroundings_of(job: Job, trace: Trace) -> Surroundings:
@@ -130,14 +145,17 @@ def estimate(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | Non
         return prep.run(env, k, hs)[0]
 
     tl, lc = prep.run(env)
-    util = env.util_response(min(1.0, tl.gpu_busy_s / tl.step_time_s)) if tl.step_time_s > 0 else 0.0
+    util = reported_util(tl, env)
+    held = held_share(tl.step_time_s, tl.gpu_busy_s)
     corners = [run(k, hs) for k in cfg.kernel_time_range for hs in cfg.host_time_range]
     steps = [c.step_time_s for c in corners] + [tl.step_time_s]
-    utils = [env.util_response(min(1.0, c.gpu_busy_s / c.step_time_s)) for c in corners] + [util]
+    utils = [reported_util(c, env) for c in corners] + [util]
+    helds = [held_share(c.step_time_s, c.gpu_busy_s) for c in corners] + [held]
     basis = "steady-state"
     if window_s is not None:
         running = max(0.0, window_s - env.startup_s) / window_s
         util, utils = util * running, [u * running for u in utils]
+        held, helds = held * running, [u * running for u in helds]
         basis = f"average over the first {window_s:g} s of the run ({env.startup_s:g} s of start-up at 0 %)"
     mem = prep.memory(env)
     lo, hi = cfg.memory_range
@@ -150,6 +168,7 @@ def estimate(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | Non
     label, reason = _bottleneck(job, tl, util, kt, lc)
     return Estimate(
         step_time_s=tl.step_time_s, gpu_busy_s=tl.gpu_busy_s, gpu_util_pct=100.0 * util,
+        gpu_held_pct=100.0 * min(held, util), gpu_held_interval=(100.0 * min(helds), 100.0 * max(helds)),
         host_time_s=tl.host_time_s, memory=mem, bottleneck=label, bottleneck_reason=reason,
         step_time_interval=(min(steps), max(steps)),
         gpu_util_interval=(100.0 * min(utils), 100.0 * max(utils)),

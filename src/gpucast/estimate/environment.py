@@ -116,6 +116,14 @@ class Environment:
         "it): launch latency, block scheduling and the completion flush are no longer hidden by "
         "the next kernel (5-10 us launch-to-end for an empty kernel on an idle Volta..Ampere; Jia "
         "et al. 2018, 'Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking').", 0.8)
+    nvml_tick_s: float = _c(
+        0.0, "s",
+        "Tick of the busy counter behind NVML's utilization.gpu: an idle gap of the GPU shorter than "
+        "this reads busy, a longer one hides this much of its idle time (gpucast.estimate.nvml). NVIDIA "
+        "documents only the averaging period (1/6 s to 1 s); the tick is not published. The default is "
+        "the one fitted on measured co-located pairs of real scripts on an RTX 3090 (their combined "
+        "utilization and speeds; benchmarks/colocation_current.py, gpucast/data/timeshare_current.json); "
+        "0 (held share = reported) where that file is absent.")
     # ---------------------------------------------------------------- memory as nvidia-smi shows it
     cuda_context_lazy_bytes: int = _c(
         500 * 2**20, "bytes",
@@ -236,8 +244,9 @@ class Environment:
 
     @classmethod
     def priors(cls) -> "Environment":
-        """The published/commonly observed values, before any fit."""
-        return cls()
+        """The published/commonly observed values, before any fit of these constants (NVML's tick,
+        a measured property of the counter fitted elsewhere, as packaged)."""
+        return cls(nvml_tick_s=_packaged_tick())
 
     @classmethod
     def default(cls) -> "Environment":
@@ -282,4 +291,13 @@ def _default() -> Environment:
     names = {f.name: f for f in fields(Environment)}
     cast = {k: (int(round(v)) if isinstance(names[k].default, int) else float(v))
             for k, v in values.items() if k in names}
-    return Environment().replace(**cast)
+    return Environment.priors().replace(**cast)
+
+
+def _packaged_tick() -> float:
+    """NVML's tick as fitted by benchmarks/colocation_current.py (0 when not packaged)."""
+    try:
+        d = json.loads((resources.files("gpucast") / "data" / "timeshare_current.json").read_text())
+        return float(d.get("nvml_tick_s", 0.0))
+    except (OSError, ValueError, TypeError):
+        return 0.0

@@ -11,8 +11,10 @@ parameter tensor) before the next step's first launch, while the GPU idles.
   exposed part of data-parallel all-reduce, whose NCCL kernels also keep the GPU busy;
 * ``step_time_s`` = ``max(host end, GPU end)`` + step overhead + exposed communication, or the
   input pipeline's time per step when that is longer (the loader runs ahead in workers);
-* utilization = busy / step: NVML's ``utilization.gpu`` is the share of sample periods in which
-  a kernel ran, which on a steady loop equals the busy share of a step.
+* the GPU's idle gaps of a step (``Timeline.gap_lengths``: between kernels, and the one from the
+  step's last kernel to the next step's first), from which :mod:`gpucast.estimate.nvml` makes
+  the two numbers: the held share ``busy / step`` and what NVML's ``utilization.gpu`` reports
+  (gaps shorter than the counter's tick read busy).
 
 The data loader and the loop's habits (``gpucast.estimate.loader``) add host time before the
 step's first op (the batch fetched in the loop or received from workers, its copy) and after its
@@ -27,7 +29,7 @@ Not modelled: multiple streams, CUDA graphs, launch-queue depth limits, clock bo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -52,6 +54,11 @@ class Timeline:
     compute_step_s: float = 0.0    # the step without waiting for the loader's workers
     idle_gaps: int = 0             # idle periods of the GPU per step (between kernels, at syncs,
                                    # and the one between steps), what a co-located job can fill
+    gap_lengths: np.ndarray = field(default_factory=lambda: np.zeros(0))  # their lengths (s): the
+                                   # gaps inside the step, then the one between steps
+    syncs: int = 0                 # points per step where the host waits for the GPU (.item() and
+                                   # other syncs, the step-end sync, a blocking copy): where a job
+                                   # sharing the GPU can be held up by another's time slice
 
 
 def simulate(trace: Trace, job: Job, gpu: GpuSpec, cfg: EstimatorConfig, kt: KernelTimes,
@@ -71,7 +78,7 @@ def simulate(trace: Trace, job: Job, gpu: GpuSpec, cfg: EstimatorConfig, kt: Ker
         h2d, pre_host, blocks = lc.copy_stream_s, lc.in_loop_s * host_scale, lc.copy_blocks
         period = lc.period_s * host_scale
         habits, items = lc.habits_s * host_scale, lc.item_calls
-    cpu_clock, gpu_clock, busy, gaps = _run(a, t, h, pre_host, pre_host + h2d, idle_kernel_s)
+    cpu_clock, gpu_clock, busy, gaps, inner, first = _run(a, t, h, pre_host, pre_host + h2d, idle_kernel_s)
     comm_exposed = _allreduce_exposed(trace, job, gpu, cfg, kt, kernel_scale)
     overhead = (cfg.step_overhead_s + cfg.param_overhead_s * trace.param_tensors) * host_scale + habits
     end_sync = cfg.step_end_sync and items > 0
@@ -83,11 +90,14 @@ def simulate(trace: Trace, job: Job, gpu: GpuSpec, cfg: EstimatorConfig, kt: Ker
         compute_step = max(cpu_clock + overhead, gpu_clock)
     compute_step += comm_exposed
     step = max(compute_step, period)
+    between = step - comm_exposed - (gpu_clock - first) if first is not None else step - comm_exposed
+    lengths = np.concatenate([inner, [between]]) if between > GAP_MIN_S else inner
     return Timeline(step_time_s=step, gpu_busy_s=busy + comm_exposed, host_time_s=cpu_clock + overhead,
                     gpu_end_s=gpu_clock, comm_exposed_s=comm_exposed,
                     input_wait_s=max(0.0, period - compute_step), h2d_s=h2d,
                     loader_in_loop_s=pre_host, compute_step_s=compute_step,
-                    idle_gaps=gaps + (1 if step > gpu_clock + GAP_MIN_S else 0))
+                    idle_gaps=gaps + (1 if step > gpu_clock + GAP_MIN_S else 0), gap_lengths=lengths,
+                    syncs=int(np.count_nonzero(a.sync)) + (1 if end_sync or blocks else 0))
 
 
 # An idle period shorter than this is not counted as a gap (our choice: well under the few
@@ -96,10 +106,11 @@ GAP_MIN_S = 1e-7
 
 
 def _run(a: OpArrays, t: np.ndarray, h: np.ndarray, cpu_clock: float, gpu_clock: float,
-         idle_kernel_s: float) -> tuple[float, float, float, int]:
-    """The two clocks over the step's ops: host end, GPU end, GPU busy seconds, and the number
+         idle_kernel_s: float) -> tuple[float, float, float, int, np.ndarray, float | None]:
+    """The two clocks over the step's ops: host end, GPU end, GPU busy seconds, the number
     of idle periods of the GPU inside the step (a kernel that starts later than the previous
-    one ended).
+    one ended), the lengths of those periods after the step's first kernel, and that kernel's
+    start (None: no kernel).
 
     Kernels join one stream when the host has issued them; between syncs this is vectorised
     (``gpu_end = max(gpu_end, launch) + kernel``). A kernel that starts on an idle GPU (its
@@ -107,6 +118,8 @@ def _run(a: OpArrays, t: np.ndarray, h: np.ndarray, cpu_clock: float, gpu_clock:
     one more pass over the segment with those kernels lengthened."""
     busy = 0.0
     gaps = 0
+    lengths: list[np.ndarray] = []
+    first = None
     sync_idx = np.flatnonzero(a.sync)
     bounds = list(sync_idx + 1) + [len(t)]
     start = 0
@@ -128,13 +141,19 @@ def _run(a: OpArrays, t: np.ndarray, h: np.ndarray, cpu_clock: float, gpu_clock:
             ke = ends[k]
             starts = ke - seg_t[k]
             prev = np.concatenate(([gpu_clock], ke[:-1]))
-            gaps += int(np.count_nonzero(starts > prev + GAP_MIN_S))
+            idle = starts > prev + GAP_MIN_S
+            gaps += int(np.count_nonzero(idle))
+            if first is None:
+                first = float(starts[0])
+                idle[0] = False   # the lead gap joins the one between steps
+            lengths.append((starts - prev)[idle])
         gpu_clock = float(ends[-1])
         cpu_clock = float(launch[-1])
         if a.sync[end - 1]:
             cpu_clock = max(cpu_clock, gpu_clock)
         start = end
-    return cpu_clock, gpu_clock, busy, gaps
+    inner = np.concatenate(lengths) if lengths else np.zeros(0)
+    return cpu_clock, gpu_clock, busy, gaps, inner, first
 
 
 def _stream(seg_t: np.ndarray, launch: np.ndarray, gpu_clock: float) -> np.ndarray:

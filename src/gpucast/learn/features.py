@@ -44,11 +44,11 @@ def reference_features(trace, job, gpu) -> np.ndarray:
 
 
 def physics_features(prepared, env) -> np.ndarray:
-    from gpucast.estimate import _bottleneck
+    from gpucast.estimate import _bottleneck, reported_util
 
     tl, lc = prepared.run(env)
     mem = prepared.memory(env)
-    util = env.util_response(min(1.0, tl.gpu_busy_s / tl.step_time_s)) if tl.step_time_s > 0 else 0.0
+    util = reported_util(tl, env)
     label, _ = _bottleneck(prepared.job, tl, util, prepared.kt, lc)
     ctx = mem.breakdown.get("cuda_context", 0)
     eps = 1e-9

@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-from gpucast.estimate import Prepared, prepare
+from gpucast.estimate import Prepared, prepare, reported_util
 from gpucast.estimate.environment import Environment
 from gpucast.learn.rows import MeasuredRow
 
@@ -107,7 +107,7 @@ class Fitter:
             p = self.prepared[i]
             tl, _ = p.run(env)
             s[k] = tl.step_time_s
-            u[k] = 100.0 * env.util_response(min(1.0, tl.gpu_busy_s / tl.step_time_s)) if tl.step_time_s > 0 else 0.0
+            u[k] = 100.0 * reported_util(tl, env)
             m[k] = p.memory(env).total_bytes / 2**20
         return Predicted(u, m, s)
 
@@ -210,5 +210,5 @@ def legacy_job(job):
 
 def legacy_env() -> Environment:
     """The constants of that model: no idle-kernel term, a 500 MiB context (300 MiB before Volta)."""
-    return Environment.priors().replace(idle_kernel_s=0.0, cuda_context_lazy_bytes=500 * 2**20,
+    return Environment.priors().replace(idle_kernel_s=0.0, nvml_tick_s=0.0, cuda_context_lazy_bytes=500 * 2**20,
                                         old_gpu_context_factor=0.6)

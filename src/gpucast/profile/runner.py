@@ -28,7 +28,12 @@ copy of the synthetic batch; the rest of the time is ``time.sleep``, standing fo
 augmentation done by DataLoader *worker processes*, which do not hold this process's GIL), a
 queue of depth 2 (the loader's prefetch), and each step copies its batch to the device with
 ``non_blocking=True`` before the forward. The loader runs ahead, so a step takes
-``max(compute, input_pipeline_s)`` in steady state, as the predictor assumes.
+``max(compute, input_pipeline_s)`` in steady state, as the predictor assumes. The batches it
+prefetched while the model was built and warmed up (up to the queue's depth plus the one it
+holds) are not steady state: after the warm-up the runner keeps stepping until a step has had to
+wait for its batch (:meth:`_Step.settle`, bounded by ``SETTLE_MAX_STEPS``/``SETTLE_MAX_S``;
+a job faster than its loader then runs at the loader's pace), so the window never times steps
+that only drained that backlog.
 
 Method. ``warmup_steps`` steps first (cuDNN autotuning, allocator growth, optimizer state),
 then steps until ``window_s`` has elapsed (at least ``min_window_steps``, at most
@@ -76,6 +81,11 @@ __all__ = ["RunSpec", "run_job", "base_row", "FAULT_ENV", "fault_for_slot"]
 FAULT_ENV = "GPUCAST_PROFILE_TEST_FAULT"
 AMP_DTYPE_NAMES = {"amp-fp16": "float16", "amp-bf16": "bfloat16"}
 PIPELINE_QUEUE_DEPTH = 2  # DataLoader's default prefetch (2 batches per worker)
+# Bounds on the steps run after the warm-up until the emulated loader's backlog is drained (our
+# choice: a backlog of depth + 1 batches drains within 30 steps unless compute is within ~10 % of
+# the loader's period, where the step is the loader's period either way).
+SETTLE_MAX_STEPS = 30
+SETTLE_MAX_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -234,6 +244,7 @@ class _Pipeline:
         self.queue: queue.Queue = queue.Queue(maxsize=PIPELINE_QUEUE_DEPTH)
         self.stopped = threading.Event()
         self.error: BaseException | None = None
+        self.waited = False  # a get() found no batch ready since the last reset
         self.thread = threading.Thread(target=self._produce, name="gpucast-input-pipeline", daemon=True)
         self.thread.start()
 
@@ -266,6 +277,10 @@ class _Pipeline:
             self.error = exc
 
     def get(self) -> tuple:
+        try:
+            return self.queue.get_nowait()
+        except queue.Empty:
+            self.waited = True
         while True:
             if self.error is not None:
                 raise self.error
@@ -363,6 +378,18 @@ class _Step:
             for p in self.params:
                 p.grad = None
         loss.item()  # the per-step host sync of a training loop that logs its loss
+
+    def settle(self) -> int:
+        """Steps until the emulated loader's prefetched backlog is gone (a step waited for its
+        batch), at most ``SETTLE_MAX_STEPS`` steps or ``SETTLE_MAX_S`` seconds; the number run."""
+        if self.pipeline is None:
+            return 0
+        self.pipeline.waited = False
+        t0, n = time.perf_counter(), 0
+        while not self.pipeline.waited and n < SETTLE_MAX_STEPS and time.perf_counter() - t0 < SETTLE_MAX_S:
+            self()
+            n += 1
+        return n
 
     def close(self) -> None:
         if self.pipeline is not None:
@@ -478,6 +505,7 @@ def run_job(spec: RunSpec, backend=None) -> dict:
         _wait_barrier(spec)
         for _ in range(spec.warmup_steps):
             step()
+        step.settle()
         if sync is not None:
             sync.warm()
             bounds = None

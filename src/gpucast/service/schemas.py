@@ -130,6 +130,13 @@ class Prediction(BaseModel):
     interval_basis: str
     gpu_idle_gaps: int = Field(0, description="Idle periods of the GPU per step (the timeline the co-location "
                                               "model interleaves).")
+    gpu_held_pct: float = Field(0.0, description="Share of the step (percent) the job's kernels hold the GPU: what "
+                                                 "a co-located job competes for (gpu_util_pct is what NVML reports, "
+                                                 "which reads short idle gaps as busy).")
+    gpu_held_interval: list[float] = Field(default_factory=lambda: [0.0, 0.0],
+                                           description="Range of gpu_held_pct over the constants' corners.")
+    gpu_syncs: int = Field(0, description="Points per step where the host waits for the GPU: where a co-located "
+                                          "job's time slice can hold this one up.")
 
 
 class GpuState(BaseModel):
@@ -148,8 +155,8 @@ class PlaceRequest(BaseModel):
 
     gpus: list[GpuState] = Field(description="The GPUs to choose from, index = position in this list.")
     job: JobSpec
-    policy: str = Field("gpucast", description="A policy of the cluster simulator (slot, profiling, horus, "
-                                                "packing, gpucast, oracle).")
+    policy: str = Field("gpucast", description="A policy of the cluster simulator (slot, slot-fifo, profiling, "
+                                                "horus, packing, gpucast, oracle).")
 
 
 class Occupant(BaseModel):

@@ -11,9 +11,11 @@ from gpucast.cluster.policies.oracle import OraclePolicy
 from gpucast.cluster.policies.packing import PackingPolicy
 from gpucast.cluster.policies.profiling import ProfilingPolicy
 from gpucast.cluster.policies.slot import SlotPolicy
+from gpucast.cluster.policies.slot_fifo import SlotFifoPolicy
 
 POLICIES: dict[str, type[Policy]] = {
-    p.name: p for p in (SlotPolicy, ProfilingPolicy, HorusPolicy, PackingPolicy, GpucastPolicy, OraclePolicy)
+    p.name: p for p in (SlotPolicy, SlotFifoPolicy, ProfilingPolicy, HorusPolicy, PackingPolicy, GpucastPolicy,
+                        OraclePolicy)
 }
 
 
@@ -24,4 +26,5 @@ def make_policy(name: str, **params) -> Policy:
 
 
 __all__ = ["POLICIES", "Policy", "GpuOccupancy", "choose_gpu", "gang", "make_policy", "obs_for",
-           "SlotPolicy", "ProfilingPolicy", "HorusPolicy", "PackingPolicy", "GpucastPolicy", "OraclePolicy"]
+           "SlotPolicy", "SlotFifoPolicy", "ProfilingPolicy", "HorusPolicy", "PackingPolicy", "GpucastPolicy",
+           "OraclePolicy"]

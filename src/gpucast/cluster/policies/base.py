@@ -13,7 +13,10 @@ summed score), otherwise the ``k`` lowest-scored GPUs across nodes. A job that f
 out-of-memory is placed only on empty GPUs afterwards (every policy).
 
 A policy sees only what it is told (``told``): observations, never the truth, unless it is the
-oracle or it profiled the job.
+oracle or it profiled the job. Besides its observations a waiting job carries ``gpus``, ``ooms``
+and ``limit_s`` (its time limit as a user would request it: see ``slot``, the one policy that
+reads it), and the engine sets :attr:`Policy.now` (the simulated time) before each scheduling
+pass, so hooks and :meth:`Policy.order` may read the time.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class Policy:
             setattr(self, k, v)
         self._static: list = []
         self._jobs: list = []
+        self.now = 0.0     # simulated time of the current scheduling pass (set by the engine)
 
     def params(self) -> dict:
         """The policy's parameters (class attributes that are plain values)."""
@@ -90,7 +94,8 @@ class Policy:
     # ------------------------------------------------------------------ queue policy
 
     def order(self, window: list) -> list:
-        """Order in which the waiting jobs of one window are tried (FIFO)."""
+        """Order in which the waiting jobs of one window are tried (FIFO). A policy may leave
+        jobs out (a job left out is not tried in this pass)."""
         return window
 
     # ------------------------------------------------------------------ simulator hooks

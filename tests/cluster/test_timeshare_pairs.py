@@ -1,0 +1,63 @@
+"""Fitting and scoring the co-location model on measured pairs of real scripts
+(gpucast.cluster.timeshare_pairs), on two families of the shared RTX 3090 set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpucast.cluster import timeshare
+from gpucast.cluster import timeshare_pairs as tp
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "lucid-rtx3090"
+pytestmark = pytest.mark.skipif(not (DATA / "pairs.csv").is_file(), reason=f"no shared data at {DATA}")
+FAMILIES = {"ResNet18", "EfficientNet", "TD3"}
+
+
+@pytest.fixture(scope="module")
+def small():
+    solos, pairs = tp.from_lucid(DATA)
+    assert len(solos) == 35 and len(pairs) == 335
+    solos = [s for s in solos if s.family in FAMILIES]
+    pairs = [p for p in pairs if p.a.family in FAMILIES and p.b.family in FAMILIES]
+    return solos, pairs, tp.timelines(solos)
+
+
+def test_anchored_timelines_hold_the_gpu_no_longer_than_nvml_reads(small):
+    solos, _pairs, tls = small
+    for s in solos:
+        t = tls[s.key]
+        assert t.step_s == s.step_s
+        assert 0.0 <= t.util <= s.util_pct / 100.0 + 1e-9
+        assert t.reported == pytest.approx(s.util_pct / 100.0, abs=0.05)
+    # small CIFAR batches launch many short kernels: NVML reads them far busier than they are
+    r18 = tls["ResNet18 b32"]
+    assert r18.util < 0.6 * r18.reported
+
+
+def test_the_fit_beats_todays_model_and_a_constant_on_its_pairs(small):
+    _solos, pairs, tls = small
+    y = np.array([[p.speed_a for p in pairs], [p.speed_b for p in pairs]])
+    c = tp.fit(pairs, tls)
+    fitted = np.abs(tp.predict(pairs, tls, c)[0] - y).mean()
+    today = np.abs(tp.predict(pairs, tp.nvml_as_busy([p.a for p in pairs] + [p.b for p in pairs], tls),
+                              timeshare.FITTED)[0] - y).mean()
+    assert fitted < 0.8 * np.abs(y.mean() - y).mean() and fitted < 0.5 * today
+
+
+def test_held_out_family_report_names_every_family(small):
+    _solos, pairs, tls = small
+    rep = tp.holdout_report(pairs, tls)
+    assert {f["held_out"] for f in rep["folds"]} == FAMILIES
+    assert rep["pairs"] == sum(f["pairs"] for f in rep["folds"]) and 0.0 <= rep["worth"] <= 1.0
+    assert rep["mae"] < rep["today_mae"]
+
+
+def test_decisions_worth_by_hand():
+    speeds = np.array([[0.9, 0.4, 0.7], [0.8, 0.5, 0.2]])      # gains 0.7, -0.1, -0.1
+    assert tp.decisions_worth(speeds, speeds) == pytest.approx(1.0)     # the oracle's own choice
+    share_all = np.ones_like(speeds)
+    assert tp.decisions_worth(share_all, speeds) == pytest.approx(0.5 / 0.7)
+    assert tp.decisions_worth(np.zeros_like(speeds), speeds) == 0.0
