@@ -52,6 +52,22 @@ def _f(x, fmt="{:+.1f}%"):
     return "-" if x is None else fmt.format(x)
 
 
+class _Null:
+    """A stand-in for the progress bar when nothing is simulated."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def add_task(self, *a, **k):
+        return 0
+
+    def advance(self, *a, **k):
+        pass
+
+
 def run_table(trace, n_gpus, policies, errors, progress, world=None):
     from gpucast import cluster
     from gpucast.cluster import metrics
@@ -142,6 +158,8 @@ def main(argv=None) -> int:
                     help="sensitivity run: the co-location model's host constant set to this (0: every job "
                          "has CPU cores of its own) instead of the one fitted on Gavel's servers")
     ap.add_argument("--out-name", default="sim_mixes", help="results file stem under benchmarks/results")
+    ap.add_argument("--render-only", action="store_true",
+                    help="rewrite the markdown from the results JSON of an earlier run (no simulation)")
     args = ap.parse_args(argv)
     from rich.progress import Progress
 
@@ -158,11 +176,14 @@ def main(argv=None) -> int:
            "reference": REFERENCE, "worlds": worlds}
     t0 = time.time()
     n_sweep = 0 if args.no_sweep else 2 * len(SWEEP) * 3
-    with Progress() as bar:
+    if args.render_only:
+        doc = json.loads((RESULTS / f"{args.out_name}.json").read_text(encoding="utf-8"))
+        stats = doc.get("mixes", {})
+    with (Progress() if not args.render_only else _Null()) as bar:
         task = bar.add_task("simulating", total=len(worlds) * len(names) * 2 * len(policies) + n_sweep)
         step = lambda: bar.advance(task)  # noqa: E731
-        loaded = {n: tr_mod.load_trace(n, gpus=args.gpus) for n in names}
-        for w in worlds:
+        loaded = {} if args.render_only else {n: tr_mod.load_trace(n, gpus=args.gpus) for n in names}
+        for w in worlds if not args.render_only else ():
             for n in names:
                 own = tr_mod.offered_load(loaded[n], args.gpus)
                 for label, trace in ((f"own load {own:.2f}", loaded[n]),
@@ -170,7 +191,7 @@ def main(argv=None) -> int:
                                       tr_mod.at_load(loaded[n], args.gpus, args.heavy))):
                     doc["tables"].setdefault(w, {}).setdefault(n, {})[label] = run_table(
                         trace, args.gpus, policies, measured, step, w)
-        if not args.no_sweep:
+        if not args.no_sweep and not args.render_only:
             for n in ("philly-mix", "pai-mix"):
                 if n not in loaded:
                     continue
@@ -179,12 +200,17 @@ def main(argv=None) -> int:
                     rows = run_table(heavy, args.gpus, ["slot", "gpucast", "oracle"], measured.scaled(f), step,
                                      worlds[0])
                     doc["sweep"].setdefault(n, []).append({"factor": f, "rows": rows})
-    stats = mix_stats(loaded)
-    doc["mixes"] = {k: {q: v for q, v in s.items() if q != "utils_truth"} for k, s in stats.items()}
+    if not args.render_only:
+        stats = mix_stats(loaded)
+        doc["mixes"] = {k: {q: v for q, v in s.items() if q != "utils_truth"} for k, s in stats.items()}
+    command = doc.get("command") if args.render_only else None
+    if not command:
+        command = f".venv/bin/python benchmarks/sim_mixes.py {' '.join(argv if argv is not None else sys.argv[1:])}".strip()
+        doc["command"] = command
     hc = ("" if args.host_contention is None else
           f", co-location host contention {args.host_contention:g} instead of the fitted {timeshare.CURRENT.host:.3g}")
     md = [f"### Scheduling on workload mixes ({args.gpus} x v100-16gb, measured error{hc})", "",
-          f"`.venv/bin/python benchmarks/sim_mixes.py {' '.join(argv if argv is not None else sys.argv[1:])}`".strip() + " (seed 0; error: " + measured.label() + "). "
+          f"`{command}`" + " (seed 0; error: " + measured.label() + "). "
           "Utilization is what NVML would read, averaged over all GPUs: over the busy period (from the first "
           "arrival to the last finish, stretches with no job queued or running left out: the reference work's "
           "measure for a loaded cluster), over the queued period (while some job waits to start: the cluster "
@@ -199,14 +225,17 @@ def main(argv=None) -> int:
     if doc["sweep"]:
         md += ["#### How the gain falls as prediction error grows (queue-keeping load)", "",
                "| mix | error (x measured) | gpucast util (busy) vs slot | oracle util (busy) vs slot | "
+               "gpucast util (queued) vs slot | oracle util (queued) vs slot | "
                "gpucast allocated util vs slot | gpucast JCT mean vs slot | gpucast OOM |",
-               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for n, pts in doc["sweep"].items():
             for p in pts:
                 r = {x["policy"]: x for x in p["rows"]}
                 s, g, o = r["slot"], r["gpucast"], r["oracle"]
                 md.append(f"| {n} | {p['factor']:g} | {_f(_pct(g['gpu_util_busy_pct'], s['gpu_util_busy_pct']))} | "
                           f"{_f(_pct(o['gpu_util_busy_pct'], s['gpu_util_busy_pct']))} | "
+                          f"{_f(_pct(g['gpu_util_queued_pct'], s['gpu_util_queued_pct']))} | "
+                          f"{_f(_pct(o['gpu_util_queued_pct'], s['gpu_util_queued_pct']))} | "
                           f"{_f(_pct(g['gpu_util_allocated_pct'], s['gpu_util_allocated_pct']))} | "
                           f"{_f(_pct(g['jct_mean_s'], s['jct_mean_s']))} | {g['oom_failures']} |")
         md.append("")
@@ -224,8 +253,10 @@ def main(argv=None) -> int:
                       f"{p['gpu_hour_mean_pct']:.1f} | {t['mean_pct']:.1f} | {t['median_pct']:.1f} | "
                       f"{t['gpu_hour_mean_pct']:.1f} | {t['share_under_100_pct']:.1f}% |")
         md.append("")
-        write_html(stats, RESULTS / f"{args.out_name}.html")
-    md.append(f"Wall time {time.time() - t0:.0f} s.")
+        if not args.render_only:
+            write_html(stats, RESULTS / f"{args.out_name}.html")
+    md.append(f"Wall time {doc['wall_s']:.0f} s." if args.render_only else f"Wall time {time.time() - t0:.0f} s.")
+    doc.setdefault("wall_s", time.time() - t0)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.out_name}.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     (RESULTS / f"{args.out_name}.json").write_text(json.dumps(doc, indent=1, default=float) + "\n", encoding="utf-8")

@@ -95,8 +95,8 @@ def test_the_array_solver_agrees_with_the_per_gpu_one(c):
     sy = np.array([[np.nan if t.syncs is None else t.syncs for t in p] for p in zip(*pairs)], dtype=float)
     s, want = timeshare.solve(arr("step_s"), arr("busy_s"), arr("gaps"), arr("mem_bound"), c, wants=True, syncs=sy)
     for k, (a, b) in enumerate(pairs):
-        assert slowdowns([a, b], c) == pytest.approx([s[0, k], s[1, k]], rel=1e-6)   # both stop at 1e-7
-        assert timeshare._cached((a, b), c, "timeslice")[1] == pytest.approx([want[0, k], want[1, k]], rel=1e-5)
+        assert slowdowns([a, b], c) == pytest.approx([s[0, k], s[1, k]], rel=1e-4)   # both stop at 1e-5
+        assert timeshare._cached((a, b), c, "timeslice")[1] == pytest.approx([want[0, k], want[1, k]], rel=1e-4)
 
 
 def test_anchoring_keeps_the_predicted_kernels_and_adds_host_time():
@@ -149,7 +149,7 @@ def test_the_array_solver_agrees_for_three_jobs():
     col = lambda name: np.array([[getattr(j, name)] for j in jobs])
     for c in (timeshare.FITTED, timeshare.CURRENT):
         s = timeshare.solve(col("step_s"), col("busy_s"), col("gaps"), col("mem_bound"), c)
-        assert slowdowns(jobs, c) == pytest.approx(list(s[:, 0]), rel=1e-6)
+        assert slowdowns(jobs, c) == pytest.approx(list(s[:, 0]), rel=1e-4)
 
 
 # ---------------------------------------------------------------- held time, NVML's reading, worlds

@@ -154,7 +154,8 @@ def test_small_job_gets_hami_limits_from_its_share():
 
     p = predict(SMALL, "a100-80gb")
     mem = math.ceil(p.memory_interval[1] * 1.1)                       # upper end + 10 % headroom, bytes
-    share = max(math.ceil((p.gpu_util_pct + 10) / 5 - 1e-9) * 5, math.ceil(mem / (80 * 2**30) * 20 - 1e-9) * 5)
+    # the held share (not NVML's reading) + 10 points, in steps of 5 %
+    share = max(math.ceil((p.gpu_held_pct + 10) / 5 - 1e-9) * 5, math.ceil(mem / (80 * 2**30) * 20 - 1e-9) * 5)
     assert share < 100                                                # a shared job (about 35 %)
     limits = pod["spec"]["containers"][1]["resources"]["limits"]
     assert limits == {"nvidia.com/gpu": "1", "cpu": "4", "nvidia.com/gpumem": str(math.ceil(mem / MIB)),

@@ -51,3 +51,13 @@ def test_margin_is_a_parameter():
     with pytest.raises(ValueError):
         gpu_share(p, granularity=0)
     assert dataclasses.asdict(gpu_share(p)) == gpu_share(p).to_dict()
+
+
+def test_the_compute_share_is_sized_from_the_held_time_not_nvmls_reading():
+    # NVML reads 60 % (short gaps counted busy), the kernels hold the GPU 25 %: 25 + 10 points
+    p = dataclasses.replace(_pred(util=60.0, mem_hi=2**30), gpu_held_pct=25.0)
+    s = gpu_share(p)
+    assert s.compute_fraction == pytest.approx(0.35) and s.share == pytest.approx(0.35)
+    assert s.util_pct == 60.0 and s.held_pct == 25.0
+    # a prediction without a held share (older callers): NVML's reading, as before
+    assert gpu_share(_pred(util=60.0, mem_hi=2**30)).compute_fraction == pytest.approx(0.70)

@@ -131,18 +131,11 @@ def busy_periods(result) -> list[tuple[float, float]]:
     raw = list(getattr(result, "busy_intervals", None) or ())
     if not raw:
         raw = [(r.arrival_s, r.finish_s if r.finish_s is not None else end_s) for r in records]
-    out: list[list[float]] = []
-    for a, b in sorted((max(float(a), lo), min(float(b), end_s)) for a, b in raw):
-        if b <= a:
-            continue
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
+    return _merge(raw, lo, end_s)
 
 
 def _merge(raw, lo: float, hi: float) -> list[tuple[float, float]]:
+    """``raw`` intervals clipped to ``[lo, hi]``, empty ones dropped, overlapping ones joined."""
     out: list[list[float]] = []
     for a, b in sorted((max(float(a), lo), min(float(b), hi)) for a, b in raw):
         if b <= a:

@@ -186,7 +186,7 @@ WORLDS = {"measured-pairs": CURRENT, "gavel": FITTED}
 DEFAULT_WORLD = "measured-pairs"
 
 _ITERATIONS = 60
-_TOLERANCE = 1e-7   # on the activities (shares of time): far below what any figure here shows
+_TOLERANCE = 1e-5   # on the activities (shares of time): far below what any figure here shows
 
 
 def anchored(est, step_s: float, util_pct: float | None = None, c: Constants = FITTED) -> JobTimeline:
@@ -286,7 +286,23 @@ def slowdowns(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: str
     n = len(jobs)
     if n <= 1:
         return [1.0] * n
-    return list(_cached(tuple(jobs), c if c is not None else _ACTIVE[0], mode)[0])
+    return list(_solve(jobs, c if c is not None else _ACTIVE[0], mode)[0])
+
+
+def _key(j: JobTimeline) -> tuple:
+    return (j.step_s, j.busy_s, j.gaps, j.mem_bound, j.hidden_s, -1.0 if j.syncs is None else j.syncs)
+
+
+def _solve(jobs: Sequence[JobTimeline], c: Constants, mode: str) -> tuple[tuple, tuple]:
+    """:func:`_cached` on the jobs in a canonical order (the model does not care which job was
+    placed first), answered in the caller's order: one solve per set of jobs, not per ordering."""
+    n = len(jobs)
+    order = sorted(range(n), key=lambda i: _key(jobs[i]))
+    sd, want = _cached(tuple(jobs[i] for i in order), c, mode)
+    out_sd, out_want = [0.0] * n, [0.0] * n
+    for k, i in enumerate(order):
+        out_sd[i], out_want[i] = sd[k], want[k]
+    return tuple(out_sd), tuple(out_want)
 
 
 @functools.lru_cache(maxsize=1 << 17)
@@ -317,22 +333,29 @@ def _cached(jobs: tuple, c: Constants, mode: str) -> tuple:
     want = [a for a in act]
     hs = list(act)          # the held shares of the shared steps (stretch "held"), damped like act
     rng = range(n)
+    bw = c.bandwidth
     for _ in range(_ITERATIONS):
-        amsum = sum(a * q for a, q in zip(act, m))
+        amsum = sum([a * q for a, q in zip(act, m)])
         run_share = hs if by_held else act
         asum = sum(run_share)
-        psum = sum(a * k for a, k in zip(act, cost))
+        if ts:
+            psum = sum([a * k for a, k in zip(act, cost)])
+            fr = [1.0 - a if a < 1.0 else 0.0 for a in act]
+            if n == 2:
+                others_free = (fr[1], fr[0])
+            else:   # the product of the others' free shares: prefix times suffix products
+                pre, suf = [1.0] * n, [1.0] * n
+                for k in range(1, n):
+                    pre[k] = pre[k - 1] * fr[k - 1]
+                    suf[n - 1 - k] = suf[n - k] * fr[n - k]
+                others_free = [x * y for x, y in zip(pre, suf)]
         nact = []
         for i in rng:
             ai = act[i]
-            burst = busy[i] * (1.0 + asum - run_share[i]) * (1.0 + c.bandwidth * m[i] * (amsum - ai * m[i]))
+            burst = busy[i] * (1.0 + asum - run_share[i]) * (1.0 + bw * m[i] * (amsum - ai * m[i]))
             wait = 0.0
             if ts:
-                free = 1.0
-                for k in rng:
-                    if k != i:
-                        free *= 1.0 - min(1.0, act[k])
-                burst *= 1.0 + ratio * (1.0 - free)
+                burst *= 1.0 + ratio * (1.0 - others_free[i])
                 wait = waits[i] * (psum - ai * cost[i])
             t = host_new[i] + burst + wait
             new[i] = t
@@ -432,7 +455,7 @@ def gpu_util_pct(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: 
         return 100.0 * jobs[0].reported
     if not jobs:
         return 0.0
-    sd, want = _cached(tuple(jobs), c if c is not None else _ACTIVE[0], mode)
+    sd, want = _solve(jobs, c if c is not None else _ACTIVE[0], mode)
     held = [j.util / s for j, s in zip(jobs, sd)]
     seen = [idle_visible(j.step_s * s, w, j.hidden_s) for j, s, w in zip(jobs, sd, want)]
     return 100.0 * combined_reported(held, seen)

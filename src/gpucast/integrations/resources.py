@@ -2,9 +2,11 @@
 
 From a :class:`~gpucast.prediction.Prediction`:
 
-* **compute share** = predicted utilization plus a margin (``UTIL_MARGIN_PCT`` points: the
-  typical spread of the prediction's interval on well-covered models), as a fraction of the
-  GPU, at least ``MIN_SHARE``;
+* **compute share** = the predicted share of time the job's kernels hold the GPU
+  (``Prediction.gpu_held_pct``: what a neighbour competes for; NVML's ``gpu_util_pct`` also
+  counts the short idle gaps its counter does not resolve, :mod:`gpucast.estimate.nvml`) plus a
+  margin (``UTIL_MARGIN_PCT`` points: the typical spread of the prediction's interval on
+  well-covered models), as a fraction of the GPU, at least ``MIN_SHARE``;
 * **memory** = the upper end of the memory interval plus ``MEMORY_HEADROOM`` (allocator growth
   between steps, a second CUDA context for a data loader), as bytes and as a fraction of the
   GPU's memory;
@@ -42,8 +44,9 @@ class GpuShare:
     memory_fraction: float   # of one GPU's memory
     share: float             # max(compute, memory), rounded up to GRANULARITY, at most 1
     exclusive: bool          # needs whole GPUs
-    util_pct: float          # the prediction it came from, for annotations
+    util_pct: float          # the prediction it came from (NVML's reading), for annotations
     model_version: str
+    held_pct: float = 0.0    # the held share the compute fraction was sized from
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -61,11 +64,13 @@ def gpu_share(prediction, *, util_margin_pct: float = UTIL_MARGIN_PCT, memory_he
     if not 0 < granularity <= 1:
         raise ValueError(f"granularity must be in (0, 1], got {granularity}")
     gpu = get_gpu(prediction.gpu)
-    compute = max(MIN_SHARE, min(100.0, prediction.gpu_util_pct + util_margin_pct) / 100.0)
+    held = getattr(prediction, "gpu_held_pct", 0.0) or prediction.gpu_util_pct   # 0: not predicted
+    compute = max(MIN_SHARE, min(100.0, min(held, prediction.gpu_util_pct) + util_margin_pct) / 100.0)
     memory = int(math.ceil(prediction.memory_interval[1] * (1.0 + memory_headroom)))
     mem_frac = memory / gpu.memory_bytes
     share = _round_up(max(compute, mem_frac), granularity)
     exclusive = share >= 1.0 or mem_frac > 1.0 or not prediction.fits_in_memory
     return GpuShare(gpu=prediction.gpu, gpus=int(prediction.job.get("gpus", 1)), compute_fraction=round(compute, 4),
                     memory_bytes=memory, memory_fraction=round(mem_frac, 6), share=1.0 if exclusive else round(share, 4),
-                    exclusive=exclusive, util_pct=prediction.gpu_util_pct, model_version=prediction.model_version)
+                    exclusive=exclusive, util_pct=prediction.gpu_util_pct, model_version=prediction.model_version,
+                    held_pct=min(held, prediction.gpu_util_pct))
