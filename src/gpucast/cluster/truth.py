@@ -138,11 +138,16 @@ class Behaviour:
 
     def timeline(self):
         """This behaviour as the co-location model sees it (:mod:`gpucast.cluster.timeshare`): the
-        held share is what a neighbour competes for, the rest of NVML's reading is hidden idle."""
+        held share is what a neighbour competes for, the rest of NVML's reading is hidden idle
+        (remembered on the frozen behaviour)."""
+        tl = self.__dict__.get("_timeline")
+        if tl is not None:
+            return tl
         from gpucast.cluster.timeshare import JobTimeline
 
-        return JobTimeline.from_util(self.util_pct, self.step_time_s, self.gaps, self.mem_bound,
-                                     self.held_pct, self.syncs)
+        tl = self.__dict__["_timeline"] = JobTimeline.from_util(
+            self.util_pct, self.step_time_s, self.gaps, self.mem_bound, self.held_pct, self.syncs)
+        return tl
 
 
 @dataclass(frozen=True)
@@ -169,7 +174,15 @@ class Observation:
         """What this observation says of the job's timeline (:mod:`gpucast.cluster.timeshare`):
         the held share (what a neighbour competes for) and NVML's reading; ``upper``: at the upper
         end of the utilization interval, the held share scaled alike (a cautious neighbour). A job
-        whose utilization is not told counts as saturating the GPU."""
+        whose utilization is not told counts as saturating the GPU. Remembered on the (frozen)
+        observation: placement asks for it millions of times."""
+        memo = self.__dict__.setdefault("_timelines", {})
+        tl = memo.get(upper)
+        if tl is None:
+            tl = memo[upper] = self._timeline(upper)
+        return tl
+
+    def _timeline(self, upper: bool):
         from gpucast.cluster.timeshare import JobTimeline
 
         u, h = self.util_pct, self.held_pct

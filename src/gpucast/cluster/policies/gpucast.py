@@ -56,14 +56,39 @@ class GpucastPolicy(Policy):
     def predicted_slowdowns(self, gpu, job):
         return self._slowdowns(gpu.jobs + (job,), gpu.gpu_type)
 
+    _MEMO_MAX = 1 << 18
+
+    def _remembered(self, obs: tuple, gpu_type):
+        """:meth:`_slowdowns` of ``obs`` on ``gpu_type``, remembered by the observations' identity
+        (placement asks for the same few sets of observations again and again; the stored tuple
+        is checked object by object, so a recycled ``id`` is never mistaken for another)."""
+        memo = self.__dict__.get("_sd_memo")
+        if memo is None:
+            memo = self._sd_memo = {}
+        order = sorted(range(len(obs)), key=lambda i: id(obs[i]))   # one entry per set, any order
+        canon = tuple(obs[i] for i in order)
+        key = (gpu_type, tuple(map(id, canon)))
+        hit = memo.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], canon)):
+            sd = hit[1]
+        else:
+            if len(memo) >= self._MEMO_MAX:
+                memo.clear()
+            sd = self._slowdowns(canon, gpu_type)
+            memo[key] = (canon, sd)
+        out = [0.0] * len(obs)
+        for k, i in enumerate(order):
+            out[i] = sd[k]
+        return out
+
     def score(self, gpu, job):
         if not gpu.jobs:
             return 0.0     # alone: nothing to protect (an over-large job fails in the engine)
         mem = sum(o.memory_upper for o in gpu.jobs) + job.memory_upper
         if mem > gpu.memory_bytes:
             return None
-        before = self._slowdowns(gpu.jobs, gpu.gpu_type)
-        after = self._slowdowns(gpu.jobs + (job,), gpu.gpu_type)
+        before = self._remembered(gpu.jobs, gpu.gpu_type)
+        after = self._remembered(gpu.jobs + (job,), gpu.gpu_type)
         w = [o.gpus if self.weigh_gangs else 1 for o in gpu.jobs]
         harm = sum(k * (1.0 / b - 1.0 / a) for k, b, a in zip(w, before, after[:-1]))
         if 1.0 / after[-1] - harm < self.min_gain:
