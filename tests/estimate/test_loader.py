@@ -29,7 +29,8 @@ def _predict(job, gpu="a100-80gb", env=None, **kw):
 @pytest.mark.parametrize("row", LEGACY["rows"], ids=lambda r: f"{r['job']['model']}-{r['gpu']}")
 def test_device_data_with_a_benchmark_loop_reproduces_the_model_before_surroundings(row):
     job = Job(**row["job"], data=Data(source="device"), loop=Loop.benchmark())
-    p = _predict(job, row["gpu"], env=Environment.default().replace(idle_kernel_s=0.0))
+    # that model had no idle-kernel term and read utilization as busy / step (NVML's tick 0)
+    p = _predict(job, row["gpu"], env=Environment.default().replace(idle_kernel_s=0.0, nvml_tick_s=0.0))
     assert p.step_time_s == pytest.approx(row["step_time_s"], rel=1e-12)
     assert p.gpu_busy_s == pytest.approx(row["gpu_busy_s"], rel=1e-12)
     assert p.gpu_util_pct == pytest.approx(row["gpu_util_pct"], abs=1e-9)
@@ -177,9 +178,10 @@ def test_a_constants_file_takes_fields_of_both_classes(tmp_path):
     from gpucast.estimate import load_constants
 
     f = tmp_path / "c.yaml"
-    f.write_text("python_op_s: 1.2e-5\nitem_s: 5.0e-5\nkernel_time_range: [0.9, 1.1]\n")
+    f.write_text("python_op_s: 1.2e-5\nitem_s: 5.0e-4\nkernel_time_range: [0.9, 1.1]\n")
     cfg, env = load_constants(f)
-    assert cfg.python_op_s == 1.2e-5 and cfg.kernel_time_range == (0.9, 1.1) and env.item_s == 5.0e-5
+    assert cfg.python_op_s == 1.2e-5 and cfg.kernel_time_range == (0.9, 1.1) and env.item_s == 5.0e-4
+    assert env.item_s > Environment.default().item_s       # a slower .item() than the fitted one
     assert env.memory_sample_s == Environment.default().memory_sample_s  # the rest: the defaults in force
     job = Job("mlp-small", data=Data(source="device"), loop=Loop(item_calls=3))
     assert _predict(job, env=env).step_time_s > _predict(job).step_time_s

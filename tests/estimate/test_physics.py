@@ -46,7 +46,8 @@ def _tiny_inputs(b):
 def test_tiny_cnn_is_launch_bound_on_h100():
     p = gpucast.predict(_job_from_module(_tiny_cnn, _tiny_inputs, batch_size=8), "h100")
     assert p.bottleneck == "launch-bound"
-    assert p.gpu_util_pct < 50
+    assert p.gpu_held_pct < 50                        # the kernels hold the GPU less than half the time
+    assert p.gpu_util_pct >= p.gpu_held_pct           # NVML reads the short launch gaps as busy
     assert p.host_time_s > p.gpu_busy_s
 
 
@@ -58,8 +59,12 @@ def test_resnet50_b128_saturates_t4():
 
 @pytest.mark.parametrize("model", ["resnet18-cifar", "resnet50", "mobilenet-v2", "vgg16-cifar", "densenet121"])
 def test_utilization_does_not_fall_with_batch(model):
-    utils = [gpucast.predict(_job(model, batch_size=b), "a100-80gb").gpu_util_pct for b in (2, 4, 16, 64, 128)]
-    assert all(b >= a - 1e-6 for a, b in zip(utils, utils[1:])), utils
+    preds = [gpucast.predict(_job(model, batch_size=b), "a100-80gb") for b in (2, 4, 16, 64, 128)]
+    held = [p.gpu_held_pct for p in preds]
+    assert all(b >= a - 1e-6 for a, b in zip(held, held[1:])), held
+    # NVML's reading may dip by a hair where a gap grows past the counter's tick, not more
+    utils = [p.gpu_util_pct for p in preds]
+    assert all(b >= a - 0.5 for a, b in zip(utils, utils[1:])), utils
 
 
 @pytest.mark.parametrize("model", ["resnet18", "vgg16-cifar", "mobilenet-v2"])

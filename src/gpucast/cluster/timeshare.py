@@ -1,7 +1,8 @@
 """Jobs time-sharing one GPU, from their predicted timelines (the two clocks of each job).
 
-A job running alone repeats a step of ``step_s`` seconds in which the GPU is busy ``busy_s``
-(its kernels) and idle the rest, split into ``gaps`` idle periods (between kernels the host has
+A job running alone repeats a step of ``step_s`` seconds in which its kernels hold the GPU
+``busy_s`` (the held time: not NVML's reading, which also counts the short idle gaps its counter
+does not resolve, ``hidden_s``; :mod:`gpucast.estimate.nvml`) and it is idle the rest, split into ``gaps`` idle periods (between kernels the host has
 not launched yet, at syncs, the loader and the loop's host work between steps: the estimator's
 :class:`~gpucast.estimate.step.Timeline` counts them). When two or three such jobs share a GPU
 their bursts and gaps interleave: one job's kernels run in another's gaps, and where bursts
@@ -13,13 +14,18 @@ are not assumed to lock into a perfect alternation). For job ``i`` among the GPU
 ``a_j`` the share of time job ``j`` has kernels to run (its *activity* while shared) and the
 constants of :class:`Constants`::
 
-    burst_i' = busy_i * (1 + sum_{j != i} a_j) * (1 + switch / slice * P_i)
+    burst_i' = busy_i * (1 + sum_{j != i} s_j) * (1 + switch / slice * P_i)
                       * (1 + bandwidth * sum_{j != i} a_j * m_i * m_j)
-    wait_i   = gaps_i * sum_{j != i} a_j * (min(slice, run_j) / 2 + switch)
+    wait_i   = w_i * sum_{j != i} a_j * (min(slice, run_j) / 2 + switch)
     host_i'  = (step_i - busy_i) * (1 + host * sum_{j != i} h_j)
     step_i'  = host_i' + burst_i' + wait_i ,   a_i = burst_i' / step_i'
 
-solved by fixed-point iteration. ``P_i = 1 - prod_{j != i} (1 - a_j)`` is the chance some other
+solved by fixed-point iteration. ``s_j`` is ``a_j`` (``Constants.stretch = "want"``, the rule
+fitted on Gavel's pairs) or ``busy_j / step_j'``, the share of time ``j``'s kernels run
+(``"held"``, fitted on current-GPU pairs of real scripts); ``w_i`` is the number of times per
+step ``i`` can be held up: its gaps, or, where its host syncs per step are known
+(``JobTimeline.syncs``), those syncs (at least one, at most its gaps: between syncs the host
+launches ahead and a waiting kernel queues without stalling it). ``P_i = 1 - prod_{j != i} (1 - a_j)`` is the chance some other
 job wants the GPU while ``i`` does (then the contexts alternate every ``slice`` seconds, paying
 ``switch`` each time); ``run_j = busy_j / gaps_j`` is ``j``'s mean uninterrupted burst, so a job
 that returns from an idle gap while another holds the GPU waits for that job's slice (or burst)
@@ -41,7 +47,11 @@ What is modelled: each job's busy time, idle-gap count and host share, memory-bo
 constants below. What is not: phase locking, priorities, memory capacity (an over-committed GPU
 is an out-of-memory failure in the engine), PCIe/NVLink traffic of multi-GPU jobs, MIG.
 
-The constants (:data:`FITTED`) are fitted to Gavel's measured co-located pairs on K80, P100 and
+Two sets of constants, one per generation of measurement. :data:`CURRENT` (the default, and the
+simulator's ``measured-pairs`` world) is fitted on measured pairs of real training scripts on an
+RTX 3090 (``benchmarks/colocation_current.py``, :mod:`gpucast.cluster.timeshare_pairs`; held out
+by family, per-job speed error 0.06 against 0.11 for a constant). :data:`FITTED` (the ``gavel``
+world) is fitted to Gavel's measured co-located pairs on K80, P100 and
 V100 (``benchmarks/colocation.py``, :mod:`gpucast.cluster.timeshare_fit`), and so are per-job
 corrections of the timelines of Gavel's job types (:data:`GAVEL_CORRECTIONS`, used for those job
 types only). Gavel's jobs' timelines are gpucast's predictions anchored to Gavel's measured solo
