@@ -89,8 +89,12 @@ def test_input_pipeline_makes_steps_at_least_that_long():
     job = Job("mlp-small", batch_size=8, input_pipeline_s=0.04)
     row = run_job(RunSpec(job, device="cpu", warmup_steps=2, window_s=0.3, min_window_steps=4))
     assert row["status"] == "ok" and row["input_pipeline_s"] == 0.04
-    assert row["step_time_p50_s"] >= 0.04 * 0.95
-    assert row["step_time_mean_s"] >= 0.04 * 0.95
+    # The window cannot outrun the loader by more than what it had queued (depth + the batch in
+    # flight): that holds on a loaded machine too, where single steps vary (a slow step lets the
+    # queue refill, the next ones drain it), so no single step's time is asserted.
+    n = row["window_steps"]
+    assert n >= 4
+    assert row["step_time_mean_s"] * n >= 0.04 * 0.95 * (n - PIPELINE_QUEUE_DEPTH - 1)
 
 
 def test_infer_and_amp_modes_run():
@@ -166,9 +170,12 @@ def test_runspec_json_round_trip_and_validation():
 def test_settle_drains_the_loaders_prefetched_backlog():
     # The emulated loader fills its queue while the model is built and warmed up; those batches
     # are not steady state. settle() steps until a step had to wait for its batch.
-    step = _Step(Job("mlp-small", batch_size=8, input_pipeline_s=0.02), torch.device("cpu"))
+    # a loader far slower than the step on any machine (0.1 s a batch), so the backlog always drains
+    step = _Step(Job("mlp-small", batch_size=8, input_pipeline_s=0.1), torch.device("cpu"))
     try:
-        time.sleep(0.2)          # the queue is full and the producer holds one more batch
+        deadline = time.monotonic() + 10.0   # the producer fills the queue (bounded wait, any load)
+        while step.pipeline.queue.qsize() < PIPELINE_QUEUE_DEPTH and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert step.pipeline.queue.qsize() == PIPELINE_QUEUE_DEPTH
         n = step.settle()
         assert step.pipeline.waited and n >= PIPELINE_QUEUE_DEPTH

@@ -9,7 +9,7 @@ share, idle gaps and hidden idle time come from the simulation rescaled to the m
 job NVML reports 60 % busy may hold the GPU far less (:mod:`gpucast.estimate.nvml`).
 
 :func:`fit` is least squares on the speeds (scipy's ``least_squares``; slice and switch in log
-space, all within :data:`gpucast.cluster.timeshare_fit`'s bounds). :func:`holdout_report` holds
+space, within the bounds of :mod:`gpucast.cluster.timeshare_fit`, whose packing it reuses). :func:`holdout_report` holds
 out one workload family at a time (every pair with a job of that family), fits on the rest and
 scores the held-out pairs: per-job speed MAE against a constant (the training pairs' mean speed)
 and against today's model (:data:`~gpucast.cluster.timeshare.FITTED`, Gavel's constants, with NVML
@@ -23,17 +23,15 @@ nothing measured is packaged, only fitted constants. Needs scipy.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from gpucast.cluster.timeshare import FITTED, Constants, JobTimeline, solve
+from gpucast.cluster.timeshare_fit import _pack, _unpack   # the same bounds, slice and switch in log space
 
 # Constants fitted here. host contention too: the measured host-bound jobs (an RL environment, a
 # Python negative sampler) keep nearly all their speed, which the fit must be free to say.
 NAMES = ("slice_s", "switch_s", "bandwidth", "host")
-_BOUNDS = {"slice_s": (1e-4, 5e-2), "switch_s": (1e-6, 5e-3), "bandwidth": (0.0, 20.0), "host": (0.0, 20.0)}
-_LOG = ("slice_s", "switch_s")
 
 
 @dataclass(frozen=True)
@@ -118,24 +116,6 @@ def predict(pairs: Sequence[Pair], tls: dict[str, JobTimeline], c: Constants):
                                                                          hidden[i, k]) for i in range(2)])
                      for k in range(len(pairs))])
     return 1.0 / sd, util
-
-
-def _pack(c: Constants, names):
-    import numpy as np
-
-    x, lo, hi = [], [], []
-    for n in names:
-        a, b = _BOUNDS[n]
-        v = min(max(getattr(c, n), a), b)
-        f = math.log if n in _LOG else float
-        x.append(f(v))
-        lo.append(f(a))
-        hi.append(f(b))
-    return np.array(x), np.array(lo), np.array(hi)
-
-
-def _unpack(c: Constants, names, x) -> Constants:
-    return c.with_(**{n: float(math.exp(v)) if n in _LOG else float(v) for n, v in zip(names, x)})
 
 
 def fit(pairs: Sequence[Pair], tls: dict[str, JobTimeline], start: Constants = FITTED.with_(stretch="held"),
