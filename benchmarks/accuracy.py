@@ -6,7 +6,8 @@ Each set's rows are expressed as jobs with the loaders and loops their scripts h
 (``gpucast.learn.fit``) on all groups but one and evaluated on the held-out group (MLP set: by
 architecture; Gavel: by job type); every row is predicted once, from a fit that never saw its
 group. Gavel's fits start from the constants fitted on all MLP rows (another data set) and move
-only the loader constants the MLP set has no rows for. The floor predicts the mean of the fitting rows (geometric mean for step times).
+only the loader constants the MLP set has no rows for and the PyTorch-1.x stack factors
+(gpucast.learn.set_fit's stages; a whole set left out: benchmarks/leave_one_set_out.py). The floor predicts the mean of the fitting rows (geometric mean for step times).
 
     .venv/bin/python benchmarks/accuracy.py [--shared ../shared/data] [--mlp-limit N] [--markdown PATH] [--json PATH]
 """
@@ -62,7 +63,8 @@ def evaluate(args, progress) -> tuple[str, dict]:
 
 def _mlp_tables(fitters, lines, doc, progress) -> None:
     from gpucast.learn import metrics
-    from gpucast.learn.fit import MLP_PARAMS, group_cv, legacy_env
+    from gpucast.learn.fit import group_cv, legacy_env
+    from gpucast.learn.set_fit import STAGE1_PARAMS as MLP_PARAMS
 
     f, old = fitters
     held, floor = group_cv(f, MLP_PARAMS, progress=lambda s: progress(f"mlp: {s}", None, None))
@@ -98,7 +100,8 @@ def _mlp_tables(fitters, lines, doc, progress) -> None:
 
 def _gavel_tables(fitters, lines, doc, progress) -> None:
     from gpucast.learn import metrics
-    from gpucast.learn.fit import GAVEL_PARAMS, group_cv, legacy_env
+    from gpucast.learn.fit import group_cv, legacy_env
+    from gpucast.learn.set_fit import STAGE2_PARAMS as GAVEL_PARAMS
 
     f, old = fitters
     held, floor = group_cv(f, GAVEL_PARAMS, progress=lambda s: progress(f"gavel: {s}", None, None),

@@ -60,7 +60,7 @@ def main() -> int:
         md.append(f"| {label} | {r['n_observations']} | {r['rmse']:.3f} | {r['constant_rmse']:.3f} | "
                   f"{r['util_model_rmse']:.3f} | {-100 * r['reduction_vs_constant']:+.1f}% |")
     md += ["", f"In-sample (every pair): RMSE {ins['rmse']:.3f} against {ins['constant_rmse']:.3f} for a constant.", "",
-           "Fitted constants: " + ", ".join(f"{k} = {v:.4g}" for k, v in c.as_dict().items()) + ".", "",
+           "Fitted constants: " + ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in c.as_dict().items()) + ".", "",
            "Per held-out family: " + "; ".join(f"{f['held_out']} {f['rmse']:.2f} vs {f['constant_rmse']:.2f}"
                                               for f in reports["families"]["folds"]) + ".", "",
            f"Wall time {time.time() - t0:.0f} s.", ""]

@@ -104,9 +104,10 @@ def main(argv=None) -> int:
     t0 = time.time()
     solos, pairs = tp.from_lucid(args.data)
     sweep = {}
+    ticks = sorted(set(TICKS) | {Environment.default().nvml_tick_s})  # the environment's own tick too
     with Progress() as bar:
-        task = bar.add_task("ticks", total=len(TICKS))
-        for tick in TICKS:
+        task = bar.add_task("ticks", total=len(ticks))
+        for tick in ticks:
             env = Environment.default().replace(nvml_tick_s=tick)
             tls = tp.timelines(solos, env)
             rep = tp.holdout_report(pairs, tls)

@@ -2,13 +2,17 @@
 to src/gpucast/data/environment_fit.json (values and provenance; Environment.default() lays them
 over the priors).
 
-Two stages, each a fit with the published priors (gpucast.learn.fit):
+The procedure is gpucast.learn.set_fit.fit_sets, two stages, each a fit with the published priors
+(gpucast.learn.fit):
 1. the MLP set (GPUMemNet, A100-40GB, 2,978 rows: utilization and nvidia-smi memory) moves the
-   constants of in-memory loaders, copies, the loop's habits, idle kernels and the CUDA context;
-2. Gavel's solo throughputs (K80/P100/V100, 78 rows: step time), starting from stage 1, move the
-   constants of the loaders the MLP set has no rows for (images, small images, tokens, RL
-   environments, workers).
-The held-out evaluation of this procedure is benchmarks/accuracy.py.
+   constants of in-memory loaders, copies, the loop's habits, idle kernels, the CUDA context and
+   NVML's tick;
+2. Gavel's solo throughputs (K80/P100/V100, 78 rows: step time, PyTorch 1.4) and Lucid's solo runs
+   (RTX 3090, 35 rows: utilization, memory, step time, PyTorch 1.11), starting from stage 1, move
+   the constants of the loaders the MLP set has no rows for, the PyTorch-1.x stack factors and the
+   tick.
+Its held-out evaluation: benchmarks/leave_one_set_out.py (a whole set left out) and
+benchmarks/accuracy.py (a group within a set left out).
 
     .venv/bin/python scripts/fit_environment.py [--shared ../shared/data] [--out PATH] [--dry-run]
 """
@@ -22,8 +26,6 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO_ROOT / "src" / "gpucast" / "data" / "environment_fit.json"
 
@@ -34,35 +36,38 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--dry-run", action="store_true", help="print the fit, write nothing")
     args = p.parse_args(argv)
-    mlp_csv = args.shared / "gpumemnet-mlp" / "runs.csv"
-    gavel_json = args.shared / "gavel" / "simulation_throughputs.json"
-    for f in (mlp_csv, gavel_json):
-        if not f.is_file():
-            print(f"fit_environment: {f} not found (pass --shared)", file=sys.stderr)
+    from gpucast.learn.set_fit import SETS, rows_of
+
+    needed = {"mlp": "gpumemnet-mlp/runs.csv", "gavel": "gavel/simulation_throughputs.json",
+              "lucid": "lucid-rtx3090/singles.csv"}
+    for sub in needed.values():
+        if not (args.shared / sub).is_file():
+            print(f"fit_environment: {args.shared / sub} not found (pass --shared)", file=sys.stderr)
             return 2
     from rich.progress import Progress
 
-    from gpucast.learn.fit import GAVEL_PARAMS, MLP_PARAMS, Fitter
-    from gpucast.learn.shared_sets import gavel_rows, mlp_rows
+    from gpucast.learn.fit import Fitter
+    from gpucast.learn.set_fit import fit_sets
 
     with Progress(transient=True) as bar:
-        t = bar.add_task("capturing the MLP runs", total=None)
-        mlp = Fitter(mlp_rows(mlp_csv), progress=lambda i, n: bar.update(t, completed=i, total=n))
-        t2 = bar.add_task("capturing Gavel's jobs", total=None)
-        gavel = Fitter(gavel_rows(gavel_json), progress=lambda i, n: bar.update(t2, completed=i, total=n))
-        bar.add_task("fitting", total=None)
-        env1, info1 = mlp.fit(np.arange(len(mlp.rows)), MLP_PARAMS)
-        env2, info2 = gavel.fit(np.arange(len(gavel.rows)), GAVEL_PARAMS, priors=env1)
-    values = {**info1["values"], **info2["values"]}
+        fitters = {}
+        for name in SETS:
+            t = bar.add_task(f"capturing {name}", total=None)
+            fitters[name] = Fitter(rows_of(name, args.shared),
+                                   progress=lambda i, n, t=t: bar.update(t, completed=i, total=n))
+        t = bar.add_task("fitting", total=None)
+        env, info = fit_sets(fitters, say=lambda s: bar.update(t, description=s))
+    values = info["values"]
     today = datetime.date.today().isoformat()
+    rows = {k: len(f.rows) for k, f in fitters.items()}
     record = {
         "provenance": (f"fit by scripts/fit_environment.py on {today}: MLP-set constants on GPUMemNet's "
-                       f"{info1['rows']} MLP runs (A100-40GB, ../shared/data/gpumemnet-mlp), loader constants on "
-                       f"Gavel's {info2['rows']} solo throughputs (K80/P100/V100, ../shared/data/gavel), with "
-                       f"the published priors of gpucast.estimate.environment"),
+                       f"{rows['mlp']} MLP runs (A100-40GB, ../shared/data/gpumemnet-mlp); loader, PyTorch-1.x "
+                       f"stack and NVML-tick constants on Gavel's {rows['gavel']} solo throughputs (K80/P100/V100, "
+                       f"../shared/data/gavel) and Lucid's {rows['lucid']} solo runs (RTX 3090, "
+                       f"../shared/data/lucid-rtx3090), with the published priors of gpucast.estimate.environment"),
         "date": today,
-        "stages": [{"data": "gpumemnet-mlp", "params": list(MLP_PARAMS), **info1},
-                   {"data": "gavel", "params": list(GAVEL_PARAMS), **info2}],
+        "stages": info["stages"],
         "values": values,
     }
     text = json.dumps(record, indent=2, default=float) + "\n"

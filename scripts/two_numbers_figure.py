@@ -1,7 +1,8 @@
 """Draw docs/two_numbers.svg: the share of time kernels hold the GPU against what NVML reports.
 
 Two hand-made 2 ms steps with the same kernel time (0.8 ms): one long kernel, and 16 short ones
-with 70 us gaps. Under each, the counter's ticks (50 us, the packaged fit) as NVML's sampler rule
+with 70 us gaps. Under each, a counter with 50 us ticks (for illustration: the packaged fit finds a tick
+under a microsecond, scripts/fit_environment.py) as NVML's sampler rule
 reads them (:mod:`gpucast.estimate.nvml`: a tick is busy when any kernel ran in it). The numbers
 printed are computed by gpucast's own functions, not typed in. Plain SVG, no plotting library.
 

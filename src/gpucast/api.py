@@ -6,6 +6,12 @@ their factories too), the trace is estimated on the GPU, and the estimate become
 is the analytic estimate (``model_version = analytic-<version>``, ``+env.<label>@<digest>`` when a
 calibrated environment made it; its intervals are then split-conformal from that calibration's
 held-out residuals).
+
+A job that names its own data (``data.dataset``/``collate``/``environment``, user code) has it
+measured on this CPU first (:func:`gpucast.probe.dataset.resolve_job`: cached in this process);
+the prediction is of that measured job (its ``job`` and ``job_key`` carry the measured
+``per_sample_s``), and a note says what was measured. The trace is the job's own (the graph does
+not depend on the data's cost).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from dataclasses import dataclass
 from gpucast import __version__
 from gpucast.estimate import Estimate, EstimatorConfig, estimate
 from gpucast.estimate.environment import Environment
+from gpucast.estimate.stack import host_factor
 from gpucast.graph.trace import Trace
 from gpucast.hardware import GpuSpec, get_gpu
 from gpucast.job import Job
@@ -97,6 +104,16 @@ def _as_job(job) -> Job:
     raise TypeError(f"job must be a Job, a zoo name or a dict, got {type(job).__name__}")
 
 
+def _measured(job: Job):
+    """The job with its own dataset or environment measured on this CPU (gpucast.probe), and the
+    measurement; the job and None when it names no such code."""
+    if job.data is None or not job.data.has_code:
+        return job, None
+    from gpucast.probe.dataset import resolve_job
+
+    return resolve_job(job)
+
+
 def predict(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
             config: EstimatorConfig | None = None, env: Environment | None = None,
             window_s: float | None = None, learned=None) -> Prediction:
@@ -140,9 +157,13 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
     spec = get_gpu(gpu)
     if window_s is not None and not (isinstance(window_s, (int, float)) and window_s > 0):
         raise ValueError(f"window_s must be positive seconds, got {window_s!r}")
+    fed, measured = _measured(job)  # before the (slower) capture: a failing dataset fails fast
     tr = trace(job)
+    job = fed
     est = estimate(tr, job, spec, config, env, window_s)
     notes = list(tr.notes)
+    if measured is not None:
+        notes.append(measured.note())
     if job.precision == "amp-bf16" and not spec.supports_bf16:
         notes.append(f"{spec.name} has no bf16 tensor cores: bf16 math is costed at the fp32 rate")
     if job.precision == "tf32" and spec.tf32_tflops is None:
@@ -166,7 +187,8 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
         uncosted_ops=tr.uncosted, model_version=model_version(env),
         samples_per_s=job.batch_size * job.gpus / est.step_time_s if est.step_time_s > 0 else 0.0,
         notes=tuple(notes), surroundings=est.surroundings.to_dict(),
-        loader_time_s=est.loader.loader_s / est.surroundings.stack.cpu_speed, util_basis=est.util_basis,
+        loader_time_s=est.loader.loader_s * host_factor(est.surroundings.stack, env or Environment.default()),
+        util_basis=est.util_basis,
         interval_basis=basis, gpu_idle_gaps=est.timeline.idle_gaps if est.timeline is not None else 0,
         gpu_held_pct=round(est.gpu_held_pct, 2), gpu_held_interval=tuple(round(v, 2) for v in est.gpu_held_interval),
         gpu_syncs=est.timeline.syncs if est.timeline is not None else 0,

@@ -94,8 +94,10 @@ def _build_job(model: Optional[str], job_file: Optional[Path], batch_size, seq_l
     return Job(model=model, seq_len=seq_len, input_shape=input_shape or None, **common)
 
 
-def _with_surroundings(job, data_source: Optional[str], sets: Optional[List[str]]):
-    """``--data SOURCE`` and ``--set data.num_workers=4`` (loop.*, stack.*) over the job's own fields."""
+def _with_surroundings(job, data_source: Optional[str], sets: Optional[List[str]], dataset: Optional[str] = None,
+                       collate: Optional[str] = None, environment: Optional[str] = None):
+    """``--data SOURCE``, ``--dataset/--collate/--environment FILE.py:FN`` and ``--set data.num_workers=4``
+    (loop.*, stack.*) over the job's own fields."""
     import yaml
 
     from gpucast.job import JobError
@@ -103,6 +105,9 @@ def _with_surroundings(job, data_source: Optional[str], sets: Optional[List[str]
     changes: dict = {}
     if data_source is not None:
         changes.setdefault("data", {})["source"] = data_source
+    for name, ref in (("dataset", dataset), ("collate", collate), ("environment", environment)):
+        if ref is not None:
+            changes.setdefault("data", {})[name] = ref
     for item in sets or []:
         key, eq, value = item.partition("=")
         group, dot, name = key.strip().partition(".")
@@ -199,6 +204,12 @@ _DATA = typer.Option(None, "--data", help="Data source: device | memory | images
 _SET = typer.Option(None, "--set", help="A loader/loop/stack field, e.g. data.num_workers=8, data.pin_memory=true, "
                                         "loop.item_calls=2, loop.progress_bar=true, stack.torch=1.13, "
                                         "stack.cpu_speed=0.7; repeatable.")
+_DATASET = typer.Option(None, "--dataset", help="FILE.py:FUNCTION returning your map-style torch Dataset: its "
+                                                "__getitem__ and collation are timed on this CPU (data.dataset).")
+_COLLATE = typer.Option(None, "--collate", help="FILE.py:FUNCTION, your DataLoader's collate_fn (data.collate; "
+                                                "default: default_collate).")
+_RLENV = typer.Option(None, "--environment", help="FILE.py:FUNCTION returning your RL environment (reset/step): its "
+                                                  "step is timed on this CPU (data.environment).")
 _WINDOW = typer.Option(None, "--window", help="Utilization averaged over the first S seconds of the run "
                                               "(start-up included) instead of the steady state.")
 
@@ -212,7 +223,9 @@ def predict(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
             hf_config: Optional[str] = _HF, module: Optional[str] = _MOD, input_fn: Optional[str] = _INFN,
             loss: Optional[str] = _LOSS, input_dtype: Optional[str] = _INDT, data: Optional[str] = _DATA,
             set_: Optional[List[str]] = _SET, window: Optional[float] = _WINDOW,
-            env_file: Optional[Path] = _ENV, learned: Optional[Path] = _LEARNED) -> None:
+            env_file: Optional[Path] = _ENV, learned: Optional[Path] = _LEARNED,
+            dataset: Optional[str] = _DATASET, collate: Optional[str] = _COLLATE,
+            environment: Optional[str] = _RLENV) -> None:
     """Predict GPU utilization, peak memory and step time of a job on one or more GPUs."""
     from gpucast.api import predict as api_predict
     from gpucast.hardware import get_gpu
@@ -220,7 +233,7 @@ def predict(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
     def go():
         j = _build_job(model, job, batch_size, seq_len, input_shape, precision, mode, optimizer,
                        input_pipeline_ms, gpus, hf_config, module, input_fn, loss, input_dtype)
-        j = _with_surroundings(j, data, set_)
+        j = _with_surroundings(j, data, set_, dataset, collate, environment)
         cfg, env = _config(constants, env_file)
         hybrid = None
         if learned is not None:
@@ -267,14 +280,15 @@ def explain(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
             hf_config: Optional[str] = _HF, module: Optional[str] = _MOD, input_fn: Optional[str] = _INFN,
             loss: Optional[str] = _LOSS, input_dtype: Optional[str] = _INDT, data: Optional[str] = _DATA,
             set_: Optional[List[str]] = _SET, window: Optional[float] = _WINDOW,
-            env_file: Optional[Path] = _ENV) -> None:
+            env_file: Optional[Path] = _ENV, dataset: Optional[str] = _DATASET, collate: Optional[str] = _COLLATE,
+            environment: Optional[str] = _RLENV) -> None:
     """Where the time and the memory go: breakdown by phase and op category, and uncosted ops."""
     from gpucast.api import explain as api_explain
 
     def go():
         j = _build_job(model, job, batch_size, seq_len, input_shape, precision, mode, optimizer,
                        input_pipeline_ms, gpus, hf_config, module, input_fn, loss, input_dtype)
-        j = _with_surroundings(j, data, set_)
+        j = _with_surroundings(j, data, set_, dataset, collate, environment)
         return api_explain(j, gpu, *_config(constants, env_file), window)
 
     ex = _run(go)
@@ -344,7 +358,8 @@ def zoo(as_json: bool = _JSON, family: Optional[str] = typer.Option(None, "--fam
                            "script": w.script} for w in ws], indent=2))
         return
     t = Table(title=f"gpucast zoo ({len(ws)} workloads)")
-    for col in ("name", "family", "source", "default input", "batch", "fed by", "loop", "description"):
+    t.add_column("name", no_wrap=True)  # a name is what users copy: never cut
+    for col in ("family", "source", "default input", "batch", "fed by", "loop", "description"):
         t.add_column(col)
     for w in ws:
         t.add_row(w.name, w.family, w.source, w.default_input, str(w.default_batch_size), _fed_by(w), _loop_of(w),
@@ -426,6 +441,9 @@ from gpucast.cli_integrations import register as _register_integration_commands 
 _register_integration_commands(app, sys.modules[__name__])
 from gpucast.cli_learn import register as _register_learn_commands  # noqa: E402
 _register_learn_commands(app, sys.modules[__name__])
+from gpucast.cli_probe import register as _register_probe_commands  # noqa: E402
+
+_register_probe_commands(app, sys.modules[__name__])
 
 
 def _click_exceptions():

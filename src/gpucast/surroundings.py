@@ -26,6 +26,16 @@ Data sources:
 * ``environment``: an RL environment stepped in the main process, one step per sample;
 * ``custom``: ``per_sample_s`` seconds of host work per sample, measured by the user.
 
+A job may name its own code instead (strings ``FILE.py:FUNCTION``, checked here for shape only):
+``dataset``, a factory with no arguments returning a map-style ``torch.utils.data.Dataset``;
+``collate``, the loader's ``collate_fn`` (default: torch's ``default_collate``); ``environment``,
+an RL environment factory (``reset()``/``step(action)``). :mod:`gpucast.probe.dataset` times
+them on this CPU (the CLI and the Python API do; the service refuses such jobs) and fills
+``per_sample_s``/``sample_bytes``. A job that names its dataset or environment is fed by it: the
+workload's typical loader does not apply, and with ``source`` unset the source is ``custom``
+(a dataset) or ``environment``. ``per_sample_s`` given with them overrides the measurement (none
+is taken). These fields are part of the job key (the reference, not the file's content).
+
 This module does not import torch. What is not modelled: the loader's own Python threads
 contending for the GIL beyond the per-batch costs, disk or network reads (the dataset is in the
 page cache), distributed samplers.
@@ -37,6 +47,8 @@ import re
 from dataclasses import asdict, dataclass, fields, replace
 
 SOURCES = ("device", "memory", "images", "small-images", "tokens", "environment", "custom")
+CODE_FIELDS = ("dataset", "collate", "environment")  # FILE.py:FUNCTION references to a user's code
+_CODE_REF_RE = re.compile(r"^.+\.py:[A-Za-z_][A-Za-z0-9_]*$", re.DOTALL)
 
 
 class SpecError(ValueError):
@@ -101,6 +113,14 @@ class Data(_Spec):
     dataset_samples: int | None = None   # samples per epoch (epoch-boundary costs)
     sample_bytes: int | None = None      # host bytes per sample collated and copied (default: the
                                          # model's dense inputs; less for sparse batches densified on the GPU)
+    dataset: str | None = None           # FILE.py:FUNCTION -> map-style Dataset, measured on this CPU
+    collate: str | None = None           # FILE.py:FUNCTION, the DataLoader's collate_fn (with dataset)
+    environment: str | None = None       # FILE.py:FUNCTION -> RL environment, its step measured here
+
+    @property
+    def has_code(self) -> bool:
+        """The spec names a user's dataset, collate function or environment (code to run)."""
+        return any(getattr(self, name) is not None for name in CODE_FIELDS)
 
     def __post_init__(self) -> None:
         if self.image_size is not None and not isinstance(self.image_size, tuple):
@@ -124,9 +144,20 @@ class Data(_Spec):
             _is_int(self.dataset_samples) and self.dataset_samples >= 1), "a positive integer")
         self._check("sample_bytes", self.sample_bytes is None or (
             _is_int(self.sample_bytes) and 0 <= self.sample_bytes <= 1 << 34), "a non-negative integer of bytes")
-        if self.source == "custom" and self.per_sample_s is None:
+        for name in CODE_FIELDS:
+            v = getattr(self, name)
+            self._check(name, v is None or (isinstance(v, str) and "\n" not in v and bool(_CODE_REF_RE.match(v))),
+                        "FILE.py:FUNCTION")
+        if self.dataset is not None and self.environment is not None:
+            raise SpecError("field 'data.environment': give data.dataset or data.environment, not both")
+        if self.collate is not None and self.dataset is None:
+            raise SpecError("field 'data.collate' applies with data.dataset (the dataset it collates)")
+        if self.environment is not None and self.source not in (None, "environment"):
+            raise SpecError(f"field 'data.source' must be 'environment' (or unset) with data.environment, "
+                            f"got {self.source!r}")
+        if self.source == "custom" and self.per_sample_s is None and self.dataset is None:
             raise SpecError("field 'data.per_sample_s' is required with data.source 'custom' "
-                            "(measured host seconds per sample)")
+                            "(measured host seconds per sample, or data.dataset to measure)")
 
 
 @dataclass(frozen=True)
@@ -194,6 +225,19 @@ class Stack(_Spec):
         return version_tuple(self.torch) >= (2, 0)
 
     @property
+    def foreach_unscale(self) -> bool:
+        """GradScaler unscales all gradients with one foreach kernel per device and dtype
+        (``_amp_foreach_non_finite_check_and_unscale_``) from PyTorch 1.7; 1.6's, the first
+        ``torch.cuda.amp``, called ``_amp_non_finite_check_and_unscale_`` once per gradient."""
+        return version_tuple(self.torch) >= (1, 7)
+
+    @property
+    def zero_grad_sets_none(self) -> bool:
+        """``optimizer.zero_grad()`` frees the gradients (``set_to_none=True``) from PyTorch 2.0 on;
+        before, it zeroed them in place, one kernel per parameter (torch 2.0 release notes)."""
+        return version_tuple(self.torch) >= (2, 0)
+
+    @property
     def lazy(self) -> bool:
         """Lazy CUDA module loading: CUDA >= 11.7 supports it and PyTorch >= 2.0 turns it on by
         default (sets CUDA_MODULE_LOADING=LAZY; CUDA 12.2 made it the driver default)."""
@@ -252,7 +296,12 @@ def infer_source(input_kinds: list[tuple[str, tuple[int, ...]]]) -> str:
 def resolve(job, workload_data: Data | None = None, workload_loop: Loop | None = None,
             inferred_source: str = "memory") -> Surroundings:
     """The job's surroundings with every default filled in (see the module docstring)."""
-    data = (job.data or Data()).merged(workload_data)
+    own = job.data or Data()
+    if own.dataset is not None or own.environment is not None:  # fed by its own code, not the workload's
+        workload_data = None
+        if own.source is None:
+            own = replace(own, source="environment" if own.environment is not None else "custom")
+    data = own.merged(workload_data)
     if data.source is None:
         data = replace(data, source=inferred_source)
     data = data.merged(SOURCE_DEFAULTS[data.source])

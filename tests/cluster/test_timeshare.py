@@ -35,9 +35,14 @@ def test_two_half_idle_jobs_fill_each_others_gaps():
     # slowdown = (2 + x) / 2 = 1.309.
     x = (math.sqrt(5) - 1) / 2
     assert slowdowns([HALF, HALF], PURE) == pytest.approx([(2 + x) / 2] * 2, rel=2e-3)
-    # Far less than the saturated pair's slowdown, with the fitted constants too.
-    for c in (timeshare.FITTED, timeshare.CURRENT):
-        assert max(slowdowns([HALF, HALF], c)) < 0.8 * min(slowdowns([SAT, SAT], c))
+    # Far less than the saturated pair's slowdown with Gavel's constants (stretch "want": a
+    # saturated pair slows to 2, the half pair to 1.309, ratio 0.65).
+    assert max(slowdowns([HALF, HALF], timeshare.FITTED)) < 0.8 * min(slowdowns([SAT, SAT], timeshare.FITTED))
+    # With the current GPU's (stretch "held": a burst is stretched by the share of time the
+    # neighbour's kernels run) a saturated pair slows to the same equation's root, 1 + x = 1.618,
+    # so the ratio is 1.309 / 1.618 = 0.809 by construction; the fitted terms may not close it.
+    held = max(slowdowns([HALF, HALF], timeshare.CURRENT)) / min(slowdowns([SAT, SAT], timeshare.CURRENT))
+    assert held < (2 + x) / 2 / (1 + x) + 0.02
 
 
 def test_a_third_job_makes_it_worse():

@@ -32,9 +32,15 @@ def test_anchored_timelines_hold_the_gpu_no_longer_than_nvml_reads(small):
         assert t.step_s == s.step_s
         assert 0.0 <= t.util <= s.util_pct / 100.0 + 1e-9
         assert t.reported == pytest.approx(s.util_pct / 100.0, abs=0.05)
-    # small CIFAR batches launch many short kernels: NVML reads them far busier than they are
-    r18 = tls["ResNet18 b32"]
-    assert r18.util < 0.6 * r18.reported
+    # small CIFAR batches launch many short kernels: a counter with a coarse tick would read them
+    # far busier than they are (the packaged tick, fitted on solo utilization, is under a
+    # microsecond: there the two agree within a few points)
+    from gpucast.estimate.environment import Environment
+
+    coarse = tp.timelines([s for s in solos if s.key == "ResNet18 b32"],
+                          Environment.default().replace(nvml_tick_s=50e-6))["ResNet18 b32"]
+    assert coarse.util < 0.6 * coarse.reported
+    assert tls["ResNet18 b32"].util > 0.9 * tls["ResNet18 b32"].reported
 
 
 def test_the_fit_beats_todays_model_and_a_constant_on_its_pairs(small):

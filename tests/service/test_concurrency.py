@@ -101,7 +101,9 @@ def test_time_limit_is_408_then_the_answer_is_cached_and_pending_limit_is_429(tm
 def test_slow_capture_does_not_hold_up_other_new_predictions(server, client):
     """Captures run side by side (gpucast.graph.mirror's SDPA routing is per thread): quick new
     jobs are answered while a slow capture is still running."""
-    t, slow = _post_in_background(server, {"workload": "bert-large", "batch_size": 3, "seq_len": 48, "gpu": "l4"})
+    # The slow job: a 32-layer model, never traced before (~2-4 s of capture here, more on a loaded
+    # machine), so that three quick captures fit well inside it whatever the machine's load.
+    t, slow = _post_in_background(server, {"workload": "llama-7b", "batch_size": 1, "seq_len": 48, "gpu": "h100"})
     _wait_until(lambda: metric(client, "gpucast_predictions_in_flight") >= 1)
     quick = []
     for bs in (17, 19, 23):  # never predicted before: each is a capture of its own
@@ -113,4 +115,6 @@ def test_slow_capture_does_not_hold_up_other_new_predictions(server, client):
     assert all(r.status_code == 200 and r.json()["job"]["batch_size"] == bs
                for (_, _, r), bs in zip(quick, (17, 19, 23)))
     assert all(end < slow["t1"] for _, end, _ in quick), "a quick capture waited for the slow one"
-    assert max(end - start for start, end, _ in quick) < (slow["t1"] - slow["t0"]) / 3
+    # Each quick capture shares the GIL with the slow one, so it may take a few times its solo
+    # time; it still takes well under the slow capture's time (it did not queue behind it).
+    assert max(end - start for start, end, _ in quick) < (slow["t1"] - slow["t0"]) / 2

@@ -438,7 +438,9 @@ class Simulator:
         return rs, min(100.0, sum([u / sd for u, sd in zip(utils, s)]))   # a measured pair
 
     def _record(self, t):
-        u = max(0.0, self.total) / self.n
+        # self.total is a running sum of per-GPU readings: float drift may carry it a few ulps
+        # past n x 100 % on a full cluster (seen: 100.00000000000014), never a real reading.
+        u = min(100.0, max(0.0, self.total) / self.n)
         for tl, v in ((self.timeline, u), (self.alloc_timeline, 100.0 * self.nheld / self.n)):
             if tl[-1][0] == t:
                 tl[-1] = (t, v)

@@ -37,7 +37,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
-from gpucast.surroundings import Data, Loop
+from gpucast.surroundings import Data, Loop, Stack
 
 GAVEL_GPUS = {"k80": "k80", "p100": "p100", "v100": "v100-16gb"}  # Gavel name -> catalog name
 CATALOG_TO_GAVEL = {v: k for k, v in GAVEL_GPUS.items()}
@@ -118,15 +118,64 @@ def pair_throughputs(path: str | Path | None = None, gpu: str = "v100-16gb"
 
 def job_fields(job_type: str) -> dict:
     """gpucast ``Job`` fields for a Gavel job type such as ``"ResNet-50 (batch size 64)"``, with
-    the loader and loop of its script (:data:`GAVEL_SURROUNDINGS`)."""
+    the loader and loop of its script (:data:`GAVEL_SURROUNDINGS`) and Gavel's stack
+    (:data:`GAVEL_STACK`)."""
     name, batch = split_job_type(job_type)
     if name not in MAPPING:
         raise KeyError(f"no gpucast mapping for Gavel job type {job_type!r}")
     data, loop = GAVEL_SURROUNDINGS[name]
-    return {**MAPPING[name].job(batch), "data": data, "loop": loop}
+    return {**MAPPING[name].job(batch), "data": data, "loop": loop, "stack": GAVEL_STACK}
 
+
+# ----------------------------------------------------------------------------- the stack
+
+# scheduler/requirements.txt pins torch==1.4.0 and torchvision==0.5.0 for every job type. The
+# torch 1.4.0 wheel that `pip install torch==1.4.0` installs is built with CUDA 10.1 (pytorch.org,
+# "Previous PyTorch Versions", v1.4.0: CUDA 10.1 is the default wheel, CUDA 9.2 the +cu92 one),
+# cuDNN 7.6. PyTorch 1.4: optimizers loop over parameters in Python (no foreach), CUDA modules
+# load eagerly (lazy loading needs CUDA 11.7 and is PyTorch 2.0's default).
+# The hosts: Gavel's throughputs were measured on cloud instances whose CPUs are not recorded
+# with the data; no CPU speed is given (cpu_speed stays the reference core's).
+GAVEL_STACK = Stack(torch="1.4", cuda="10.1", lazy_loading=False)
 
 # ----------------------------------------------------------------------------- the loaders
+
+# language_modeling/main.py's CorpusDataset.__getitem__ slices the batchified corpus, which lives
+# on the GPU, per sample (two slices, two new_zeros, two torch.cat): the same Dataset as Lucid's
+# workloads/lstm/profile_lstm.py, timed for gpucast.learn.lucid.LSTM_GPU_INDEX_SAMPLE_S (28 us per
+# sample measured on CPU tensors + ~10 us for the two cat launches on CUDA, on a core 187/80 times
+# slower than the reference one): 38 us * 80 / 187 on the reference core.
+LM_GPU_INDEX_SAMPLE_S = 38e-6 * 80.0 / 187.0
+# WikiText-2's training split is 2,088,628 tokens (Merity et al. 2016); CorpusDataset.__len__ is
+# tokens // bptt (35): samples per epoch, a new DataLoader iterator at each epoch's end.
+LM_EPOCH_SAMPLES = 2_088_628 // 35
+
+# recommendation/train.py: recoder's RecommendationDataLoader with num_data_workers=0 collates a
+# batch in the loop from the CSR matrix (scipy row indexing, nonzero, np.unique over the batch's
+# items, torch.LongTensor([rows, cols]) from two numpy arrays, FloatTensor(values)) and
+# __compute_loss copies the sparse indices (2 x int64) and values (float32) of each interaction
+# to the GPU, where to_dense makes the batch dense: 20 bytes per interaction, 73 interactions
+# per user (ML-20M as VAE-CF preprocesses it: 10.0M interactions over 136,677 users, Liang et
+# al. 2018 Table 1), plus the user id (8 bytes). Training users: 136,677 less 10,000 validation
+# and 10,000 test users = 116,677 per epoch.
+REC_SAMPLE_BYTES = 73 * 20 + 8
+REC_EPOCH_SAMPLES = 116_677
+# That collate, timed by benchmarks/gavel_host_costs.py (synthetic CSR rows of the script's shape,
+# one thread, torch 2.x/scipy 1.17, the fastest of five runs on a shared 2-core VM): 24.8 us
+# per user on a core that ran the CIFAR recipe in 141 us, so 24.8 * 80 / 141 us on the reference
+# core (Environment.small_image_sample_s = 80 us).
+REC_COLLATE_SAMPLE_S = 24.8e-6 * 80.0 / 141.0
+
+# rl/train.py: per frame, Pong stepped in the worker's process (Environment.env_step_s's prior,
+# restated because a custom per_sample_s replaces the source's cost: tests check they agree), and
+# per iteration shared_optim.py's SharedAdam(amsgrad) step on the CPU model, one thread
+# (main.py sets OMP_NUM_THREADS=1), over A3Clstm's 3,249,639 parameters, timed by
+# benchmarks/gavel_host_costs.py: 9.2 ms on the 141-us core above, 9.2 * 80 / 141 ms on the
+# reference core; spread over the rollout's 20 frames.
+A3C_ENV_STEP_S = 400e-6
+A3C_ROLLOUT = 20                       # main.py --num-steps
+A3C_CPU_ADAM_S = 9.2e-3 * 80.0 / 141.0
+A3C_HOST_PER_FRAME_S = A3C_ENV_STEP_S + A3C_CPU_ADAM_S / A3C_ROLLOUT
 
 # Each Gavel job type's loader and loop, from its script (the mapping's notes below).
 GAVEL_SURROUNDINGS: dict = {  # job type -> (Data, Loop)
@@ -142,29 +191,34 @@ GAVEL_SURROUNDINGS: dict = {  # job type -> (Data, Loop)
     # and the correct-word count .item() per step.
     "Transformer": (Data(source="tokens", num_workers=2, pin_memory=False, non_blocking=False),
                     Loop(item_calls=2, progress_bar=True, log_every=0, cudnn_benchmark=False)),
-    # language_modeling/main.py: num_workers=0 Dataset whose __getitem__ slices the batchified GPU
-    # corpus and concatenates per sample: about two GPU ops and two views from Python per sample
-    # (EstimatorConfig: 2 x python_op_s + 2 x python_view_s + the fetcher ~6 us = 29 us), no copy.
-    # loss.item() per step, log_interval 200.
-    "LM": (Data(source="custom", per_sample_s=29e-6, num_workers=0, pin_memory=False, non_blocking=False),
+    # language_modeling/main.py: DataLoader(CorpusDataset, batch_size, shuffle=False, drop_last=True),
+    # num_workers=0; the samples are slices of the GPU corpus (LM_GPU_INDEX_SAMPLE_S each, nothing
+    # copied from the host, so nothing blocks); total_loss += loss.item() per step (clip_grad_norm_'s
+    # own sync is in the graph), a log line every --log-interval 200 steps.
+    "LM": (Data(source="custom", per_sample_s=LM_GPU_INDEX_SAMPLE_S, num_workers=0, pin_memory=False,
+                non_blocking=True, sample_bytes=0, dataset_samples=LM_EPOCH_SAMPLES),
            Loop(item_calls=1, progress_bar=False, log_every=200, cudnn_benchmark=False)),
-    # recommendation/train.py (recoder): num_data_workers=0, sparse batches collated from CSR on the
-    # host and densified on the GPU, so a sample moves its ratings, not 20,108 floats: ML-20M's
-    # 20,000,263 ratings over 138,493 users (Harper & Konstan 2015) are ~145 per user, 12 bytes each
-    # (an int64 index and a float32 value); pageable copies, loss.item() per step.
-    "Recommendation": (Data(source="memory", num_workers=0, pin_memory=False, non_blocking=False,
-                            dataset_samples=136_677, sample_bytes=1_740),
-                       Loop(item_calls=1, progress_bar=False, log_every=0, cudnn_benchmark=False)),
-    # rl/main.py: Pong stepped in the main process, one environment step per rollout frame.
-    "A3C": (Data(source="environment", num_workers=0),
-            Loop(item_calls=1, progress_bar=False, log_every=0, cudnn_benchmark=False)),
+    # recommendation/train.py + recoder/model.py: the batch collated in the loop (num_data_workers=0,
+    # REC_COLLATE_SAMPLE_S per user) and copied pageable (REC_SAMPLE_BYTES per user); loss.item()
+    # and a tqdm bar (set_postfix + update) every step.
+    "Recommendation": (Data(source="custom", per_sample_s=REC_COLLATE_SAMPLE_S, num_workers=0, pin_memory=False,
+                            non_blocking=False, dataset_samples=REC_EPOCH_SAMPLES, sample_bytes=REC_SAMPLE_BYTES),
+                       Loop(item_calls=1, progress_bar=True, log_every=0, cudnn_benchmark=False)),
+    # rl/train.py: Pong stepped in the process, one environment step per frame of the 20-frame
+    # rollout, and the CPU SharedAdam step spread over those frames (A3C_HOST_PER_FRAME_S: host
+    # work with no gpucast source, so "custom"); each new frame .cuda()'d (pageable, blocking); per
+    # iteration 20 action reads (action.cpu(): the graph holds them as syncs) and 16
+    # param.grad.cpu() copies (utils.ensure_shared_grads), 36 host reads in all; "finished step"
+    # printed every 100.
+    "A3C": (Data(source="custom", per_sample_s=A3C_HOST_PER_FRAME_S, num_workers=0, pin_memory=False,
+                 non_blocking=False),
+            Loop(item_calls=36, progress_bar=False, log_every=100, cudnn_benchmark=False)),
     # cyclegan.py: n_cpu workers (8 by default), Resize 286 + RandomCrop 256 + flip, five .item() and
     # a status line every step.
     "CycleGAN": (Data(source="images", num_workers=8, pin_memory=False, non_blocking=False, image_size=(256, 256),
                       dataset_samples=6_287),
                  Loop(item_calls=5, progress_bar=False, log_every=1, cudnn_benchmark=False)),
 }
-
 
 
 # ----------------------------------------------------------------------------- the mapping
@@ -227,54 +281,85 @@ MAPPING: dict[str, Mapping] = {
                 "inside Gavel's timed loop every ~450 steps at b64 (amortised, not modelled).",
         fields_note="bN, seq 32 (assumed), adam"),
     # Gavel: language_modeling/main.py (pytorch/examples word_language_model): `--cuda --data
-    # wikitext2 --batch_size N`; defaults LSTM, emsize 200, nhid 200, 2 layers, dropout 0.2,
-    # bptt 35, untied; plain SGD(lr 20), clip_grad_norm_(0.25); a Dataset whose __getitem__
-    # slices a GPU tensor per sample (two cats per sample) and a num_workers=0 DataLoader.
+    # wikitext2 --batch_size N` (job_table.py lm()); defaults --model LSTM --emsize 200 --nhid 200
+    # --nlayers 2 --dropout 0.2 --bptt 35 --clip 0.25 --lr 20, untied. Per step (train()):
+    # data.t() / targets.t(), repackage_hidden (detach), model.zero_grad(), forward (embedding ->
+    # dropout -> cuDNN LSTM -> dropout -> 200x33,278 decoder), CrossEntropyLoss over all
+    # 35 x N positions, backward, clip_grad_norm_(0.25), torch.optim.SGD(lr 20).step() (no
+    # momentum), total_loss += loss.item(). The batch is the DataLoader's (batch_size N) over
+    # CorpusDataset, whose sample idx is column idx % N of bptt chunk idx // N: one step = one
+    # 35 x N chunk of the batchified corpus, as batchify + get_batch would give.
     "LM": Mapping(
-        model="lstm-lm-small",
-        job=lambda b: dict(model="lstm-lm-small", batch_size=b, seq_len=35, optimizer="sgd"),
-        evidence="job_table.py: language_modeling/main.py --batch_size N; 2-layer LSTM, "
-                 "hidden 200, bptt 35 = lstm-lm-small's shape.",
-        unknown="VOCABULARY DIFFERS: WikiText-2 has 33,278 words vs the zoo's PTB 10k, and the "
-                "200->vocab decoder is most of this model's FLOPs (see the variant). Dropout "
-                "0.2 vs 0.0, plain SGD + clip_grad_norm_ vs SGD momentum. Gavel's per-sample "
-                "__getitem__ launches ~4 small GPU ops per sample in the main process (not "
-                "modelled).",
-        fields_note="bN, seq 35, sgd", nearest=True),
-    # Gavel: recommendation/train.py + recoder: DynamicAutoencoder(hidden_layers=[200], tanh,
-    # noise_prob 0.5), loss 'logistic' (BCEWithLogits, sum), Adam(1e-3, wd 2e-5), mini-batch
-    # negative sampling, num_data_workers=0; ML-20M as preprocessed for VAE-CF (pro_sg).
+        model="lstm-lm-wikitext2-clipped",
+        job=lambda b: dict(model="lstm-lm-wikitext2-clipped", batch_size=b, seq_len=35, optimizer="none"),
+        evidence="job_table.py: language_modeling/main.py --cuda --data wikitext2 --batch_size N; "
+                 "main.py defaults: LSTM 2x200, emsize 200, dropout 0.2, untied, bptt 35, clip 0.25, "
+                 "SGD lr 20 without momentum; WikiText-2 vocabulary 33,278. The zoo workload is that "
+                 "RNNModel with the script's clip_grad_norm_ (PyTorch 1.4's: per-parameter tensor "
+                 "sums, one host read of clip_coef) and SGD update in the graph (optimizer 'none').",
+        unknown="The clip and SGD ops are priced as autograd-engine ops (a script's Python costs a "
+                "little more per op). The hidden state starts from zeros (two fills) where the "
+                "script carries the previous step's, detached. The per-sample loader cost is "
+                "Lucid's timing of the same CorpusDataset on torch 2.x, not of torch 1.4. Epoch "
+                "ends (every 59,675 / N steps) print two lines and start a new iterator (epoch_s); "
+                "no evaluation runs inside the timed loop.",
+        fields_note="bN, seq 35, clip + plain sgd in graph"),
+    # Gavel: recommendation/train.py + recoder: DynamicAutoencoder(hidden_layers=[200],
+    # activation_type='tanh', noise_prob=0.5, sparse=False) (recoder/nn.py), Recoder(
+    # optimizer_type='adam', loss='logistic', user_based=False): Adam(lr 1e-3, weight decay 2e-5
+    # on all but biases), BCEWithLogitsLoss(reduction='sum') / batch size; train(batch_size N,
+    # negative_sampling=True, num_data_workers=0). Per step (recoder/model.py _train):
+    # optimizer.zero_grad(), the batch collated by BatchCollator in the loop, sparse
+    # indices/values/users/items .to(device), to_dense() on the GPU, forward, loss, backward,
+    # optimizer.step(), loss.item(), tqdm set_postfix + update.
     "Recommendation": Mapping(
-        model="deeprec-autoencoder",
-        job=lambda b: dict(model="deeprec-autoencoder", batch_size=b, input_shape=(20108,),
-                           optimizer="adam"),
+        model="recoder-ml20m",
+        job=lambda b: dict(model="recoder-ml20m", batch_size=b, input_shape=(73,), optimizer="adam"),
         evidence="job_table.py: recommendation/train.py --data_dir ml-20m/pro_sg/ --batch_size N; "
-                 "an item-vector autoencoder trained with Adam. The zoo's closest entry is the "
-                 "DeepRecommender autoencoder.",
-        unknown="ARCHITECTURE DIFFERS: Gavel's model is recoder's DynamicAutoencoder with ONE "
-                "hidden layer of 200 (tanh), item embeddings gathered per batch and BCE loss, "
-                "not DeepRecommender's 512-512-1024 SELU. Item count 20,108 is ML-20M after "
-                "VAE-CF preprocessing (Liang et al. 2018), not read from the data here; with "
-                "negative sampling a batch sees only its users' items (fewer at small batches, "
-                "not established). Batches are collated from CSR on the host "
-                "(num_data_workers=0).",
-        fields_note="bN, 20108 items, adam", nearest=True),
+                 "train.py: recoder DynamicAutoencoder [200] tanh with noise 0.5 and dense (not "
+                 "sparse) item embeddings, Adam, logistic loss, negative sampling, "
+                 "num_data_workers=0; recoder-ml20m is that model over ML-20M's 20,108 items "
+                 "(VAE-CF preprocessing) with 73 interactions per user (10.0M / 136,677).",
+        unknown="Negative sampling: a batch's columns are only the items its users rated, fewer "
+                "than 20,108 at small batches (not established without the data): the zoo job "
+                "uses all 20,108 (an upper bound on the GPU work). Adam's weight decay (one more "
+                "kernel per weight) is not in the graph. The collate's host cost is timed on torch "
+                "2.x, not 1.4 (torch.LongTensor from numpy arrays converts element by element in "
+                "both). At the stored commit recoder/model.py hands Gavel's iterator "
+                "synthetic_data=True (the first batch reused, no collate after it); whether the "
+                "profiler's runs had it is not established: modelled as collating every step, as "
+                "the script does without the iterator.",
+        fields_note="bN, 20108 items, 73 ratings/user, adam"),
     # Gavel: rl/main.py + train.py (dgriff777/rl_a3c_pytorch, "Hogwild training was far
-    # superior"): PongDeterministic-v4, --workers 4 --amsgrad True, num-steps 20 per rollout;
-    # A3Clstm with hx/cx of 512; shared Adam on the CPU copy of the model.
+    # superior"): `--env PongDeterministic-v4 --workers 4 --amsgrad True` (job_table.py a3c()),
+    # --num-steps 20. main.py keeps shared_model = A3Clstm on the CPU (share_memory) with a
+    # SharedAdam(amsgrad) over its parameters and starts 4 train() processes, all on the job's
+    # one GPU (gpu_ids = [local_rank]); the iterations counted are worker 0's (processes[0].join()).
+    # One iteration of train(): load_state_dict(shared_model.state_dict()) (the 16 CPU
+    # parameters copied to the GPU model), up to 20 action_train() calls (forward of one 1x80x80
+    # frame on the GPU, softmax, log_softmax, entropy, multinomial, gather, env.step(action.cpu()
+    # .numpy()), the next frame .cuda()), one bootstrap forward, the GAE loop over the 20 steps on
+    # 1x1 GPU tensors, backward on the GPU, ensure_shared_grads (param.grad.cpu() for the 16
+    # parameters), optimizer.step() on the CPU model.
     "A3C": Mapping(
-        model="a3c-atari",
-        job=lambda b: dict(model="a3c-atari", batch_size=20, input_shape=(1, 80, 80),
-                           optimizer="adam"),
+        model="a3c-atari-80",
+        job=lambda b: dict(model="a3c-atari-80", batch_size=20, input_shape=(1, 80, 80), optimizer="none"),
         evidence="job_table.py: rl/main.py --env PongDeterministic-v4 --workers 4 --amsgrad True; "
-                 "a step is one 20-frame rollout (num-steps default 20) of worker 0, forward one "
-                 "frame at a time, then backward; frames are 80x80 in that code base.",
-        unknown="ARCHITECTURE DIFFERS: dgriff777's A3Clstm (4 stride-1 convs with max-pools, "
-                "LSTMCell 1024->512) vs the zoo's universe-starter net (4 stride-2 convs, LSTM "
-                "256). Not modelled at all: 4 Hogwild processes share the GPU, Atari emulation "
-                "on the CPU, grads copied to and Adam run on a CPU model, weights copied back "
-                "each rollout.",
-        fields_note="rollout 20, 1x80x80, adam", nearest=True),
+                 "train.py: an iteration is one rollout of --num-steps 20 frames of worker 0, each "
+                 "frame a GPU forward and a host read of the sampled action, then one bootstrap "
+                 "forward, the GAE loop and one backward on the GPU; the optimizer is a SharedAdam "
+                 "on the CPU copy of the model (optimizer 'none' on the GPU). a3c-atari-80 is "
+                 "dgriff777's A3Clstm (model.py: 4 conv + max-pool on 1x80x80, LSTMCell 1024->512, "
+                 "3,249,639 parameters).",
+        unknown="The CPU SharedAdam step has no gpucast field: it is custom host time per frame "
+                "(timed on torch 2.x with the A3Clstm's shapes, benchmarks/gavel_host_costs.py). "
+                "NOT MODELLED: copying the 13 MB of weights to the GPU (load_state_dict) and the "
+                "13 MB of gradients back (only their 16 + 16 calls' cost is priced, the 16 "
+                "gradient copies as host reads); the 3 other Hogwild processes sharing the GPU "
+                "(time-sliced CUDA contexts) and the host; Gavel's wrapper work per frame beyond "
+                "the environment-step prior (crop, two cv2 resizes, running normalisation); "
+                "episode resets. Gavel's hosts are not known.",
+        fields_note="rollout 20, 1x80x80, CPU adam as host time"),
     # Gavel: cyclegan/cyclegan.py (eriklindernoren/PyTorch-GAN): batch_size 1, 256x256,
     # 9 residual blocks, Adam(2e-4, 0.5, 0.999) x3, LSGAN + L1 cycle (10) + identity (5),
     # 4 loader workers (Resize 286 bicubic + RandomCrop + flip), five .item() per step,

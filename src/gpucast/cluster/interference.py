@@ -41,12 +41,12 @@ from typing import Sequence
 from gpucast.cluster import gavel
 
 # Source: fit_report(gpu="v100-16gb") on Gavel's V100 pairs with gpucast analytic-0.1.0 utilizations
-# (as NVML reports them: the counter's tick and the environment refitted with it, issue 17) of
-# Gavel's jobs with their scripts' loaders (2026-12-01, both coefficients kept non-negative).
-# RMSE 1.234 against 1.254 for a constant slowdown: utilization alone explains little of Gavel's
-# pair slowdowns.
-A = 0.9738
-B = 0.0889
+# (as NVML reports them) of Gavel's jobs with their scripts' loaders and PyTorch 1.4 stack, the
+# environment refitted on the three shared sets (issue 18; 2026-12-02, both coefficients kept
+# non-negative: B came out negative and is 0). RMSE 1.239 against 1.254 for a constant slowdown:
+# utilization alone explains little of Gavel's pair slowdowns.
+A = 1.1895
+B = 0.0
 
 
 def slowdowns(utils: Sequence[float], a: float = A, b: float = B) -> list[float]:

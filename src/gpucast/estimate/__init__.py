@@ -42,6 +42,7 @@ from gpucast.estimate.loader import LoaderCost, loader_cost
 from gpucast.estimate.kernels import PHASE_CODES, KernelTimes, OpArrays, kernel_times
 from gpucast.estimate.memory import MemoryEstimate, device_memory
 from gpucast.estimate.nvml import held_share, reported_share
+from gpucast.estimate.stack import host_factor, kernel_factor, torch_host_factor
 from gpucast.estimate.step import Timeline, simulate
 from gpucast.graph.trace import Trace
 from gpucast.hardware import GpuSpec
@@ -116,9 +117,12 @@ class Prepared:
         kernel and host time factors (``kernel_scale``/``host_scale`` multiply them)."""
         lc = loader_cost(self.surroundings, self.trace, self.gpu, env, self.cfg.host_link_efficiency,
                          self.job.input_pipeline_s)
-        tl = simulate(self.trace, self.job, self.gpu, self.cfg, self.kt, self.host,
-                      kernel_scale * env.kernel_factor(self.gpu.name),
-                      host_scale * env.host_time_factor / self.surroundings.stack.cpu_speed, lc, env.idle_kernel_s)
+        stack = self.surroundings.stack
+        dispatch = torch_host_factor(stack.torch, env)
+        host = self.host if dispatch == 1.0 else self.host * dispatch
+        tl = simulate(self.trace, self.job, self.gpu, self.cfg, self.kt, host,
+                      kernel_scale * kernel_factor(stack, self.gpu.name, env),
+                      host_scale * host_factor(stack, env), lc, env.idle_kernel_s)
         return tl, lc
 
     def memory(self, env: Environment) -> MemoryEstimate:

@@ -117,13 +117,15 @@ class Environment:
         "the next kernel (5-10 us launch-to-end for an empty kernel on an idle Volta..Ampere; Jia "
         "et al. 2018, 'Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking').", 0.8)
     nvml_tick_s: float = _c(
-        0.0, "s",
+        5e-6, "s",
         "Tick of the busy counter behind NVML's utilization.gpu: an idle gap of the GPU shorter than "
         "this reads busy, a longer one hides this much of its idle time (gpucast.estimate.nvml). NVIDIA "
-        "documents only the averaging period (1/6 s to 1 s); the tick is not published. The default is "
-        "the one fitted on measured co-located pairs of real scripts on an RTX 3090 (their combined "
-        "utilization and speeds; benchmarks/colocation_current.py, gpucast/data/timeshare_current.json); "
-        "0 (held share = reported) where that file is absent.")
+        "documents only the averaging period (1/6 s to 1 s) and describes the reading as the share of "
+        "time one or more kernels ran, i.e. no tick; a few microseconds stand for the kernel's own "
+        "start and end the counter may round up. Fitted on measured utilization (scripts/fit_environment.py): "
+        "host-bound solo runs whose ~15-30 us gaps between kernels read idle (Lucid's RTX 3090 EfficientNet "
+        "runs measure 20-45 %) bound it to a few microseconds; the co-location fit is insensitive to it "
+        "(benchmarks/results/colocation_current.md).", 1.5)
     # ---------------------------------------------------------------- memory as nvidia-smi shows it
     cuda_context_lazy_bytes: int = _c(
         500 * 2**20, "bytes",
@@ -161,6 +163,19 @@ class Environment:
         "constants (a ~3 GHz server core): single-thread speed of server CPUs spans ~2x across "
         "generations (SPEC CPU2017 speed results), and older PyTorch releases dispatch ops several "
         "times slower (per-parameter optimizer loops, no fast paths), hence a wide spread.", 0.7)
+    torch1_host_factor: float = _c(
+        1.3, "factor",
+        "Host time (dispatch, module calls, loop) of a PyTorch 1.x release relative to >= 2.0 on the same "
+        "core (gpucast.estimate.stack): the C++ dispatch of a small op was ~2 us in 2020 as now (PyTorch "
+        "issue #41383), while 1.x paid more Python per op (argument parsing, __torch_function__ checks "
+        "from 1.5, issue #30831) and per autograd node; the per-parameter optimizer loops of 1.x are "
+        "structure in the trace, not this factor. Fitted on sets measured on 1.x stacks.", 0.5)
+    torch1_kernel_factor: float = _c(
+        1.1, "factor",
+        "GPU kernel time of the libraries PyTorch 1.x shipped (cuDNN 7.6-8.2, cuBLAS 10-11) relative to "
+        "those of >= 2.0 on the same GPU (gpucast.estimate.stack): convolution and GEMM heuristics and "
+        "kernels improved release by release (cuDNN 8 release notes: new convolution engines and "
+        "heuristics). Fitted on sets measured on 1.x stacks.", 0.15)
     # ---------------------------------------------------------------- the counter as a monitor reports it
     util_odds_factor: float = _c(
         1.0, "factor on the odds u / (1 - u)",
@@ -244,9 +259,8 @@ class Environment:
 
     @classmethod
     def priors(cls) -> "Environment":
-        """The published/commonly observed values, before any fit of these constants (NVML's tick,
-        a measured property of the counter fitted elsewhere, as packaged)."""
-        return cls(nvml_tick_s=_packaged_tick())
+        """The published/commonly observed values, before any fit of these constants."""
+        return cls()
 
     @classmethod
     def default(cls) -> "Environment":
@@ -292,12 +306,3 @@ def _default() -> Environment:
     cast = {k: (int(round(v)) if isinstance(names[k].default, int) else float(v))
             for k, v in values.items() if k in names}
     return Environment.priors().replace(**cast)
-
-
-def _packaged_tick() -> float:
-    """NVML's tick as fitted by benchmarks/colocation_current.py (0 when not packaged)."""
-    try:
-        d = json.loads((resources.files("gpucast") / "data" / "timeshare_current.json").read_text())
-        return float(d.get("nvml_tick_s", 0.0))
-    except (OSError, ValueError, TypeError):
-        return 0.0

@@ -5,7 +5,10 @@ allocated; a 7B-parameter model costs no memory), then runs one steady-state ste
 ``TorchDispatchMode`` that records every dispatched aten op:
 
 * training: forward (``fwd``), loss (``loss``), backward (``bwd``, ops issued by the autograd
-  engine), optimizer step (``optim``), ``zero_grad(set_to_none=True)`` (no ops);
+  engine), optimizer step (``optim``), ``zero_grad(set_to_none=True)`` (no ops) on PyTorch >=
+  2.0; before 2.0 ``zero_grad()`` zeroed every gradient in place (``set_to_none=False``, the 1.x
+  default: one ``zero_`` per parameter from Python), so the gradients stay allocated across
+  steps and the backward accumulates into them (one ``add_`` per parameter from the engine);
 * inference: forward only, under ``torch.no_grad()``.
 
 Steady state: the optimizer's state (momentum, Adam moments) exists before the traced step,
@@ -15,7 +18,8 @@ optimizer step on zero gradients.
 What CUDA would run differently from the meta device is mirrored (``gpucast.graph.mirror``):
 autocast for ``amp-fp16``/``amp-bf16``, fused SDPA kernels, cuDNN RNN dispatch, and
 ``foreach`` optimizer kernels (CUDA's default). ``amp-fp16`` also runs GradScaler's work:
-scaling the loss, unscaling the gradients (one foreach pass), and the ``found_inf`` check,
+scaling the loss, unscaling the gradients (one foreach pass; one kernel per gradient on PyTorch
+1.6, ``Stack.foreach_unscale``), and the ``found_inf`` check,
 which synchronises host and GPU. ``tf32`` changes no op (it changes GEMM speed, see
 ``gpucast.estimate``).
 
@@ -264,10 +268,14 @@ def capture(job: Job) -> Trace:
     train = job.mode == "train"
     model.train(train)
     params = [p for p in model.parameters() if p.requires_grad]
-    foreach = (job.stack or Stack()).merged(DEFAULT_STACK).foreach_optimizers
-    optimizer = make_optimizer(job.optimizer, params, foreach=foreach) if train and params else None
+    stack = (job.stack or Stack()).merged(DEFAULT_STACK)
+    optimizer = make_optimizer(job.optimizer, params, foreach=stack.foreach_optimizers) if train and params else None
     if optimizer is not None:
         _stage("initialising the optimizer", _warm_optimizer, optimizer, params)
+    zero_in_place = train and not stack.zero_grad_sets_none
+    if zero_in_place:  # the previous step's zeroed gradients, alive when this step starts
+        for p in params:
+            p.grad = torch.zeros_like(p)
 
     rec = _Recorder()
     for p in model.parameters():
@@ -282,6 +290,9 @@ def capture(job: Job) -> Trace:
     for t in inputs:
         if isinstance(t, torch.Tensor):
             rec.memory.track(t, "inputs", before_step=True)
+    if zero_in_place:
+        for p in params:
+            rec.memory.track(p.grad, "gradients", before_step=True)
 
     amp = AMP_DTYPES.get(job.precision)
     mirror = CudaMirror(amp_dtype=amp, on_rnn=rec.on_rnn)
@@ -308,9 +319,13 @@ def capture(job: Job) -> Trace:
             rec.phase = "optim"
             grads = [p.grad for p in params if p.grad is not None]
             if job.precision == "amp-fp16" and grads:
-                _unscale(grads)
+                _unscale(grads, foreach=stack.foreach_unscale)
             if optimizer is not None:
                 _stage("the optimizer step", optimizer.step)
+            if zero_in_place:
+                for g in grads:
+                    g.zero_()
+            elif optimizer is not None:
                 optimizer.zero_grad(set_to_none=True)
             else:
                 for p in params:
@@ -348,8 +363,13 @@ def _warm_optimizer(optimizer, params) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-def _unscale(grads) -> None:
-    """GradScaler.unscale_ and its found_inf check, as CUDA runs them."""
+def _unscale(grads, foreach: bool = True) -> None:
+    """GradScaler.unscale_ and its found_inf check, as CUDA runs them: one foreach pass, or
+    (``foreach=False``, PyTorch 1.6) one unscale kernel per gradient from Python."""
     found_inf = torch.zeros((), device="meta")
-    torch._foreach_mul_(grads, 1.0 / GRAD_SCALE)
+    if foreach:
+        torch._foreach_mul_(grads, 1.0 / GRAD_SCALE)
+    else:
+        for g in grads:
+            g.mul_(1.0 / GRAD_SCALE)
     found_inf.item()  # GradScaler.step reads found_inf on the host: a sync point

@@ -34,11 +34,12 @@ KEYS = {"util_pct": "util", "memory_mib": "memory", "step_time_s": "step"}
 
 
 def base_without(dataset: str) -> Environment:
-    """The priors with the packaged fit's stages laid over them, except the stage fitted on
-    ``dataset`` ("gpumemnet-mlp" or "gavel"): a base that never saw that set."""
+    """The priors with the packaged fit's stages laid over them, except the stages fitted on
+    ``dataset`` ("gpumemnet-mlp", "gavel" or "lucid-rtx3090"): a base that never saw that set."""
     values = {}
     for stage in fit_record().get("stages", []):
-        if stage.get("data") != dataset:
+        data = stage.get("data")
+        if dataset not in (data if isinstance(data, list) else [data]):
             values.update(stage.get("values", {}))
     return Environment.priors().with_params(values)
 

@@ -28,19 +28,21 @@ What is not (approximations, per family):
   of these host-bound runs (24-45 % utilization), is about the same.
 * ResNet50, ImageNet: torchvision ``resnet50`` on one synthetic batch on the GPU; exact but for
   SGD's momentum buffer (gpucast's ``sgd`` has momentum 0.9, the script's SGD has none).
-* LSTM, Wikitext-2: ``lstm-lm-small`` has the artifact's 2 layers of 200 (embedding and hidden)
-  and bptt 35, but a 10,000-token vocabulary (the zoo does not let a job set it) where the
-  script's has 33,278, so the decoder, the log-softmax and their gradients are ~3.3x too small,
-  and no dropout where the script's has 0.2 (and a second log-softmax inside CrossEntropyLoss).
-  Its loader indexes the token tensor *on the GPU* per sample (``CorpusDataset.__getitem__``:
-  two slices, two ``torch.cat``), in the loop (no workers): modelled as custom per-sample host
-  work with no host-to-device copy; the two tiny kernels per sample are not in the graph.
+* LSTM, Wikitext-2: ``lstm-lm-wikitext2`` is the artifact's ``lstm/models.py`` RNNModel at the
+  script's sizes (2 layers of 200, embedding 200, dropout 0.2, untied, bptt 35) with WikiText-2's
+  33,278-token vocabulary; the script's plain SGD (no clipping) is gpucast's ``sgd``, which has
+  momentum 0.9 (two more kernels per parameter and a momentum buffer), and the artifact's
+  ``forward`` ends in a ``log_softmax`` that CrossEntropyLoss repeats (one more log-softmax over
+  the 35·B x 33,278 logits and its gradient, not in the graph). Its loader indexes the
+  token tensor *on the GPU* per sample (``CorpusDataset.__getitem__``: two slices, two
+  ``torch.cat``), in the loop (no workers): modelled as custom per-sample host work with no
+  host-to-device copy; the two tiny kernels per sample are not in the graph.
 * DCGAN, LSUN: the zoo's 64x64 ``dcgan`` (same generator and discriminator; one backward over the
   three losses for the script's three). The data is torchvision ``FakeData`` (a random tensor to
   PIL to ``ToTensor`` per sample, 30,000 samples), not JPEG files.
-* NeuMF, MovieLens: the zoo's ``ncf`` is NeuMF at MovieLens-20M size (138,493 x 26,744 ids, MF 64,
-  MLP 256-256-128-64), the script's is ml-1m (6,040 x 3,706, factor 32, MLP 256-128-64-32): the
-  embedding tables, which SGD sweeps densely every step, are ~20x too large in the zoo job.
+* NeuMF, MovieLens: ``ncf-ml1m`` is NeuMF at the script's ml-1m size (6,040 x 3,706 ids,
+  predictive factor 32: GMF 32, MLP embeddings 128 and MLP 256-128-64-32); SGD as gpucast's
+  ``sgd`` (momentum 0.9, as the script's).
 * TD3, BipedalWalker: no zoo TD3; ``ppo-mlp`` (a Gaussian actor-critic MLP, Adam) with
   BipedalWalker's 24-d observation is the closest: TD3's nets are wider (400-300, twin critics,
   target nets) and its gradient step launches several times the kernels (twin-critic update,
@@ -225,17 +227,17 @@ JOBS: dict[tuple[str, str], FamilyJob] = {
         script="workloads/imagenet/profile_imagenet.py",
         approximation="SGD with momentum 0.9 for the script's plain SGD"),
     ("LSTM", "Wikitext2"): FamilyJob(
-        model="lstm-lm-small", optimizer="sgd", data=LSTM_DATA, loop=LUCID_LOOP, seq_len=35,
+        model="lstm-lm-wikitext2", optimizer="sgd", data=LSTM_DATA, loop=LUCID_LOOP, seq_len=35,
         script="workloads/lstm/profile_lstm.py (lstm/models.py RNNModel)",
-        approximation=f"vocabulary 10,000 for {LSTM_VOCAB:,}, no dropout for 0.2, momentum SGD for plain"),
+        approximation=f"exact sizes (vocabulary {LSTM_VOCAB:,}, 2x200, dropout 0.2); momentum SGD for plain"),
     ("DCGAN", "LSUN"): FamilyJob(
         model="dcgan", optimizer="adam", data=DCGAN_DATA, loop=LUCID_LOOP, input_shape=(3, 64, 64),
         script="workloads/dcgan/profile_dcgan.py",
         approximation="one backward over the three losses; FakeData as custom per-sample host work"),
     ("NeuMF", "MovieLens"): FamilyJob(
-        model="ncf", optimizer="sgd", data=NCF_DATA, loop=LUCID_LOOP,
+        model="ncf-ml1m", optimizer="sgd", data=NCF_DATA, loop=LUCID_LOOP,
         script="workloads/ncf/profile_ncf.py (NCFData, factor 32, 3 MLP layers)",
-        approximation="MovieLens-20M-sized NeuMF (MF 64, MLP 256-256-128-64) for ml-1m's (factor 32)"),
+        approximation="exact sizes (ml-1m 6,040 x 3,706, factor 32, MLP 256-128-64-32)"),
     ("TD3", "BipedalWalker"): FamilyJob(
         model="ppo-mlp", optimizer="adam", data=None, loop=TD3_LOOP, input_shape=BIPEDALWALKER_OBS,
         data_for_batch=_td3_data,

@@ -35,6 +35,12 @@ wait for its batch (:meth:`_Step.settle`, bounded by ``SETTLE_MAX_STEPS``/``SETT
 a job faster than its loader then runs at the loader's pace), so the window never times steps
 that only drained that backlog.
 
+Real data (``job.data.dataset`` set, a ``FILE.py:FUNCTION`` factory): batches come from a real
+``DataLoader`` over the job's own dataset (:mod:`gpucast.profile.dataset_feed`: its workers,
+collate function and epochs; each batch copied to the device before the forward) instead of
+the resident synthetic batch or the emulated pipeline; after the warm-up the runner steps
+through the loader's prefetched backlog (``DatasetFeed.settle_steps``) before the window.
+
 Method. ``warmup_steps`` steps first (cuDNN autotuning, allocator growth, optimizer state),
 then steps until ``window_s`` has elapsed (at least ``min_window_steps``, at most
 ``max_window_steps``). On CUDA each window step is bracketed by two CUDA events and the events
@@ -58,7 +64,7 @@ any spec with that slot in a pool worker). Unset in production; the worker's ``s
 ``hang`` and ``leak`` faults are described there.
 
 Not measured here: multi-GPU (``job.gpus > 1`` runs one replica, without all-reduce), CUDA
-graphs, real data.
+graphs, real data other than a job's own ``data.dataset``.
 """
 
 from __future__ import annotations
@@ -326,8 +332,12 @@ class _Step:
                           if self.train and self.params else None)
         self.amp = getattr(torch, AMP_DTYPE_NAMES[job.precision]) if job.precision in AMP_DTYPE_NAMES else None
         self.scaler = torch.amp.GradScaler(device.type) if job.precision == "amp-fp16" and self.train else None
-        self.pipeline = None
-        if job.input_pipeline_s > 0:  # batches come from the loader: no resident device batch
+        self.pipeline = self.feed = None
+        if job.data is not None and job.data.dataset is not None:  # the job's own dataset, a real DataLoader
+            from gpucast.profile.dataset_feed import DatasetFeed
+
+            self.feed, self.inputs = DatasetFeed(job, device, len(self.inputs)), None
+        elif job.input_pipeline_s > 0:  # batches come from the loader: no resident device batch
             self.pipeline = _Pipeline(self.inputs, job.input_pipeline_s, pin=device.type == "cuda")
             self.inputs = None
         self.first = True
@@ -341,6 +351,8 @@ class _Step:
         return self.torch.autocast(device_type=self.device.type, dtype=self.amp)
 
     def _next_inputs(self) -> tuple:
+        if self.feed is not None:
+            return self.feed.next()
         if self.pipeline is None:
             return self.inputs
         batch = self.pipeline.get()
@@ -381,7 +393,12 @@ class _Step:
 
     def settle(self) -> int:
         """Steps until the emulated loader's prefetched backlog is gone (a step waited for its
-        batch), at most ``SETTLE_MAX_STEPS`` steps or ``SETTLE_MAX_S`` seconds; the number run."""
+        batch), at most ``SETTLE_MAX_STEPS`` steps or ``SETTLE_MAX_S`` seconds; the number run.
+        A real DataLoader (``feed``) steps through its prefetched backlog instead."""
+        if self.feed is not None:
+            for _ in range(self.feed.settle_steps):
+                self()
+            return self.feed.settle_steps
         if self.pipeline is None:
             return 0
         self.pipeline.waited = False
@@ -394,6 +411,8 @@ class _Step:
     def close(self) -> None:
         if self.pipeline is not None:
             self.pipeline.close()
+        if self.feed is not None:
+            self.feed.close()
 
 
 class _Timer:

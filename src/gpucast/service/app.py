@@ -31,7 +31,7 @@ from gpucast.job import JobError
 from gpucast.service import schemas
 from gpucast.service.cache import Predictor, ServiceError
 from gpucast.service.fastpath import SCOPE_KEY, CachedAnswers
-from gpucast.service.jobs import gpu_names, job_from_spec
+from gpucast.service.jobs import gpu_names, job_from_spec, refuse_code
 from gpucast.service.limits import BodyLimit, Settings
 from gpucast.service.metrics import Metrics, RequestMetrics
 from gpucast.service.place import place as _place
@@ -147,6 +147,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     surroundings[name] = json.loads(text)
                 except json.JSONDecodeError as exc:
                     raise JobError(f"field {name!r}: not a JSON object ({exc.msg})") from None
+        refuse_code(surroundings.get("data"))
         names = gpu_names(gpu, settings)
         tmp, head, digest = await save_upload(file, settings)
         path = await anyio.to_thread.run_sync(check_and_keep, tmp, head, digest, file.filename, settings)

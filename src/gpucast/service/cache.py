@@ -101,6 +101,9 @@ class Predictor:
         """In a pool thread: one prediction, as an Entry (input errors become a cached 422)."""
         from gpucast import api
 
+        if job.data is not None and job.data.has_code:  # never run a user's code, whatever path the job came by
+            return Entry(error=ServiceError(422, "field 'data': names code (data.dataset, data.collate or "
+                                                 "data.environment), which this service never accepts"))
         t0 = time.perf_counter()
         try:
             pred = api.predict(job, gpu, env=self.settings.environment)

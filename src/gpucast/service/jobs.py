@@ -1,6 +1,8 @@
 """Request specs to :class:`~gpucast.job.Job` and GPU names: what the service refuses, and why.
 
-Refused with 422 and one line: models that are code (``module:...``) or files on the server
+Refused with 422 and one line: models that are code (``module:...``), data that is code
+(``data.dataset``, ``data.collate``, ``data.environment``: ``FILE.py:FUNCTION`` factories that only
+the CLI and the Python API measure, on the user's machine) or files on the server
 (``onnx:...``: upload the file instead), Hugging Face configs given as names or paths (send the
 config's content), configs over ``max_hf_config_bytes``, GPU spec files (``*.yaml``/``*.json``:
 only catalog names), and whatever :class:`~gpucast.job.Job` refuses (its message).
@@ -16,6 +18,22 @@ _JOB_FIELDS = ("batch_size", "seq_len", "input_shape", "precision", "mode", "opt
                "data", "loop", "stack")
 
 
+_CODE_WHY = {"dataset": "a dataset factory", "collate": "a collate function", "environment": "an environment factory"}
+
+
+def refuse_code(data) -> None:
+    """JobError (422) when a job's ``data`` (a mapping or a Data) names code to run."""
+    if data is None:
+        return
+    get = data.get if isinstance(data, dict) else (lambda k: getattr(data, k, None))
+    for name, what in _CODE_WHY.items():
+        if get(name) is not None:
+            flag = "--environment" if name == "environment" else "--dataset"
+            raise JobError(f"field 'data.{name}': {what} is code, which this service never accepts; measure it "
+                           f"where it runs (`gpucast predict {flag} FILE.py:FUNCTION`) and send the measured "
+                           f"'data.per_sample_s' and 'data.sample_bytes' instead")
+
+
 def job_from_spec(spec: dict, settings: Settings) -> Job:
     """A validated Job from a JobSpec's fields (a dict); ServiceError(422) otherwise."""
     try:
@@ -29,6 +47,7 @@ def _job(spec: dict, settings: Settings) -> Job:
     for k in ("data", "loop", "stack"):  # sub-models arrive as dicts with unset fields as None
         if isinstance(fields.get(k), dict):
             fields[k] = {f: v for f, v in fields[k].items() if v is not None}
+    refuse_code(fields.get("data"))
     workload, model, hf = spec.get("workload"), spec.get("model"), spec.get("hf_config")
     if workload is not None and model is not None and workload != model:
         raise JobError("give the zoo name once: 'workload' or its alias 'model', not both")

@@ -34,6 +34,11 @@ class DataSpec(BaseModel):
     per_sample_s: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="Measured host seconds per sample.")
     dataset_samples: Optional[StrictInt] = None
     sample_bytes: Optional[StrictInt] = Field(None, description="Host bytes per sample collated and copied.")
+    dataset: Optional[str] = Field(None, description="Refused (422): a FILE.py:FUNCTION dataset factory is code; "
+                                                     "measure it with the CLI and send per_sample_s.")
+    collate: Optional[str] = Field(None, description="Refused (422): a collate function is code.")
+    environment: Optional[str] = Field(None, description="Refused (422): an RL environment factory is code; "
+                                                         "measure it with the CLI and send per_sample_s.")
 
 
 class LoopSpec(BaseModel):

@@ -138,3 +138,43 @@ def token_input(vocab: int, streams: int = 1):
                      for _ in range(streams))
 
     return input_fn
+
+
+def host_read(t) -> float:
+    """The host reads a value of a device tensor (a script's ``.item()`` or ``.cpu().numpy()`` of
+    a GPU result): on CUDA a sync; while gpucast captures a step, the recorded sync op
+    (``_local_scalar_dense``, which the capture answers with 0). On the meta device outside a
+    capture there is no value to read: 0."""
+    try:
+        return t.item()
+    except RuntimeError:
+        if t.device.type == "meta":
+            return 0
+        raise
+
+
+def after_backward(model, step):
+    """Attach a script's per-step work between ``loss.backward()`` and the next step that is not
+    a ``Job.optimizer`` (gradient clipping, a plain SGD update): ``step(params)`` runs, without
+    autograd, once per backward when every trainable parameter's gradient has been accumulated
+    (post-accumulate-grad hooks). Returns ``model``.
+
+    gpucast's capture records these ops in the backward phase, where it prices them as issued by
+    the autograd engine (a few us each); a script issues them from Python, which costs a little
+    more per op. For fp32 jobs with ``optimizer="none"`` (the step is the script's whole update):
+    under amp-fp16 they would run on the scaled gradients, before GradScaler's unscale."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    seen = {"n": 0}
+
+    def hook(_param) -> None:
+        seen["n"] += 1
+        if seen["n"] == len(params):
+            seen["n"] = 0
+            with torch.no_grad():
+                step(params)
+
+    for p in params:
+        p.register_post_accumulate_grad_hook(hook)
+    return model

@@ -60,6 +60,23 @@ def _ncf_input(spec: WorkloadSpec, batch_size: int):
     return (torch.randint(0, 26_744, (batch_size, *spec.input_shape), dtype=torch.long),)
 
 
+# NeuMF as the NCF scripts (hexiangnan/neural_collaborative_filtering, guoyang9/NCF) build it on
+# MovieLens-1M: 6,040 users, 3,706 items (He et al. 2017, Table 1), predictive factor 32 and three
+# MLP layers: 128-d user and item MLP embeddings, MLP 256-128-64-32, GMF 32.
+ML1M_USERS, ML1M_ITEMS = 6_040, 3_706
+
+
+def _ids_input(users: int, items: int):
+    """An ``input_fn`` of ``(batch, 2)`` (user id, item id) pairs within the tables' sizes."""
+
+    def input_fn(spec: WorkloadSpec, batch_size: int):
+        import torch
+
+        return (torch.stack([torch.randint(0, users, (batch_size,)), torch.randint(0, items, (batch_size,))], 1),)
+
+    return input_fn
+
+
 # --- DLRM ----------------------------------------------------------------------------------
 
 _DLRM_TABLES = (100_000,) * 8  # rows per embedding table (a scaled-down Criteo setup)
@@ -100,6 +117,67 @@ def _dlrm_input(spec: WorkloadSpec, batch_size: int):
 
     sparse = torch.randint(0, min(_DLRM_TABLES), (batch_size, len(_DLRM_TABLES)), dtype=torch.long)
     return torch.randn(batch_size, *spec.input_shape), sparse
+
+
+# --- recoder's DynamicAutoencoder (the model Gavel's Recommendation job trains) ---------------
+# ML-20M as Liang et al. 2018 (VAE-CF) preprocess it (ratings >= 3.5 kept, users with >= 5):
+# 136,677 users, 20,108 items, 10.0M interactions (their Table 1): 73 per user on average.
+ML20M_ITEMS = 20_108
+ML20M_INTERACTIONS_PER_USER = 73
+
+
+def _recoder(spec: WorkloadSpec, items: int = ML20M_ITEMS, hidden: int = 200, noise: float = 0.5):
+    """recoder's ``DynamicAutoencoder(hidden_layers=[200], activation_type='tanh',
+    noise_prob=0.5, sparse=False)`` (Gavel's recommendation/recoder/nn.py): item embeddings
+    gathered for the batch's items (an encoder ``Embedding(items, 200)`` used as the weight of a
+    linear layer from the item ratings, its bias 200; a decoder ``Embedding(items, 200)`` and a
+    bias per item), with one hidden layer there are no further linear layers.
+
+    ``forward(cols, values)`` starts where recoder's ``__compute_loss`` does: the batch's sparse
+    ratings densified on the GPU (``to_dense``: a zero fill of batch x items and one scatter),
+    then the row L2 ``normalize``, dropout 0.5 (the noise layer), the encoder, tanh, the decoder.
+    Every item is in the batch (no negative sampling's subset: an upper bound on the columns).
+    Returns the logits and the dense ratings (the target)."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class DynamicAutoencoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.en_embedding_layer = nn.Embedding(items, hidden)
+            self.en_bias = nn.Parameter(torch.zeros(hidden))
+            self.de_embedding_layer = nn.Embedding(items, hidden)
+            self.de_bias = nn.Parameter(torch.zeros(items))
+            self.noise_layer = nn.Dropout(noise)
+
+        def forward(self, cols, values):
+            dense = values.new_zeros(cols.shape[0], items).scatter_(1, cols, values)
+            batch_items = torch.arange(items, device=cols.device)      # input.items, on the GPU
+            z = self.noise_layer(F.normalize(dense, p=2, dim=1))
+            z = torch.tanh(F.linear(z, self.en_embedding_layer(batch_items).t(), self.en_bias))
+            out = F.linear(z, self.de_embedding_layer(batch_items), self.de_bias.index_select(0, batch_items))
+            return out, dense
+
+    return DynamicAutoencoder()
+
+
+def _recoder_input(spec: WorkloadSpec, batch_size: int):
+    """Each user's interactions: item columns and values, ``input_shape`` (interactions,) each."""
+    import torch
+
+    n = spec.input_shape[0]
+    return torch.randint(0, ML20M_ITEMS, (batch_size, n)), torch.ones(batch_size, n)
+
+
+def _recoder_loss(output, inputs):
+    """recoder's 'logistic' loss: ``BCEWithLogitsLoss(reduction='sum')(output, dense)`` divided by
+    the batch size (``torch.FloatTensor([B]).to(device)``)."""
+    import torch.nn.functional as F
+
+    logits, dense = output
+    normalization = logits.new_tensor([logits.shape[0]]).squeeze()
+    return F.binary_cross_entropy_with_logits(logits, dense, reduction="sum") / normalization
 
 
 # --- DeepRecommender -----------------------------------------------------------------------
@@ -154,6 +232,23 @@ register(Workload(
     description="NeuMF (He et al. 2017), MovieLens-20M embeddings, MF 64 + MLP 256-256-128-64",
     model_fn=_ncf, input_fn=_ncf_input, loss_fn=_ctr_loss,
     default_batch_size=2048, default_input_shape=(2,), tags=("ctr",),
+))
+
+register(Workload(
+    name="ncf-ml1m", family="recsys", source="gpucast",
+    description="NeuMF (He et al. 2017), MovieLens-1M embeddings (6,040 x 3,706), GMF 32 + MLP "
+                "256-128-64-32",
+    model_fn=lambda spec: _ncf(spec, users=ML1M_USERS, items=ML1M_ITEMS, mf_dim=32, mlp=(256, 128, 64, 32)),
+    input_fn=_ids_input(ML1M_USERS, ML1M_ITEMS), loss_fn=_ctr_loss,
+    default_batch_size=256, default_input_shape=(2,), tags=("ctr",),
+))
+
+register(Workload(
+    name="recoder-ml20m", family="recsys", source="gpucast",
+    description="recoder DynamicAutoencoder [200] tanh, noise 0.5, ML-20M (VAE-CF split) 20,108 items, "
+                "sparse batches densified on the GPU, BCE-with-logits",
+    model_fn=_recoder, input_fn=_recoder_input, loss_fn=_recoder_loss,
+    default_batch_size=2048, default_input_shape=(ML20M_INTERACTIONS_PER_USER,), tags=("autoencoder",),
 ))
 
 register(Workload(
