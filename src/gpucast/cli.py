@@ -197,7 +197,7 @@ _GPU = typer.Option(["a100-80gb"], "--gpu", "-g", help="GPU name (see `gpucast g
 _JSON = typer.Option(False, "--json", help="Print JSON instead of a table.")
 _CFG = typer.Option(None, "--constants", help="YAML/JSON file overriding estimator or environment constants.")
 _ENV = typer.Option(None, "--env", help="An environment file from `gpucast calibrate` (the cluster's fitted constants "
-                                        "and intervals).")
+                                        "and intervals) or `gpucast probe-host` (a node's measured CPU).")
 _LEARNED = typer.Option(None, "--learned", help="A hybrid model from `gpucast learn fit` that corrects one quantity.")
 _DATA = typer.Option(None, "--data", help="Data source: device | memory | images | small-images | tokens | environment "
                                           "| custom (default: the workload's typical script).")

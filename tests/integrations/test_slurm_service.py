@@ -153,6 +153,9 @@ def test_module_jobs_never_go_to_the_service(service, specs):
     job = Job.from_module(lambda: None, lambda b: (), batch_size=8, name="mymodels:build")
     with pytest.raises(JobError, match="code, which the prediction service never runs"):
         predict_remote(job, GPU, closed_url())  # refused before any connection (the port is closed)
+    fed = Job("mlp-small", batch_size=8, data={"dataset": "train.py:make_dataset"})
+    with pytest.raises(JobError, match="'data.dataset'.*never runs"):
+        predict_remote(fed, GPU, closed_url())
 
 
 # ------------------------------------------------------------------ the service's fault: fallback or error

@@ -20,8 +20,8 @@ Failures are two kinds, so that a caller can choose what to do:
   computing), any other status, or an answer that is not a prediction). A local prediction
   may still work; ``gpucast slurm --service`` falls back to it unless told not to.
 
-What it does not do: ``module:`` jobs are code and never go to the service (a ``ValueError``,
-no request); it does not retry, does not cache, sends no credentials and ignores proxy
+What it does not do: ``module:`` jobs and jobs naming their own ``data.dataset``/``collate``/
+``environment`` are code and never go to the service (a ``ValueError``, no request); it does not retry, does not cache, sends no credentials and ignores proxy
 environment variables (``http_proxy``...): the service is expected on the local network,
 typically on the same host. GPU spec files are refused by the service (catalog names only).
 """
@@ -92,6 +92,10 @@ def predict_remote(job: Job, gpu: str, url: str, timeout: float = DEFAULT_TIMEOU
     if job.is_module:
         raise JobError(f"field 'model': {job.model!r} is code, which the prediction service never runs; "
                        f"predict it locally or export it to ONNX")
+    if job.data is not None and job.data.has_code:
+        name = next(n for n in ("dataset", "collate", "environment") if getattr(job.data, n) is not None)
+        raise JobError(f"field 'data.{name}': {getattr(job.data, name)!r} is code, which the prediction service "
+                       f"never runs; predict it locally (it is timed on this CPU)")
     if job.is_onnx:
         body, ctype = _onnx_form(job, gpu)
         answer = _post(f"{base}/v1/predict/onnx", body, ctype, base, timeout)
