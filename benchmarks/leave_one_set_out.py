@@ -33,30 +33,34 @@ SET_LABELS = {"mlp": "gpumemnet-mlp (A100-40GB, torch 2.x)", "gavel": "gavel (K8
               "lucid": "lucid-rtx3090 singles (RTX 3090, torch 1.11)"}
 
 
-def scores(f, pred) -> dict:
-    """Utilization, memory and step-time errors of predictions ``pred`` on fitter ``f``'s rows."""
+def scores(f, pred, mask=None) -> dict:
+    """Utilization, memory and step-time errors of predictions ``pred`` on fitter ``f``'s rows (those
+    in ``mask``, all by default)."""
     from gpucast.learn import metrics
     from gpucast.learn.set_fit import GPU_BOUND_UTIL_PCT
 
+    m = np.ones(len(f.rows), bool) if mask is None else mask
+    util, memory, step = f.util[m], f.memory[m], f.step[m]
+    p_util, p_memory, p_step = pred.util_pct[m], pred.memory_mib[m], pred.step_time_s[m]
     out: dict = {}
-    ok = ~np.isnan(f.util)
+    ok = ~np.isnan(util)
     if ok.any():
-        out.update(metrics.util_metrics(pred.util_pct[ok], f.util[ok]))
-    ok = ~np.isnan(f.memory)
+        out.update(metrics.util_metrics(p_util[ok], util[ok]))
+    ok = ~np.isnan(memory)
     if ok.any():
-        out["memory_mape"] = metrics.mape(pred.memory_mib[ok], f.memory[ok])
-    ok = ~np.isnan(f.step)
+        out["memory_mape"] = metrics.mape(p_memory[ok], memory[ok])
+    ok = ~np.isnan(step)
     if ok.any():
-        r = pred.step_time_s[ok] / f.step[ok]
-        out["step_mdape"] = metrics.mdape(pred.step_time_s[ok], f.step[ok])
+        r = p_step[ok] / step[ok]
+        out["step_mdape"] = metrics.mdape(p_step[ok], step[ok])
         out["step_geomean_ratio"] = float(np.exp(np.mean(np.log(r))))
-        has_util = ~np.isnan(f.util)
-        gb = ok & (f.util >= GPU_BOUND_UTIL_PCT) if has_util.any() else ok
+        has_util = ~np.isnan(util)
+        gb = ok & (util >= GPU_BOUND_UTIL_PCT) if has_util.any() else ok
         if gb.any():
             out["gpu_bound_rows"] = int(gb.sum())
-            out["gpu_bound_step_mdape"] = metrics.mdape(pred.step_time_s[gb], f.step[gb])
+            out["gpu_bound_step_mdape"] = metrics.mdape(p_step[gb], step[gb])
             if has_util[gb].all():
-                out["gpu_bound_util_rmsle"] = metrics.util_metrics(pred.util_pct[gb], f.util[gb])["rmsle"]
+                out["gpu_bound_util_rmsle"] = metrics.util_metrics(p_util[gb], util[gb])["rmsle"]
     return out
 
 
@@ -98,7 +102,6 @@ def main(argv=None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gpucast.api import MODEL_VERSION
-    from gpucast.learn import metrics
     from gpucast.learn.calibrate import calibrate
     from gpucast.learn.fit import Fitter
     from gpucast.learn.set_fit import SETS, fit_sets, rows_of
@@ -127,7 +130,7 @@ def main(argv=None) -> int:
         per = {}
         for g in dict.fromkeys(f.groups):
             s = f.groups == g
-            per[g] = scores_subset(f, held, s)
+            per[g] = scores(f, held, s)
         doc["lucid_families"] = per
         # Few-shot on Lucid.
         fams = list(dict.fromkeys(f.groups))
@@ -143,7 +146,7 @@ def main(argv=None) -> int:
             pr = f.predict(cal.env)
             mask = np.zeros(len(f.rows), bool)
             mask[test] = True
-            s = scores_subset(f, pr, mask)
+            s = scores(f, pr, mask)
             results.append({"calibrated_on": list(d), **s})
             bar.update(task2, advance=1)
         doc["few_shot"] = {"draws": results}
@@ -154,16 +157,6 @@ def main(argv=None) -> int:
     args.markdown.write_text(md + "\n")
     args.json.write_text(json.dumps(doc, indent=1, default=float) + "\n")
     return 0
-
-
-def scores_subset(f, pred, mask) -> dict:
-    """scores() on the rows in ``mask``."""
-    from gpucast.learn.fit import Predicted
-
-    sub = type("Sub", (), {})()
-    sub.rows = [r for r, m in zip(f.rows, mask) if m]
-    sub.util, sub.memory, sub.step = f.util[mask], f.memory[mask], f.step[mask]
-    return scores(sub, Predicted(pred.util_pct[mask], pred.memory_mib[mask], pred.step_time_s[mask]))
 
 
 def render(doc: dict, args) -> str:

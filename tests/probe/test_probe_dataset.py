@@ -8,6 +8,7 @@ the code itself does; never an absolute time that depends on this machine's load
 from __future__ import annotations
 
 import os
+import runpy
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from gpucast.probe.dataset import (ProbeError, clear_cache, measure_dataset, mea
 from gpucast.surroundings import Data, Stack
 
 USER = Path(__file__).with_name("user_data.py")
+HANG_S = runpy.run_path(str(USER))["HANG_S"]  # how long its hanging factories sleep
 QUICK = dict(max_samples=40, max_s=0.5, warmup=2, collate_batches=2)
 # Tests that check a factory fails must not wait out the real limits (60 s, 10 s).
 SHORT = dict(QUICK, build_limit_s=0.3, call_limit_s=0.3)
@@ -59,7 +61,7 @@ def test_a_failing_dataset_is_one_error_line_naming_the_factory(name, words):
     msg = _one_line(exc)
     assert msg.startswith(f"data.dataset {ref(name)}: ")
     assert words in msg
-    assert time.perf_counter() - t0 < 5  # the limits cut the slow ones short
+    assert time.perf_counter() - t0 < HANG_S / 3  # the limits cut the hanging ones short
 
 
 def test_getitem_error_names_the_index():
@@ -103,9 +105,12 @@ def test_an_alarm_set_before_is_given_back():
 
     signal.setitimer(signal.ITIMER_REAL, 100)
     try:
+        t0 = time.monotonic()
         measure_dataset(ref("fast"), 8, **QUICK)
+        elapsed = time.monotonic() - t0
         left, _ = signal.getitimer(signal.ITIMER_REAL)
-        assert 90 < left <= 100
+        # what was left, less the time the measurement took (timed here, together with it)
+        assert 100 - elapsed - 0.5 < left <= 100
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
 

@@ -27,8 +27,9 @@ def probe():
 
 def test_the_probe_measures_every_primitive(probe):
     assert set(probe.dispatch_s) == {p.name for p in host.DISPATCH_PRIMITIVES}
-    assert all(0 < v < 1e-3 for v in probe.dispatch_s.values())
-    assert 0.05 < probe.speed < 20
+    assert all(v > 0 for v in probe.dispatch_s.values())
+    # The speed is what its own measurements give (no bound on this machine's speed).
+    assert probe.speed == pytest.approx(host.speed_from(probe.dispatch_s, probe.torch_version.split("+")[0]))
     # Every loader constant it writes is an Environment constant, in its units.
     names = {d["name"] for d in Environment.describe()}
     assert set(probe.loader) <= names

@@ -9,6 +9,10 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 
+# How long the hanging factories and samples sleep: far past any limit the tests set.
+HANG_S = 30.0
+
+
 class Samples(Dataset):
     """``n`` samples of an image (1, 28, 28) float32 and an int label; ``sleep_s`` per sample."""
 
@@ -22,7 +26,7 @@ class Samples(Dataset):
         if self.sleep_s:
             time.sleep(self.sleep_s)
         if self.hang_at is not None:
-            time.sleep(30)
+            time.sleep(HANG_S)
         if self.fail_at is not None:
             raise KeyError("x")
         return torch.full((1, 28, 28), float(i)), i % 10
@@ -49,7 +53,7 @@ def empty():
 
 
 def slow_to_build():
-    time.sleep(30)
+    time.sleep(HANG_S)
     return Samples()
 
 

@@ -41,6 +41,7 @@ from urllib.request import ProxyHandler, Request, build_opener
 
 from gpucast.job import Job, JobError
 from gpucast.prediction import Prediction
+from gpucast.surroundings import CODE_FIELDS
 
 DEFAULT_TIMEOUT_S = 5.0
 # Statuses by which the service refuses the job itself (gpucast.service: bad request, over a
@@ -93,7 +94,7 @@ def predict_remote(job: Job, gpu: str, url: str, timeout: float = DEFAULT_TIMEOU
         raise JobError(f"field 'model': {job.model!r} is code, which the prediction service never runs; "
                        f"predict it locally or export it to ONNX")
     if job.data is not None and job.data.has_code:
-        name = next(n for n in ("dataset", "collate", "environment") if getattr(job.data, n) is not None)
+        name = next(n for n in CODE_FIELDS if getattr(job.data, n) is not None)
         raise JobError(f"field 'data.{name}': {getattr(job.data, name)!r} is code, which the prediction service "
                        f"never runs; predict it locally (it is timed on this CPU)")
     if job.is_onnx:

@@ -65,6 +65,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpucast.job import Job, JobError
+from gpucast.probe.host import cpu_speed_here, one_thread
 from gpucast.surroundings import SpecError
 
 __all__ = ["ProbeError", "Measured", "measure_dataset", "measure_environment", "measure_job", "resolve_job",
@@ -197,23 +198,6 @@ class _Guard:
         return box["out"], box["s"]
 
 
-class _one_thread:
-    """One intra-op thread while a user's code is timed, as in a DataLoader worker (PyTorch sets it
-    there) and the training loop's dispatch; on a busy machine a pool of several threads waits at
-    every op's barrier for cores other processes hold."""
-
-    def __enter__(self):
-        import torch
-
-        self.torch, self.threads = torch, torch.get_num_threads()
-        torch.set_num_threads(1)
-        return self
-
-    def __exit__(self, *exc):
-        self.torch.set_num_threads(self.threads)
-        return False
-
-
 def _load(ref: str, field: str, what: str):
     from gpucast.graph.usercode import load_callable
 
@@ -258,7 +242,7 @@ def measure_dataset(ref: str, batch_size: int, collate: str | None = None, *, ma
         raise ProbeError(f"{prefix}: batch size must be a positive integer, got {batch_size!r}")
     factory = _load(ref, "data.dataset", "the dataset factory")
     collate_fn = _load(collate, "data.collate", "the collate function") if collate else None
-    with _Guard(prefix) as g, _one_thread():
+    with _Guard(prefix) as g, one_thread():
         ds, _ = g.call(factory, f"{ref.rpartition(':')[2]}()", build_limit_s)
         try:
             from torch.utils.data import IterableDataset
@@ -330,7 +314,7 @@ def measure_environment(ref: str, *, max_steps: int = MAX_SAMPLES, max_s: float 
     """Time ``ref``'s environment steps on this CPU (see the module docstring)."""
     prefix = f"data.environment {ref}"
     factory = _load(ref, "data.environment", "the environment factory")
-    with _Guard(prefix) as g, _one_thread():
+    with _Guard(prefix) as g, one_thread():
         env, _ = g.call(factory, f"{ref.rpartition(':')[2]}()", build_limit_s)
         if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
             raise g.fail(f"returned {_describe(env)}, not an environment (one with reset() and step(action))")
@@ -365,8 +349,6 @@ def measure_environment(ref: str, *, max_steps: int = MAX_SAMPLES, max_s: float 
 
 
 def _speed() -> float:
-    from gpucast.probe.host import cpu_speed_here
-
     return float(cpu_speed_here())
 
 

@@ -224,15 +224,30 @@ def _loader(budget_s: float, skipped: list[str]) -> dict[str, float]:
     return out
 
 
+class one_thread:
+    """One intra-op thread while something is timed, as in a DataLoader worker (PyTorch sets it
+    there) and the training loop's dispatch; on a busy machine a pool of several threads waits at
+    every op's barrier for cores other processes hold."""
+
+    def __enter__(self):
+        import torch
+
+        self.torch, self.threads = torch, torch.get_num_threads()
+        torch.set_num_threads(1)
+        return self
+
+    def __exit__(self, *exc):
+        self.torch.set_num_threads(self.threads)
+        return False
+
+
 def measure(quick: bool = False, progress: Callable[[str], None] | None = None) -> HostProbe:
     """Time the primitives on this CPU (``quick``: dispatch only, short loops: ~0.3 s)."""
     import torch
 
     t0 = time.perf_counter()
     budget = QUICK_LOOP_BUDGET_S if quick else LOOP_BUDGET_S
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a training loop's dispatch and a loader worker use one core each
-    try:
+    with one_thread():  # a training loop's dispatch and a loader worker use one core each
         if progress:
             progress("dispatch")
         dispatch = _dispatch(budget)
@@ -243,8 +258,6 @@ def measure(quick: bool = False, progress: Callable[[str], None] | None = None) 
             if progress:
                 progress("loader primitives")
             measured = _loader(budget, skipped)
-    finally:
-        torch.set_num_threads(threads)
     loader = {k: (v / speed if k == "collate_bytes_per_s" else v * speed) for k, v in measured.items()}
     return HostProbe(speed=speed, dispatch_s=dispatch, loader=loader, loader_measured_s=measured,
                      skipped=skipped, torch_version=torch.__version__, cpu=cpu_name(),

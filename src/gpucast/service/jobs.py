@@ -11,6 +11,7 @@ only catalog names), and whatever :class:`~gpucast.job.Job` refuses (its message
 from __future__ import annotations
 
 from gpucast.job import Job, JobError, canonical_json
+from gpucast.surroundings import CODE_FIELDS
 from gpucast.service.cache import ServiceError
 from gpucast.service.limits import Settings
 
@@ -18,6 +19,7 @@ _JOB_FIELDS = ("batch_size", "seq_len", "input_shape", "precision", "mode", "opt
                "data", "loop", "stack")
 
 
+# What each of surroundings.CODE_FIELDS names, for the refusal's message.
 _CODE_WHY = {"dataset": "a dataset factory", "collate": "a collate function", "environment": "an environment factory"}
 
 
@@ -26,7 +28,8 @@ def refuse_code(data) -> None:
     if data is None:
         return
     get = data.get if isinstance(data, dict) else (lambda k: getattr(data, k, None))
-    for name, what in _CODE_WHY.items():
+    for name in CODE_FIELDS:
+        what = _CODE_WHY[name]
         if get(name) is not None:
             flag = "--environment" if name == "environment" else "--dataset"
             raise JobError(f"field 'data.{name}': {what} is code, which this service never accepts; measure it "
