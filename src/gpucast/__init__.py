@@ -7,7 +7,7 @@
 >>> gpucast.predict(gpucast.Job("resnet50"), gpu="a100-80gb", env=env).model_version  # doctest: +SKIP
 """
 
-__version__ = "0.1.0"
+from gpucast.version import __version__  # noqa: E402
 
 from gpucast.job import Job, JobError  # noqa: E402
 from gpucast.prediction import Prediction  # noqa: E402
@@ -27,6 +27,14 @@ def explain(job, gpu="a100-80gb", config=None, env=None, window_s=None, learned=
     return _explain(job, gpu, config, env, window_s, learned)
 
 
+def advise(job, gpus=None, **options):
+    """Which GPU type, how many, what batch and precision, and whether to share, with time and
+    money per epoch: an :class:`~gpucast.advisor.Advice` (see :func:`gpucast.advisor.advise`)."""
+    from gpucast.advisor import advise as _advise
+
+    return _advise(job, gpus, **options)
+
+
 def load_environment(path):
     """A calibrated Environment from a ``gpucast calibrate`` file (pass it as ``env=``); see
     :func:`gpucast.learn.artifacts.load_environment`. Messages about the file's version go to
@@ -41,4 +49,4 @@ def load_environment(path):
     return env
 
 
-__all__ = ["Job", "JobError", "Prediction", "predict", "explain", "load_environment", "__version__"]
+__all__ = ["Job", "JobError", "Prediction", "predict", "explain", "advise", "load_environment", "__version__"]

@@ -20,7 +20,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from gpucast import __version__
+from gpucast.version import __version__
 from gpucast.estimate import Estimate, EstimatorConfig, estimate
 from gpucast.estimate.environment import Environment
 from gpucast.estimate.stack import host_factor
@@ -71,6 +71,10 @@ _traces_lock = threading.Lock()
 
 
 def _cache_key(job: Job):
+    # The captured step is one replica's: the data-parallel GPU count is not in the graph (the
+    # estimate adds the all-reduce), so every count shares one capture.
+    if job.gpus != 1:
+        job = job.with_(gpus=1)
     if job.is_module:
         return (job, id(job.model_fn), id(job.input_fn), id(job.loss_fn))
     return job

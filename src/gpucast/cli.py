@@ -1,6 +1,7 @@
 """The `gpucast` command line: a thin shell over the Python API (Typer + rich).
 
 Commands: ``predict``, ``explain``, ``zoo``, ``gpus``, ``demo`` (the default job of ``make run``);
+``advise`` (cost-benefit advice) is in ``cli_advise.py``;
 ``profile`` and ``data`` (real measurements) are in ``cli_data.py``.
 Bad input prints one ``error:`` line and exits with 2; nothing is written.
 """
@@ -212,6 +213,8 @@ _RLENV = typer.Option(None, "--environment", help="FILE.py:FUNCTION returning yo
                                                   "step is timed on this CPU (data.environment).")
 _WINDOW = typer.Option(None, "--window", help="Utilization averaged over the first S seconds of the run "
                                               "(start-up included) instead of the steady state.")
+_NO_CACHE = typer.Option(False, "--no-cache", help="Predict afresh: neither read nor write the on-disk cache of "
+                                                  "predictions (see GPUCAST_CACHE_DIR, GPUCAST_NO_CACHE).")
 
 
 @app.command()
@@ -225,9 +228,12 @@ def predict(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
             set_: Optional[List[str]] = _SET, window: Optional[float] = _WINDOW,
             env_file: Optional[Path] = _ENV, learned: Optional[Path] = _LEARNED,
             dataset: Optional[str] = _DATASET, collate: Optional[str] = _COLLATE,
-            environment: Optional[str] = _RLENV) -> None:
-    """Predict GPU utilization, peak memory and step time of a job on one or more GPUs."""
-    from gpucast.api import predict as api_predict
+            environment: Optional[str] = _RLENV, no_cache: bool = _NO_CACHE) -> None:
+    """Predict GPU utilization, peak memory and step time of a job on one or more GPUs.
+
+    A job asked about before is answered from an on-disk cache, without importing torch (see
+    --no-cache); --module jobs and jobs naming their own dataset or environment never are."""
+    from gpucast import disk_cache
     from gpucast.hardware import get_gpu
 
     def go():
@@ -241,7 +247,14 @@ def predict(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
 
             hybrid = load_model(learned)
         specs = [get_gpu(g) for g in gpu]  # every --gpu checked before the (slow) capture
-        return [api_predict(j, s, cfg, env, window, hybrid) for s in specs]
+
+        def compute(spec):
+            from gpucast.api import predict as api_predict  # the estimator and, for a capture, torch
+
+            return api_predict(j, spec, cfg, env, window, hybrid)
+
+        return disk_cache.predictions(j, specs, compute, env, window, [p for p in (constants, learned) if p],
+                                      enabled=not no_cache)
 
     preds = _run(go)
     if as_json:
@@ -444,6 +457,9 @@ _register_learn_commands(app, sys.modules[__name__])
 from gpucast.cli_probe import register as _register_probe_commands  # noqa: E402
 
 _register_probe_commands(app, sys.modules[__name__])
+from gpucast.cli_advise import register as _register_advise_commands  # noqa: E402
+
+_register_advise_commands(app, sys.modules[__name__])
 
 
 def _click_exceptions():

@@ -28,7 +28,7 @@ def register(app: typer.Typer, cli) -> None:
               env_file: Optional[Path] = typer.Option(None, "--env", help="An environment file from `gpucast "
                                                                           "calibrate`: every prediction uses it.")
               ) -> None:
-        """Serve predictions over HTTP (POST /v1/predict, /v1/place; docs at /docs)."""
+        """Serve predictions over HTTP (POST /v1/predict, /v1/advise, /v1/place; docs at /docs)."""
         from gpucast.service import Settings, create_app
 
         if not 1 <= port <= 65535:

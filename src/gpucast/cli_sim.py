@@ -215,7 +215,7 @@ def _load_trace(cl, trace, gpus, limit, load, env, console):
     from gpucast.cluster import mixes
     from gpucast.cluster.truth import set_environment
 
-    if not (trace in mixes.MIX_NAMES or trace.lower().endswith((".yaml", ".yml"))):
+    if not mixes.is_mix(trace):
         return cl.load_trace(trace, gpus=gpus, limit=limit, load=load)
     set_environment(env)
     try:

@@ -8,7 +8,9 @@ partial spec whose unset fields take the workload's typical values (:mod:`gpucas
 hashable; :attr:`Job.key` is a stable content hash that keys caches, datasets and
 service responses. Jobs round-trip through JSON and YAML.
 
-This module does not import torch: validating and hashing a spec is cheap.
+This module does not import torch: validating and hashing a spec is cheap. It imports neither
+the zoo nor the graph readers: a zoo name is checked and a Hugging Face config resolved through
+the model-source registry (:mod:`gpucast.model_sources`), which they register into.
 
 What is not modelled here: the model's graph (``gpucast.graph``) and any GPU
 (``gpucast.hardware``).
@@ -25,6 +27,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from gpucast.model_sources import source as _model_source
 from gpucast.surroundings import Data, Loop, SpecError, Stack
 
 PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
@@ -149,9 +152,7 @@ class Job:
         """A job for a Hugging Face architecture: ``config`` is a config.json path, a dict, a
         ``PretrainedConfig`` or the name of a transformers config class (``"BertConfig"``) or
         model type (``"bert"``). No weights are downloaded (:mod:`gpucast.graph.hf`)."""
-        from gpucast.graph.hf import resolve_config
-
-        cfg = resolve_config(config)
+        cfg = _model_source("hf").resolve(config)  # gpucast.graph.hf.resolve_config
         return cls(model=f"hf:{cfg['model_type']}", hf_config=canonical_json(cfg), batch_size=batch_size,
                    **fields_)
 
@@ -313,10 +314,8 @@ def _validate(job: Job) -> None:
         if job.model_fn is None:
             raise JobError("field 'model': a module job needs model_fn (use Job.from_module)")
     elif not (job.is_onnx or job.is_hf):
-        from gpucast import zoo
-
         try:
-            zoo.get(job.model)
+            _model_source("zoo").check(job.model)  # gpucast.zoo.get
         except KeyError as exc:
             raise JobError(f"field 'model': {exc.args[0]}") from None
     if not _is_int(job.batch_size) or not 1 <= job.batch_size <= MAX_BATCH_SIZE:

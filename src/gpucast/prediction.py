@@ -69,3 +69,13 @@ class Prediction:
         for k in ("gpu_util_interval", "memory_interval", "step_time_interval", "notes", "gpu_held_interval"):
             d[k] = list(d[k])
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Prediction":
+        """The Prediction that :meth:`to_dict` gave ``d`` (e.g. read back from JSON): the lists of
+        tuple fields become tuples again, so ``from_dict(p.to_dict()) == p``. A missing field takes
+        its default (a required one, or an unknown name, is a TypeError)."""
+        from dataclasses import fields
+
+        tuples = {f.name for f in fields(cls) if str(f.type).startswith("tuple")}
+        return cls(**{k: tuple(v) if k in tuples and isinstance(v, list) else v for k, v in d.items()})

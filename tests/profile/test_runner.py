@@ -17,7 +17,8 @@ from fakes import FakeNvml
 from gpucast import Job
 from gpucast.job import JobError
 from gpucast.profile.nvml import GpuUnavailable
-from gpucast.profile.runner import FAULT_ENV, PIPELINE_QUEUE_DEPTH, RunSpec, _Step, run_job
+from gpucast.profile.runner import FAULT_ENV, PIPELINE_QUEUE_DEPTH, RunSpec, run_job
+from gpucast.profile.step import Step
 from gpucast.profile.schema import COLUMNS
 
 FAST = dict(device="cpu", warmup_steps=1, window_s=0.15, min_window_steps=3, max_window_steps=50)
@@ -106,7 +107,7 @@ def test_infer_and_amp_modes_run():
 
 
 def test_step_matches_the_predictor_step():
-    sgd = _Step(Job("mlp-small", batch_size=4), torch.device("cpu"))
+    sgd = Step(Job("mlp-small", batch_size=4), torch.device("cpu"))
     assert isinstance(sgd.optimizer, torch.optim.SGD)
     assert sgd.optimizer.defaults["momentum"] == 0.9 and sgd.optimizer.defaults["foreach"] is True
     assert sgd.scaler is None and sgd.model.training
@@ -116,9 +117,9 @@ def test_step_matches_the_predictor_step():
     p = next(sgd.model.parameters())
     assert not torch.equal(p.detach(), w0), "the optimizer stepped"
     assert p.grad is None, "zero_grad(set_to_none=True)"
-    amp = _Step(Job("mlp-small", batch_size=4, precision="amp-fp16", optimizer="adam"), torch.device("cpu"))
+    amp = Step(Job("mlp-small", batch_size=4, precision="amp-fp16", optimizer="adam"), torch.device("cpu"))
     assert isinstance(amp.optimizer, torch.optim.Adam) and amp.scaler is not None
-    infer = _Step(Job("mlp-small", batch_size=4, mode="infer"), torch.device("cpu"))
+    infer = Step(Job("mlp-small", batch_size=4, mode="infer"), torch.device("cpu"))
     assert infer.optimizer is None and not infer.model.training
 
 
@@ -171,7 +172,7 @@ def test_settle_drains_the_loaders_prefetched_backlog():
     # The emulated loader fills its queue while the model is built and warmed up; those batches
     # are not steady state. settle() steps until a step had to wait for its batch.
     # a loader far slower than the step on any machine (0.1 s a batch), so the backlog always drains
-    step = _Step(Job("mlp-small", batch_size=8, input_pipeline_s=0.1), torch.device("cpu"))
+    step = Step(Job("mlp-small", batch_size=8, input_pipeline_s=0.1), torch.device("cpu"))
     try:
         deadline = time.monotonic() + 10.0   # the producer fills the queue (bounded wait, any load)
         while step.pipeline.queue.qsize() < PIPELINE_QUEUE_DEPTH and time.monotonic() < deadline:

@@ -101,9 +101,13 @@ def test_time_limit_is_408_then_the_answer_is_cached_and_pending_limit_is_429(tm
 def test_slow_capture_does_not_hold_up_other_new_predictions(server, client):
     """Captures run side by side (gpucast.graph.mirror's SDPA routing is per thread): quick new
     jobs are answered while a slow capture is still running."""
-    # The slow job: a 32-layer model, never traced before (~2-4 s of capture here, more on a loaded
-    # machine), so that three quick captures fit well inside it whatever the machine's load.
-    t, slow = _post_in_background(server, {"workload": "llama-7b", "batch_size": 1, "seq_len": 48, "gpu": "h100"})
+    # The slow job: a narrow 400-layer Llama, never traced before (~7 s of capture here idle, more on
+    # a loaded machine: capture time grows with the op count, not the width), so that three quick
+    # captures fit well inside it whatever the machine's load (a 32-layer one, ~1.3 s, did not
+    # when another test process shared the 2 cores).
+    deep = {"model_type": "llama", "num_hidden_layers": 400, "hidden_size": 128, "intermediate_size": 256,
+            "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1000}
+    t, slow = _post_in_background(server, {"hf_config": deep, "batch_size": 1, "seq_len": 32, "gpu": "h100"})
     _wait_until(lambda: metric(client, "gpucast_predictions_in_flight") >= 1)
     quick = []
     for bs in (17, 19, 23):  # never predicted before: each is a capture of its own

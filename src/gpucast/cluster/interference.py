@@ -141,7 +141,7 @@ def evaluate(utils: dict[str, float], a: float, b: float, gpu: str = "v100-16gb"
 
 def predicted_utils(gpu: str = "v100-16gb") -> dict[str, float]:
     """gpucast's predicted solo utilization of each Gavel single-GPU job type on ``gpu``."""
-    from gpucast.cluster.traces import gavel_job_types
+    from gpucast.cluster.trace_formats import gavel_job_types
     from gpucast.cluster.truth import Profile, predict_cached
 
     return {jt: predict_cached(Profile.from_gavel(jt), gpu).util_pct for jt in gavel_job_types()}

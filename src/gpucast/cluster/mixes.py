@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from gpucast.cluster.traces import Trace, TraceError, TraceJob, solo_duration_s
+from gpucast.cluster.trace_formats import Trace, TraceError, TraceJob, load_named, solo_duration_s
 
 WINDOW = 0.04          # our choice: a candidate within 4 utilization points of the target value
 DEFAULT_CONCENTRATION = 3.0
@@ -92,6 +92,17 @@ def _beta_for_median(median: float, k: float) -> tuple[float, float]:
     return a, k - a
 
 
+def is_mix(name) -> bool:
+    """Whether a trace name is a workload mix: a packaged mix's name or a ``.yaml``/``.yml`` file."""
+    s = str(name)
+    return s in MIX_NAMES or s.lower().endswith((".yaml", ".yml"))
+
+
+def _base_trace(name: str) -> Trace:
+    """The trace a mix is drawn over (as :func:`gpucast.cluster.traces.load_trace` reads it)."""
+    return build(name) if is_mix(name) else load_named(name)
+
+
 def mix_path(name: str) -> Path:
     return Path(str(resources.files("gpucast") / "data" / "mixes" / f"{name}.yaml"))
 
@@ -117,7 +128,7 @@ def load(name_or_path) -> Mix:
 
 def parse(d, where: str = "mix") -> Mix:
     """Validate a mix given as a mapping (the YAML's content)."""
-    import gpucast
+    from gpucast.job import Job
 
     def bad(field, msg):
         raise MixError(f"{where}: {field}: {msg}")
@@ -173,7 +184,7 @@ def parse(d, where: str = "mix") -> Mix:
         for combo in combos:
             f = {key: val for key, val in zip(keys, combo) if not (isinstance(val, dict) and not val)}
             try:
-                job = gpucast.Job(**f)
+                job = Job(**f)
             except TypeError as err:
                 bad(f"workloads[{i}]", str(err).replace("__init__() ", ""))
             except Exception as err:  # noqa: BLE001 - Job's own one-line validation message
@@ -191,13 +202,12 @@ def build(mix: Mix | str, *, predictor=None, progress=None) -> Trace:
     import numpy as np
     from scipy.stats import beta as beta_dist
 
-    from gpucast.cluster.traces import load_trace
     from gpucast.cluster.truth import Profile, predict_cached
 
     if not isinstance(mix, Mix):
         mix = load(mix)
     predictor = predictor or predict_cached
-    base = load_trace(mix.trace)
+    base = _base_trace(mix.trace)
     utils = []
     for i, (items, _w) in enumerate(mix.candidates):
         f = dict(items)

@@ -27,7 +27,8 @@ in its solo step time (weak scaling, per-GPU batch fixed; communication is not m
 
 What a policy is told is an :class:`Observation` per GPU type: nothing (``told="nothing"``), the
 prediction with its intervals (``"prediction"``), the measured truth after profiling
-(``"profiled"``) or the truth (``"truth"``).
+(``"profiled"``) or the truth (``"truth"``). The value types (``Profile``, ``Estimate``,
+``Behaviour``, ``Observation``) are :mod:`gpucast.cluster.behaviour`'s, importable from here.
 
 Predictions are computed once per distinct (job fields, GPU type) in the process
 (:func:`predict_cached`), so a 100,000-job trace over 30 job types costs 30 predictions per GPU
@@ -54,178 +55,17 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from gpucast.cluster import gavel
+from gpucast.cluster.behaviour import Behaviour, Estimate, Observation, Profile
+
+__all__ = ["Truth", "Profile", "Estimate", "Behaviour", "Observation", "predict_cached", "set_environment",
+           "prediction_cache_dir", "MEASURED_FIT_FRACTION"]
 
 MEASURED_FIT_FRACTION = 0.95  # our choice: a job measured running alone uses at most 95 % of the GPU
 DEFAULT_MEASUREMENTS_DIR = Path(__file__).resolve().parents[3] / "data" / "measurements"
-
-
-@dataclass(frozen=True)
-class Profile:
-    """What distinguishes one job's behaviour from another's (not its size or arrival)."""
-
-    workload: str
-    batch_size: int
-    precision: str = "fp32"
-    job_type: str | None = None   # Gavel job type, when the job is one
-    fields: tuple = ()            # gpucast Job fields, sorted items
-
-    @classmethod
-    def from_trace_job(cls, tj) -> "Profile":
-        return cls(tj.workload, tj.batch_size, tj.precision, tj.job_type, tj.fields)
-
-    @classmethod
-    def from_gavel(cls, job_type: str) -> "Profile":
-        f = dict(gavel.job_fields(job_type))
-        f.setdefault("precision", "fp32")
-        return cls(f["model"], int(f["batch_size"]), f["precision"], job_type,
-                   tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in f.items())))
-
-    @classmethod
-    def from_zoo(cls, workload: str, batch_size: int, precision: str = "fp32") -> "Profile":
-        return cls(workload, batch_size, precision, None,
-                   tuple(sorted({"model": workload, "batch_size": batch_size, "precision": precision}.items())))
-
-    def job(self):
-        import gpucast
-
-        f = dict(self.fields) or {"model": self.workload, "batch_size": self.batch_size,
-                                  "precision": self.precision}
-        return gpucast.Job(**f)
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """gpucast's prediction of one profile on one GPU type (point values and intervals)."""
-
-    util_pct: float
-    util_interval: tuple[float, float]
-    memory_bytes: float
-    memory_interval: tuple[float, float]
-    step_time_s: float
-    step_time_interval: tuple[float, float]
-    busy_s: float = 0.0        # predicted GPU busy seconds per step
-    gaps: float = 1.0          # predicted idle periods of the GPU per step
-    mem_bound: float = 0.5     # predicted memory-bound share of kernel time
-    held_pct: float | None = None   # predicted share of the step the kernels hold the GPU (None: util_pct)
-    syncs: float | None = None      # predicted host syncs per step (None: unknown)
-
-    @property
-    def held(self) -> float:
-        """The predicted held share (percent), at most the NVML utilization."""
-        return self.util_pct if self.held_pct is None else min(self.util_pct, self.held_pct)
-
-
-@dataclass(frozen=True)
-class Behaviour:
-    """True solo behaviour of one profile on one GPU type; ``*_source`` is ``measured:...`` or
-    ``simulated`` (prediction times the error model)."""
-
-    util_pct: float
-    memory_bytes: float
-    step_time_s: float
-    util_source: str
-    memory_source: str
-    step_source: str
-    gaps: float = 1.0          # idle periods of the GPU per step (the prediction's, anchored)
-    mem_bound: float = 0.5     # memory-bound share of kernel time (predicted)
-    held_pct: float | None = None   # share of the step the kernels hold the GPU (None: util_pct)
-    syncs: float | None = None      # host syncs per step (predicted)
-
-    def timeline(self):
-        """This behaviour as the co-location model sees it (:mod:`gpucast.cluster.timeshare`): the
-        held share is what a neighbour competes for, the rest of NVML's reading is hidden idle
-        (remembered on the frozen behaviour)."""
-        tl = self.__dict__.get("_timeline")
-        if tl is not None:
-            return tl
-        from gpucast.cluster.timeshare import JobTimeline
-
-        tl = self.__dict__["_timeline"] = JobTimeline.from_util(
-            self.util_pct, self.step_time_s, self.gaps, self.mem_bound, self.held_pct, self.syncs)
-        return tl
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What a policy is told about a job on one GPU type. ``None`` means not told."""
-
-    workload: str
-    batch_size: int
-    gpus: int
-    gpu_type: str
-    source: str                                   # nothing | prediction | profiled | truth
-    util_pct: float | None = None
-    util_interval: tuple[float, float] | None = None
-    memory_bytes: float | None = None
-    memory_interval: tuple[float, float] | None = None
-    step_time_s: float | None = None
-    job_type: str | None = None
-    gaps: float = 1.0
-    mem_bound: float = 0.5
-    held_pct: float | None = None   # told share of the step the kernels hold the GPU (None: util_pct)
-    syncs: float | None = None
-
-    def timeline(self, upper: bool = False):
-        """What this observation says of the job's timeline (:mod:`gpucast.cluster.timeshare`):
-        the held share (what a neighbour competes for) and NVML's reading; ``upper``: at the upper
-        end of the utilization interval, the held share scaled alike (a cautious neighbour). A job
-        whose utilization is not told counts as saturating the GPU. Remembered on the (frozen)
-        observation: placement asks for it millions of times."""
-        memo = self.__dict__.setdefault("_timelines", {})
-        tl = memo.get(upper)
-        if tl is None:
-            tl = memo[upper] = self._timeline(upper)
-        return tl
-
-    def _timeline(self, upper: bool):
-        from gpucast.cluster.timeshare import JobTimeline
-
-        u, h = self.util_pct, self.held_pct
-        step = self.step_time_s or 0.1
-        if u is None:
-            return JobTimeline(step, step, 0.0, self.mem_bound)
-        if upper and self.util_interval is not None:
-            hi = self.util_interval[1]
-            if h is not None and u > 0:
-                h = min(hi, h * hi / u)
-            u = hi
-        return JobTimeline.from_util(u, step, self.gaps, self.mem_bound, h, self.syncs)
-
-    @classmethod
-    def from_prediction(cls, prediction, job=None) -> "Observation":
-        """What a policy told predictions learns from ``prediction`` (a
-        :class:`~gpucast.prediction.Prediction`) of ``job`` (a :class:`~gpucast.job.Job`;
-        by default the job the prediction records), on the prediction's GPU type."""
-        spec = job.to_dict() if job is not None else prediction.job
-        return cls(workload=spec["model"], batch_size=int(spec["batch_size"]), gpus=int(spec.get("gpus", 1)),
-                   gpu_type=prediction.gpu, source="prediction", util_pct=prediction.gpu_util_pct,
-                   util_interval=tuple(prediction.gpu_util_interval),
-                   memory_bytes=float(prediction.memory_peak_bytes),
-                   memory_interval=tuple(float(x) for x in prediction.memory_interval),
-                   step_time_s=prediction.step_time_s, gaps=float(max(prediction.gpu_idle_gaps, 0)),
-                   mem_bound=_mem_bound(prediction), held_pct=prediction.gpu_held_pct,
-                   syncs=float(prediction.gpu_syncs))
-
-    @property
-    def memory_upper(self) -> float | None:
-        """The upper end of the memory interval, else the point value."""
-        if self.memory_interval is not None:
-            return self.memory_interval[1]
-        return self.memory_bytes
-
-
-def _mem_bound(prediction) -> float:
-    from gpucast.cluster.timeshare import mem_bound_share
-
-    try:
-        return mem_bound_share(prediction)
-    except Exception:  # noqa: BLE001 - a GPU that is not in the catalog: the model's default
-        return 0.5
 
 
 # ----------------------------------------------------------------------------- predictions

@@ -32,6 +32,7 @@ import os
 from pathlib import Path
 
 from gpucast.job import JobError
+from gpucast.model_sources import Built, Source, register
 
 _DROP_KEYS = ("transformers_version", "_name_or_path", "_commit_hash")
 _DEFAULT_SEQ_LEN = 512
@@ -162,7 +163,6 @@ def factories(job):
     import torch
     from torch import nn
 
-    from gpucast.zoo import Built
     from gpucast.zoo.base import default_loss, first_tensor
 
     cfg = _config(job)
@@ -225,3 +225,6 @@ def factories(job):
         return default_loss(output, inputs)
 
     return Built(HFModel, input_fn, loss_fn)
+
+
+register(Source("hf", factories, resolve=resolve_config))

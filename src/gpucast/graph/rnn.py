@@ -13,7 +13,9 @@ forward FLOPs are the GEMMs over all time steps of every ``w_ih`` and ``w_hh``; 
 weight-gradient GEMM for each and an input-gradient GEMM for each except, when the input needs
 no gradient, layer 0's ``w_ih``.
 
-Modelled: FLOPs, kernels (:func:`rnn_kernels`), the reserve space (``RESERVE_PER_STEP``).
+Modelled: FLOPs, kernels (:func:`rnn_kernels`, registered with
+:func:`gpucast.graph.rules.kernels_rule`), bytes (the recurrent weights read every time step,
+registered with :func:`~gpucast.graph.rules.bytes_rule`), the reserve space (``RESERVE_PER_STEP``).
 Not modelled: packed sequences and projections (they keep the decomposed path), cuDNN's
 persistent kernels for small hidden sizes.
 """
@@ -172,8 +174,10 @@ def _recurrent_weight_bytes(args, batch_first) -> int:
     return steps * sum(weights[i + 1].numel() * weights[i + 1].element_size() for i in range(0, len(weights), stride0))
 
 
-def _register_bytes_rules() -> None:
+def _register_rules() -> None:
     from gpucast.graph import rules
+
+    rules.kernels_rule("_cudnn_rnn", "_cudnn_rnn_backward")(kernels_of_call)
 
     @rules.bytes_rule(aten._cudnn_rnn)
     def _rnn_bytes(args, kwargs, out):
@@ -186,4 +190,4 @@ def _register_bytes_rules() -> None:
         return read + 2 * _recurrent_weight_bytes(args, args[14]), written
 
 
-_register_bytes_rules()
+_register_rules()

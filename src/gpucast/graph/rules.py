@@ -11,8 +11,9 @@ rule for a custom op with the decorator.
 
 Kernels: views, allocations and metadata launch nothing; ops on host (CPU) tensors launch
 nothing on the GPU; ``_foreach_*`` ops launch ``multi_tensor_apply`` chunks
-(:func:`foreach_kernels`); a few ops launch more than one kernel (``KERNELS_PER_OP``);
-everything else launches one.
+(:func:`foreach_kernels`); a few ops launch more than one kernel (``KERNELS_PER_OP``), and
+ops whose count depends on their arguments have a rule registered with :func:`kernels_rule`
+(cuDNN's RNN calls, by :mod:`gpucast.graph.rnn`); everything else launches one.
 
 Categories name what kind of work an op is (matmul, conv, attention, norm, softmax,
 elementwise, reduction, pool, embedding, loss, copy, memory, optimizer, rnn, view, host);
@@ -172,15 +173,20 @@ BytesRule = Callable[..., tuple[int, int]]  # (args, kwargs, out) -> (read, writ
 _BYTES_RULES: dict[object, BytesRule] = {}
 
 
-def bytes_rule(*targets) -> Callable[[BytesRule], BytesRule]:
-    """Register a bytes rule for ops (OpOverloadPackets), like flop_counter's decorator."""
+def _registering(table: dict, keys: tuple) -> Callable:
+    """A decorator that enters the function it decorates in ``table`` under each of ``keys``."""
 
-    def deco(fn: BytesRule) -> BytesRule:
-        for target in targets:
-            _BYTES_RULES[target] = fn
+    def deco(fn):
+        for key in keys:
+            table[key] = fn
         return fn
 
     return deco
+
+
+def bytes_rule(*targets) -> Callable[[BytesRule], BytesRule]:
+    """Register a bytes rule for ops (OpOverloadPackets), like flop_counter's decorator."""
+    return _registering(_BYTES_RULES, targets)
 
 
 def _tensors(obj) -> list[torch.Tensor]:
@@ -287,6 +293,15 @@ def bytes_moved(func, args, kwargs, out) -> tuple[int, int]:
     return int(read), int(written)
 
 
+KernelsRule = Callable[[str, tuple], int]  # (op name, args) -> kernel launches
+_KERNELS_RULES: dict[str, KernelsRule] = {}
+
+
+def kernels_rule(*names: str) -> Callable[[KernelsRule], KernelsRule]:
+    """Register a kernel-count rule for ops by name (``"_cudnn_rnn"``), like :func:`bytes_rule`."""
+    return _registering(_KERNELS_RULES, names)
+
+
 # Foreach reductions write one value per tensor, not a tensor list.
 _FOREACH_REDUCTIONS = frozenset({"_foreach_norm", "_foreach_max"})
 
@@ -302,10 +317,9 @@ def kernels(func, cat: str, args, on_host: bool) -> int:
         # An out-of-place op writes a new list, which multi_tensor_apply also walks.
         out_list = not name.endswith("_") and name not in _FOREACH_REDUCTIONS
         return foreach_kernels(lists, depth=len(lists) + out_list, scalar_list=scalars)
-    if name in ("_cudnn_rnn", "_cudnn_rnn_backward"):
-        from gpucast.graph.rnn import kernels_of_call
-
-        return kernels_of_call(name, args)
+    rule = _KERNELS_RULES.get(name)
+    if rule is not None:
+        return rule(name, args)
     if name == "convolution_backward":
         mask = args[-1] if isinstance(args[-1], (list, tuple)) else (True, True, True)
         return max(1, sum(bool(m) for m in mask))

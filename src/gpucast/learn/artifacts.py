@@ -28,7 +28,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from gpucast import __version__
+from gpucast.version import __version__
 from gpucast.estimate.environment import PER_GPU, Environment
 
 FORMAT = 1

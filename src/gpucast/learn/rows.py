@@ -29,7 +29,7 @@ Readers for other shapes of the same facts go through the same validation (:func
 
 * gpucast's own dataset (``gpucast profile``: a Parquet file or folder with ``job_json``,
   ``gpu_name``, ``status``...): its ``ok`` solo runs;
-* ``../shared/data``'s sets (:mod:`gpucast.learn.shared_sets`): GPUMemNet's ``runs.csv`` and
+* ``../shared/data``'s sets (:mod:`gpucast.learn.shared_records`): GPUMemNet's ``runs.csv`` and
   Gavel's ``simulation_throughputs.json``, recognised by their columns and name.
 
 A malformed row is a :class:`RowsError` naming the file, the row (1-based, data rows) and the
@@ -85,10 +85,10 @@ def read_file(path: str | Path) -> list[MeasuredRow]:
     path = Path(path)
     if not path.exists():
         raise RowsError(f"{path}: no such file")
-    from gpucast.learn import shared_sets
+    from gpucast.learn import shared_records
 
     if path.name == "simulation_throughputs.json":
-        return from_records(shared_sets.gavel_records(path), str(path))
+        return from_records(shared_records.gavel_records(path), str(path))
     if path.is_dir() or path.suffix.lower() == ".parquet":
         records = _read_parquet(path)
         if records and "job_json" in records[0]:
@@ -98,7 +98,7 @@ def read_file(path: str | Path) -> list[MeasuredRow]:
     if suffix == ".csv":
         records = _read_csv(path)
         if records and "linear_widths" in records[0]:
-            return from_records(shared_sets.mlp_records_of(records), str(path))
+            return from_records(shared_records.mlp_records_of(records), str(path))
         return from_records(records, str(path))
     if suffix in (".jsonl", ".ndjson"):
         return from_records(_read_jsonl(path), str(path))

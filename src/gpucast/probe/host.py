@@ -94,7 +94,7 @@ class HostProbe:
 
     def document(self, label: str | None = None) -> dict:
         """An environment file (format 1, over the default constants) with this probe's provenance."""
-        from gpucast import __version__
+        from gpucast.version import __version__
         from gpucast.learn.artifacts import FORMAT
 
         return {

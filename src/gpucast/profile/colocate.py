@@ -1,7 +1,7 @@
 """Two or three jobs on one GPU at once: each one's step time against its solo step time.
 
 ``run_group(specs, solo_step_times, timeout_s)`` starts one worker process per spec
-(:class:`gpucast.profile.worker.Child`) on the same device, and returns one ``colocated`` row
+(:class:`gpucast.profile.isolated.Child`) on the same device, and returns one ``colocated`` row
 per spec: the worker's own measurement plus ``group_id``, ``slot``, ``partners`` (JSON list
 of the other members' job keys), ``solo_step_time_s`` (from ``solo_step_times`` by job key,
 ``None`` if unknown), ``slowdown = step_time_mean_s / solo_step_time_s``, and the shared GPU's
@@ -41,50 +41,15 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
+from gpucast.profile.faults import failure_row
+from gpucast.profile.isolated import Child
+from gpucast.profile.sampler import Sampler, summarize
+from gpucast.profile.spec import RunSpec
+from gpucast.profile.sync import WorkerSync, touch, write_json  # noqa: F401  (WorkerSync: re-exported)
+
 __all__ = ["run_group", "WorkerSync", "MIN_GROUP", "MAX_GROUP"]
 
 MIN_GROUP, MAX_GROUP = 2, 3
-
-
-def _touch(path: Path) -> None:
-    path.touch()
-
-
-def _write_json(path: Path, data) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-class WorkerSync:
-    """The worker's side of the rendezvous (used by :func:`gpucast.profile.runner.run_job`)."""
-
-    def __init__(self, sync_dir: str | os.PathLike, slot: int):
-        self.dir = Path(sync_dir)
-        self.slot = slot
-        self._window: tuple[float, float] | None = None
-
-    def ready(self) -> None:
-        _touch(self.dir / f"ready.{self.slot}")
-
-    def warm(self) -> None:
-        _touch(self.dir / f"warm.{self.slot}")
-
-    def window(self) -> tuple[float, float] | None:
-        """The common window ``(t0, t1)`` once the parent has announced it, else None."""
-        if self._window is None:
-            try:
-                t0, t1 = json.loads((self.dir / "window.json").read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                return None
-            self._window = (float(t0), float(t1))
-        return self._window
-
-    def done(self, t0: float, t1: float) -> None:
-        _write_json(self.dir / f"done.{self.slot}", [t0, t1])
-
-    def released(self) -> bool:
-        return (self.dir / "release").exists()
 
 
 def _row_update(row: dict, **values) -> dict:
@@ -103,10 +68,6 @@ def run_group(specs: list, solo_step_times: dict[str, float] | None = None, time
     rendezvous files go (kept; default a temporary directory, removed). ``env``: extra variables
     for the workers. Never raises for a member's failure.
     """
-    from gpucast.profile.runner import RunSpec
-    from gpucast.profile.sampler import Sampler, summarize
-    from gpucast.profile.worker import Child, failure_row
-
     specs = list(specs)
     if not MIN_GROUP <= len(specs) <= MAX_GROUP:
         raise ValueError(f"a co-located group has {MIN_GROUP} or {MAX_GROUP} jobs, got {len(specs)}")
@@ -135,11 +96,10 @@ def run_group(specs: list, solo_step_times: dict[str, float] | None = None, time
     own_backend = False
     device = specs[0].device
     if backend is None and device.startswith("cuda"):
-        from gpucast.profile.nvml import open_backend
-        from gpucast.profile.runner import _nvml_index
+        from gpucast.profile.nvml import nvml_index, open_backend
 
         index = int(device.split(":")[1]) if ":" in device else 0
-        backend = open_backend(_nvml_index(index))
+        backend = open_backend(nvml_index(index))
         own_backend = True
     sampler = Sampler(backend, rate_hz=max(s.sampler_hz for s in specs), clock=time.time) if backend else None
     children: list = []
@@ -168,13 +128,13 @@ def run_group(specs: list, solo_step_times: dict[str, float] | None = None, time
                 time.sleep(0.005)
 
         if wait_for("ready"):
-            _touch(sync / "go")
+            touch(sync / "go")
             if wait_for("warm"):
                 t0 = time.time() + settle_s
                 window = (t0, t0 + window_s)
-                _write_json(sync / "window.json", list(window))
+                write_json(sync / "window.json", list(window))
                 wait_for("done")
-        _touch(sync / "release")  # also frees workers still holding when the parent gives up
+        touch(sync / "release")  # also frees workers still holding when the parent gives up
         for c in children:
             if isinstance(c, BaseException):
                 continue

@@ -22,7 +22,8 @@ What is read, and what it means:
 
 Not modelled: MIG instances (utilization is not reported per MIG instance; on a MIG device
 ``utilization_gpu`` raises), NVML field values, ECC, throttle reasons, PCIe and NVLink counters.
-Device ``index`` is NVML's own numbering, which ignores ``CUDA_VISIBLE_DEVICES``: the caller maps.
+Device ``index`` is NVML's own numbering, which ignores ``CUDA_VISIBLE_DEVICES``: the caller maps
+(:func:`nvml_index`).
 
 Errors: anything that prevents opening the device (no library, no driver, no device, bad index)
 raises :class:`GpuUnavailable` with one line. After opening, the optional readings (SM clock,
@@ -33,9 +34,13 @@ power, process list) degrade to ``None`` / ``0`` when NVML refuses them; the req
 
 from __future__ import annotations
 
+import os
 from typing import Iterable, Protocol, runtime_checkable
 
-__all__ = ["GpuUnavailable", "NvmlBackend", "PynvmlBackend", "open_backend"]
+__all__ = ["GpuUnavailable", "NvmlBackend", "PynvmlBackend", "open_backend", "nvml_index", "ScriptedNvml",
+           "FAKE_NVML_ENV"]
+
+FAKE_NVML_ENV = "GPUCAST_PROFILE_FAKE_NVML"
 
 
 class GpuUnavailable(RuntimeError):
@@ -203,3 +208,56 @@ class PynvmlBackend:
 def open_backend(index: int = 0) -> NvmlBackend:
     """The real backend for NVML device ``index``; raises :class:`GpuUnavailable` (one line)."""
     return PynvmlBackend(index)
+
+
+def nvml_index(torch_index: int) -> int:
+    """NVML numbers devices ignoring ``CUDA_VISIBLE_DEVICES``; map torch's index through it.
+    (UUID or MIG entries are not mapped: the torch index is used.)"""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if visible:
+        entries = [e.strip() for e in visible.split(",")]
+        if torch_index < len(entries) and entries[torch_index].isdigit():
+            return int(entries[torch_index])
+    return torch_index
+
+
+class ScriptedNvml:
+    """A deterministic :class:`NvmlBackend` for no-GPU tests: a device named "gpucast fake GPU" (it maps
+    to no catalog GPU) that a worker samples in place of the real one when ``GPUCAST_PROFILE_FAKE_NVML=1``
+    (``FAKE_NVML_ENV``), so that a CPU run exercises the sampler.
+
+    Utilization cycles 30, 60, 90 %; memory used grows 1 MiB a reading from 1 GiB; the
+    process holds 512 MiB; 1500 MHz; 100 W. Not a measurement of anything."""
+
+    UTIL = (30, 60, 90)
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def device_name(self) -> str:
+        return "gpucast fake GPU"
+
+    def memory_total(self) -> int:
+        return 16 << 30
+
+    def driver_version(self) -> str:
+        return "0.0-fake"
+
+    def utilization_gpu(self) -> int:
+        self.reads += 1
+        return self.UTIL[self.reads % len(self.UTIL)]
+
+    def memory_used(self) -> int:
+        return (1 << 30) + (min(self.reads, 1024) << 20)
+
+    def process_memory(self, pids) -> int:
+        return 512 << 20 if tuple(pids) else 0
+
+    def sm_clock_mhz(self) -> int:
+        return 1500
+
+    def power_w(self) -> float:
+        return 100.0
+
+    def close(self) -> None:
+        pass

@@ -1,7 +1,7 @@
 """The HTTP service: ``create_app(settings) -> FastAPI``, a thin shell over ``gpucast.api``.
 
 Routes: ``POST /v1/predict`` (a job spec as JSON), ``POST /v1/predict/onnx`` (an uploaded ONNX
-file and form fields), ``POST /v1/place`` (the simulator's placement rule on a live cluster's
+file and form fields), ``POST /v1/advise`` (cost-benefit advice, :mod:`gpucast.service.advise`), ``POST /v1/place`` (the simulator's placement rule on a live cluster's
 state), ``POST /v1/admission/mutate`` (the Kubernetes/HAMi webhook of
 ``gpucast.integrations.kubernetes``, mounted when that module is importable), ``GET /v1/gpus``,
 ``GET /v1/zoo``, ``GET /healthz``, ``GET /metrics`` (Prometheus), and the OpenAPI schema at
@@ -26,9 +26,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from gpucast import __version__
+from gpucast.version import __version__
 from gpucast.job import JobError
 from gpucast.service import schemas
+from gpucast.service.advise import Advisor
 from gpucast.service.cache import Predictor, ServiceError
 from gpucast.service.fastpath import SCOPE_KEY, CachedAnswers
 from gpucast.service.jobs import gpu_names, job_from_spec, refuse_code
@@ -74,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     metrics = Metrics()
     predictor = Predictor(settings, metrics)
+    advisor = Advisor(settings, metrics)
     static: dict[str, bytes] = {}
 
     @asynccontextmanager
@@ -81,6 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.loop = asyncio.get_running_loop()
         yield
         predictor.close()
+        advisor.close()
 
     app = FastAPI(title="gpucast", version=__version__, lifespan=lifespan,
                   description="Predicts a deep-learning job's GPU utilization, peak memory and step time from its "
@@ -155,6 +158,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                       mode=mode, optimizer=optimizer, input_pipeline_s=input_pipeline_s, gpus=gpus, **surroundings)
         job = await anyio.to_thread.run_sync(lambda: Job.from_onnx(path, **fields))
         return await answer(job, names, len(gpu) > 1)
+
+    @app.post("/v1/advise", response_model=None, tags=["advise"],
+              responses={200: {"description": "The advice: every option tried, the Pareto front (indices), the "
+                                              "recommended option and its message (gpucast.advisor.Advice)."},
+                         **_errors(408, 413, 422, 429)})
+    async def advise(req: schemas.AdviseRequest) -> Response:
+        """Which GPU type, how many, what batch size and precision, and whether to share: time and cost per epoch."""
+        return Response(await advisor.answer(req.model_dump()), media_type=JSON)
 
     @app.post("/v1/place", response_model=schemas.PlaceResponse, tags=["place"], responses=_errors(408, 413, 422, 429))
     async def place(req: schemas.PlaceRequest):

@@ -100,6 +100,45 @@ class PredictRequest(JobSpec):
     gpu: Union[str, list[str]] = GpuField
 
 
+class PriceEntry(BaseModel):
+    """One price (gpucast.advisor.prices): a catalog GPU's USD per GPU-hour and where it comes from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: str
+    usd_per_gpu_hour: Union[StrictFloat, StrictInt]
+    provider: Optional[str] = None
+    offer: Optional[str] = None
+    as_of: Optional[str] = None
+    source: Optional[str] = None
+
+
+class AdviseRequest(JobSpec):
+    """A job and what to search: GPU types, counts, batches, precisions, shares; prices; constraints."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"workload": "resnet50", "batch_size": 64, "epochs": 90, "deadline_s": 86400},
+                     {"workload": "bert-base", "batch_size": 32, "gpu": ["t4", "a100-80gb"], "samples_per_epoch": 100000,
+                      "prices": [{"gpu": "t4", "usd_per_gpu_hour": 0.11, "provider": "gcp", "offer": "spot"},
+                                 {"gpu": "a100-80gb", "usd_per_gpu_hour": 1.2, "provider": "on-prem"}]}]})
+
+    gpu: Optional[Union[str, list[str]]] = Field(None, description="GPU types to consider (catalog names); default: "
+                                                                   "every catalog GPU the prices price.")
+    counts: Optional[list[StrictInt]] = Field(None, description="Data-parallel GPU counts (default 1, 2, 4, 8).")
+    max_gpus: StrictInt = 8
+    batches: Optional[list[StrictInt]] = Field(None, description="Per-GPU batch sizes (default: the job's, 2x, 4x, 8x).")
+    keep_global_batch: bool = False
+    precisions: Optional[list[Precision]] = None
+    share: bool = Field(True, description="Also offer a share of one GPU to small jobs.")
+    prices: Optional[Union[str, list[PriceEntry]]] = Field(
+        None, description="A packaged price table's name (cloud-2024, gavel-2020) or the prices themselves.")
+    provider: Optional[str] = None
+    samples_per_epoch: Optional[StrictInt] = None
+    epochs: Union[StrictFloat, StrictInt] = 1.0
+    deadline_s: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="Seconds for the whole run.")
+    budget_usd: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="USD for the whole run.")
+
+
 class Prediction(BaseModel):
     """The fields of :class:`gpucast.prediction.Prediction`."""
 

@@ -2,15 +2,15 @@
 
 ``get(name)`` returns a :class:`~gpucast.zoo.base.Workload`; ``workloads()`` lists them all.
 Family modules import torch/torchvision/transformers only inside their builders, so listing
-the zoo is cheap.
+the zoo is cheap. The zoo registers itself as the ``zoo`` model source
+(:mod:`gpucast.model_sources`); ``factories`` and ``Built`` are that module's, importable here.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import Any, Callable
 
+from gpucast.model_sources import Built, Source, factories, register as _register_source
 from gpucast.zoo.base import FAMILIES, SOURCES, Workload, WorkloadSpec, default_loss, first_tensor
 
 _FAMILY_MODULES = ("vision", "rnn", "transformers_lm", "gan", "recsys", "pointnet", "rl", "mlp")
@@ -67,32 +67,20 @@ def get(name: str) -> Workload:
         raise KeyError(f"unknown zoo workload {name!r}{hint}") from None
 
 
-@dataclass
-class Built:
-    """What gpucast calls to build a job: ``model_fn()``, ``input_fn(batch_size)``, ``loss_fn(out, inputs)``."""
-
-    model_fn: Callable[[], Any]
-    input_fn: Callable[[int], tuple]
-    loss_fn: Callable[[Any, tuple], Any]
-
-
-def factories(job) -> Built:
-    """The model, input and loss factories of a job (a zoo name, an ONNX file, a Hugging Face
-    config or a user module), with the
-    job's shape overrides applied. The callers choose the device (meta to trace, cuda to run)."""
-    if job.is_module:
-        return Built(job.model_fn, job.input_fn, job.loss_fn or default_loss)
-    if job.is_onnx:
-        from gpucast.graph.onnx import factories as onnx_factories
-
-        return onnx_factories(job)
-    if job.is_hf:
-        from gpucast.graph.hf import factories as hf_factories
-
-        return hf_factories(job)
+def _factories(job) -> Built:
+    """A zoo job's factories, with the job's shape overrides applied."""
     w = get(job.model)
     spec = w.resolve(job.input_shape, job.seq_len)
     return Built(lambda: w.model_fn(spec), lambda b: w.input_fn(spec, b), w.loss_fn or default_loss)
+
+
+def _module_factories(job) -> Built:
+    """A module job's own factories, with the zoo's default loss when it gives none."""
+    return Built(job.model_fn, job.input_fn, job.loss_fn or default_loss)
+
+
+_register_source(Source("zoo", _factories, check=get))
+_register_source(Source("module", _module_factories))
 
 
 __all__ = ["Built", "factories", "FAMILIES", "SOURCES", "Workload", "WorkloadSpec", "default_loss", "first_tensor",

@@ -27,7 +27,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from gpucast.cluster import timeshare
-from gpucast.cluster.truth import Observation
+from gpucast.cluster.behaviour import Observation
 
 
 @dataclass(frozen=True)

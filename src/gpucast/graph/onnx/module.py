@@ -28,7 +28,7 @@ import math
 import torch
 from torch import nn
 
-from gpucast.graph.onnx import ops_nn, ops_tensor  # noqa: F401  (registers the op table)
+from gpucast.graph.onnx import ops_nn, ops_shape, ops_tensor  # noqa: F401  (registers the op table)
 from torch.utils._python_dispatch import _disable_current_modes
 
 from gpucast.graph.onnx.base import DTYPES, HOST_CONST_ELEMS, Ctx, NeedsValue, is_host, lookup

@@ -1,0 +1,120 @@
+"""Cost-benefit advice: which GPU type, how many, what batch size and precision, and whether to share.
+
+``advise(job, ...)`` searches GPU types, data-parallel counts, batch sizes, precisions and GPU
+shares (:mod:`gpucast.advisor.search`), prices every option from a price table
+(:mod:`gpucast.advisor.prices`), turns each prediction into time and money per epoch and per run
+with ranges from the step-time interval (:mod:`gpucast.advisor.options`), and picks the Pareto front
+of time against cost and a recommendation under a deadline and/or a budget
+(:mod:`gpucast.advisor.front`). It is a consumer of ``gpucast.api.explain`` like the simulator:
+no number here is re-derived.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from gpucast.advisor.front import pareto, recommend
+from gpucast.advisor.options import FITS, NO, RISKY, Option
+from gpucast.advisor.prices import DEFAULT_PRICES, Price, PriceError, PriceTable
+from gpucast.advisor.prices import load as load_prices
+from gpucast.advisor.search import AdviseError, plan as _plan, evaluate as _evaluate
+
+__all__ = ["Advice", "AdviseError", "Option", "Price", "PriceError", "PriceTable", "advise", "load_prices",
+           "FITS", "RISKY", "NO", "DEFAULT_PRICES"]
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The options tried (by cost per epoch), the front (indices into ``options``), the recommendation."""
+
+    job: dict
+    samples_per_epoch: float
+    epochs: float
+    deadline_s: float | None
+    budget_usd: float | None
+    prices: PriceTable
+    options: tuple[Option, ...]
+    front: tuple[int, ...]
+    recommended: int | None
+    message: str
+    model_version: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def best(self) -> Option | None:
+        return self.options[self.recommended] if self.recommended is not None else None
+
+    @property
+    def front_options(self) -> list[Option]:
+        return [self.options[i] for i in self.front]
+
+    def to_dict(self) -> dict:
+        return {"job": self.job, "samples_per_epoch": self.samples_per_epoch, "epochs": self.epochs,
+                "deadline_s": self.deadline_s, "budget_usd": self.budget_usd,
+                "prices": {"name": self.prices.name, "origin": self.prices.origin, "currency": self.prices.currency},
+                "options": [dict(o.to_dict(), on_front=i in self.front) for i, o in enumerate(self.options)],
+                "front": list(self.front), "recommended": self.recommended,
+                "recommended_id": self.best.id if self.best is not None else None,
+                "message": self.message, "model_version": self.model_version, "notes": list(self.notes)}
+
+
+def _positive(name: str, v, unit: str) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v != v or v == float("inf"):
+        raise AdviseError(f"{name} must be a positive number of {unit}, got {v!r}")
+    return float(v)
+
+
+def advise(job, gpus: Sequence | None = None, *, counts: Sequence[int] | None = None,
+           batches: Sequence[int] | None = None, precisions: Sequence[str] | None = None,
+           keep_global_batch: bool = False, share: bool = True, max_gpus: int = 8,
+           prices: PriceTable | str | None = None, provider: str | None = None,
+           samples_per_epoch: int | None = None, epochs: float = 1.0,
+           deadline_s: float | None = None, budget_usd: float | None = None,
+           config=None, env=None, progress: Callable[[int, int], None] | None = None) -> Advice:
+    """Advise on where and how to run ``job`` (a :class:`~gpucast.job.Job`, zoo name or dict).
+
+    ``gpus``: GPU names or specs to consider (default: every priced catalog GPU); ``counts``: data-
+    parallel GPU counts (default 1, 2, 4, 8 up to ``max_gpus``); ``batches``: per-GPU batch sizes
+    (default: the job's and 2x/4x/8x; with ``keep_global_batch`` micro-batches of the job's global
+    batch, with accumulation); ``precisions`` (default: fp32, amp-fp16, amp-bf16 and the job's,
+    each where the GPU runs it); ``share``: also offer a fraction of one GPU to small jobs;
+    ``prices``: a :class:`PriceTable`, a packaged name or a file (default ``cloud-2024``);
+    ``provider``: only that provider's offers; ``samples_per_epoch`` (default: the workload's dataset
+    size); ``epochs`` per run; ``deadline_s`` and ``budget_usd`` for the whole run."""
+    from gpucast.api import _as_job, model_version
+
+    job = _as_job(job)
+    if job.is_module and job.model_fn is None:
+        raise AdviseError("a module job needs its factories (Job.from_module)")
+    epochs = _positive("epochs", epochs, "epochs")
+    deadline_s = _positive("deadline", deadline_s, "seconds")
+    budget_usd = _positive("budget", budget_usd, "USD")
+    if samples_per_epoch is not None and (isinstance(samples_per_epoch, bool) or not isinstance(samples_per_epoch, int)
+                                          or samples_per_epoch < 1):
+        raise AdviseError(f"samples per epoch must be a positive integer, got {samples_per_epoch!r}")
+    known = [g.name for g in gpus if not isinstance(g, str)] if gpus else []
+    if gpus:
+        from gpucast.hardware import get_gpu
+
+        known = [get_gpu(g).name for g in gpus]
+    table = prices if isinstance(prices, PriceTable) else load_prices(prices, known)
+    p = _plan(job, table, gpus, counts, batches, precisions, keep_global_batch, share, max_gpus, provider)
+    options, samples, notes = _evaluate(job, p, table, samples_per_epoch, epochs, config, env, provider, progress)
+    order = sorted(range(len(options)), key=lambda i: (options[i].memory_fit == NO, options[i].cost_per_epoch,
+                                                       options[i].epoch_s))
+    options = [options[i] for i in order]
+    front = pareto(options)
+    best, message = recommend(options, deadline_s, budget_usd)
+    if keep_global_batch:
+        notes.append(f"global batch kept at {p.global_batch}: accumulation steps cost a whole step each "
+                     f"(optimizer included: an upper bound)")
+    else:
+        notes.append("batch sizes other than the job's change the global batch: convergence per epoch may differ "
+                     "(not modelled)")
+    return Advice(job=job.to_dict(), samples_per_epoch=samples, epochs=epochs, deadline_s=deadline_s,
+                  budget_usd=budget_usd, prices=table, options=tuple(options), front=tuple(front),
+                  recommended=best, message=message, model_version=model_version(env),
+                  notes=tuple(p.notes) + tuple(notes))

@@ -1,0 +1,189 @@
+"""``gpucast advise JOB``: which GPU, how many, what batch and precision, whether to share, and at what cost.
+
+A thin shell over :func:`gpucast.advisor.advise` like ``cli.py`` (which calls ``register(app,
+cli_module)`` at its end): the job is given as to ``predict``; the search, the prices, the
+constraints and the output are flags. Prints the Pareto front (``--all``: every option) with the
+recommendation, ``--json`` for tools, ``--report FILE.html`` for a plot of the front. Bad input
+(a duration, a list, a price file, an unknown GPU, an impossible request) is one ``error:`` line
+and exit 2; the report is checked writable before any work and written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|min|s)?", re.I)
+_UNIT_S = {"d": 86400, "h": 3600, "m": 60, "min": 60, "s": 1, None: 1}
+
+
+def parse_duration(text: str) -> float:
+    """``90m``, ``12h``, ``1h30m``, ``2d``, ``3600`` (seconds) -> seconds."""
+    s = text.strip().lower().replace(" ", "")
+    pos, total = 0, 0.0
+    while pos < len(s):
+        m = _DURATION.match(s, pos)
+        if not m or m.end() == pos:
+            raise ValueError(f"--deadline {text!r}: give a duration like 90m, 12h, 1h30m, 2d or seconds")
+        total += float(m.group(1)) * _UNIT_S[m.group(2)]
+        pos = m.end()
+    if not s or total <= 0:
+        raise ValueError(f"--deadline {text!r}: give a positive duration like 90m, 12h, 1h30m, 2d or seconds")
+    return total
+
+
+def parse_money(text: str) -> float:
+    try:
+        v = float(text.strip().lstrip("$").replace(",", ""))
+    except ValueError:
+        raise ValueError(f"--budget {text!r}: give an amount in USD, e.g. 500 or $1,200") from None
+    if not v > 0 or v == float("inf"):
+        raise ValueError(f"--budget {text!r}: give a positive amount in USD")
+    return v
+
+
+def parse_list(text: Optional[str], flag: str, kind=int) -> Optional[list]:
+    """``1,2,4`` -> [1, 2, 4]; None stays None."""
+    if text is None:
+        return None
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise ValueError(f"{flag} {text!r}: give a comma-separated list")
+    try:
+        return [kind(t) for t in items]
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: give a comma-separated list of {kind.__name__}s") from None
+
+
+def shown(advice) -> list[int]:
+    """The front, and the recommended option where it is not on it (a safe pick off a risky front),
+    by time per epoch."""
+    rows = set(advice.front) | ({advice.recommended} if advice.recommended is not None else set())
+    return sorted(rows, key=lambda i: advice.options[i].epoch_s)
+
+
+def table(advice, show_all: bool = False):
+    from rich.table import Table
+
+    from gpucast.advisor.units import duration, duration_range, usd
+
+    t = Table(title=f"gpucast advise: {advice.job.get('model')} ({advice.samples_per_epoch:,.0f} samples/epoch, "
+                    f"{advice.epochs:g} epochs)")
+    for col in ("", "gpu", "n", "batch", "precision", "share", "step ms", "samples/s", "epoch", "range",
+                "$/epoch", "range", "$/run", "util %", "GiB/GPU", "memory"):
+        t.add_column(col, justify="left" if col in ("", "gpu", "precision", "memory") else "right")
+    rows = range(len(advice.options)) if show_all else shown(advice)
+    for i in rows:
+        o = advice.options[i]
+        mark = "*" if i == advice.recommended else ("front" if show_all and i in advice.front else "")
+        batch = f"{o.batch_size}" + (f" x{o.accumulation}" if o.accumulation > 1 else "")
+        t.add_row(mark, o.gpu, str(o.gpus), batch, o.precision, f"{o.share:g}" if o.share < 1 else "",
+                  f"{o.step_time_s * 1e3:.1f}", f"{o.samples_per_s:,.0f}", duration(o.epoch_s),
+                  duration_range(*o.epoch_interval_s), usd(o.cost_per_epoch),
+                  f"{usd(o.cost_per_epoch_interval[0])}-{usd(o.cost_per_epoch_interval[1])}", usd(o.cost_per_run), f"{o.util_pct:.0f}",
+                  f"{o.memory_bytes / 2**30:.1f}", o.memory_fit)
+    return t
+
+
+def register(app: typer.Typer, cli) -> None:
+    """Add ``advise`` to ``app``; ``cli`` is the module of ``app``."""
+
+    @app.command("advise")
+    def advise_cmd(model: Optional[str] = cli._MODEL, job: Optional[Path] = cli._JOB,
+                   batch_size: Optional[int] = cli._BS, seq_len: Optional[int] = cli._SEQ,
+                   input_shape: Optional[str] = cli._SHAPE, precision: Optional[str] = cli._PREC,
+                   mode: Optional[str] = cli._MODE, optimizer: Optional[str] = cli._OPT,
+                   input_pipeline_ms: Optional[float] = cli._PIPE, gpus: Optional[int] = cli._NGPU,
+                   hf_config: Optional[str] = cli._HF, module: Optional[str] = cli._MOD,
+                   input_fn: Optional[str] = cli._INFN, loss: Optional[str] = cli._LOSS,
+                   input_dtype: Optional[str] = cli._INDT, data: Optional[str] = cli._DATA,
+                   set_: Optional[List[str]] = cli._SET, dataset: Optional[str] = cli._DATASET,
+                   collate: Optional[str] = cli._COLLATE, environment: Optional[str] = cli._RLENV,
+                   gpu: List[str] = typer.Option([], "--gpu", "-g", help="GPU types to consider (names or spec files; "
+                                                                        "repeatable or comma-separated; default: "
+                                                                        "every priced catalog GPU)."),
+                   counts: Optional[str] = typer.Option(None, "--counts", help="Data-parallel GPU counts to try, e.g. "
+                                                                              "1,2,4,8 (default: 1,2,4,8)."),
+                   max_gpus: int = typer.Option(8, "--max-gpus", help="At most this many GPUs (one node: <= 8)."),
+                   batches: Optional[str] = typer.Option(None, "--batches", help="Per-GPU batch sizes to try, e.g. "
+                                                                                "64,128,256 (default: the job's "
+                                                                                "and 2x, 4x, 8x)."),
+                   keep_global_batch: bool = typer.Option(False, "--keep-global-batch",
+                                                          help="Keep the job's global batch (batch x --gpus): "
+                                                               "smaller micro-batches with gradient accumulation."),
+                   precisions: Optional[str] = typer.Option(None, "--precisions", help="Precisions to try, e.g. "
+                                                                                      "fp32,amp-bf16 (default: "
+                                                                                      "fp32, amp-fp16, amp-bf16 "
+                                                                                      "where the GPU runs them)."),
+                   share: bool = typer.Option(True, "--share/--no-share", help="Also offer a share of one GPU "
+                                                                              "(MPS/MIG/HAMi/Ray) to small jobs."),
+                   prices: Optional[str] = typer.Option(None, "--prices", help="Price table: a packaged name "
+                                                                              "(cloud-2024, gavel-2020) or a "
+                                                                              "YAML file of your own."),
+                   provider: Optional[str] = typer.Option(None, "--provider", help="Only this provider's offers "
+                                                                                  "(aws, gcp, azure, ...)."),
+                   samples_per_epoch: Optional[int] = typer.Option(None, "--samples-per-epoch",
+                                                                   help="Samples per epoch (default: the "
+                                                                        "workload's dataset size)."),
+                   epochs: float = typer.Option(1.0, "--epochs", help="Epochs per run (cost per run)."),
+                   deadline: Optional[str] = typer.Option(None, "--deadline", help="The run must finish within "
+                                                                                  "this long: 90m, 12h, 2d."),
+                   budget: Optional[str] = typer.Option(None, "--budget", help="The run must cost at most this "
+                                                                              "(USD)."),
+                   show_all: bool = typer.Option(False, "--all", help="List every option, not only the front."),
+                   report: Optional[Path] = typer.Option(None, "--report", help="Write the plot of the front here: an "
+                                                                               "HTML page (offline) or, for "
+                                                                               "FILE.svg, a static image."),
+                   as_json: bool = cli._JSON, constants: Optional[Path] = cli._CFG,
+                   env_file: Optional[Path] = cli._ENV) -> None:
+        """Which GPU type, how many, what batch size and precision, and whether to share: time and cost per epoch."""
+        from gpucast.advisor import advise
+
+        def setup():
+            if report is not None:
+                from gpucast.cli_sim import check_writable
+
+                check_writable(report, "--report")
+            j = cli._build_job(model, job, batch_size, seq_len, input_shape, precision, mode, optimizer,
+                               input_pipeline_ms, gpus, hf_config, module, input_fn, loss, input_dtype)
+            j = cli._with_surroundings(j, data, set_, dataset, collate, environment)
+            cfg, env = cli._config(constants, env_file)
+            names = [g.strip() for item in gpu for g in item.split(",") if g.strip()]
+            return dict(job=j, gpus=names or None, counts=parse_list(counts, "--counts"),
+                        batches=parse_list(batches, "--batches"),
+                        precisions=parse_list(precisions, "--precisions", str),
+                        deadline_s=parse_duration(deadline) if deadline is not None else None,
+                        budget_usd=parse_money(budget) if budget is not None else None, config=cfg, env=env)
+
+        kw = cli._run(setup)
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("advising"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=cli.err, transient=True) as bar:
+            task = bar.add_task("options", total=None)
+            result = cli._run(lambda: advise(
+                kw.pop("job"), kw.pop("gpus"), keep_global_batch=keep_global_batch, share=share, max_gpus=max_gpus,
+                prices=prices, provider=provider, samples_per_epoch=samples_per_epoch, epochs=epochs,
+                progress=lambda done, total: bar.update(task, completed=done, total=total), **kw))
+        if report is not None:
+            from gpucast.advisor.report import write_report
+
+            write_report(report, result)
+        if as_json:
+            print(json.dumps(result.to_dict(), indent=2))
+        else:
+            cli.console.print(table(result, show_all))
+            cli.console.print(result.message, highlight=False)
+            p = result.prices
+            cli.console.print(f"prices: {p.name} ({p.origin}; {p.currency} per GPU-hour"
+                              + ("; packaged examples of list prices that go stale: --prices FILE for yours"
+                                 if p.origin == "packaged" else "") + f"); model: {result.model_version}",
+                              highlight=False)
+            for n in result.notes:
+                cli.console.print(f"[yellow]note:[/] {n}", highlight=False)
+        if report is not None:
+            cli.err.print(f"wrote {report}")

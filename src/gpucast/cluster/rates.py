@@ -1,0 +1,169 @@
+"""How fast each running job advances and what NVML reads of each GPU, in the cluster simulator.
+
+:class:`GpuRates` is mixed into :class:`gpucast.cluster.engine.Simulator` (the event loop,
+scheduling, out-of-memory and profiling are there) and works on its state: ``on`` (the jobs on
+each GPU, in placement order), ``gtype``, ``contrib``/``total`` (each GPU's utilization and their
+sum), ``held``/``nheld``, the timelines, the event heap. When the set of jobs on a GPU changes,
+:meth:`GpuRates._rerate` brings every job on it up to date at its old rate, computes its new
+rate (the slowest of its GPUs; a shared GPU's slowdowns from
+:func:`gpucast.cluster.interference.shared_slowdowns`, once per GPU state) and pushes its finish
+event again; it records the cluster's utilization and allocation. The arithmetic, what is
+modelled and what keeps it fast are described in :mod:`gpucast.cluster.engine`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from gpucast.cluster import interference, timeshare
+
+__all__ = ["GpuRates", "FINISH", "OOM", "PROFILED", "ARRIVE"]
+
+# event kinds, in processing order at equal times: capacity is released before it is granted
+FINISH, OOM, PROFILED, ARRIVE = 0, 1, 2, 3
+
+
+class GpuRates:
+    """Rates of running jobs and utilization of GPUs (a mixin of the simulator; see above)."""
+
+    def _advance(self, j, t):
+        """Bring ``done`` (and the work at the last checkpoint) up to time ``t`` at the old rate."""
+        if t <= j.last_t:
+            return
+        if j.rate > 0:
+            ci = self.checkpoint_s
+            cp = j.run_start + math.floor((t - j.run_start) / ci) * ci
+            if cp > j.last_t:
+                j.ckpt_work = min(j.work, j.done + j.rate * (cp - j.last_t))
+            j.done = min(j.work, j.done + j.rate * (t - j.last_t))
+        j.last_t = t
+
+    def _rerate(self, gpus, t):
+        """Re-rate every job on ``gpus`` after their sets changed; update utilization.
+
+        The slowdowns of a GPU's jobs depend only on the GPU type and which (profile, size) each
+        job is, in placement order, so they are computed once per such state (``_shared``); a
+        job keeps one rate term per GPU (``terms``) and only the terms of ``gpus`` change."""
+        on, gtype = self.on, self.gtype
+        if len(gpus) == 1:
+            for g in gpus:
+                affected = list(on[g])
+        else:
+            seen = {}
+            for g in gpus:
+                for j in on[g]:
+                    seen[j.i] = j
+            affected = seen.values()
+        ci = self.checkpoint_s
+        for j in affected:     # _advance, inlined
+            if t > j.last_t:
+                if j.rate > 0:
+                    cp = j.run_start + math.floor((t - j.run_start) / ci) * ci
+                    if cp > j.last_t:
+                        j.ckpt_work = min(j.work, j.done + j.rate * (cp - j.last_t))
+                    j.done = min(j.work, j.done + j.rate * (t - j.last_t))
+                j.last_t = t
+        total = self.total
+        contrib = self.contrib
+        shared = self._shared
+        for g in gpus:
+            jobs = on[g]
+            gt = gtype[g]
+            n = len(jobs)
+            if n == 1:
+                x = jobs[0]
+                b = x.beh[gt]
+                x.terms[g] = 1.0 / (b.step_time_s * 1.0)
+                c = min(100.0, b.util_pct)
+            elif n:
+                key = (gt, tuple([id(x.beh) for x in jobs]))
+                m = shared.get(key)
+                if m is None:
+                    m = shared[key] = self._shared_state(jobs, gt)
+                rs, c = m
+                for x, r in zip(jobs, rs):
+                    x.terms[g] = r
+            else:
+                c = 0.0
+            total += c - contrib[g]
+            contrib[g] = c
+            h = 1 if n else 0
+            self.nheld += h - self.held[g]
+            self.held[g] = h
+        heap = self.heap
+        heappush = heapq.heappush
+        seq = self.seq
+        multi = None
+        for j in affected:
+            terms = j.terms
+            if len(terms) > 1:
+                rate = min(terms.values())
+                if multi is None:
+                    multi = set()
+                multi.update(j.alloc)
+            else:
+                rate = terms[j.alloc[0]]
+            j.rate = rate
+            j.version += 1
+            seq += 1
+            heappush(heap, (t + max(0.0, j.work - j.done) / rate, FINISH, seq, j, j.version))
+        self.seq = seq
+        if multi:
+            # A multi-GPU job runs at its slowest GPU's pace, so on its other GPUs its kernels are
+            # spread over more time than their own slowdown says: count each job's kernels at the
+            # rate it really runs (util x step time x rate), on every GPU of such a job.
+            for g in multi:
+                jobs = on[g]
+                gt = gtype[g]
+                if all(x.rate == x.terms[g] for x in jobs):   # every job here at this GPU's pace
+                    if len(jobs) == 1:
+                        c = min(100.0, jobs[0].beh[gt].util_pct)
+                    else:
+                        c = shared[(gt, tuple([id(x.beh) for x in jobs]))][1]
+                else:
+                    c = 0.0
+                    for x in jobs:
+                        b = x.beh[gt]
+                        c += b.util_pct * b.step_time_s * x.rate
+                    c = min(100.0, c)
+                total += c - contrib[g]
+                contrib[g] = c
+        self.total = total
+        self._record(t)
+
+    @staticmethod
+    def _shared_state(jobs, gt):
+        """Rate terms of the jobs sharing one GPU of type ``gt`` and the GPU's utilization."""
+        bs = [x.beh[gt] for x in jobs]
+        utils = [b.util_pct for b in bs]
+        types = ([x.prof.job_type if x.gpus == 1 else None for x in jobs] if len(jobs) == 2 else None)
+        tls = [b.timeline() for b in bs]
+        s = interference.shared_slowdowns(tls, types, gt)
+        rs = tuple([1.0 / (b.step_time_s * sd) for b, sd in zip(bs, s)])
+        w = timeshare.world()
+        if s == timeshare.slowdowns(tls, w):   # the co-location model: NVML's reading of the shared GPU
+            return rs, timeshare.gpu_util_pct(tls, w)
+        return rs, min(100.0, sum([u / sd for u, sd in zip(utils, s)]))   # a measured pair
+
+    def _record(self, t):
+        # self.total is a running sum of per-GPU readings: float drift may carry it a few ulps
+        # past n x 100 % on a full cluster (seen: 100.00000000000014), never a real reading.
+        u = min(100.0, max(0.0, self.total) / self.n)
+        for tl, v in ((self.timeline, u), (self.alloc_timeline, 100.0 * self.nheld / self.n)):
+            if tl[-1][0] == t:
+                tl[-1] = (t, v)
+                if len(tl) > 1 and tl[-2][1] == v:
+                    tl.pop()
+            elif tl[-1][1] != v:
+                tl.append((t, v))
+
+    def _rerate_pool(self, g, t):
+        jobs = self.on[g]
+        c = min(100.0, sum(x.beh[self.gtype[g]].util_pct for x in jobs))
+        self.total += c - self.contrib[g]
+        self.contrib[g] = c
+        h = 1 if jobs else 0
+        self.nheld += h - self.held[g]
+        self.held[g] = h
+        self._record(t)

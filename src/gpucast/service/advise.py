@@ -1,0 +1,118 @@
+"""``POST /v1/advise``: cost-benefit advice (:func:`gpucast.advisor.advise`) behind the service's limits.
+
+The job is read as ``/v1/predict`` reads it (:func:`gpucast.service.jobs.job_from_spec`: code,
+server files and spec files refused with 422); GPU names are catalog names only; a price table is a
+packaged name or the entries themselves, never a path on the server. The search is bounded
+(:data:`MAX_BATCHES`, :data:`MAX_COUNTS`, and the GPU types by ``max_gpus_per_request``).
+
+Answers are cached by the request's content (the job's key and the search's fields) in an LRU
+of their JSON bytes, so a repeated request is answered without a thread or torch; identical
+requests computing at once share one computation; waiting is bounded by
+``prediction_timeout_s`` (408; the computation finishes in the background and is cached).
+Captures are cached by ``gpucast.api`` across requests, so a new search over a captured job
+costs estimates only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+
+from gpucast.service.cache import ServiceError, _input_errors, _one_line
+from gpucast.service.jobs import gpu_names, job_from_spec
+from gpucast.service.limits import Settings
+
+MAX_BATCHES = 8
+MAX_COUNTS = 8
+CACHE_SIZE = 512
+_SEARCH_FIELDS = ("gpu", "counts", "max_gpus", "batches", "keep_global_batch", "precisions", "share", "prices",
+                  "provider", "samples_per_epoch", "epochs", "deadline_s", "budget_usd")
+
+
+class Advisor:
+    def __init__(self, settings: Settings, metrics):
+        self.settings = settings
+        self.metrics = metrics
+        self._lru: OrderedDict[str, tuple[bytes, ServiceError | None]] = OrderedDict()
+        self._inflight: dict[str, asyncio.Future] = {}
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gpucast-advise")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _request(self, body: dict):
+        """(cache key, job, advise keyword arguments) of a validated request body; ServiceError(422)."""
+        search = {k: body.pop(k) for k in _SEARCH_FIELDS}
+        job = job_from_spec(body, self.settings)
+        for name, limit in (("batches", MAX_BATCHES), ("counts", MAX_COUNTS)):
+            if search[name] is not None and len(search[name]) > limit:
+                raise ServiceError(422, f"field '{name}': {len(search[name])} values, over the limit of {limit}")
+        gpus = gpu_names(search["gpu"], self.settings) if search["gpu"] is not None else None
+        key = hashlib.sha256(json.dumps([job.key, {**search, "gpu": gpus}], sort_keys=True, default=str)
+                             .encode()).hexdigest()
+        return key, job, dict(search, gpu=gpus)
+
+    def _compute(self, job, search: dict) -> tuple[bytes, ServiceError | None]:
+        from gpucast.advisor import advise
+        from gpucast.advisor.prices import packaged, parse
+
+        t0 = time.perf_counter()
+        try:
+            prices = search.pop("prices")
+            if isinstance(prices, list):
+                entries = [{k: v for k, v in e.items() if v is not None} for e in prices]
+                prices = parse(entries, "field 'prices'", "request")
+            elif isinstance(prices, str) and prices not in packaged():  # never a path on the server
+                raise ServiceError(422, f"field 'prices': {prices!r} is not a packaged price table "
+                                        f"({', '.join(packaged())}); or send the entries")
+            gpus = search.pop("gpu")
+            advice = advise(job, gpus, prices=prices, env=self.settings.environment, **search)
+            return json.dumps(advice.to_dict(), separators=(",", ":")).encode(), None
+        except ServiceError as exc:
+            return b"", exc
+        except _input_errors() as exc:
+            return b"", ServiceError(422, _one_line(exc))
+        finally:
+            self.metrics.prediction_seconds.observe(time.perf_counter() - t0)
+
+    def _store(self, key: str, entry) -> None:
+        self._lru[key] = entry
+        self._lru.move_to_end(key)
+        while len(self._lru) > CACHE_SIZE:
+            self._lru.popitem(last=False)
+
+    async def answer(self, body: dict) -> bytes:
+        key, job, search = self._request(body)
+        hit = self._lru.get(key)
+        if hit is None:
+            fut = self._inflight.get(key)
+            if fut is None:
+                if len(self._inflight) >= self.settings.max_pending:
+                    raise ServiceError(429, "too many advice requests computing at once (max_pending); retry later")
+                fut = asyncio.get_running_loop().run_in_executor(self._pool, self._compute, job, search)
+                self._inflight[key] = fut
+
+                def done(f: asyncio.Future, key=key) -> None:
+                    self._inflight.pop(key, None)
+                    if not f.cancelled() and f.exception() is None:
+                        self._store(key, f.result())
+
+                fut.add_done_callback(done)
+            limit = self.settings.prediction_timeout_s
+            try:
+                async with asyncio.timeout(limit):
+                    hit = await asyncio.shield(fut)
+            except TimeoutError:
+                raise ServiceError(408, f"advice for {job.model} did not finish within {limit:g} s "
+                                        f"(prediction_timeout_s); it keeps running and a retry is answered from "
+                                        f"the cache once it is done") from None
+        else:
+            self._lru.move_to_end(key)
+        body_bytes, error = hit
+        if error is not None:
+            raise ServiceError(error.status, error.detail)
+        return body_bytes
