@@ -171,7 +171,7 @@ def write_html(doc, path: Path) -> None:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from gpucast.cluster.report import atomic_write_text
+    from gpucast.fileio import atomic_write_text
 
     figs = []
     if "mlp_few_shot" in doc:

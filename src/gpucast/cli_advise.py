@@ -59,13 +59,6 @@ def parse_list(text: Optional[str], flag: str, kind=int) -> Optional[list]:
         raise ValueError(f"{flag} {text!r}: give a comma-separated list of {kind.__name__}s") from None
 
 
-def shown(advice) -> list[int]:
-    """The front, and the recommended option where it is not on it (a safe pick off a risky front),
-    by time per epoch."""
-    rows = set(advice.front) | ({advice.recommended} if advice.recommended is not None else set())
-    return sorted(rows, key=lambda i: advice.options[i].epoch_s)
-
-
 def table(advice, show_all: bool = False):
     from rich.table import Table
 
@@ -76,7 +69,7 @@ def table(advice, show_all: bool = False):
     for col in ("", "gpu", "n", "batch", "precision", "share", "step ms", "samples/s", "epoch", "range",
                 "$/epoch", "range", "$/run", "util %", "GiB/GPU", "memory"):
         t.add_column(col, justify="left" if col in ("", "gpu", "precision", "memory") else "right")
-    rows = range(len(advice.options)) if show_all else shown(advice)
+    rows = range(len(advice.options)) if show_all else advice.shown()
     for i in rows:
         o = advice.options[i]
         mark = "*" if i == advice.recommended else ("front" if show_all and i in advice.front else "")

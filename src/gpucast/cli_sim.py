@@ -189,7 +189,7 @@ def register(app: typer.Typer, cli) -> None:
         cli.console.print(f"wall time: {wall}; table times are hours of simulated time", highlight=False,
                           markup=False)
         if json_out is not None:
-            from gpucast.cluster.report import atomic_write_text
+            from gpucast.fileio import atomic_write_text
 
             by_policy = {c["policy"]: c for c in changes}
             objs = []

@@ -127,12 +127,13 @@ def environment_part(env) -> list:
     return [env.label, _digest(_jsonable([[f.name, getattr(env, f.name)] for f in fields(env)]))]
 
 
-def key(job, gpu, env=None, window_s=None, files: Iterable = ()) -> str:
+def key(job, gpu, env=None, window_s=None, files: Iterable = (), file_digests: Sequence[str] | None = None) -> str:
     """The key of ``job``'s prediction on ``gpu`` (a GpuSpec) in ``env``, over the first
-    ``window_s`` seconds (None: steady state), with ``files`` (paths whose bytes change the answer)."""
+    ``window_s`` seconds (None: steady state), with ``files`` (paths whose bytes change the answer;
+    or their ``file_digests``, read once for several GPUs)."""
+    digests = [_digest(Path(p).read_bytes()) for p in files] if file_digests is None else list(file_digests)
     parts = {"format": FORMAT, "job": job.key, "gpu": [gpu.name, _digest(_jsonable(gpu.to_dict()))],
-             "env": environment_part(env), "window_s": window_s, "code": fingerprint(),
-             "files": [_digest(Path(p).read_bytes()) for p in files]}
+             "env": environment_part(env), "window_s": window_s, "code": fingerprint(), "files": digests}
     return _digest(_jsonable(parts))
 
 
@@ -166,7 +167,7 @@ def store(k: str, pred: Prediction) -> None:
     path = _path(k)
     if path is None:
         return
-    from gpucast.cluster.report import atomic_write_text
+    from gpucast.fileio import atomic_write_text
 
     try:
         text = json.dumps({"format": FORMAT, "key": k, "prediction": pred.to_dict()}, allow_nan=True)
@@ -217,12 +218,15 @@ def predictions(job, specs: Sequence, compute: Callable, env=None, window_s=None
     False, :func:`directory` None) or the job is not :func:`cacheable`."""
     if not enabled or directory() is None or not cacheable(job):
         return [compute(s) for s in specs]
-    files = list(files)
+    try:
+        digests = [_digest(Path(p).read_bytes()) for p in files]
+    except OSError:  # a file went unreadable: answer without the cache
+        return [compute(s) for s in specs]
     out = []
     for s in specs:
         try:
-            k = key(job, s, env, window_s, files)
-        except OSError:  # gpucast's source or a file went unreadable: answer without the cache
+            k = key(job, s, env, window_s, file_digests=digests)
+        except OSError:  # gpucast's source went unreadable: answer without the cache
             out.append(compute(s))
             continue
         pred = load(k)

@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 
+from gpucast import fileio
 from gpucast.cluster import report
 from gpucast.cluster.result import JobRecord, SimResult
 
@@ -98,7 +99,7 @@ def test_write_is_atomic_on_failure(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(report.os, "replace", boom)
+    monkeypatch.setattr(fileio.os, "replace", boom)  # the report's writer (gpucast.fileio)
     with pytest.raises(OSError):
         report.write_report(target, [_result("slot")])
     assert target.read_text() == "old"

@@ -49,6 +49,12 @@ class Advice:
     def front_options(self) -> list[Option]:
         return [self.options[i] for i in self.front]
 
+    def shown(self) -> list[int]:
+        """The front and the recommended option where it is not on it (a safe pick off a risky
+        front), by time per epoch: the rows the table and the report show."""
+        rows = set(self.front) | ({self.recommended} if self.recommended is not None else set())
+        return sorted(rows, key=lambda i: self.options[i].epoch_s)
+
     def to_dict(self) -> dict:
         return {"job": self.job, "samples_per_epoch": self.samples_per_epoch, "epochs": self.epochs,
                 "deadline_s": self.deadline_s, "budget_usd": self.budget_usd,
@@ -95,12 +101,11 @@ def advise(job, gpus: Sequence | None = None, *, counts: Sequence[int] | None = 
     if samples_per_epoch is not None and (isinstance(samples_per_epoch, bool) or not isinstance(samples_per_epoch, int)
                                           or samples_per_epoch < 1):
         raise AdviseError(f"samples per epoch must be a positive integer, got {samples_per_epoch!r}")
-    known = [g.name for g in gpus if not isinstance(g, str)] if gpus else []
     if gpus:
         from gpucast.hardware import get_gpu
 
-        known = [get_gpu(g).name for g in gpus]
-    table = prices if isinstance(prices, PriceTable) else load_prices(prices, known)
+        gpus = [get_gpu(g) for g in gpus]  # spec files read once; plan() takes the specs as they are
+    table = prices if isinstance(prices, PriceTable) else load_prices(prices, [g.name for g in gpus or ()])
     p = _plan(job, table, gpus, counts, batches, precisions, keep_global_batch, share, max_gpus, provider)
     options, samples, notes = _evaluate(job, p, table, samples_per_epoch, epochs, config, env, provider, progress)
     order = sorted(range(len(options)), key=lambda i: (options[i].memory_fit == NO, options[i].cost_per_epoch,

@@ -70,9 +70,7 @@ def render(advice, title: str = "gpucast advise") -> str:
     fig = _figure(advice).to_html(full_html=False, include_plotlyjs=True, include_mathjax=False,
                                   config={"displaylogo": False})
     head = ("option", "step ms", "samples/s", "epoch (range)", "$/epoch (range)", "$/run", "util %", "GiB/GPU", "memory")
-    picked = set(advice.front) | ({advice.recommended} if advice.recommended is not None else set())
-    rows = "".join(_row(advice.options[i], i == advice.recommended)
-                   for i in sorted(picked, key=lambda i: advice.options[i].epoch_s))
+    rows = "".join(_row(advice.options[i], i == advice.recommended) for i in advice.shown())
     model = html.escape(str(advice.job.get("model")))
     p = advice.prices
     return (
@@ -94,7 +92,7 @@ def render(advice, title: str = "gpucast advise") -> str:
 def write_report(path, advice, **kwargs) -> Path:
     """The interactive page, or the static plot (:mod:`gpucast.advisor.svg`) when ``path`` ends in ``.svg``;
     written atomically."""
-    from gpucast.cluster.report import atomic_write_text
+    from gpucast.fileio import atomic_write_text
 
     if str(path).lower().endswith(".svg"):
         from gpucast.advisor.svg import render_svg

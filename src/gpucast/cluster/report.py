@@ -21,14 +21,13 @@ with no network: it references no external script.
 from __future__ import annotations
 
 import html
-import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from gpucast.cluster import metrics
+from gpucast.fileio import atomic_write_text  # noqa: F401 - re-exported: the report's writer, imported from here too
 
 MAX_POINTS = 5000
 
@@ -258,24 +257,3 @@ def write_report(path, results: Sequence, **kwargs) -> Path:
     """Render and write the report atomically; returns the path."""
     page = render(results, **kwargs)
     return atomic_write_text(path, page)
-
-
-def atomic_write_text(path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``:
-    a reader sees the old file or the whole new one, never half of it."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or Path("."))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600; give it an ordinary file's mode
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path

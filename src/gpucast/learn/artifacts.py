@@ -100,7 +100,7 @@ def _num(v):
 def save_environment(doc: dict, path: str | Path) -> None:
     import yaml
 
-    from gpucast.cluster.report import atomic_write_text
+    from gpucast.fileio import atomic_write_text
 
     atomic_write_text(path, yaml.safe_dump(_plain(doc), sort_keys=False, default_flow_style=False))
 
@@ -205,7 +205,7 @@ def save_model(path: str | Path, model, meta: dict) -> None:
            "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
            "quantity": model.quantity, "rows": model.rows, **_plain(meta),
            "booster": model.booster.model_to_string()}
-    from gpucast.cluster.report import atomic_write_text
+    from gpucast.fileio import atomic_write_text
 
     atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
 
