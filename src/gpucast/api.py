@@ -71,10 +71,11 @@ _traces_lock = threading.Lock()
 
 
 def _cache_key(job: Job):
-    # The captured step is one replica's: the data-parallel GPU count is not in the graph (the
-    # estimate adds the all-reduce), so every count shares one capture.
-    if job.gpus != 1:
-        job = job.with_(gpus=1)
+    # The captured step is one replica's micro-batch: neither the GPU count nor the parallel plan
+    # is in the graph (gpucast.estimate.parallel turns it into per-rank work), so every plan shares
+    # one capture.
+    if job.gpus != 1 or job.parallel is not None:
+        job = job.with_(gpus=1, parallel=None)
     if job.is_module:
         return (job, id(job.model_fn), id(job.input_fn), id(job.loss_fn))
     return job
@@ -164,11 +165,16 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
     fed, measured = _measured(job)  # before the (slower) capture: a failing dataset fails fast
     tr = trace(job)
     job = fed
-    est = estimate(tr, job, spec, config, env, window_s)
-    notes = list(tr.notes)
+    if job.parallel is not None:
+        from gpucast.estimate.parallel import estimate_plan
+
+        est = estimate_plan(tr, job, spec, config, env, window_s)
+    else:
+        est = estimate(tr, job, spec, config, env, window_s)
+    notes = list(tr.notes) + (est.plan["notes"] if est.plan else [])
     if measured is not None:
         notes.append(measured.note())
-    if job.precision == "amp-bf16" and not spec.supports_bf16:
+    if job.precision in ("amp-bf16", "bf16") and not spec.supports_bf16:
         notes.append(f"{spec.name} has no bf16 tensor cores: bf16 math is costed at the fp32 rate")
     if job.precision == "tf32" and spec.tf32_tflops is None:
         notes.append(f"{spec.name} has no tf32 tensor cores: tf32 runs as fp32")
@@ -189,13 +195,15 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
         bottleneck=est.bottleneck, bottleneck_reason=est.bottleneck_reason,
         op_coverage=round(tr.coverage, 4), time_coverage=round(est.costed_time_share, 4),
         uncosted_ops=tr.uncosted, model_version=model_version(env),
-        samples_per_s=job.batch_size * job.gpus / est.step_time_s if est.step_time_s > 0 else 0.0,
+        samples_per_s=(est.plan["samples_per_s"] if est.plan else
+                       job.batch_size * job.gpus / est.step_time_s if est.step_time_s > 0 else 0.0),
         notes=tuple(notes), surroundings=est.surroundings.to_dict(),
         loader_time_s=est.loader.loader_s * host_factor(est.surroundings.stack, env or Environment.default()),
         util_basis=est.util_basis,
         interval_basis=basis, gpu_idle_gaps=est.timeline.idle_gaps if est.timeline is not None else 0,
         gpu_held_pct=round(est.gpu_held_pct, 2), gpu_held_interval=tuple(round(v, 2) for v in est.gpu_held_interval),
         gpu_syncs=est.timeline.syncs if est.timeline is not None else 0,
+        plan=est.plan or {},
     )
     if learned is not None:
         from gpucast.learn.apply import apply

@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gpucast import cli_plan
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Predict a deep-learning job's GPU utilization, peak memory and step time from its graph.")
 # Tables need room: when output is not a terminal (pipes, CI logs) use 160 columns, not 80.
@@ -112,13 +114,14 @@ def _with_surroundings(job, data_source: Optional[str], sets: Optional[List[str]
     for item in sets or []:
         key, eq, value = item.partition("=")
         group, dot, name = key.strip().partition(".")
-        if not eq or not dot or group not in ("data", "loop", "stack") or not name:
-            raise JobError(f"--set takes data.FIELD=VALUE, loop.FIELD=VALUE or stack.FIELD=VALUE, got {item!r}")
+        if not eq or not dot or group not in ("data", "loop", "stack", "parallel", "adapter") or not name:
+            raise JobError(f"--set takes GROUP.FIELD=VALUE with GROUP data, loop, stack, parallel or adapter, "
+                           f"got {item!r}")
         try:
             parsed = yaml.safe_load(value)
         except yaml.YAMLError:
             parsed = value
-        if group == "stack" and name in ("torch", "cuda"):
+        if (group, name) in (("stack", "torch"), ("stack", "cuda"), ("parallel", "network")):
             parsed = value.strip()  # a version stays text: 2.10 is not 2.1
         changes.setdefault(group, {})[name] = parsed
     if not changes:
@@ -189,7 +192,9 @@ _JOB = typer.Option(None, "--job", help="A job spec file (.json/.yaml); flags ov
 _BS = typer.Option(None, "--batch-size", "-b", help="Batch size per GPU (default: 32).")
 _SEQ = typer.Option(None, "--seq-len", help="Sequence length (sequence models).")
 _SHAPE = typer.Option(None, "--input-shape", help="Per-sample input shape, e.g. 3,224,224.")
-_PREC = typer.Option(None, "--precision", help="fp32 | tf32 | amp-fp16 | amp-bf16 (default: fp32).")
+_PREC = typer.Option(None, "--precision", help="fp32 | tf32 | amp-fp16 | amp-bf16 (autocast) | bf16 | fp16 "
+                                                "(pure half-precision weights, as FSDP/DeepSpeed/Megatron run them; "
+                                                "default: fp32).")
 _MODE = typer.Option(None, "--mode", help="train | infer (default: train).")
 _OPT = typer.Option(None, "--optimizer", help="sgd | adam | adamw | none (default: sgd).")
 _PIPE = typer.Option(None, "--input-pipeline-ms", help="Host input-pipeline time per step, ms (default: 0).")
@@ -204,7 +209,8 @@ _DATA = typer.Option(None, "--data", help="Data source: device | memory | images
                                           "| custom (default: the workload's typical script).")
 _SET = typer.Option(None, "--set", help="A loader/loop/stack field, e.g. data.num_workers=8, data.pin_memory=true, "
                                         "loop.item_calls=2, loop.progress_bar=true, stack.torch=1.13, "
-                                        "stack.cpu_speed=0.7; repeatable.")
+                                        "stack.cpu_speed=0.7, parallel.tensor=8, parallel.sharding=fsdp-full, "
+                                        "parallel.network=roce-1600, adapter.kind=lora; repeatable.")
 _DATASET = typer.Option(None, "--dataset", help="FILE.py:FUNCTION returning your map-style torch Dataset: its "
                                                 "__getitem__ and collation are timed on this CPU (data.dataset).")
 _COLLATE = typer.Option(None, "--collate", help="FILE.py:FUNCTION, your DataLoader's collate_fn (data.collate; "
@@ -263,6 +269,9 @@ def predict(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
         return
     console.print(_prediction_table(preds))
     console.print(f"model: {preds[0].model_version}; intervals: {preds[0].interval_basis}", highlight=False)
+    for p in preds:
+        if p.plan:
+            console.print(f"plan ({p.gpu}): {cli_plan.plan_line(p.plan)}", highlight=False)
     for p in preds:
         for note in p.notes:
             console.print(f"[yellow]note[/] ({p.gpu}): {note}", highlight=False)
@@ -329,14 +338,16 @@ def explain(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
                   f"{p.step_time_s * 1e3:.2f} ms; {p.ops} ops, {p.kernels} kernels, {p.flops / 1e9:.1f} GFLOP, "
                   f"{p.bytes / 1e9:.2f} GB moved", highlight=False)
     busy = sum(r["gpu_time_s"] for r in rows) or 1.0
-    t = Table(title="GPU time by phase and op category")
+    t = Table(title="GPU time by phase and op category" + (" (one micro-batch of one replica, before the plan "
+                                                           "splits it)" if p.plan else ""))
     for col in ("phase", "category", "ops", "kernels", "GFLOP", "GB", "GPU ms", "share"):
         t.add_column(col, justify="left" if col in ("phase", "category") else "right")
     for r in rows[:top]:
         t.add_row(r["phase"], r["category"], str(r["ops"]), str(r["kernels"]), f"{r['flops'] / 1e9:.1f}",
                   f"{r['bytes'] / 1e9:.2f}", f"{r['gpu_time_s'] * 1e3:.2f}", f"{r['gpu_time_s'] / busy:.0%}")
     console.print(t)
-    m = Table(title=f"Memory at the peak (during {ex.trace.memory.peak_phase})")
+    m = Table(title=f"Memory of the busiest GPU (pipeline stage {p.plan['busiest_memory_stage']})" if p.plan else
+              f"Memory at the peak (during {ex.trace.memory.peak_phase})")
     m.add_column("what")
     m.add_column("GiB", justify="right")
     for k, v in memory.items():
@@ -344,6 +355,8 @@ def explain(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
             m.add_row(k.replace("_", " "), _gib(v))
     m.add_row("[bold]total[/]", f"[bold]{_gib(p.memory_peak_bytes)}[/]")
     console.print(m)
+    if p.plan:
+        cli_plan.print_plan(console, p, _gib)
     cov = f"op coverage {p.op_coverage:.1%} of ops, {p.time_coverage:.1%} of GPU time"
     if p.uncosted_ops:
         listed = ", ".join(f"{k} x{v}" for k, v in sorted(p.uncosted_ops.items(), key=lambda kv: -kv[1]))

@@ -1,5 +1,11 @@
 """``gpucast advise JOB``: which GPU, how many, what batch and precision, whether to share, and at what cost.
 
+With ``--plans`` (or a job with a ``parallel`` group, ``--set parallel.sharding=...``) the options
+are parallel plans beyond one node (:mod:`gpucast.advisor.plans`): ``--counts``, ``--shardings``,
+``--tensors``, ``--pipelines``, ``--recomputes`` and ``--batches`` (micro-batches) narrow the
+search, ``--max-plans`` bounds it, and the table shows each plan's GPUs, nodes, tensor/pipeline/
+data degrees, sharding, recompute, micro-batch x accumulation, tokens/s per GPU, MFU and memory.
+
 A thin shell over :func:`gpucast.advisor.advise` like ``cli.py`` (which calls ``register(app,
 cli_module)`` at its end): the job is given as to ``predict``; the search, the prices, the
 constraints and the output are flags. Prints the Pareto front (``--all``: every option) with the
@@ -82,6 +88,34 @@ def table(advice, show_all: bool = False):
     return t
 
 
+def plan_table(advice, show_all: bool = False):
+    """The plans: one row each (the front and the pick, or ``show_all``); the epoch's and the
+    cost's ranges are in ``--json`` and ``--report``."""
+    from rich.table import Table
+
+    from gpucast.advisor.units import duration, usd
+
+    rows = list(range(len(advice.options))) if show_all else advice.shown()
+    precisions = len({advice.options[i].precision for i in rows}) > 1
+    t = Table(title=f"gpucast advise --plans: {advice.job.get('model')} ({advice.samples_per_epoch:,.0f} "
+                    f"samples/epoch, {advice.epochs:g} epochs)")
+    cols = ["", "GPUs", "nodes", "t/p/d", "sharding", "recompute", "micro x acc"] + (["precision"] if precisions else [])
+    cols += ["step s", "tok/s/GPU", "MFU %", "epoch", "$/epoch", "$/run", "GiB/GPU", "memory"]
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("", "GPUs", "sharding", "recompute", "precision", "memory")
+                     else "right")
+    for i in rows:
+        o = advice.options[i]
+        pl = o.plan
+        mark = "*" if i == advice.recommended else ("front" if show_all and i in advice.front else "")
+        cells = [mark, f"{o.gpu} x{o.gpus}", str(pl.nodes), f"{pl.tensor}/{pl.pipeline}/{pl.data}", pl.sharding,
+                 pl.recompute, f"{o.batch_size} x{o.accumulation}"] + ([o.precision] if precisions else [])
+        cells += [f"{o.step_time_s:.3g}", f"{pl.tokens_per_s_per_gpu:,.0f}", f"{pl.mfu * 100:.0f}", duration(o.epoch_s),
+                  usd(o.cost_per_epoch), usd(o.cost_per_run), f"{o.memory_bytes / 2**30:.1f}", o.memory_fit]
+        t.add_row(*cells)
+    return t
+
+
 def register(app: typer.Typer, cli) -> None:
     """Add ``advise`` to ``app``; ``cli`` is the module of ``app``."""
 
@@ -99,15 +133,38 @@ def register(app: typer.Typer, cli) -> None:
                    gpu: List[str] = typer.Option([], "--gpu", "-g", help="GPU types to consider (names or spec files; "
                                                                         "repeatable or comma-separated; default: "
                                                                         "every priced catalog GPU)."),
-                   counts: Optional[str] = typer.Option(None, "--counts", help="Data-parallel GPU counts to try, e.g. "
-                                                                              "1,2,4,8 (default: 1,2,4,8)."),
-                   max_gpus: int = typer.Option(8, "--max-gpus", help="At most this many GPUs (one node: <= 8)."),
+                   counts: Optional[str] = typer.Option(None, "--counts", help="GPU counts to try, e.g. 1,2,4,8 "
+                                                                              "(default: 1,2,4,8 in one node; "
+                                                                              "plans: 1 and 8,16,...,512)."),
+                   max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="At most this many GPUs "
+                                                                                  "(default: 8, one node; "
+                                                                                  "plans: 512)."),
                    batches: Optional[str] = typer.Option(None, "--batches", help="Per-GPU batch sizes to try, e.g. "
                                                                                 "64,128,256 (default: the job's "
-                                                                                "and 2x, 4x, 8x)."),
-                   keep_global_batch: bool = typer.Option(False, "--keep-global-batch",
-                                                          help="Keep the job's global batch (batch x --gpus): "
-                                                               "smaller micro-batches with gradient accumulation."),
+                                                                                "and 2x, 4x, 8x; plans: micro-"
+                                                                                "batches, the job's, half, twice)."),
+                   keep_global_batch: Optional[bool] = typer.Option(
+                       None, "--keep-global-batch/--no-keep-global-batch",
+                       help="Keep the job's global batch (micro-batch x accumulation x data-parallel GPUs): "
+                            "smaller micro-batches with gradient accumulation (default: off; on for plans)."),
+                   plans: bool = typer.Option(False, "--plans", help="Search parallel plans beyond one node: "
+                                                                    "sharding, tensor, pipeline, recompute, "
+                                                                    "micro-batch (implied by a job with a "
+                                                                    "parallel group)."),
+                   shardings: Optional[str] = typer.Option(None, "--shardings", help="Plans: shardings to try, e.g. "
+                                                                                    "zero1,fsdp-full (default: the "
+                                                                                    "job's, ddp, zero1, fsdp-full, "
+                                                                                    "fsdp-hybrid above a node)."),
+                   tensors: Optional[str] = typer.Option(None, "--tensors", help="Plans: tensor-parallel degrees, "
+                                                                                "e.g. 1,2,4,8 (default)."),
+                   pipelines: Optional[str] = typer.Option(None, "--pipelines", help="Plans: pipeline degrees, e.g. "
+                                                                                    "1,2,4,8 (default)."),
+                   recomputes: Optional[str] = typer.Option(None, "--recomputes", help="Plans: activation "
+                                                                                      "recompute modes, e.g. "
+                                                                                      "none,full (default: none, "
+                                                                                      "selective, full)."),
+                   max_plans: Optional[int] = typer.Option(None, "--max-plans", help="Plans: predict at most this "
+                                                                                    "many (default 400)."),
                    precisions: Optional[str] = typer.Option(None, "--precisions", help="Precisions to try, e.g. "
                                                                                       "fp32,amp-bf16 (default: "
                                                                                       "fp32, amp-fp16, amp-bf16 "
@@ -149,19 +206,24 @@ def register(app: typer.Typer, cli) -> None:
             return dict(job=j, gpus=names or None, counts=parse_list(counts, "--counts"),
                         batches=parse_list(batches, "--batches"),
                         precisions=parse_list(precisions, "--precisions", str),
+                        shardings=parse_list(shardings, "--shardings", str),
+                        tensors=parse_list(tensors, "--tensors"), pipelines=parse_list(pipelines, "--pipelines"),
+                        recomputes=parse_list(recomputes, "--recomputes", str),
                         deadline_s=parse_duration(deadline) if deadline is not None else None,
                         budget_usd=parse_money(budget) if budget is not None else None, config=cfg, env=env)
 
         kw = cli._run(setup)
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        with Progress(TextColumn("advising"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=cli.err, transient=True) as bar:
+        searching_plans = plans or kw["job"].parallel is not None
+        with Progress(TextColumn("plans" if searching_plans else "advising"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=cli.err, transient=True) as bar:
             task = bar.add_task("options", total=None)
             result = cli._run(lambda: advise(
                 kw.pop("job"), kw.pop("gpus"), keep_global_batch=keep_global_batch, share=share, max_gpus=max_gpus,
                 prices=prices, provider=provider, samples_per_epoch=samples_per_epoch, epochs=epochs,
-                progress=lambda done, total: bar.update(task, completed=done, total=total), **kw))
+                progress=lambda done, total: bar.update(task, completed=done, total=total), plans=plans,
+                max_plans=max_plans, **kw))
         if report is not None:
             from gpucast.advisor.report import write_report
 
@@ -169,7 +231,7 @@ def register(app: typer.Typer, cli) -> None:
         if as_json:
             print(json.dumps(result.to_dict(), indent=2))
         else:
-            cli.console.print(table(result, show_all))
+            cli.console.print(plan_table(result, show_all) if result.plans else table(result, show_all))
             cli.console.print(result.message, highlight=False)
             p = result.prices
             cli.console.print(f"prices: {p.name} ({p.origin}; {p.currency} per GPU-hour"

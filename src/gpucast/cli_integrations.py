@@ -3,8 +3,11 @@
 * ``gpucast slurm JOBSPEC [--gpu a100-80gb] [--shards-per-gpu 8] [--mps] [--mps-per-gpu 100]
   [--json]``: predict the job of a job spec file (.json/.yaml) and print the ``--gres`` option
   that requests its share (:func:`gpucast.integrations.slurm.gres_request`), alone on stdout so
-  that ``sbatch $(gpucast slurm job.yaml) train.sh`` works. ``--json`` prints the request, the
-  share it spells and the ``job_desc.tres_per_node`` value the job_submit plugin sets.
+  that ``sbatch $(gpucast slurm job.yaml) train.sh`` works; for a job whose parallel plan spans
+  nodes, the whole-node options instead (``--nodes=2 --ntasks-per-node=8 --gpus-per-node=8
+  --exclusive``). ``--json`` prints the request, the share it spells and the
+  ``job_desc.tres_per_node`` value the job_submit plugin sets (per node), with ``nodes``,
+  ``whole_nodes`` and ``sbatch_options``.
 * ``--service URL [--service-timeout 5] [--no-fallback]``: ask a running ``gpucast serve`` for the
   prediction (:func:`gpucast.integrations.remote.predict_remote`) instead of capturing the model
   here; the output is the same. This path never imports torch, so a cached answer takes about

@@ -13,8 +13,8 @@
 
 A thin shell like ``cli.py``: ``cli.py`` calls ``register(app, cli_module)`` at its end. Every
 input is checked before anything runs: an unknown policy, trace or GPU type, a count below 1, an
-output path that cannot be written prints one ``error:`` line and exits 2, and nothing is
-written. Output files are written atomically (temporary file + ``os.replace``).
+output path that cannot be written, a multi-GPU gang with a parallel plan that the cluster's nodes
+can never hold prints one ``error:`` line and exits 2, and nothing is written. Output files are written atomically (temporary file + ``os.replace``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Optional
 
@@ -95,9 +96,11 @@ def register(app: typer.Typer, cli) -> None:
     @app.command("simulate")
     def simulate(trace: str = typer.Option("gavel", "--trace",
                                            help="Trace: 'gavel' (the bundled Philly-derived Gavel trace), "
-                                                "'gavel:ID', 'philly-mix', 'pai-mix' or a mix YAML (workloads "
-                                                "drawn to a real cluster's utilization), 'synthetic:N[:SEED]', "
-                                                "or a trace file (CSV/Parquet)."),
+                                                "'gavel:ID', 'philly-mix', 'pai-mix', 'llm-mix' (with multi-GPU "
+                                                "LLM gangs on whole nodes: use --gpu-type a100-80gb and at "
+                                                "least 64 GPUs) or a mix YAML (workloads drawn to a real "
+                                                "cluster's utilization, gangs named with their plans), "
+                                                "'synthetic:N[:SEED]', or a trace file (CSV/Parquet)."),
                  gpus: int = typer.Option(128, "--gpus", help="GPUs in the cluster."),
                  gpu_type: str = typer.Option("v100-16gb", "--gpu-type",
                                               help="GPU type of every node (see `gpucast gpus`)."),
@@ -159,6 +162,7 @@ def register(app: typer.Typer, cli) -> None:
             spec = cl.ClusterSpec.homogeneous(gpu_type, gpus, gpus_per_node=gpus_per_node)
             env = cli._environment(env_file)
             jobs = _load_trace(cl, trace, gpus, limit, load, env, cli.err)
+            check_gangs(cl, jobs, spec, names)
             return names, spec, jobs, env
 
         names, spec, jobs, env = cli._run(check)
@@ -205,6 +209,23 @@ def register(app: typer.Typer, cli) -> None:
 
             write_report(report, [r.result for r in results], title=title)
             cli.err.print(f"wrote {report}", highlight=False, markup=False)
+
+
+def check_gangs(cl, trace, spec, names) -> None:
+    """Raise ValueError (one line, naming the job) when a planned gang of ``trace`` could never
+    start on ``spec``'s nodes under one of the policies (a profiling pool takes GPUs of the last
+    node), before any run starts."""
+    from gpucast.cluster import gangs
+    from gpucast.cluster.engine import pool_size
+
+    nodes = [nd for _g, nd, _t in spec.gpus()]
+    for name in names:
+        npool = pool_size(cl.make_policy(name), len(nodes))
+        sizes = Counter(nodes[:len(nodes) - npool]).values()
+        try:
+            gangs.check(trace.jobs, sizes)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (policy {name})" if npool else str(exc)) from None
 
 
 def _load_trace(cl, trace, gpus, limit, load, env, console):

@@ -28,13 +28,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpucast.model_sources import source as _model_source
+from gpucast.plan import Adapter, Parallel, check_job
 from gpucast.surroundings import Data, Loop, SpecError, Stack
 
-PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
+# amp-*: torch.autocast over fp32 weights; bf16/fp16: the weights themselves in half precision
+# ("pure", as FSDP's MixedPrecision(param_dtype=...), DeepSpeed's and Megatron-LM's bf16 modes run the
+# model; a sharded optimizer keeps fp32 master weights, gpucast.estimate.parallel.sharding).
+PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp16")
 MODES = ("train", "infer")
 OPTIMIZERS = ("sgd", "adam", "adamw", "none")
 _SOURCE_FIELDS = ("model_digest", "hf_config")
-_SURROUNDING_FIELDS = {"data": Data, "loop": Loop, "stack": Stack}
+# The groups of fields (partial specs, unset fields omitted): what surrounds the graph, and how the
+# job spans GPUs and which parameters it trains (gpucast.plan).
+_SURROUNDING_FIELDS = {"data": Data, "loop": Loop, "stack": Stack, "parallel": Parallel, "adapter": Adapter}
 MAX_BATCH_SIZE = 1 << 20  # a sanity bound, far above any single-GPU batch
 
 
@@ -63,6 +69,11 @@ class Job:
     unset field) is the workload's typical script, not a benchmark: see
     :func:`gpucast.surroundings.resolve`. ``data=Data(source="device"), loop=Loop.benchmark()``
     is a benchmark-style job.
+
+    ``parallel`` (:class:`~gpucast.plan.Parallel`) says how the job spans ``gpus``: tensor and
+    pipeline degrees, sharding (DDP, ZeRO 1-3, FSDP), activation recomputation, gradient
+    accumulation, nodes and their network; unset, ``gpus`` are plain DDP replicas inside one node.
+    ``adapter`` (:class:`~gpucast.plan.Adapter`) trains LoRA/QLoRA adapters instead of every weight.
     """
 
     model: str
@@ -79,6 +90,8 @@ class Job:
     data: Data | None = None
     loop: Loop | None = None
     stack: Stack | None = None
+    parallel: Parallel | None = None
+    adapter: Adapter | None = None
     # Factories of a user module job; not part of equality, hash or serialisation.
     model_fn: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
     input_fn: Callable[[int], tuple] | None = field(default=None, compare=False, repr=False)
@@ -122,6 +135,8 @@ class Job:
         data: Data | dict | None = None,
         loop: Loop | dict | None = None,
         stack: Stack | dict | None = None,
+        parallel: Parallel | dict | None = None,
+        adapter: Adapter | dict | None = None,
     ) -> "Job":
         """A job for any ``nn.Module``.
 
@@ -138,7 +153,7 @@ class Job:
         return cls(
             model=f"module:{ref}", batch_size=batch_size, precision=precision, mode=mode,
             optimizer=optimizer, input_pipeline_s=input_pipeline_s, gpus=gpus,
-            data=data, loop=loop, stack=stack, model_fn=model_fn, input_fn=input_fn, loss_fn=loss_fn,
+            data=data, loop=loop, stack=stack, parallel=parallel, adapter=adapter, model_fn=model_fn, input_fn=input_fn, loss_fn=loss_fn,
         )
 
     @classmethod
@@ -335,6 +350,10 @@ def _validate(job: Job) -> None:
         raise JobError(f"field 'input_pipeline_s' must be seconds in [0, 3600), got {job.input_pipeline_s!r}")
     if not _is_int(job.gpus) or not 1 <= job.gpus <= 4096:
         raise JobError(f"field 'gpus' must be an integer between 1 and 4096, got {job.gpus!r}")
+    try:
+        check_job(job)
+    except SpecError as exc:
+        raise JobError(str(exc)) from None
 
 
 def _validate_hf(job: Job) -> None:

@@ -63,6 +63,12 @@ class Prediction:
     # Points per step where the host waits for the GPU (syncs): where a co-located job's time
     # slice can hold this one up (cluster.timeshare).
     gpu_syncs: int = 0
+    # A job with a parallel plan (job.parallel, gpucast.estimate.parallel): tensor/pipeline/data
+    # degrees, the step's breakdown (compute, recompute, exposed communication per kind, pipeline
+    # bubble, optimizer), memory and utilization per stage, MFU/HFU, tokens/s per GPU and for the
+    # job. Empty for a single replica. step_time_s is then one optimizer step (all micro-batches),
+    # memory_peak_bytes the busiest GPU's and gpu_util_pct the mean over the stages' GPUs.
+    plan: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = asdict(self)

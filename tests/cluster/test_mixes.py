@@ -61,8 +61,10 @@ def test_every_policy_runs_end_to_end_on_each_mix_and_world(drawn, name, world):
 
     tr = drawn[name]
     small = Trace(tr.name, tr.jobs[:150], tr.source, tr.notes)
+    # llm-mix's gangs take up to 8 whole A100-80GB nodes (a profiling pool takes a GPU of a ninth)
+    spec = cluster.ClusterSpec.homogeneous("a100-80gb", 80) if name == "llm-mix" else 32
     for policy in cluster.POLICIES:
-        res = cluster.simulate(small, 32, policy, seed=0, colocation=world)
+        res = cluster.simulate(small, spec, policy, seed=0, colocation=world)
         assert len(res.records) == 150 and res.params["colocation"] == world
         assert sum(r.finish_s is not None for r in res.records) == 150, policy
         assert all(0.0 <= u <= 100.0 for _, u in res.util_timeline)
@@ -79,6 +81,18 @@ BAD = [
     ("target: {mean: 0.5}\nworkloads: [{model: no-such-net, batch_size: 32}]\n", "workloads[1]"),
     ("target: {mean: 0.5}\nworkloads: [{model: resnet50, batch_size: 32, data: {workers: 2}}]\n", "workloads[1]"),
     ("target: {mean: 0.5\n", "not valid YAML"),
+    ("target: {mean: 0.5}\nworkloads: [{model: resnet50, batch_size: 32, gpus: 4}]\n", "workloads[1].gpus"),
+    ("target: {mean: 0.5}\nworkloads: [{model: resnet50, batch_size: 32, parallel: {tensor: 2}}]\n",
+     "workloads[1].parallel"),
+    ("target: {mean: 0.5}\nworkloads: [{model: resnet50}]\ngangs: [{model: gpt2, gpus: 16, steps: 10}]\n",
+     "gangs[1]: a gang needs"),
+    ("target: {mean: 0.5}\nworkloads: [{model: resnet50}]\n"
+     "gangs: [{model: gpt2, gpus: 16, parallel: {sharding: zero3}}]\n", "exactly one of 'steps'"),
+    ("target: {mean: 0.5}\nworkloads: [{model: resnet50}]\n"
+     "gangs: [{model: gpt2, gpus: 16, steps: 10, arrival_s: -1, parallel: {sharding: zero3}}]\n",
+     "gangs[1].arrival_s"),
+    ("target: {mean: 0.5}\nworkloads: [{model: resnet50}]\n"
+     "gangs: [{model: gpt2, gpus: 12, steps: 10, parallel: {tensor: 8}}]\n", "gangs[1]: field 'gpus' (12)"),
 ]
 
 
@@ -96,6 +110,22 @@ def test_a_bad_mix_file_gets_one_clear_error_line(tmp_path, text, expect):
     assert len(lines) == 1 and lines[0].startswith("error:"), r.output
     assert expect in lines[0]
     assert not out.exists()
+
+
+def test_a_gang_larger_than_the_cluster_or_its_nodes_is_one_error_line(tmp_path):
+    from gpucast.cli import app
+
+    p = tmp_path / "mix.yaml"
+    p.write_text("trace: gavel:ed69ec\ntarget: {mean: 0.5}\nworkloads: [{model: mlp-small, batch_size: 32}]\n"
+                 "gangs: [{id: big, model: mlp-small, batch_size: 32, gpus: 16, steps: 10, "
+                 "parallel: {sharding: ddp}}]\n")
+    for args, expect in ((["--gpus", "8"], "job big: its parallel plan needs 16 GPUs, more than the cluster's 8"),
+                         (["--gpus", "32", "--gpus-per-node", "4"], "job big: its plan needs 2 whole nodes"),
+                         (["--gpus", "16", "--policies", "profiling"], "(policy profiling)")):
+        r = CliRunner().invoke(app, ["simulate", "--trace", str(p), "--limit", "5", "--policies", "slot", *args])
+        assert r.exit_code == 2, r.output
+        lines = [ln for ln in r.output.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error:") and expect in lines[0], r.output
 
 
 def test_a_users_own_mix_from_a_small_yaml(tmp_path):

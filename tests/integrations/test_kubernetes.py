@@ -248,6 +248,60 @@ def test_job_that_does_not_fit_is_admitted_whole_with_a_warning():
     assert "does not fit" in out["response"]["warnings"][0]
 
 
+# ------------------------------------------------------------------ plans across nodes
+LLAMA = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 4,
+         "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 1000, "max_position_embeddings": 256}
+FSDP16 = {"model": "hf:llama", "hf_config": LLAMA, "batch_size": 4, "seq_len": 256, "precision": "bf16",
+          "optimizer": "adamw", "gpus": 16, "parallel": {"sharding": "fsdp-full"}}
+
+
+def test_a_16_gpu_fsdp_plan_is_one_whole_gpu_pod_per_node_end_to_end():
+    # the real prediction of a small Llama with FSDP over 16 GPUs: its plan spans two 8-GPU nodes,
+    # so each worker pod (one per node, the same annotation on each) gets 8 whole GPUs
+    assert predict(FSDP16, "a100-80gb").plan["nodes"] == 2
+    worker = k8s.V1Container(name="worker", image="pytorch/pytorch:2.4.0",
+                             resources=k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": "8", "cpu": "32"}))
+    review = make_review(make_pod(job_annotations(FSDP16), [worker]))
+    out = hook.mutate(review)
+    assert out["response"]["allowed"] is True and "warnings" not in out["response"]
+    pod = patched(review, out)
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/gpu": "8", "cpu": "32", "nvidia.com/gpucores": "100", "nvidia.com/gpumem-percentage": "100"}
+    ann = pod["metadata"]["annotations"]
+    assert ann["gpucast.ai/nodes"] == "2" and ann["gpucast.ai/gpus-per-node"] == "8"
+    pred = json.loads(ann["gpucast.ai/prediction"])
+    assert pred["exclusive"] is True and pred["whole_nodes"] is True and pred["nodes"] == 2
+
+
+def test_a_pod_of_a_plan_across_nodes_gets_its_nodes_gpus_whatever_it_asked():
+    c = k8s.V1Container(name="train", image="x", resources=k8s.V1ResourceRequirements(
+        limits={"nvidia.com/gpu": "16", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "30"},
+        requests={"nvidia.com/gpu": "16"}))
+    review = make_review(make_pod(job_annotations({"model": "m", "gpus": 16}), [c]))
+    out = hook.mutate(review, lambda spec, gpu: _pred(util=20.0, gpus=16, nodes=2))
+    res = patched(review, out)["spec"]["containers"][0]["resources"]
+    assert res["limits"] == {"nvidia.com/gpu": "8", "nvidia.com/gpucores": "100", "nvidia.com/gpumem-percentage": "100"}
+    assert res["requests"] == {"nvidia.com/gpu": "8"}              # equal to limits
+    (warning,) = out["response"]["warnings"]
+    assert "asks for 16" in warning and "8 GPUs on each of 2 nodes" in warning
+    # a plan inside one node: one exclusive pod of its GPUs, no node annotations
+    review = make_review(make_pod(job_annotations({"model": "m", "gpus": 8})))
+    out = hook.mutate(review, lambda spec, gpu: _pred(util=20.0, gpus=8, nodes=1))
+    pod = patched(review, out)
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/gpu": "8", "nvidia.com/gpucores": "100", "nvidia.com/gpumem-percentage": "100"}
+    assert "gpucast.ai/nodes" not in pod["metadata"]["annotations"]
+    assert "8 GPUs on one node" in out["response"]["warnings"][0]        # the template asked for 1
+
+
+def test_node_pods_spell_one_pod_per_node():
+    assert hook.node_pods(_pred(gpus=12, nodes=2)) == [
+        {"limits": {"nvidia.com/gpu": "8", "nvidia.com/gpucores": "100", "nvidia.com/gpumem-percentage": "100"}},
+        {"limits": {"nvidia.com/gpu": "4", "nvidia.com/gpucores": "100", "nvidia.com/gpumem-percentage": "100"}}]
+    assert hook.node_pods(_pred(util=30.0, mem_hi=3 * 2**30)) == [
+        {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "40", "nvidia.com/gpumem": "3380"}}]
+
+
 # ------------------------------------------------------------------ refusals
 @pytest.mark.parametrize("annotations, needle", [
     ({"gpucast.ai/job": "{model: resnet50"}, "not valid JSON"),

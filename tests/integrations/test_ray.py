@@ -183,3 +183,55 @@ def test_options_merge_and_refuse_num_gpus():
         gray.options_for(p, num_gpus=1)
     with pytest.raises(ValueError, match="num_gpus"):
         gray.Launcher(GPU, num_gpus=1)
+
+
+# ------------------------------------------------------------------ parallel plans: placement groups
+def test_a_plan_across_nodes_is_one_bundle_per_node_strictly_spread():
+    p = _pred(util=20.0, gpus=16, nodes=2)
+    assert gray.placement(p) == {"bundles": [{"GPU": 8.0}, {"GPU": 8.0}], "strategy": "STRICT_SPREAD"}
+    assert gray.num_gpus(p) == 8.0                                       # each node's worker
+    assert gray.placement(_pred(gpus=12, nodes=2))["bundles"] == [{"GPU": 8.0}, {"GPU": 4.0}]
+    # a plan inside one node, a data-parallel job and a share: one bundle on one node
+    assert gray.placement(_pred(util=20.0, gpus=8, nodes=1)) == {"bundles": [{"GPU": 8.0}], "strategy": "STRICT_PACK"}
+    assert gray.placement(_pred(util=20.0, gpus=4)) == {"bundles": [{"GPU": 4.0}], "strategy": "STRICT_PACK"}
+    assert gray.placement(_pred(util=30.0)) == {"bundles": [{"GPU": 0.4}], "strategy": "STRICT_PACK"}
+
+
+def test_the_launcher_refuses_a_plan_across_nodes():
+    launcher = gray.Launcher(GPU, predict_fn=lambda job, gpu: _pred(util=20.0, gpus=16, nodes=2))
+    with pytest.raises(ValueError, match="spans nodes"):
+        launcher.submit({"model": "mlp-small", "batch_size": 32}, stand_in, "x", None, 1)
+    assert launcher.launched == []
+
+
+def test_placement_groups_on_the_local_cluster(cluster):
+    from ray.util import remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    # a plan inside one node: its one bundle is reserved on the (one) node, and a worker in it
+    # gets both GPUs
+    pg = gray.placement_group(_pred(util=20.0, gpus=2, nodes=1))
+    try:
+        ray.get(pg.ready(), timeout=120)
+        got = ray.get(ray.remote(lambda: sorted(int(g) for g in ray.get_gpu_ids())).options(
+            num_gpus=2, num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(pg)).remote(), timeout=120)
+        assert got == [0, 1]
+    finally:
+        remove_placement_group(pg)
+    # a plan across two nodes cannot be placed on a one-node cluster: STRICT_SPREAD keeps it pending
+    spread = gray.placement_group(_pred(util=20.0, gpus=2, nodes=2, gpus_per_node=1))
+    try:
+        assert ray.util.placement_group_table(spread)["strategy"] == "STRICT_SPREAD"
+        assert not spread.wait(timeout_seconds=3)
+    finally:
+        remove_placement_group(spread)
+
+
+def test_a_real_16_gpu_fsdp_prediction_asks_for_two_whole_nodes():
+    llama = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 4,
+             "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 1000, "max_position_embeddings": 256}
+    p = predict({"model": "hf:llama", "hf_config": llama, "batch_size": 4, "seq_len": 256, "precision": "bf16",
+                 "optimizer": "adamw", "gpus": 16, "parallel": {"sharding": "fsdp-full"}}, GPU)
+    assert p.plan["nodes"] == 2
+    assert gray.placement(p) == {"bundles": [{"GPU": 8.0}, {"GPU": 8.0}], "strategy": "STRICT_SPREAD"}
+    assert gray.options_for(p)["num_gpus"] == 8.0 and gray.env_vars(p)["GPUCAST_SHARE"] == "8"

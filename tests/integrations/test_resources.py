@@ -61,3 +61,29 @@ def test_the_compute_share_is_sized_from_the_held_time_not_nvmls_reading():
     assert s.util_pct == 60.0 and s.held_pct == 25.0
     # a prediction without a held share (older callers): NVML's reading, as before
     assert gpu_share(_pred(util=60.0, mem_hi=2**30)).compute_fraction == pytest.approx(0.70)
+
+
+def test_a_plan_across_nodes_asks_for_whole_nodes():
+    s = gpu_share(_pred(util=20.0, mem_hi=2**30, gpus=16, nodes=2))
+    assert s.exclusive and s.share == 1.0 and s.whole_nodes
+    assert (s.nodes, s.gpus_per_node, s.gpus) == (2, 8, 16) and s.node_gpus() == [8, 8]
+    uneven = gpu_share(_pred(util=20.0, gpus=12, nodes=2))          # 12 GPUs on 8-GPU nodes: 8 + 4
+    assert uneven.node_gpus() == [8, 4] and uneven.whole_nodes
+    four = gpu_share(_pred(util=20.0, gpus=16, nodes=4, gpus_per_node=4))
+    assert four.node_gpus() == [4, 4, 4, 4]
+    assert s.to_dict()["nodes"] == 2 and s.to_dict()["whole_nodes"] is True
+
+
+def s_planned(**kw) -> bool:
+    return gpu_share(_pred(util=20.0, mem_hi=2**30, **kw)).planned
+
+
+def test_a_plan_inside_one_node_is_exclusive_on_its_gpus():
+    # a planned gang never shares, though 20 % + margin would make a 0.30 share per GPU
+    inside = gpu_share(_pred(util=20.0, mem_hi=2**30, gpus=8, nodes=1))
+    assert inside.exclusive and not inside.whole_nodes and inside.nodes == 1 and inside.node_gpus() == [8]
+    assert inside.planned and s_planned(gpus=16, nodes=2) and not s_planned(gpus=8)
+    ddp = gpu_share(_pred(util=20.0, mem_hi=2**30, gpus=8))               # no plan: the per-GPU share, as before
+    assert not ddp.exclusive and ddp.share == pytest.approx(0.30) and ddp.node_gpus() == [8]
+    single = gpu_share(_pred(util=20.0, mem_hi=2**30, gpus=1, nodes=1))   # a plan on one GPU: no gang
+    assert not single.exclusive and single.share == pytest.approx(0.30)

@@ -37,6 +37,17 @@ SMALL = {"model": "mlp-small", "batch_size": 32}
 LARGE = {"model": "resnet50", "batch_size": 64}
 BIN = Path(sys.executable).with_name("gpucast")
 QUOTED = "it's here.json"  # a file name with a quote and a space
+# A small Llama trained with FSDP on 16 GPUs: its plan spans two 8-GPU nodes (a cheap capture).
+FSDP16 = """model: hf:llama
+hf_config: {model_type: llama, hidden_size: 512, intermediate_size: 1376, num_hidden_layers: 4,
+            num_attention_heads: 8, num_key_value_heads: 8, vocab_size: 1000, max_position_embeddings: 256}
+batch_size: 4
+seq_len: 256
+precision: bf16
+optimizer: adamw
+gpus: 16
+parallel: {sharding: fsdp-full}
+"""
 
 
 def _pred(util=30.0, mem_hi=2**30, **kw) -> Prediction:
@@ -60,6 +71,23 @@ def test_shards_mps_and_whole_gpus():
     assert gres_request(_pred(util=20.0, mem_hi=200 * 2**30, fits=False)).gres == "gpu:1"
     d = gres_request(p).to_dict()
     assert d["share"] == 0.4 and d["kind"] == "shard" and d["count"] == 4 and d["exclusive"] is False
+
+
+def test_a_plan_across_nodes_asks_for_whole_exclusive_nodes():
+    req = gres_request(_pred(util=20.0, gpus=16, nodes=2))
+    assert req.sbatch == "--nodes=2 --ntasks-per-node=8 --gpus-per-node=8 --exclusive"
+    assert req.gres == "gpu:8" and req.tres_per_node == "gres/gpu:8"        # per node, as Slurm counts GRES
+    assert gres_request(_pred(util=20.0, gpus=16, nodes=2), mps=True).sbatch == req.sbatch   # never MPS
+    d = req.to_dict()
+    assert (d["nodes"], d["whole_nodes"], d["gpus_per_node"], d["gpus"], d["exclusive"]) == (2, True, 8, 16, True)
+    assert d["sbatch_options"] == ["--nodes=2", "--ntasks-per-node=8", "--gpus-per-node=8", "--exclusive"]
+    # 12 GPUs on 8-GPU nodes: two whole nodes, 12 tasks (8 + 4)
+    assert gres_request(_pred(gpus=12, nodes=2)).sbatch == "--nodes=2 --ntasks=12 --gpus-per-node=8 --exclusive"
+    # a plan inside one node: its GPUs on one node, as a data-parallel job (and exclusive, not shards)
+    one = gres_request(_pred(util=20.0, gpus=8, nodes=1))
+    assert one.sbatch == "--gres=gpu:8" and one.to_dict()["nodes"] == 1 and one.to_dict()["sbatch_options"] == [
+        "--gres=gpu:8"]
+    assert gres_request(_pred(util=20.0)).to_dict()["gpus_per_node"] == 1      # a share of one GPU
 
 
 @pytest.mark.parametrize("kw", [dict(shards_per_gpu=0), dict(mps_per_gpu=-1), dict(shards_per_gpu=2.5),
@@ -87,6 +115,7 @@ def specs(tmp_path_factory):
     (d / "small.json").write_text(json.dumps(SMALL))
     (d / "large.yaml").write_text("model: resnet50\nbatch_size: 64\n")
     (d / "ddp.yaml").write_text("model: mlp-small\nbatch_size: 32\ngpus: 2\n")
+    (d / "fsdp16.yaml").write_text(FSDP16)
     (d / "broken.yaml").write_text("model: [resnet50\n")
     (d / "unknown.json").write_text(json.dumps({"model": "resnet-9000"}))
     return d
@@ -105,6 +134,19 @@ def test_command_prints_the_gres_option(specs):
     assert r.stdout == f"--gres=mps:{math.ceil(round(share * 400, 9))}\n"
     assert invoke(specs / "large.yaml").stdout == "--gres=gpu:1\n"        # resnet50 b64: exclusive
     assert invoke(specs / "ddp.yaml").stdout == "--gres=gpu:2\n"          # data parallel: whole GPUs
+
+
+def test_command_asks_for_two_whole_nodes_for_a_16_gpu_fsdp_plan(specs):
+    from gpucast.job import Job
+
+    p = predict(Job.load(specs / "fsdp16.yaml"), GPU)
+    assert p.plan["nodes"] == 2 and p.plan["gpus_per_node"] == 8       # the plan itself spans two nodes
+    r = invoke(specs / "fsdp16.yaml")
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout == "--nodes=2 --ntasks-per-node=8 --gpus-per-node=8 --exclusive\n"
+    out = json.loads(invoke(specs / "fsdp16.yaml", "--json", "--mps").stdout)
+    assert out["nodes"] == 2 and out["whole_nodes"] is True and out["tres_per_node"] == "gres/gpu:8"
+    assert out["kind"] == "gpu" and out["exclusive"] is True and out["job"]["parallel"] == {"sharding": "fsdp-full"}
 
 
 def test_command_json(specs):

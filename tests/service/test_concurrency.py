@@ -55,8 +55,9 @@ def test_slow_uncached_request_does_not_block_cached_ones(server, client):
     assert all(code == 200 for _, _, code in cached)
     assert all(end < slow["t1"] for _, end, _ in cached), "a cached answer waited for the slow capture"
     worst = max(end - start for start, end, _ in cached)
-    assert worst < 0.25, f"cached answer took {worst:.3f} s during a slow capture"
-    assert slow["t1"] - slow["t0"] > 5 * worst
+    # Relative, not an absolute bound (a loaded machine slows every answer alike): each cached
+    # answer is a small part of the slow capture it did not wait for.
+    assert slow["t1"] - slow["t0"] > 5 * worst, f"cached answer took {worst:.3f} s during a slow capture"
 
 
 def test_identical_concurrent_requests_share_one_prediction(server, client):

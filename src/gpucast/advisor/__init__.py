@@ -7,6 +7,11 @@ with ranges from the step-time interval (:mod:`gpucast.advisor.options`), and pi
 of time against cost and a recommendation under a deadline and/or a budget
 (:mod:`gpucast.advisor.front`). It is a consumer of ``gpucast.api.explain`` like the simulator:
 no number here is re-derived.
+
+For a job with a ``parallel`` group, or with ``plans=True``, the options are parallel plans
+instead (:mod:`gpucast.advisor.plans`): GPU type x count (beyond one node) x sharding x tensor x
+pipeline x recompute x micro-batch, the global batch kept; prices, the front and the
+recommendation apply to them unchanged.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from gpucast.advisor.options import FITS, NO, RISKY, Option
 from gpucast.advisor.prices import DEFAULT_PRICES, Price, PriceError, PriceTable
 from gpucast.advisor.prices import load as load_prices
 from gpucast.advisor.search import AdviseError, plan as _plan, evaluate as _evaluate
+from gpucast.advisor.options import PlanFields
 
-__all__ = ["Advice", "AdviseError", "Option", "Price", "PriceError", "PriceTable", "advise", "load_prices",
-           "FITS", "RISKY", "NO", "DEFAULT_PRICES"]
+__all__ = ["Advice", "AdviseError", "Option", "PlanFields", "Price", "PriceError", "PriceTable", "advise",
+           "load_prices", "FITS", "RISKY", "NO", "DEFAULT_PRICES"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,7 @@ class Advice:
     message: str
     model_version: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    plans: bool = False          # the options are parallel plans (gpucast.advisor.plans)
 
     @property
     def best(self) -> Option | None:
@@ -62,7 +69,8 @@ class Advice:
                 "options": [dict(o.to_dict(), on_front=i in self.front) for i, o in enumerate(self.options)],
                 "front": list(self.front), "recommended": self.recommended,
                 "recommended_id": self.best.id if self.best is not None else None,
-                "message": self.message, "model_version": self.model_version, "notes": list(self.notes)}
+                "message": self.message, "model_version": self.model_version, "notes": list(self.notes),
+                "plans": self.plans}
 
 
 def _positive(name: str, v, unit: str) -> float | None:
@@ -75,21 +83,31 @@ def _positive(name: str, v, unit: str) -> float | None:
 
 def advise(job, gpus: Sequence | None = None, *, counts: Sequence[int] | None = None,
            batches: Sequence[int] | None = None, precisions: Sequence[str] | None = None,
-           keep_global_batch: bool = False, share: bool = True, max_gpus: int = 8,
+           keep_global_batch: bool | None = None, share: bool = True, max_gpus: int | None = None,
            prices: PriceTable | str | None = None, provider: str | None = None,
            samples_per_epoch: int | None = None, epochs: float = 1.0,
            deadline_s: float | None = None, budget_usd: float | None = None,
-           config=None, env=None, progress: Callable[[int, int], None] | None = None) -> Advice:
+           config=None, env=None, progress: Callable[[int, int], None] | None = None,
+           plans: bool = False, shardings: Sequence[str] | None = None, tensors: Sequence[int] | None = None,
+           pipelines: Sequence[int] | None = None, recomputes: Sequence[str] | None = None,
+           max_plans: int | None = None) -> Advice:
     """Advise on where and how to run ``job`` (a :class:`~gpucast.job.Job`, zoo name or dict).
 
     ``gpus``: GPU names or specs to consider (default: every priced catalog GPU); ``counts``: data-
-    parallel GPU counts (default 1, 2, 4, 8 up to ``max_gpus``); ``batches``: per-GPU batch sizes
-    (default: the job's and 2x/4x/8x; with ``keep_global_batch`` micro-batches of the job's global
-    batch, with accumulation); ``precisions`` (default: fp32, amp-fp16, amp-bf16 and the job's,
-    each where the GPU runs it); ``share``: also offer a fraction of one GPU to small jobs;
+    parallel GPU counts (default 1, 2, 4, 8 up to ``max_gpus``, 8 by default); ``batches``: per-GPU
+    batch sizes (default: the job's and 2x/4x/8x; with ``keep_global_batch`` micro-batches of the
+    job's global batch, with accumulation); ``precisions`` (default: fp32, amp-fp16, amp-bf16 and the
+    job's, each where the GPU runs it); ``share``: also offer a fraction of one GPU to small jobs;
     ``prices``: a :class:`PriceTable`, a packaged name or a file (default ``cloud-2024``);
     ``provider``: only that provider's offers; ``samples_per_epoch`` (default: the workload's dataset
-    size); ``epochs`` per run; ``deadline_s`` and ``budget_usd`` for the whole run."""
+    size); ``epochs`` per run; ``deadline_s`` and ``budget_usd`` for the whole run.
+
+    ``plans`` (implied by a job with a ``parallel`` group): search parallel plans instead
+    (:mod:`gpucast.advisor.plans`): ``counts`` default 1 and 8-512 (up to ``max_gpus``, 512 by
+    default), ``batches`` are micro-batches (default the job's, half, twice), ``precisions``
+    default the job's, ``keep_global_batch`` defaults to True, ``shardings``/``tensors``/
+    ``pipelines``/``recomputes`` narrow the search, ``max_plans`` bounds the predictions; ``share``
+    does not apply."""
     from gpucast.api import _as_job, model_version
 
     job = _as_job(job)
@@ -101,20 +119,44 @@ def advise(job, gpus: Sequence | None = None, *, counts: Sequence[int] | None = 
     if samples_per_epoch is not None and (isinstance(samples_per_epoch, bool) or not isinstance(samples_per_epoch, int)
                                           or samples_per_epoch < 1):
         raise AdviseError(f"samples per epoch must be a positive integer, got {samples_per_epoch!r}")
+    plans = bool(plans) or job.parallel is not None
+    if not plans:
+        given = [n for n, v in (("shardings", shardings), ("tensors", tensors), ("pipelines", pipelines),
+                                ("recomputes", recomputes), ("max_plans", max_plans)) if v is not None]
+        if given:
+            raise AdviseError(f"{given[0]} applies to the plan search (plans=True, --plans, or a job with a "
+                              f"parallel group)")
     if gpus:
         from gpucast.hardware import get_gpu
 
         gpus = [get_gpu(g) for g in gpus]  # spec files read once; plan() takes the specs as they are
     table = prices if isinstance(prices, PriceTable) else load_prices(prices, [g.name for g in gpus or ()])
-    p = _plan(job, table, gpus, counts, batches, precisions, keep_global_batch, share, max_gpus, provider)
-    options, samples, notes = _evaluate(job, p, table, samples_per_epoch, epochs, config, env, provider, progress)
+    if plans:
+        from gpucast.advisor import plans as _plans
+
+        sp = _plans.space(job, table, gpus, counts, batches, precisions, keep_global_batch, max_gpus, provider,
+                          shardings, tensors, pipelines, recomputes, max_plans)
+        options, samples, notes = _plans.evaluate(job, sp, table, samples_per_epoch, epochs, config, env, provider,
+                                                  progress)
+        keep, g, plan_notes = sp.keep_global_batch, sp.global_batch, list(sp.notes)
+    else:
+        p = _plan(job, table, gpus, counts, batches, precisions, bool(keep_global_batch), share,
+                  8 if max_gpus is None else max_gpus, provider)
+        options, samples, notes = _evaluate(job, p, table, samples_per_epoch, epochs, config, env, provider, progress)
+        keep, g, plan_notes = p.keep_global_batch, p.global_batch, list(p.notes)
     order = sorted(range(len(options)), key=lambda i: (options[i].memory_fit == NO, options[i].cost_per_epoch,
                                                        options[i].epoch_s))
     options = [options[i] for i in order]
     front = pareto(options)
     best, message = recommend(options, deadline_s, budget_usd)
-    if keep_global_batch:
-        notes.append(f"global batch kept at {p.global_batch}: accumulation steps cost a whole step each "
+    if plans and keep:
+        notes.append(f"global batch kept at {g} (micro-batch x accumulation x data-parallel replicas); a plan's "
+                     f"step is one optimizer step: every micro-batch, the pipeline bubble, the collectives")
+    elif plans:
+        notes.append("the global batch changes with the data-parallel degree and micro-batch: convergence per "
+                     "epoch may differ (not modelled)")
+    elif keep:
+        notes.append(f"global batch kept at {g}: accumulation steps cost a whole step each "
                      f"(optimizer included: an upper bound)")
     else:
         notes.append("batch sizes other than the job's change the global batch: convergence per epoch may differ "
@@ -122,4 +164,4 @@ def advise(job, gpus: Sequence | None = None, *, counts: Sequence[int] | None = 
     return Advice(job=job.to_dict(), samples_per_epoch=samples, epochs=epochs, deadline_s=deadline_s,
                   budget_usd=budget_usd, prices=table, options=tuple(options), front=tuple(front),
                   recommended=best, message=message, model_version=model_version(env),
-                  notes=tuple(p.notes) + tuple(notes))
+                  notes=tuple(plan_notes) + tuple(notes), plans=plans)

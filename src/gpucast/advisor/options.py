@@ -16,7 +16,16 @@ per GPU-hour:
 With gradient accumulation (``accumulation`` micro-steps per optimizer step, to keep a global
 batch) each micro-step is costed as a whole step, optimizer included: an upper bound on time by
 the optimizer's share. Not modelled: convergence (a larger global batch may need more epochs),
-multi-node all-reduce (counts stay within one 8-GPU node), start-up and checkpoint time.
+start-up and checkpoint time.
+
+A **parallel plan** (:mod:`gpucast.advisor.plans`) is an option with ``plan`` set
+(:class:`PlanFields`: tensor, pipeline and data-parallel degrees, sharding, recompute, nodes, and
+the prediction's tokens/s and MFU). Its prediction already is one optimizer step of the whole
+plan (every micro-batch, the pipeline bubble, the collectives, the optimizer:
+:mod:`gpucast.estimate.parallel`), so for a plan ``step_time_s`` is that optimizer step, nothing is
+multiplied by the accumulation, the global batch is micro-batch x accumulation x data-parallel
+degree, and time per epoch = samples per epoch / global batch x step time. Cost and memory are as
+above (memory: the busiest GPU's).
 """
 
 from __future__ import annotations
@@ -24,6 +33,45 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 FITS, RISKY, NO = "fits", "risky", "no"
+
+
+@dataclass(frozen=True)
+class PlanFields:
+    """A parallel plan's shape and the prediction's throughput figures (``Prediction.plan``)."""
+
+    tensor: int
+    pipeline: int
+    data: int
+    sharding: str
+    recompute: str
+    nodes: int
+    gpus_per_node: int
+    network: str
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    hfu: float
+    step_breakdown_s: tuple[tuple[str, float], ...] = ()
+
+    @classmethod
+    def of(cls, plan: dict) -> "PlanFields":
+        return cls(tensor=int(plan["tensor"]), pipeline=int(plan["pipeline"]), data=int(plan["data"]),
+                   sharding=str(plan["sharding"]), recompute=str(plan["recompute"]), nodes=int(plan["nodes"]),
+                   gpus_per_node=int(plan["gpus_per_node"]), network=str(plan["network"]),
+                   tokens_per_s=float(plan["tokens_per_s"]), tokens_per_s_per_gpu=float(plan["tokens_per_s_per_gpu"]),
+                   mfu=float(plan["mfu"]), hfu=float(plan["hfu"]),
+                   step_breakdown_s=tuple((k, float(v)) for k, v in plan.get("step_breakdown_s", {}).items()))
+
+    @property
+    def label(self) -> str:
+        """``t8 p2 d4 zero1 recompute-full``."""
+        rc = f" recompute-{self.recompute}" if self.recompute != "none" else ""
+        return f"t{self.tensor} p{self.pipeline} d{self.data} {self.sharding}{rc}"
+
+    def to_dict(self) -> dict:
+        d = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "step_breakdown_s"}
+        d["step_breakdown_s"] = dict(self.step_breakdown_s)
+        return d
 
 
 @dataclass(frozen=True)
@@ -52,16 +100,20 @@ class Option:
     bottleneck: str
     slowdown: float = 1.0      # of the shared step over the solo one (1: whole GPU)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    plan: PlanFields | None = None   # a parallel plan: step_time_s is then one optimizer step
 
     @property
     def id(self) -> str:
         acc = f"x{self.accumulation} accum" if self.accumulation > 1 else ""
         shared = f"share {self.share:g}" if self.share < 1 else ""
-        return " ".join(p for p in (f"{self.gpu} x{self.gpus}", f"b{self.batch_size}", acc, self.precision, shared) if p)
+        shape = self.plan.label if self.plan is not None else ""
+        return " ".join(p for p in (f"{self.gpu} x{self.gpus}", shape, f"b{self.batch_size}", acc, self.precision,
+                                    shared) if p)
 
     @property
     def global_batch(self) -> int:
-        return self.batch_size * self.gpus * self.accumulation
+        replicas = self.plan.data if self.plan is not None else self.gpus
+        return self.batch_size * replicas * self.accumulation
 
     @property
     def run_s(self) -> float:
@@ -88,6 +140,7 @@ class Option:
         for k, v in d.items():
             if isinstance(v, tuple):
                 d[k] = list(v)
+        d["plan"] = self.plan.to_dict() if self.plan is not None else None
         d.update(id=self.id, global_batch=self.global_batch, run_s=self.run_s, run_interval_s=list(self.run_interval_s),
                  cost_per_run=self.cost_per_run, cost_per_run_interval=list(self.cost_per_run_interval))
         return d
@@ -125,3 +178,27 @@ def from_prediction(pred, price, samples_per_epoch: float, epochs: float, accumu
                   gpu_memory_bytes=int(capacity) if capacity is not None else 0,
                   memory_fit=memory_fit(int(pred.memory_peak_bytes), mem_iv, capacity) if capacity else FITS,
                   bottleneck=pred.bottleneck, slowdown=slowdown, notes=tuple(notes))
+
+
+def from_plan_prediction(pred, price, samples_per_epoch: float, epochs: float, capacity: int) -> Option:
+    """The option a parallel plan's prediction describes (module docstring): ``pred.plan`` set,
+    ``pred.step_time_s`` one optimizer step of ``pred.plan['global_batch']`` samples."""
+    pl = pred.plan
+    gpus = int(pl["gpus"])
+    per_step = int(pl["global_batch"])
+    step = pred.step_time_s
+    lo, hi = pred.step_time_interval
+    steps = samples_per_epoch / per_step
+    rate = price.usd_per_gpu_hour * gpus / 3600.0
+    offer = " ".join(p for p in (price.provider, price.offer) if p)
+    mem_iv = (int(pred.memory_interval[0]), int(pred.memory_interval[1]))
+    point = int(pred.memory_peak_bytes)
+    return Option(gpu=pred.gpu, gpus=gpus, batch_size=int(pl["micro_batch"]), precision=pred.job["precision"],
+                  accumulation=int(pl["grad_accum"]), share=1.0, step_time_s=step, step_time_interval=(lo, hi),
+                  samples_per_s=per_step / step if step > 0 else 0.0, epoch_s=steps * step,
+                  epoch_interval_s=(steps * lo, steps * hi), usd_per_gpu_hour=price.usd_per_gpu_hour,
+                  price_offer=offer, cost_per_epoch=steps * step * rate,
+                  cost_per_epoch_interval=(steps * lo * rate, steps * hi * rate), epochs=epochs,
+                  util_pct=pred.gpu_util_pct, memory_bytes=point, memory_interval=mem_iv,
+                  gpu_memory_bytes=int(capacity), memory_fit=memory_fit(point, mem_iv, capacity),
+                  bottleneck=pred.bottleneck, plan=PlanFields.of(pl))

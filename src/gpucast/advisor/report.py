@@ -63,6 +63,8 @@ def _row(o, best: bool) -> str:
              f"{duration(o.epoch_s)} ({duration_range(*o.epoch_interval_s)})",
              f"{usd(o.cost_per_epoch)} ({usd(o.cost_per_epoch_interval[0])}-{usd(o.cost_per_epoch_interval[1])})",
              usd(o.cost_per_run), f"{o.util_pct:.0f}", f"{o.memory_bytes / 2**30:.1f}", o.memory_fit]
+    if o.plan is not None:  # a parallel plan: its nodes, throughput per GPU and MFU
+        cells[1:1] = [str(o.plan.nodes), f"{o.plan.tokens_per_s_per_gpu:,.0f}", f"{o.plan.mfu * 100:.0f}"]
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
@@ -70,6 +72,8 @@ def render(advice, title: str = "gpucast advise") -> str:
     fig = _figure(advice).to_html(full_html=False, include_plotlyjs=True, include_mathjax=False,
                                   config={"displaylogo": False})
     head = ("option", "step ms", "samples/s", "epoch (range)", "$/epoch (range)", "$/run", "util %", "GiB/GPU", "memory")
+    if getattr(advice, "plans", False):  # step ms: one optimizer step
+        head = head[:1] + ("nodes", "tokens/s/GPU", "MFU %") + head[1:]
     rows = "".join(_row(advice.options[i], i == advice.recommended) for i in advice.shown())
     model = html.escape(str(advice.job.get("model")))
     p = advice.prices

@@ -3,8 +3,8 @@
 * **GPU types**: the ones asked for, or every catalog GPU the price table prices (the rest are
   skipped, with a note).
 * **Precisions** a GPU runs: ``fp32`` everywhere; ``tf32`` where it has TF32 tensor cores;
-  ``amp-fp16`` from compute capability 6.0 (Pascal: K80 has no FP16 arithmetic); ``amp-bf16``
-  where it has BF16 tensor cores (Ampere on). Default: the job's own, ``fp32``, ``amp-fp16`` and
+  ``amp-fp16`` and ``fp16`` from compute capability 6.0 (Pascal: K80 has no FP16 arithmetic);
+  ``amp-bf16`` and ``bf16`` where it has BF16 tensor cores (Ampere on). Default: the job's own, ``fp32``, ``amp-fp16`` and
   ``amp-bf16``, each where the GPU runs it.
 * **Batch sizes** per GPU: default the job's and 2x, 4x, 8x it (the largest of them that fits a GPU
   is that GPU's "largest that fits"); with ``keep_global_batch`` the job's global batch ``G`` (its
@@ -38,7 +38,7 @@ DEFAULT_COUNTS = (1, 2, 4, 8)
 MAX_GPUS = 8        # one node (the all-reduce is costed over the node's NVLink or PCIe)
 BATCH_FACTORS = (1, 2, 4, 8)
 MAX_SHARE = 0.5     # a share above half a GPU leaves no room for a neighbour: offer whole GPUs only
-PRECISION_ORDER = ("fp32", "tf32", "amp-fp16", "amp-bf16")
+PRECISION_ORDER = ("fp32", "tf32", "amp-fp16", "amp-bf16", "fp16", "bf16")
 
 
 class AdviseError(ValueError):
@@ -65,20 +65,18 @@ def runs(spec: GpuSpec, precision: str) -> bool:
         return True
     if precision == "tf32":
         return spec.tf32_tflops is not None
-    if precision == "amp-fp16":
+    if precision in ("amp-fp16", "fp16"):
         return tuple(spec.compute_capability) >= (6, 0)
-    if precision == "amp-bf16":
+    if precision in ("amp-bf16", "bf16"):
         return spec.supports_bf16
     return False
 
 
-def plan(job, prices: PriceTable, gpus: Sequence[str | GpuSpec] | None = None, counts: Sequence[int] | None = None,
-         batches: Sequence[int] | None = None, precisions: Sequence[str] | None = None,
-         keep_global_batch: bool = False, share: bool = True, max_gpus: int = MAX_GPUS,
-         provider: str | None = None) -> Plan:
-    """Check the request and say what will be tried; an impossible request is one :class:`AdviseError`."""
+def gpu_types(prices: PriceTable, gpus: Sequence[str | GpuSpec] | None = None,
+              provider: str | None = None) -> tuple[tuple[GpuSpec, ...], list[str]]:
+    """The GPU types to try (module docstring) and a note naming the catalog GPUs left out unpriced;
+    a GPU asked for without a price, or a provider the table lacks, is one error."""
     from gpucast.hardware import catalog
-    from gpucast.job import PRECISIONS
 
     notes = []
     if provider is not None and provider not in prices.providers:
@@ -96,6 +94,17 @@ def plan(job, prices: PriceTable, gpus: Sequence[str | GpuSpec] | None = None, c
             notes.append(f"not priced in {prices.name!r}, so not tried: {', '.join(unpriced)}")
         if not specs:
             raise AdviseError(f"prices {prices.name!r} price no catalog GPU")
+    return specs, notes
+
+
+def plan(job, prices: PriceTable, gpus: Sequence[str | GpuSpec] | None = None, counts: Sequence[int] | None = None,
+         batches: Sequence[int] | None = None, precisions: Sequence[str] | None = None,
+         keep_global_batch: bool = False, share: bool = True, max_gpus: int = MAX_GPUS,
+         provider: str | None = None) -> Plan:
+    """Check the request and say what will be tried; an impossible request is one :class:`AdviseError`."""
+    from gpucast.job import PRECISIONS
+
+    specs, notes = gpu_types(prices, gpus, provider)
     if not isinstance(max_gpus, int) or max_gpus < 1:
         raise AdviseError(f"max_gpus must be a positive integer, got {max_gpus!r}")
     counts = tuple(sorted(set(counts))) if counts else tuple(c for c in DEFAULT_COUNTS if c <= max_gpus)

@@ -118,6 +118,9 @@ class Observation:
     mem_bound: float = 0.5
     held_pct: float | None = None   # told share of the step the kernels hold the GPU (None: util_pct)
     syncs: float | None = None
+    # A planned gang (gpucast.cluster.gangs): GPUs per node of its plan; 0 for any other job. Part
+    # of what the job asks for (like ``gpus``), so every policy is told it.
+    node_gpus: int = 0
 
     def timeline(self, upper: bool = False):
         """What this observation says of the job's timeline (:mod:`gpucast.cluster.timeshare`):
@@ -150,15 +153,18 @@ class Observation:
         """What a policy told predictions learns from ``prediction`` (a
         :class:`~gpucast.prediction.Prediction`) of ``job`` (a :class:`~gpucast.job.Job`;
         by default the job the prediction records), on the prediction's GPU type."""
+        from gpucast.cluster.gangs import node_gpus
+
         spec = job.to_dict() if job is not None else prediction.job
-        return cls(workload=spec["model"], batch_size=int(spec["batch_size"]), gpus=int(spec.get("gpus", 1)),
+        gpus = int(spec.get("gpus", 1))
+        return cls(workload=spec["model"], batch_size=int(spec["batch_size"]), gpus=gpus,
                    gpu_type=prediction.gpu, source="prediction", util_pct=prediction.gpu_util_pct,
                    util_interval=tuple(prediction.gpu_util_interval),
                    memory_bytes=float(prediction.memory_peak_bytes),
                    memory_interval=tuple(float(x) for x in prediction.memory_interval),
                    step_time_s=prediction.step_time_s, gaps=float(max(prediction.gpu_idle_gaps, 0)),
                    mem_bound=_mem_bound(prediction), held_pct=prediction.gpu_held_pct,
-                   syncs=float(prediction.gpu_syncs))
+                   syncs=float(prediction.gpu_syncs), node_gpus=node_gpus(spec, gpus))
 
     @property
     def memory_upper(self) -> float | None:

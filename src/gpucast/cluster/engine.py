@@ -17,6 +17,12 @@ What is modelled
   surfaces (lazy invalidation with a per-job version counter).
 * **Gang scheduling.** A job of ``k`` GPUs starts only when the policy grants all ``k`` (one
   node if possible, else across nodes; see ``policies/base.py``). Cross-node runs are not slower.
+  A *planned gang* (a multi-GPU job whose spec has a ``parallel`` group) is placed by node
+  (:mod:`gpucast.cluster.gangs`): inside one node when its plan fits one, else on whole nodes
+  that are its alone; it never shares a GPU. Its step time is its plan's predicted optimizer step
+  (inter-node communication included) times the truth's error, its work that many steps. A run
+  whose cluster cannot ever hold one of its gangs is refused when the simulator is made
+  (``ValueError`` naming the job).
 * **Out-of-memory.** When the true peak memory of the jobs on a GPU exceeds its memory, the job
   placed last there fails ``oom_after_s`` after its placement (start-up and first steps;
   default 60 s, our choice, a parameter) unless the GPU no longer overflows by then. It loses
@@ -36,6 +42,9 @@ What is modelled
   trace's ``duration_s`` or, for a trace that gives steps, those steps at the job's true solo
   step time on the reference GPU type (its solo run time there, as ``duration_s`` means). Only
   ``slot`` (EASY backfilling) reads it; the engine never stops a job at its limit.
+* **Placements.** ``placements`` records every placement of a job, in order:
+  ``[start_s, end_s, job index, GPU indices]`` (``end_s`` is ``None`` while it runs; a job that
+  failed with out-of-memory and restarted has one entry per run). Profiling runs are not in it.
 * **Utilization.** What NVML would report. A GPU with one job contributes its utilization; a
   shared GPU what NVML reads for the jobs together under the co-location model
   (:func:`gpucast.cluster.timeshare.gpu_util_pct`: busy unless every job is idle for a whole tick
@@ -71,9 +80,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
+from collections import Counter, deque
 from itertools import chain, islice
 
+from gpucast.cluster import gangs
 from gpucast.cluster.policies.base import GpuOccupancy, Policy
 from gpucast.cluster.rates import ARRIVE, FINISH, OOM, PROFILED, GpuRates
 from gpucast.cluster.result import JobRecord, SimResult
@@ -95,10 +105,11 @@ class SimJob:
 
     __slots__ = ("i", "tj", "prof", "gpus", "obs", "ooms", "restarts", "work", "done", "rate", "last_t",
                  "version", "alloc", "start_s", "finish_s", "run_start", "ckpt_work", "gpu_seconds",
-                 "seq", "types", "beh", "solo_s", "abandoned", "ran", "terms", "limit_s")
+                 "seq", "types", "beh", "solo_s", "abandoned", "ran", "terms", "limit_s", "node_gpus")
 
     def __init__(self, i, tj, prof):
         self.i, self.tj, self.prof, self.gpus = i, tj, prof, tj.gpus
+        self.node_gpus = gangs.node_gpus(tj.fields, tj.gpus)   # > 0: a planned gang (GPUs per node)
         self.obs = None
         self.ooms = self.restarts = 0
         self.work = self.done = self.rate = self.last_t = 0.0
@@ -113,6 +124,13 @@ class SimJob:
         self.ran = False
         self.terms = {}     # gpu -> 1 / (step time there * slowdown there), while placed
         self.limit_s = None  # the time limit a user would request (set on arrival)
+
+
+def pool_size(policy: Policy, n_gpus: int) -> int:
+    """GPUs of the profiling pool a policy takes from a cluster of ``n_gpus`` (0 unless it profiles)."""
+    if policy.told != "profiled":
+        return 0
+    return policy.profiling_gpus if policy.profiling_gpus is not None else max(1, n_gpus // 64)
 
 
 class Simulator(GpuRates):
@@ -149,10 +167,10 @@ class Simulator(GpuRates):
         self.heap = []
         self.seq = 0
         self.place_seq = 0
+        self.placements: list[list] = []     # [start_s, end_s, job index, GPU indices] per placement
+        self._placed: dict[int, list] = {}   # job index -> its open placements entry
         # profiling pool: the last GPUs of the cluster
-        npool = 0
-        if policy.told == "profiled":
-            npool = policy.profiling_gpus if policy.profiling_gpus is not None else max(1, self.n // 64)
+        npool = pool_size(policy, self.n)
         if npool >= self.n:
             raise ValueError(f"profiling pool of {npool} GPUs leaves none of {self.n} for jobs")
         self.pool = list(range(self.n - npool, self.n))
@@ -172,6 +190,8 @@ class Simulator(GpuRates):
             if prof is None:
                 prof = self._prof_ids[key] = Profile.from_trace_job(tj)
             self.jobs.append(SimJob(i, tj, prof))
+        if any(j.node_gpus for j in self.jobs):
+            gangs.check([j.tj for j in self.jobs], Counter(self.gnode[:self.n - npool]).values())
         self.queue: dict[int, SimJob] = {}
         self.requeued: dict[int, SimJob] = {}
         self.finished = 0
@@ -300,6 +320,9 @@ class Simulator(GpuRates):
             j.solo_s = j.work * j.beh[self.gtype[alloc[0]]].step_time_s
         j.ran = True
         j.alloc = tuple(alloc)
+        rec = [t, None, j.i, j.alloc]
+        self.placements.append(rec)
+        self._placed[j.i] = rec
         j.run_start = j.last_t = t
         j.ckpt_work = j.done
         j.rate = 0.0
@@ -326,6 +349,7 @@ class Simulator(GpuRates):
         self._advance(j, t)
         j.gpu_seconds += (t - j.run_start) * len(j.alloc)
         alloc = j.alloc
+        self._placed.pop(j.i)[1] = t
         for g in alloc:
             self.on[g].remove(j)
         self.policy.on_stop(j, alloc)

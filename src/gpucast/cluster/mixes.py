@@ -1,8 +1,8 @@
 """Workload mixes: a Gavel trace's arrivals, durations and GPU counts, with each job's workload
 drawn from the zoo so that the jobs' GPU utilization looks like a real cluster's.
 
-A mix is a small YAML file (the packaged ones: ``gpucast/data/mixes/philly-mix.yaml`` and
-``pai-mix.yaml``; a user's own: ``gpucast simulate --trace my-mix.yaml``)::
+A mix is a small YAML file (the packaged ones: ``gpucast/data/mixes/philly-mix.yaml``,
+``pai-mix.yaml`` and ``llm-mix.yaml``; a user's own: ``gpucast simulate --trace my-mix.yaml``)::
 
     name: my-mix
     trace: gavel:ee9e8c          # arrivals, solo durations and GPU counts come from this trace
@@ -18,6 +18,18 @@ A mix is a small YAML file (the packaged ones: ``gpucast/data/mixes/philly-mix.y
         precision: [fp32, amp-fp16]
         data: [{}, {num_workers: 0}]   # Job fields (data, loop, stack, seq_len, optimizer ...)
         weight: 2                # relative weight of this entry (default 1)
+    gangs:                       # optional: multi-GPU jobs with a parallel plan, named one by one
+      - id: llama-7b-fsdp        # job id (default <mix name>-gang<N>; -1, -2 ... per arrival)
+        arrival_s: [600, 90000]  # one job per arrival, seconds from the trace's start
+        steps: 2000              # optimizer steps (its work); or duration_s: solo run time on the
+                                 # cluster's reference GPU type
+        model: llama-7b          # the rest are Job fields, as a job spec file has them (an
+        batch_size: 2            # hf:<type> model with its hf_config works too)
+        seq_len: 2048
+        precision: bf16
+        optimizer: adamw
+        gpus: 32
+        parallel: {sharding: fsdp-full, recompute: selective}
 
 How a mix is drawn (:func:`build`, fixed by ``seed``):
 
@@ -33,7 +45,20 @@ How a mix is drawn (:func:`build`, fixed by ``seed``):
 
 The trace job's arrival and GPU count are kept; its solo duration on ``gpu`` is the trace job's
 (Gavel's steps times Gavel's measured solo step time of its job type on a V100), so only *what*
-runs changes. Bad YAML raises :class:`MixError`: one line naming the file and the field.
+runs changes. A drawn workload therefore names no ``gpus`` and no ``parallel`` group (the trace
+says how many GPUs, and a plan is made for one GPU count): a multi-GPU job with a plan is a
+*gang*, named with its plan under ``gangs``.
+
+Gangs are added to the drawn trace as named, not drawn to the target: each arrival is a job with
+the entry's fields (its ``gpus`` and ``parallel`` among them, so the simulator predicts its plan:
+one optimizer step of the whole job, and places it by node, :mod:`gpucast.cluster.gangs`) and the
+entry's ``steps`` (its service time is then steps times its true optimizer-step time: the
+prediction times the truth's error) or ``duration_s``. A gang needs ``gpus`` of at least 2 and a
+``parallel`` group (``parallel: {sharding: ddp}`` is plain DDP with the plan's placement). A gang
+given in steps has no run time before it is predicted, so it counts no work in
+:func:`~gpucast.cluster.trace_formats.offered_load` (``--load``) nor in :func:`statistics`.
+
+Bad YAML raises :class:`MixError`: one line naming the file and the field.
 """
 
 from __future__ import annotations
@@ -48,8 +73,10 @@ from gpucast.cluster.trace_formats import Trace, TraceError, TraceJob, load_name
 
 WINDOW = 0.04          # our choice: a candidate within 4 utilization points of the target value
 DEFAULT_CONCENTRATION = 3.0
-MIX_NAMES = ("philly-mix", "pai-mix")
-_TOP_KEYS = {"name", "description", "trace", "gpu", "seed", "target", "workloads"}
+MIX_NAMES = ("philly-mix", "pai-mix", "llm-mix")
+_TOP_KEYS = {"name", "description", "trace", "gpu", "seed", "target", "workloads", "gangs"}
+_GANG_KEYS = {"id", "arrival_s", "steps", "duration_s"}     # the rest of a gang entry are Job fields
+_NOT_DRAWN = ("gpus", "parallel")                           # fields a drawn workload may not set
 _TARGET_KEYS = {"mean", "median", "concentration", "source"}
 
 
@@ -69,6 +96,7 @@ class Mix:
     source: str
     candidates: tuple        # ((fields dict as sorted items), weight)
     path: str = ""
+    gangs: tuple = ()        # Gang entries, in file order
 
     def beta(self) -> tuple[float, float]:
         """(a, b) of the target Beta distribution."""
@@ -76,6 +104,25 @@ class Mix:
         if self.mean is not None:
             return self.mean * k, (1.0 - self.mean) * k
         return _beta_for_median(self.median, k)
+
+
+@dataclass(frozen=True)
+class Gang:
+    """One ``gangs`` entry of a mix: a planned multi-GPU job, once per arrival."""
+
+    id: str
+    arrivals: tuple[float, ...]
+    steps: float | None
+    duration_s: float | None
+    fields: tuple            # Job fields as sorted items (gpus, precision and parallel among them)
+    gpus: int
+
+    def trace_jobs(self) -> list[TraceJob]:
+        f = dict(self.fields)
+        many = len(self.arrivals) > 1
+        return [TraceJob(f"{self.id}-{n}" if many else self.id, float(t), f["model"], int(f["batch_size"]),
+                         self.gpus, f["precision"], self.steps, self.duration_s, None, self.fields)
+                for n, t in enumerate(self.arrivals, 1)]
 
 
 def _beta_for_median(median: float, k: float) -> tuple[float, float]:
@@ -173,6 +220,10 @@ def parse(d, where: str = "mix") -> Mix:
     for i, e in enumerate(wl, 1):
         if not isinstance(e, dict) or "model" not in e:
             bad(f"workloads[{i}]", "must be a mapping with at least 'model'")
+        for key in _NOT_DRAWN:
+            if key in e:
+                bad(f"workloads[{i}].{key}", "a drawn workload runs on the trace job's GPUs; name a multi-GPU "
+                                             "job with its plan under 'gangs'")
         w = e.get("weight", 1.0)
         if not isinstance(w, (int, float)) or isinstance(w, bool) or w <= 0:
             bad(f"workloads[{i}].weight", f"must be a positive number, got {w!r}")
@@ -192,8 +243,56 @@ def parse(d, where: str = "mix") -> Mix:
             f.setdefault("precision", job.precision)
             items = tuple(sorted((key, getattr(job, key)) for key in f))
             cands.append((items, float(w) / len(combos)))
-    return Mix(str(d.get("name", Path(where).stem)), trace, gpu, seed, t.get("mean"), t.get("median"), float(k),
-               str(t.get("source", "")), tuple(cands), where)
+    name = str(d.get("name", Path(where).stem))
+    return Mix(name, trace, gpu, seed, t.get("mean"), t.get("median"), float(k),
+               str(t.get("source", "")), tuple(cands), where, _parse_gangs(d.get("gangs", []), name, bad))
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _parse_gangs(gangs, mix_name: str, bad) -> tuple:
+    """The ``gangs`` entries (module docstring), validated."""
+    from gpucast.job import Job
+
+    if not isinstance(gangs, list):
+        bad("gangs", "must be a list of multi-GPU jobs with a parallel plan")
+    out, ids = [], set()
+    for i, e in enumerate(gangs, 1):
+        at = f"gangs[{i}]"
+        if not isinstance(e, dict) or "model" not in e:
+            bad(at, "must be a mapping of job fields with at least 'model'")
+        gid = e.get("id", f"{mix_name}-gang{i}")
+        if not isinstance(gid, str) or not gid.strip():
+            bad(f"{at}.id", "must be a non-empty string")
+        arr = e.get("arrival_s", 0.0)
+        arrivals = arr if isinstance(arr, list) else [arr]
+        if not arrivals or not all(_number(a) and a >= 0 for a in arrivals):
+            bad(f"{at}.arrival_s", f"must be seconds >= 0 or a non-empty list of them, got {arr!r}")
+        if ("steps" in e) == ("duration_s" in e):
+            bad(at, "give exactly one of 'steps' (optimizer steps) and 'duration_s'")
+        work_key = "steps" if "steps" in e else "duration_s"
+        work = e[work_key]
+        if not _number(work) or work <= 0:
+            bad(f"{at}.{work_key}", f"must be a positive number, got {work!r}")
+        f = {k: v for k, v in e.items() if k not in _GANG_KEYS}
+        try:
+            job = Job.from_dict(f)
+        except Exception as err:  # noqa: BLE001 - Job's own one-line validation message
+            bad(at, str(err).splitlines()[0])
+        if job.parallel is None or job.gpus < 2:
+            bad(at, "a gang needs 'gpus' of at least 2 and a 'parallel' group (e.g. parallel: {sharding: fsdp-full})")
+        many = len(arrivals) > 1
+        for jid in ([f"{gid}-{n}" for n in range(1, len(arrivals) + 1)] if many else [gid]):
+            if jid in ids:
+                bad(f"{at}.id", f"job id {jid!r} is used twice")
+            ids.add(jid)
+        keys = set(f) | {"precision", "gpus"}
+        items = tuple(sorted((key, getattr(job, key)) for key in keys))
+        out.append(Gang(gid, tuple(float(a) for a in arrivals), float(work) if work_key == "steps" else None,
+                        float(work) if work_key == "duration_s" else None, items, job.gpus))
+    return tuple(out)
 
 
 def build(mix: Mix | str, *, predictor=None, progress=None) -> Trace:
@@ -246,6 +345,15 @@ def build(mix: Mix | str, *, predictor=None, progress=None) -> Trace:
         f"mix {mix.name}: {len(mix.candidates)} candidates, target Beta(a={a:.3f}, b={b:.3f}) "
         f"({'mean' if mix.mean is not None else 'median'} {mix.mean if mix.mean is not None else mix.median}; "
         f"{mix.source}), seed {mix.seed}, predicted on {mix.gpu}"]
+    if mix.gangs:
+        taken = {j.job_id for j in out}
+        gang_jobs = [tj for g in mix.gangs for tj in g.trace_jobs()]
+        clash = next((tj.job_id for tj in gang_jobs if tj.job_id in taken), None)
+        if clash is not None:
+            raise MixError(f"{mix.path}: gangs: job id {clash!r} is also a job of trace {mix.trace!r}")
+        out = sorted(out + gang_jobs, key=lambda tj: tj.arrival_s)     # stable: the trace's order kept
+        notes.append(f"mix {mix.name}: {len(gang_jobs)} gang jobs ({len(mix.gangs)} entries) named with their "
+                     f"parallel plans, not drawn")
     return Trace(mix.name, out, source=f"mix:{mix.path}", notes=notes)
 
 

@@ -1,8 +1,9 @@
 """The simulated cluster: nodes of GPUs of catalog types.
 
 A node holds GPUs of one type. GPUs are numbered 0..n-1 node by node; that order is the
-first-fit order of the packing policies. Nothing about interconnects is modelled: a multi-GPU
-job split across nodes runs as fast as one inside a node.
+first-fit order of the packing policies. The interconnects are not modelled here: a multi-GPU
+job without a plan split across nodes runs as fast as one inside a node; a planned gang
+(:mod:`gpucast.cluster.gangs`) carries its plan's inter-node communication in its predicted step.
 """
 
 from __future__ import annotations

@@ -368,5 +368,5 @@ def load_named(name: str) -> Trace:
     p = Path(s)
     if not p.exists():
         raise TraceError(f"no trace named {s!r}: not 'gavel', a Gavel id ({', '.join(ids)}), "
-                         f"'philly-mix', 'pai-mix', 'synthetic:N' or an existing file")
+                         f"'philly-mix', 'pai-mix', 'llm-mix', 'synthetic:N' or an existing file")
     return parse_gavel(p) if p.suffix == ".trace" else parse_table(p)

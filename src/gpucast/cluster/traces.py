@@ -27,12 +27,14 @@ def load_trace(name_or_path, *, gpus: int | None = None, limit: int | None = Non
     """A trace by name or path.
 
     ``"gavel"`` is :data:`DEFAULT_GAVEL_TRACE`; ``"gavel:<id>"`` or ``"<id>"`` a packaged Gavel
-    trace; ``"philly-mix"``, ``"pai-mix"`` or a ``.yaml`` file a workload mix
+    trace; ``"philly-mix"``, ``"pai-mix"``, ``"llm-mix"`` or a ``.yaml`` file a workload mix
     (:mod:`gpucast.cluster.mixes`; ``progress(i, n)`` follows its candidates' predictions); a path
     ending in ``.trace`` a Gavel file; ``.csv``/``.parquet`` a user trace;
     ``"synthetic:N"`` (optionally ``"synthetic:N:SEED"``) a synthetic trace. A :class:`Trace`
     is returned as is. ``limit`` keeps the first N jobs by arrival. ``gpus`` (the cluster size)
-    caps each job's GPU count so that every job can run; capped jobs are counted in ``notes``.
+    caps each job's GPU count so that every job can run; capped jobs are counted in ``notes``. A
+    planned gang (a job with a parallel plan, :mod:`gpucast.cluster.gangs`) is never capped: its
+    plan is made for its GPU count, so one larger than the cluster is a :class:`TraceError`.
     ``load`` (with ``gpus``) rescales the arrivals to that offered load (:func:`at_load`).
     """
     if isinstance(name_or_path, Trace):
@@ -45,6 +47,12 @@ def load_trace(name_or_path, *, gpus: int | None = None, limit: int | None = Non
     if limit is not None:
         jobs = jobs[:limit]
     if gpus is not None:
+        from gpucast.cluster.gangs import node_gpus
+
+        big = next((j for j in jobs if j.gpus > gpus and node_gpus(j.fields, j.gpus)), None)
+        if big is not None:
+            raise TraceError(f"job {big.job_id}: its parallel plan needs {big.gpus} GPUs, more than the "
+                             f"cluster's {gpus}")
         capped = sum(j.gpus > gpus for j in jobs)
         if capped:
             jobs = [replace(j, gpus=gpus) if j.gpus > gpus else j for j in jobs]

@@ -23,7 +23,11 @@ source ``inferred:gavel-pairs``): inferred from measurements, not measured, and 
 the error model. A Gavel job type that Gavel measured running alone on a GPU type did fit there, so its simulated
 true memory is clipped to :data:`MEASURED_FIT_FRACTION` of that GPU's memory (gpucast
 over-predicts some of them). A multi-GPU job with no measured multi-GPU throughput runs each step
-in its solo step time (weak scaling, per-GPU batch fixed; communication is not modelled).
+in its solo step time (weak scaling, per-GPU batch fixed; communication is not modelled), except a
+planned gang (a job whose fields carry a ``parallel`` group and its ``gpus``,
+:mod:`gpucast.cluster.gangs`): its prediction is its plan's, so its step is one optimizer step of
+the whole job with the plan's communication, its memory the busiest GPU's and its utilization the
+mean over its GPUs, each times the error model as above.
 
 What a policy is told is an :class:`Observation` per GPU type: nothing (``told="nothing"``), the
 prediction with its intervals (``"prediction"``), the measured truth after profiling
@@ -338,8 +342,10 @@ class Truth:
 
     def observe(self, profile: Profile, gpu: str, told: str, gpus: int = 1) -> Observation:
         """What a policy that is ``told`` this learns about ``profile`` on ``gpu``."""
+        from gpucast.cluster.gangs import node_gpus
+
         base = dict(workload=profile.workload, batch_size=profile.batch_size, gpus=gpus, gpu_type=gpu,
-                    source=told, job_type=profile.job_type)
+                    source=told, job_type=profile.job_type, node_gpus=node_gpus(profile.fields, gpus))
         if told == "nothing":
             return Observation(**base)
         if told == "prediction":

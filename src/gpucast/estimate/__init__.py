@@ -76,6 +76,7 @@ class Estimate:
     gpu_held_pct: float = 0.0   # share of the step the job's kernels hold the GPU (estimate.nvml)
     gpu_held_interval: tuple[float, float] = (0.0, 0.0)
     prepared: "Prepared | None" = None  # what the estimate was computed from (reused by learned corrections)
+    plan: dict | None = None  # a parallel plan's breakdown (gpucast.estimate.parallel), None for one replica
 
 
 def reported_util(tl: Timeline, env: Environment) -> float:

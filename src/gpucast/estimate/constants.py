@@ -21,8 +21,27 @@ def _c(value, unit: str, source: str):
     return field(default=value, metadata={"unit": unit, "source": source})
 
 
+class NamedConstants:
+    """What a frozen dataclass of ``_c`` constants shares: ``replace`` by name (an unknown name is a
+    one-line ValueError naming the kind) and ``describe`` (name, default, unit, source)."""
+
+    _KIND = "estimator"
+
+    def replace(self, **changes):
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(f"unknown {self._KIND} constant {sorted(unknown)[0]!r}")
+        return replace(self, **changes)
+
+    @classmethod
+    def describe(cls) -> list[dict]:
+        """Every constant: name, default, unit, source (for docs and `gpucast explain`)."""
+        return [{"name": f.name, "value": f.default, "unit": f.metadata["unit"], "source": f.metadata["source"]}
+                for f in fields(cls)]
+
+
 @dataclass(frozen=True)
-class EstimatorConfig:
+class EstimatorConfig(NamedConstants):
     # ---------------------------------------------------------------- GPU kernels
     kernel_floor_s: float = _c(
         2.5e-6, "s",
@@ -121,21 +140,9 @@ class EstimatorConfig:
     memory_range: tuple[float, float] = _c(
         (0.92, 1.25), "factor", "Allocator fragmentation and workspaces vary upwards.")
 
-    def replace(self, **changes) -> "EstimatorConfig":
-        unknown = set(changes) - {f.name for f in fields(self)}
-        if unknown:
-            raise ValueError(f"unknown estimator constant {sorted(unknown)[0]!r}")
-        return replace(self, **changes)
-
     @classmethod
     def load(cls, path: str | Path) -> "EstimatorConfig":
         return cls().replace(**read_constants_file(path))
-
-    @classmethod
-    def describe(cls) -> list[dict]:
-        """Every constant: name, default, unit, source (for docs and `gpucast explain`)."""
-        return [{"name": f.name, "value": f.default, "unit": f.metadata["unit"], "source": f.metadata["source"]}
-                for f in fields(cls)]
 
 
 def read_constants_file(path: str | Path) -> dict:

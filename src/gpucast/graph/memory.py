@@ -120,6 +120,10 @@ class MemoryTracker:
                 live[a.cls] += round_size(a.nbytes)
         return live
 
+    def live(self, cls: str) -> list[tuple[int, int]]:
+        """(rounded bytes, index of the op that made it) of the storages of ``cls`` live now."""
+        return [(round_size(a.nbytes), a.start) for a in self._all if a.end < 0 and a.cls == cls]
+
     def reclassify(self, t: torch.Tensor, cls: str) -> None:
         rec = self._allocs.get(self._key(t))
         if rec is not None:

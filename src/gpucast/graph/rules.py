@@ -17,8 +17,11 @@ ops whose count depends on their arguments have a rule registered with :func:`ke
 
 Categories name what kind of work an op is (matmul, conv, attention, norm, softmax,
 elementwise, reduction, pool, embedding, loss, copy, memory, optimizer, rnn, view, host);
-an op that is in neither the FLOP registry nor the category table is *uncosted*: it keeps
-the default cost above and is reported, never dropped.
+ops outside aten's names (custom ops, such as the NF4 dequantize ops of
+:mod:`gpucast.graph.nf4`) get theirs with :func:`category_rule`, their FLOPs with flop_counter's
+``register_flop_formula`` and, where the default does not fit, their bytes with
+:func:`bytes_rule`. An op that is in neither the FLOP registry nor a category table is
+*uncosted*: it keeps the default cost above and is reported, never dropped.
 
 Not modelled: cache reuse between ops (L2 hits), tiling re-reads inside a GEMM, kernels a
 library may add for workspace or split-K reduction.
@@ -261,11 +264,26 @@ def is_view(func) -> bool:
     return True
 
 
+# Categories of custom ops (OpOverloadPackets), entered with :func:`category_rule`; checked
+# before the name tables, which know aten's names only.
+_CATEGORY_RULES: dict[object, str] = {}
+
+
+def category_rule(cat: str, *targets) -> None:
+    """Give custom ops (OpOverloadPackets, ``torch.ops.NS.name``) the category ``cat``, which
+    makes them costed; like :func:`bytes_rule`, the module that defines an op registers it."""
+    for target in targets:
+        _CATEGORY_RULES[target] = cat
+
+
 def category(func) -> str | None:
     """The op's category, or None when no rule knows it (an uncosted op)."""
     name = op_name(func)
     if is_view(func) or name in _NO_KERNEL:
         return "view"
+    registered = _CATEGORY_RULES.get(func._overloadpacket)
+    if registered is not None:
+        return registered
     if func._overloadpacket in flop_registry:
         if name in ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm"):
             return "matmul"

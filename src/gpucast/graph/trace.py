@@ -19,6 +19,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpucast.graph.blocks import BlockLayout
 
 PHASES = ("fwd", "loss", "bwd", "optim")
 MEMORY_CLASSES = ("parameters", "gradients", "optimizer_state", "inputs", "activations", "temporaries")
@@ -41,6 +45,7 @@ class OpRecord:
     costed: bool = True
     sync: bool = False  # the host waits for the GPU here (e.g. .item())
     module: str = ""
+    block: int = -1  # the repeated block the op ran in, or gpucast.graph.blocks.PRE/POST (outside them)
 
     @property
     def bytes(self) -> int:
@@ -89,9 +94,11 @@ class Trace:
     modules: int = 0  # nn.Module calls in the forward (each costs Python time on the host)
     param_tensors: int = 0  # parameter tensors (host loops of zero_grad/optimizer iterate them)
     gradient_bytes: int = 0  # bytes of the parameters' gradients (what data-parallel all-reduces)
+    trainable_parameters: int = 0  # elements of the parameters that get gradients (training)
     input_tensors: int = 1  # tensors the step's inputs hold (each a host-to-device copy in a real loop)
     input_kinds: list = field(default_factory=list)  # (dtype, per-sample shape) of each input tensor
     notes: list[str] = field(default_factory=list)
+    layout: "BlockLayout | None" = None  # the model's repeated blocks (gpucast.graph.blocks), None if none
 
     # ------------------------------------------------------------------ summaries
     @property

@@ -11,6 +11,10 @@ allocated; a 7B-parameter model costs no memory), then runs one steady-state ste
   steps and the backward accumulates into them (one ``add_`` per parameter from the engine);
 * inference: forward only, under ``torch.no_grad()``.
 
+Precision ``bf16``/``fp16`` (pure half precision) casts the model's floating weights and inputs
+before the step, as FSDP's ``MixedPrecision(param_dtype=...)`` and DeepSpeed's/Megatron-LM's bf16
+modes run the model; ``amp-*`` runs fp32 weights under autocast.
+
 Steady state: the optimizer's state (momentum, Adam moments) exists before the traced step,
 as it does from the second step of a real run; it is created beforehand by one untraced
 optimizer step on zero gradients.
@@ -37,6 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from gpucast.graph import rules
+from gpucast.graph.blocks import PRE, BlockWatch, activation_regions, find_blocks, heads_of
 from gpucast.graph.memory import MemoryTracker
 from gpucast.graph.mirror import CudaMirror
 from gpucast.graph.trace import OpRecord, Trace
@@ -48,6 +53,8 @@ from gpucast.zoo import factories
 aten = torch.ops.aten
 
 AMP_DTYPES = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
+# Pure half precision: the model's floating weights and inputs are cast (no autocast).
+PURE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # GradScaler's default initial scale (torch.amp.GradScaler init_scale).
 GRAD_SCALE = 65536.0
 # Per-dimension cap on recorded shapes of list arguments (foreach ops take hundreds).
@@ -66,6 +73,7 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.ops: list[OpRecord] = []
         self.phase = "fwd"
+        self.block = PRE  # gpucast.graph.blocks: the block being run (BlockWatch moves it)
         self.in_rnn = 0
         self._rnn_fused_open = False
         self.memory = MemoryTracker(lambda: len(self.ops))
@@ -158,7 +166,7 @@ class _Recorder(TorchDispatchMode):
             shapes=_shapes(args), out_shapes=tuple(tuple(t.shape) for t in outs[:_MAX_LIST_SHAPES]),
             dtype=dtype, flops=flops, bytes_read=read, bytes_written=written, kernels=kernels,
             dispatch="none" if kernels == 0 and category in ("view", "host") else dispatch,
-            costed=costed, sync=sync,
+            costed=costed, sync=sync, block=self.block,
         ))
         cls = "activations" if self.phase in ("fwd", "loss") else "temporaries"
         for t in outs:
@@ -259,12 +267,21 @@ def capture(job: Job) -> Trace:
         if not isinstance(model, torch.nn.Module):
             raise CaptureError(f"building the model failed: model_fn returned {type(model).__name__}, not nn.Module")
         model = model.to("meta")
+        if job.precision in PURE_DTYPES:
+            model = model.to(PURE_DTYPES[job.precision])
+        if job.adapter is not None:  # LoRA/QLoRA: frozen (4-bit) base weights, trainable adapters
+            from gpucast.graph.adapters import apply_adapter
+
+            model = _stage("adding the adapters", apply_adapter, model, job.adapter.resolved(), job.precision)
         inputs = _stage("building the inputs", built.input_fn, job.batch_size)
     if isinstance(inputs, torch.Tensor):
         inputs = (inputs,)
     if not isinstance(inputs, (tuple, list)):
         raise CaptureError(f"building the inputs failed: input_fn returned {type(inputs).__name__}, not a tuple")
     inputs = tuple(t.to("meta") if isinstance(t, torch.Tensor) else t for t in inputs)
+    if job.precision in PURE_DTYPES:
+        inputs = tuple(t.to(PURE_DTYPES[job.precision]) if isinstance(t, torch.Tensor) and t.is_floating_point()
+                       else t for t in inputs)
     train = job.mode == "train"
     model.train(train)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -294,6 +311,9 @@ def capture(job: Job) -> Trace:
         for p in params:
             rec.memory.track(p.grad, "gradients", before_step=True)
 
+    blocks = find_blocks(model)
+    watch = BlockWatch(rec, model, blocks) if blocks else None
+    regions = None
     amp = AMP_DTYPES.get(job.precision)
     mirror = CudaMirror(amp_dtype=amp, on_rnn=rec.on_rnn)
     with rec:
@@ -311,6 +331,8 @@ def capture(job: Job) -> Trace:
                 raise CaptureError("the loss failed: it does not depend on any trainable parameter "
                                    "(nothing to back-propagate; predict with --mode infer)")
             at_backward_start = rec.memory.live_by_class()
+            if watch is not None:
+                regions = activation_regions(rec.memory.live("activations"), rec.ops, watch.hidden)
             rec.phase = "bwd"
             _stage("the backward pass", loss.backward)
             for p in params:
@@ -335,9 +357,21 @@ def capture(job: Job) -> Trace:
             with torch.no_grad(), mirror:
                 out = _stage("the forward pass", model, *inputs)
             del out
+    layout = None
+    if watch is not None:
+        watch.remove()
+        layout = watch.layout(model, heads_of(model))
+        if regions is None:  # inference: what the forward left live is not saved for a backward
+            regions = dict.fromkeys(("pre", "post", "sharded", "replicated", "attention_core"), 0)
+        layout.activations = regions
     phases = [o.phase for o in rec.ops]
     memory = rec.memory.report(len(rec.ops), phases, at_backward_start if train else None)
-    n_params = sum(p.numel() for p in model.parameters())
+    if job.adapter is not None:  # a 4-bit weight stands for twice the elements it stores
+        from gpucast.graph.adapters import parameter_count
+
+        n_params = parameter_count(model)
+    else:
+        n_params = sum(p.numel() for p in model.parameters())
     notes = []
     if job.precision == "amp-fp16":
         notes.append("amp-fp16: GradScaler's unscale and found_inf check are included")
@@ -349,10 +383,11 @@ def capture(job: Job) -> Trace:
         modules=getattr(model, "gpucast_module_count", None) or sum(1 for _ in model.modules()),
         param_tensors=len(params),
         gradient_bytes=sum(p.numel() * p.element_size() for p in params) if train else 0,
+        trainable_parameters=sum(p.numel() for p in params) if train else 0,
         input_tensors=sum(isinstance(t, torch.Tensor) for t in inputs),
         input_kinds=[(str(t.dtype).removeprefix("torch."), tuple(t.shape[1:])) for t in inputs
                      if isinstance(t, torch.Tensor)],
-        notes=notes,
+        notes=notes, layout=layout,
     )
 
 

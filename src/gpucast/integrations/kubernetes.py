@@ -26,6 +26,14 @@ What the webhook writes (a JSON patch, RFC 6902, base64 in ``response.patch``)
       could exceed what HAMi registered for the real card and leave the pod unschedulable);
     * ``nvidia.com/gpu`` = the job's ``gpus`` if the container does not set it (HAMi applies
       gpumem and gpucores to each of them, as gpucast's share is per GPU);
+    * a job whose parallel plan spans nodes (``GpuShare.whole_nodes``) runs as one pod per node
+      (the workers of a PyTorchJob, JobSet or LeaderWorkerSet, each carrying the same job
+      annotation): each pod gets whole GPUs (the exclusive limits above, never gpumem/gpucores
+      fractions) and ``nvidia.com/gpu`` = the plan's GPUs per node, set even where the container
+      asks for another count (with a warning); annotations ``gpucast.ai/nodes`` (how many such
+      pods the job needs) and ``gpucast.ai/gpus-per-node``. :func:`node_pods` spells the whole
+      set of pod resources for a caller that builds the pods itself. A plan inside one node is
+      one exclusive pod of its ``gpus`` GPUs (also set over another count, with a warning);
     * the other of gpumem / gpumem-percentage is removed, so the two never conflict;
     * annotations ``gpucast.ai/prediction`` (JSON: utilization, its interval, peak memory, its
       interval, step time, its interval, the share) and ``gpucast.ai/model-version``.
@@ -67,6 +75,8 @@ JOB_ANNOTATION = "gpucast.ai/job"
 GPU_ANNOTATION = "gpucast.ai/gpu"
 PREDICTION_ANNOTATION = "gpucast.ai/prediction"
 MODEL_VERSION_ANNOTATION = "gpucast.ai/model-version"
+NODES_ANNOTATION = "gpucast.ai/nodes"
+GPUS_PER_NODE_ANNOTATION = "gpucast.ai/gpus-per-node"
 DEFAULT_GPU = "a100-80gb"
 
 GPU = "nvidia.com/gpu"
@@ -92,6 +102,20 @@ def hami_limits(share: GpuShare) -> dict[str, str]:
     return {GPUCORES: str(int(round(share.share * 100))), GPUMEM: str(math.ceil(share.memory_bytes / MIB))}
 
 
+def pod_gpus(share: GpuShare) -> int:
+    """``nvidia.com/gpu`` of one pod: the plan's GPUs per node for a plan across nodes (one pod
+    per node), else the job's ``gpus``."""
+    return share.gpus_per_node if share.whole_nodes else share.gpus
+
+
+def node_pods(prediction_or_share) -> list[dict]:
+    """The container resources of every pod the job needs, one per node: ``[{"limits": {...}}]``
+    (``nvidia.com/gpu`` and HAMi's keys, as the webhook writes them; the last pod of a plan whose
+    ``gpus`` is not a multiple of its GPUs per node asks for the rest)."""
+    share = prediction_or_share if isinstance(prediction_or_share, GpuShare) else gpu_share(prediction_or_share)
+    return [{"limits": {GPU: str(n), **hami_limits(share)}} for n in share.node_gpus()]
+
+
 def prediction_annotation(prediction, share: GpuShare) -> str:
     """The ``gpucast.ai/prediction`` value: compact JSON of the numbers the limits came from."""
     return json.dumps({
@@ -106,6 +130,8 @@ def prediction_annotation(prediction, share: GpuShare) -> str:
         "share": share.share,
         "exclusive": share.exclusive,
         "memory_bytes": share.memory_bytes,
+        "nodes": share.nodes,
+        "whole_nodes": share.whole_nodes,
     }, sort_keys=True, separators=(",", ":"))
 
 
@@ -164,7 +190,13 @@ def container_patch(index: int, container: dict, share: GpuShare) -> tuple[list[
     want = hami_limits(share)
     warnings = []
     gpus = limits.get(GPU, (requests or {}).get(GPU))
-    if gpus is None:
+    if share.planned:
+        want[GPU] = str(pod_gpus(share))     # the plan's GPUs (one pod per node across nodes)
+        if gpus is not None and str(gpus) != want[GPU]:
+            where = f"on each of {share.nodes} nodes" if share.whole_nodes else "on one node"
+            warnings.append(f"container {container.get('name')!r} asks for {gpus} {GPU} but the job's plan runs "
+                            f"{want[GPU]} GPUs {where}; set to {want[GPU]}")
+    elif gpus is None:
         want[GPU] = str(share.gpus)
     elif str(gpus) != str(share.gpus):
         warnings.append(f"container {container.get('name')!r} asks for {gpus} {GPU} but the job spec has "
@@ -249,6 +281,8 @@ def mutate(review: dict, predict_fn: Callable | None = None) -> dict:
         warnings += c_warn
     notes = {PREDICTION_ANNOTATION: prediction_annotation(prediction, share),
              MODEL_VERSION_ANNOTATION: prediction.model_version}
+    if share.whole_nodes:
+        notes.update({NODES_ANNOTATION: str(share.nodes), GPUS_PER_NODE_ANNOTATION: str(pod_gpus(share))})
     # The job annotation is there, so /metadata/annotations exists; "add" replaces a stale value.
     ops += [{"op": "add", "path": f"/metadata/annotations/{escape(k)}", "value": v} for k, v in notes.items()]
     if not prediction.fits_in_memory:

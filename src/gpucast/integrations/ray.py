@@ -10,6 +10,15 @@ GPU it picked (``ray.get_gpu_ids()``). This module only spells
 * an **exclusive** job, or a data-parallel one (``gpus > 1``: Ray cannot gang fractions of
   several GPUs for one task), gets ``num_gpus = gpus``, whole GPUs.
 
+Where the job's GPUs sit is a placement group (:func:`placement`, :func:`placement_group`): one
+bundle ``{"GPU": gpus}`` (or the share) with strategy ``STRICT_PACK`` for a job on one node, a
+parallel plan inside one node included; for a plan across nodes (``GpuShare.whole_nodes``) one
+bundle ``{"GPU": G}`` per node, G the plan's GPUs per node, with ``STRICT_SPREAD`` (no two
+bundles on one node): its workers, one per bundle, then each ask ``num_gpus = G``. Ray reserves
+the bundles' GPUs, not the rest of the nodes: give the nodes no other GPU work (a node label, or
+a cluster of such nodes) to keep them the job's alone. The :class:`Launcher` runs one task per
+job and refuses a plan across nodes (it needs one worker per node: :func:`placement_group`).
+
 GPU memory is not a Ray resource (Ray's ``memory`` option is host RAM), so nothing here reserves
 it: a share already covers the predicted memory (the rule sizes ``share >= memory fraction``),
 so jobs whose shares fit on one GPU also fit in its memory. gpucast's numbers travel to the job
@@ -43,11 +52,32 @@ def _share(prediction_or_share) -> GpuShare:
 def num_gpus(prediction_or_share) -> float:
     """Ray's ``num_gpus`` for a :class:`~gpucast.prediction.Prediction` or a
     :class:`~gpucast.integrations.resources.GpuShare`: the share of one GPU, or whole GPUs
-    (the job's ``gpus``) for an exclusive or data-parallel job."""
+    (the job's ``gpus``) for an exclusive or data-parallel job; for a plan across nodes, one
+    node's worker's (the plan's GPUs per node)."""
     s = _share(prediction_or_share)
+    if s.whole_nodes:
+        return float(s.gpus_per_node)
     if s.exclusive or s.gpus > 1:
         return float(s.gpus)
     return float(s.share)
+
+
+def placement(prediction_or_share) -> dict:
+    """The placement group that holds the job's GPUs: ``{"bundles": [{"GPU": ...}, ...],
+    "strategy": "STRICT_PACK" | "STRICT_SPREAD"}`` (module docstring)."""
+    s = _share(prediction_or_share)
+    if s.whole_nodes:
+        return {"bundles": [{"GPU": float(n)} for n in s.node_gpus()], "strategy": "STRICT_SPREAD"}
+    return {"bundles": [{"GPU": num_gpus(s)}], "strategy": "STRICT_PACK"}
+
+
+def placement_group(prediction_or_share, **options):
+    """A Ray placement group (``ray.util.placement_group``) of :func:`placement`'s bundles and
+    strategy; ``options`` (``name``, ``lifetime``, ...) are passed on. Needs a running Ray."""
+    from ray.util import placement_group as make
+
+    p = placement(prediction_or_share)
+    return make(p["bundles"], strategy=p["strategy"], **options)
 
 
 def env_vars(prediction_or_share) -> dict[str, str]:
@@ -97,6 +127,11 @@ class Launched:
         return self.options["num_gpus"]
 
 
+def _key(job):
+    """A launcher's cache key of a job (a module job by its factory too)."""
+    return job if not job.is_module else (job, id(job.model_fn))
+
+
 class _JobActor:
     """Holds its GPU share for its lifetime and runs the job's function in it."""
 
@@ -126,6 +161,7 @@ class Launcher:
         self.options = options
         self._predict = predict_fn or _default_predict
         self._cache: dict = {}
+        self._spans: set = set()      # keys of jobs whose plan spans nodes (refused by submit)
         self._remote: dict = {}
         self.launched: list[Launched] = []
 
@@ -134,9 +170,12 @@ class Launcher:
         from gpucast.api import _as_job
 
         j = _as_job(job)
-        key = j if not j.is_module else (j, id(j.model_fn))
+        key = _key(j)
         if key not in self._cache:
-            self._cache[key] = options_for(self._predict(j, self.gpu), **self.options)
+            share = _share(self._predict(j, self.gpu))
+            self._cache[key] = options_for(share, **self.options)
+            if share.whole_nodes:
+                self._spans.add(key)
         return self._cache[key]
 
     def submit(self, job, fn: Callable, *args, **kwargs):
@@ -148,6 +187,9 @@ class Launcher:
 
         j = _as_job(job)
         opts = self.options_for(j)
+        if _key(j) in self._spans:
+            raise ValueError(f"job {j.model!r}: its parallel plan spans nodes; run one worker per node in "
+                             f"gpucast.integrations.ray.placement_group(prediction) instead of one task")
         spec = j.to_dict() if not j.is_module else {"model": j.model}
         target = _JobActor if self.as_actors else fn
         if target not in self._remote:

@@ -109,7 +109,7 @@ def predict_remote(job: Job, gpu: str, url: str, timeout: float = DEFAULT_TIMEOU
     spec = {k: getattr(job, k) for k in _JOB_FIELDS}
     if spec["input_shape"] is not None:
         spec["input_shape"] = list(spec["input_shape"])
-    for name in ("data", "loop", "stack"):  # the job's loader, loop and stack, when it sets them
+    for name in ("data", "loop", "stack", "parallel", "adapter"):  # the groups the job sets
         if getattr(job, name) is not None:
             spec[name] = getattr(job, name).to_dict()
     if job.is_hf:

@@ -16,6 +16,14 @@ From a :class:`~gpucast.prediction.Prediction`:
 A data-parallel job (``job.gpus > 1``) gets that share on each of its GPUs; schedulers that
 cannot gang fractional GPUs (Ray's ``num_gpus``) are given whole GPUs for it instead.
 
+A job with a parallel plan (``Prediction.plan`` set, ``job.parallel``) on more than one GPU is a
+*gang* and is always **exclusive** (its GPUs run near 100 % and hold large shards: no sharing).
+When its plan spans nodes (``plan["nodes"] > 1``) it asks for **whole nodes**: ``nodes`` of them,
+``gpus_per_node`` (the plan's) GPUs on each, the nodes its alone; a plan inside one node asks for
+that node's ``gpus`` GPUs, as a data-parallel job does. The translations spell the node count
+and the per-node GPUs in their units (Slurm ``--nodes``/``--exclusive``, one Kubernetes pod per
+node, a Ray placement group of one bundle per node).
+
 Not modelled: interference between the jobs that end up sharing (the placement policies in
 ``gpucast.cluster`` use the co-location model; these translations only size requests), MIG.
 """
@@ -47,9 +55,21 @@ class GpuShare:
     util_pct: float          # the prediction it came from (NVML's reading), for annotations
     model_version: str
     held_pct: float = 0.0    # the held share the compute fraction was sized from
+    nodes: int = 1           # nodes the job spans (more than 1 only for a plan across nodes)
+    gpus_per_node: int = 0   # GPUs it asks on each node (the plan's; its ``gpus`` on one node)
+    whole_nodes: bool = False  # a plan across nodes: the nodes are its alone
+    planned: bool = False    # a parallel plan over more than one GPU (a gang: always exclusive)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def node_gpus(self) -> list[int]:
+        """GPUs the job runs on, node by node: ``[gpus]`` on one node; ``gpus_per_node`` on each
+        node of a plan across nodes (the last one takes the rest when ``gpus`` is not a multiple)."""
+        if self.nodes <= 1:
+            return [self.gpus]
+        per = self.gpus_per_node
+        return [per] * (self.nodes - 1) + [self.gpus - per * (self.nodes - 1)]
 
 
 def _round_up(x: float, step: float) -> float:
@@ -69,8 +89,14 @@ def gpu_share(prediction, *, util_margin_pct: float = UTIL_MARGIN_PCT, memory_he
     memory = int(math.ceil(prediction.memory_interval[1] * (1.0 + memory_headroom)))
     mem_frac = memory / gpu.memory_bytes
     share = _round_up(max(compute, mem_frac), granularity)
-    exclusive = share >= 1.0 or mem_frac > 1.0 or not prediction.fits_in_memory
-    return GpuShare(gpu=prediction.gpu, gpus=int(prediction.job.get("gpus", 1)), compute_fraction=round(compute, 4),
+    gpus = int(prediction.job.get("gpus", 1))
+    plan = getattr(prediction, "plan", None) or {}
+    gang = bool(plan) and gpus > 1
+    nodes = int(plan.get("nodes", 1)) if gang else 1
+    per_node = int(plan.get("gpus_per_node", gpus)) if nodes > 1 else gpus
+    exclusive = share >= 1.0 or mem_frac > 1.0 or not prediction.fits_in_memory or gang
+    return GpuShare(gpu=prediction.gpu, gpus=gpus, compute_fraction=round(compute, 4),
                     memory_bytes=memory, memory_fraction=round(mem_frac, 6), share=1.0 if exclusive else round(share, 4),
                     exclusive=exclusive, util_pct=prediction.gpu_util_pct, model_version=prediction.model_version,
-                    held_pct=min(held, prediction.gpu_util_pct))
+                    held_pct=min(held, prediction.gpu_util_pct), nodes=nodes, gpus_per_node=per_node,
+                    whole_nodes=nodes > 1, planned=gang)

@@ -16,11 +16,19 @@ required to fit on a single gpu on each node", likewise for MPS). So this module
 * a shared single-GPU job: ``shard:ceil(share x shards_per_gpu)`` or
   ``mps:ceil(share x mps_per_gpu)``;
 * an exclusive job, or a data-parallel one (``gpus > 1``, which shards or MPS cannot spread over
-  several GPUs): ``gpu:G``, G = the job's GPUs, on one node.
+  several GPUs): ``gpu:G``, G = the job's GPUs, on one node;
+* a job whose parallel plan spans nodes (:class:`~gpucast.integrations.resources.GpuShare`
+  ``whole_nodes``): whole nodes, never shards or MPS, ``--nodes=N --ntasks-per-node=G
+  --gpus-per-node=G --exclusive`` with G the plan's GPUs per node and one task per GPU
+  (``--ntasks=gpus`` instead of ``--ntasks-per-node`` when ``gpus`` is not a multiple of G: the
+  last node runs the rest). ``--exclusive`` keeps other jobs off the nodes.
 
 The ``job_submit`` Lua plugin shipped in ``gpucast/data/slurm/job_submit.lua`` applies this at
 submission by running ``gpucast slurm SPEC --json`` (with ``--service URL`` when the site points
-it at a running ``gpucast serve``: :mod:`gpucast.integrations.remote`).
+it at a running ``gpucast serve``: :mod:`gpucast.integrations.remote`). It sets the per-node GRES
+(``tres_per_node``) only: for a plan across nodes the JSON's ``nodes``, ``whole_nodes`` and
+``sbatch_options`` say what else to ask, and the plugin does not set them yet (submit such a job
+with ``sbatch $(gpucast slurm SPEC) ...``).
 """
 
 from __future__ import annotations
@@ -41,6 +49,25 @@ class GresRequest:
     share: GpuShare    # what it spells
 
     @property
+    def nodes(self) -> int:
+        """Nodes the job asks for (more than 1 only for a plan across nodes)."""
+        return self.share.nodes if self.share.whole_nodes else 1
+
+    @property
+    def whole_nodes(self) -> bool:
+        return self.share.whole_nodes
+
+    @property
+    def node_options(self) -> list[str]:
+        """The sbatch/srun options of a plan across nodes (empty for a job on one node)."""
+        if not self.whole_nodes:
+            return []
+        s = self.share
+        even = s.gpus == s.gpus_per_node * s.nodes
+        tasks = f"--ntasks-per-node={s.gpus_per_node}" if even else f"--ntasks={s.gpus}"
+        return [f"--nodes={s.nodes}", tasks, f"--gpus-per-node={s.gpus_per_node}", "--exclusive"]
+
+    @property
     def gres(self) -> str:
         """``shard:3``: the value of ``--gres`` (and of ``job_desc.gres`` in job_submit.lua)."""
         return f"{self.kind}:{self.count}"
@@ -53,14 +80,19 @@ class GresRequest:
 
     @property
     def sbatch(self) -> str:
-        """``--gres=shard:3``: the sbatch/srun option."""
+        """``--gres=shard:3``: the sbatch/srun option; for a plan across nodes the node options
+        (``--nodes=2 --ntasks-per-node=8 --gpus-per-node=8 --exclusive``)."""
+        if self.whole_nodes:
+            return " ".join(self.node_options)
         return f"--gres={self.gres}"
 
     def to_dict(self) -> dict:
         s = self.share
         return {"sbatch": self.sbatch, "gres": self.gres, "tres_per_node": self.tres_per_node, "kind": self.kind,
                 "count": self.count, "gpu": s.gpu, "gpus": s.gpus, "share": s.share, "exclusive": s.exclusive,
-                "memory_bytes": s.memory_bytes, "util_pct": s.util_pct, "model_version": s.model_version}
+                "memory_bytes": s.memory_bytes, "util_pct": s.util_pct, "model_version": s.model_version,
+                "nodes": self.nodes, "whole_nodes": self.whole_nodes, "gpus_per_node": s.node_gpus()[0],
+                "sbatch_options": self.node_options or [self.sbatch]}
 
 
 def _ceil(x: float) -> int:
@@ -76,6 +108,8 @@ def gres_request(prediction_or_share, *, shards_per_gpu: int = DEFAULT_SHARDS_PE
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     s = prediction_or_share if isinstance(prediction_or_share, GpuShare) else gpu_share(prediction_or_share)
+    if s.whole_nodes:
+        return GresRequest("gpu", s.gpus_per_node, s)
     if s.exclusive or s.gpus > 1:
         return GresRequest("gpu", s.gpus, s)
     per_gpu = mps_per_gpu if mps else shards_per_gpu

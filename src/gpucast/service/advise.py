@@ -3,7 +3,10 @@
 The job is read as ``/v1/predict`` reads it (:func:`gpucast.service.jobs.job_from_spec`: code,
 server files and spec files refused with 422); GPU names are catalog names only; a price table is a
 packaged name or the entries themselves, never a path on the server. The search is bounded
-(:data:`MAX_BATCHES`, :data:`MAX_COUNTS`, and the GPU types by ``max_gpus_per_request``).
+(:data:`MAX_BATCHES`, :data:`MAX_COUNTS`, :data:`MAX_PLANS`, and the GPU types by
+``max_gpus_per_request``). A job with a ``parallel`` group is advised on parallel plans
+(:mod:`gpucast.advisor.plans`); the plan search's own fields (``plans``, ``shardings``, ...) pass
+through where the request carries them.
 
 Answers are cached by the request's content (the job's key and the search's fields) in an LRU
 of their JSON bytes, so a repeated request is answered without a thread or torch; identical
@@ -31,6 +34,9 @@ MAX_COUNTS = 8
 CACHE_SIZE = 512
 _SEARCH_FIELDS = ("gpu", "counts", "max_gpus", "batches", "keep_global_batch", "precisions", "share", "prices",
                   "provider", "samples_per_epoch", "epochs", "deadline_s", "budget_usd")
+# The plan search's fields (gpucast.advisor.plans), passed through where the request schema has them.
+_PLAN_FIELDS = ("plans", "shardings", "tensors", "pipelines", "recomputes", "max_plans")
+MAX_PLANS = 400
 
 
 class Advisor:
@@ -47,6 +53,9 @@ class Advisor:
     def _request(self, body: dict):
         """(cache key, job, advise keyword arguments) of a validated request body; ServiceError(422)."""
         search = {k: body.pop(k) for k in _SEARCH_FIELDS}
+        search.update({k: v for k in _PLAN_FIELDS if (v := body.pop(k, None)) is not None})
+        if search.get("max_plans", 0) > MAX_PLANS:
+            raise ServiceError(422, f"field 'max_plans': {search['max_plans']}, over the limit of {MAX_PLANS}")
         job = job_from_spec(body, self.settings)
         for name, limit in (("batches", MAX_BATCHES), ("counts", MAX_COUNTS)):
             if search[name] is not None and len(search[name]) > limit:

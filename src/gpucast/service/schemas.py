@@ -13,7 +13,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
-Precision = Literal["fp32", "tf32", "amp-fp16", "amp-bf16"]
+Precision = Literal["fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp16"]
 Mode = Literal["train", "infer"]
 Optimizer = Literal["sgd", "adam", "adamw", "none"]
 
@@ -64,6 +64,36 @@ class StackSpec(BaseModel):
     cpu_cores: Optional[StrictInt] = None
 
 
+Sharding = Literal["ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "fsdp-hybrid"]
+Recompute = Literal["none", "selective", "full"]
+
+
+class ParallelSpec(BaseModel):
+    """How the job spans its GPUs (gpucast.plan.Parallel): tensor and pipeline degrees, sharding,
+    recomputation, accumulation, nodes and their network; unset fields: one replica per GPU, DDP."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tensor: Optional[StrictInt] = Field(None, description="Tensor-parallel degree (Megatron-style).")
+    pipeline: Optional[StrictInt] = Field(None, description="Pipeline-parallel degree (1F1B).")
+    sharding: Optional[Sharding] = None
+    recompute: Optional[Recompute] = Field(None, description="Activation checkpointing.")
+    grad_accum: Optional[StrictInt] = Field(None, description="Micro-batches per optimizer step.")
+    gpus_per_node: Optional[StrictInt] = None
+    network: Optional[str] = Field(None, description="Between nodes: KIND-GBIT per node or KIND-GBIT/gpu, "
+                                                     "e.g. roce-1600, ib-400/gpu.")
+
+
+class AdapterSpec(BaseModel):
+    """Parameter-efficient fine-tuning (gpucast.plan.Adapter)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["lora", "qlora"]
+    rank: Optional[StrictInt] = None
+    targets: Optional[list[str]] = Field(None, description="Module-name patterns of the Linear layers adapted.")
+
+
 class JobSpec(BaseModel):
     """One job, as a scheduler receives it (the fields of gpucast's job spec)."""
 
@@ -86,6 +116,9 @@ class JobSpec(BaseModel):
     data: Optional[DataSpec] = Field(None, description="The data loader (default: the workload's typical script).")
     loop: Optional[LoopSpec] = Field(None, description="The loop's habits (default: the workload's typical script).")
     stack: Optional[StackSpec] = Field(None, description="Software stack and host (default: PyTorch 2.4, CUDA 12.1).")
+    parallel: Optional[ParallelSpec] = Field(None, description="Tensor/pipeline degrees, sharding, recomputation, "
+                                                               "accumulation, nodes (default: DDP in one node).")
+    adapter: Optional[AdapterSpec] = Field(None, description="LoRA/QLoRA adapters (default: every weight trains).")
 
 
 GpuField = Field("a100-80gb", description="A catalog GPU name (GET /v1/gpus), or a list of them: the answer "
@@ -125,9 +158,16 @@ class AdviseRequest(JobSpec):
     gpu: Optional[Union[str, list[str]]] = Field(None, description="GPU types to consider (catalog names); default: "
                                                                    "every catalog GPU the prices price.")
     counts: Optional[list[StrictInt]] = Field(None, description="Data-parallel GPU counts (default 1, 2, 4, 8).")
-    max_gpus: StrictInt = 8
+    max_gpus: Optional[StrictInt] = Field(None, description="Most GPUs of an option (default 8; 512 for plans).")
     batches: Optional[list[StrictInt]] = Field(None, description="Per-GPU batch sizes (default: the job's, 2x, 4x, 8x).")
-    keep_global_batch: bool = False
+    keep_global_batch: Optional[bool] = Field(None, description="Micro-batches with accumulation keep the job's "
+                                                                "global batch (default: off; on for plans).")
+    plans: Optional[bool] = Field(None, description="Search parallel plans (default: when the job has `parallel`).")
+    shardings: Optional[list[Sharding]] = Field(None, description="Plans: sharding strategies to try.")
+    tensors: Optional[list[StrictInt]] = Field(None, description="Plans: tensor-parallel degrees to try.")
+    pipelines: Optional[list[StrictInt]] = Field(None, description="Plans: pipeline degrees to try.")
+    recomputes: Optional[list[Recompute]] = Field(None, description="Plans: recomputation modes to try.")
+    max_plans: Optional[StrictInt] = Field(None, description="Plans: most plans predicted (<= 400).")
     precisions: Optional[list[Precision]] = None
     share: bool = Field(True, description="Also offer a share of one GPU to small jobs.")
     prices: Optional[Union[str, list[PriceEntry]]] = Field(
@@ -181,6 +221,9 @@ class Prediction(BaseModel):
                                            description="Range of gpu_held_pct over the constants' corners.")
     gpu_syncs: int = Field(0, description="Points per step where the host waits for the GPU: where a co-located "
                                           "job's time slice can hold this one up.")
+    plan: dict[str, Any] = Field(default_factory=dict, description="A parallel plan's breakdown (empty for one "
+                                                                   "replica): step parts, memory and utilization per "
+                                                                   "stage, MFU, tokens/s per GPU.")
 
 
 class GpuState(BaseModel):

@@ -18,7 +18,11 @@ the user gave) and the policy's ``now`` (the time of the current scheduling pass
 engine before the pass; :class:`~gpucast.cluster.policies.base.Policy`). The placement itself
 (which GPUs) is the wrapped policy's; this class only chooses *which* jobs of the window start,
 by counting free GPUs, which is exact because every job holds whole GPUs alone
-(``max_jobs_per_gpu = 1``) and any ``k`` free GPUs can hold a ``k``-GPU job.
+(``max_jobs_per_gpu = 1``) and any ``k`` free GPUs can hold a ``k``-GPU job. A planned gang
+(:mod:`gpucast.cluster.gangs`: one node's GPUs, or whole nodes) starts or backfills only when the
+placement rule finds it room now; its reservation still counts GPUs, not nodes, so it may be
+earlier than the gang can really start (the count is exact again once whole nodes free up, and
+every later pass recomputes it).
 
 Cost: the running jobs are kept sorted by expected end (``bisect``: O(log n) search and a
 memmove per start/stop); a reservation walks them only until the head's GPUs are covered.
@@ -112,7 +116,7 @@ class EasyBackfill:
         else:
             prefix = []
             for j in window:
-                if j.gpus > free:
+                if j.gpus > free or (getattr(j, "node_gpus", 0) and not self.gang_fits(j)):
                     break
                 prefix.append(j)
                 free -= j.gpus
@@ -125,7 +129,7 @@ class EasyBackfill:
         if free > 0:
             for j in window[first:]:
                 k = j.gpus
-                if k > free:
+                if k > free or (getattr(j, "node_gpus", 0) and not self.gang_fits(j)):
                     continue
                 limit = getattr(j, "limit_s", None)
                 if limit is not None and now + limit <= shadow:

@@ -10,7 +10,11 @@ policy is one short file overriding one or both. As in Gavel, the placement rule
 Gang placement (:meth:`Policy.place`): a job of ``k`` GPUs is placed only when ``k`` feasible
 GPUs exist; all on one node when some node has ``k`` feasible GPUs (the node with the lowest
 summed score), otherwise the ``k`` lowest-scored GPUs across nodes. A job that failed with
-out-of-memory is placed only on empty GPUs afterwards (every policy).
+out-of-memory is placed only on empty GPUs afterwards (every policy). A *planned gang* (a
+multi-GPU job with a parallel plan, ``job.node_gpus > 0``) is placed by node for every policy, on
+empty GPUs only, and the GPUs it holds (its whole nodes when it spans several) take no other job
+while it runs (:mod:`gpucast.cluster.gangs`); with no planned gang in a run nothing of this is
+consulted, and placement is exactly what it was before gangs existed.
 
 A policy sees only what it is told (``told``): observations, never the truth, unless it is the
 oracle or it profiled the job. Besides its observations a waiting job carries ``gpus``, ``ooms``
@@ -26,7 +30,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from gpucast.cluster import timeshare
+from gpucast.cluster import gangs, timeshare
 from gpucast.cluster.behaviour import Observation
 
 
@@ -119,6 +123,15 @@ class Policy:
         if not self.score_uses_index:
             for i in range(len(gl)):
                 self._reclass(i)
+        # nodes (runs of consecutive GPUs with one node number) and the GPUs planned gangs hold
+        starts = [i for i in range(len(gl)) if i == 0 or gl[i].node != gl[i - 1].node]
+        self._node_lo = np.array(starts, dtype=np.int64)
+        self._node_hi = np.array(starts[1:] + [len(gl)], dtype=np.int64)
+        self._node_type = [gl[i].gpu_type for i in starts]
+        self._locked = np.zeros(len(gl), dtype=bool)
+        self._nlocked = 0
+        self._holds: dict = {}     # planned gang -> positions it holds while it runs
+        self._pending: dict = {}   # planned gang -> positions to hold, from its placement
 
     @property
     def view(self) -> list[GpuOccupancy]:
@@ -126,6 +139,7 @@ class Policy:
         return [GpuOccupancy(i, t, m, nd, tuple(jobs)) for (i, t, m, nd), jobs in zip(self._static, self._jobs)]
 
     def on_start(self, job, gpu_indices: Iterable[int]) -> None:
+        self._hold(job, gpu_indices)
         for gi in gpu_indices:
             i = self._pos[gi]
             self._jobs[i].append(obs_for(job.obs, self._static[i][1]))
@@ -135,6 +149,7 @@ class Policy:
 
     def on_stop(self, job, gpu_indices: Iterable[int]) -> None:
         self._stops += 1
+        self._unhold(job)
         for gi in gpu_indices:
             i = self._pos[gi]
             self._jobs[i].remove(obs_for(job.obs, self._static[i][1]))
@@ -148,19 +163,57 @@ class Policy:
         The rules of every policy here are monotone: a job that fits nowhere still fits nowhere
         after more jobs start, so a failure is remembered until some job stops.
         """
+        per_node = getattr(job, "node_gpus", 0)
         exclusive = job.ooms > 0
-        key = (id(job.obs), job.gpus, exclusive)
+        key = (id(job.obs), job.gpus, "gang" if per_node else exclusive)
         if self._failed.get(key) == self._stops:
             return None
-        alloc = self._place(job, exclusive)
+        alloc = self._place_gang(job, per_node) if per_node else self._place(job, exclusive)
         if alloc is None:
             self._failed[key] = self._stops
         return alloc
+
+    # ---- planned gangs (gpucast.cluster.gangs): by node, on empty GPUs, holding what they take
+
+    def _place_gang(self, job, per_node: int, commit: bool = True) -> list[int] | None:
+        free = self._count == 0
+        if self._nlocked:
+            free &= ~self._locked
+        got = gangs.choose(free, self._node_lo, self._node_hi, self._node_type, job.gpus, per_node)
+        if got is None:
+            return None
+        run, hold = got
+        if commit:
+            self._pending[job] = hold
+        return self._gidx[run].tolist()
+
+    def gang_fits(self, job) -> bool:
+        """Whether a planned gang could start now (nothing is placed)."""
+        return self._place_gang(job, job.node_gpus, commit=False) is not None
+
+    def _hold(self, job, gpu_indices) -> None:
+        if not getattr(job, "node_gpus", 0):
+            return
+        pos = self._pending.pop(job, None)
+        if pos is None:
+            pos = [self._pos[g] for g in gpu_indices]
+        self._holds[job] = pos
+        self._locked[pos] = True
+        self._nlocked += len(pos)
+
+    def _unhold(self, job) -> None:
+        if self._holds:
+            pos = self._holds.pop(job, None)
+            if pos is not None:
+                self._locked[pos] = False
+                self._nlocked -= len(pos)
 
     def _place(self, job, exclusive: bool) -> list[int] | None:
         k = job.gpus
         if exclusive:
             empty = self._count == 0
+            if self._nlocked:
+                empty &= ~self._locked
             if k == 1:
                 i = int(empty.argmax())
                 return [int(self._gidx[i])] if empty[i] else None
@@ -170,15 +223,21 @@ class Policy:
             cls = self._cls
             if k == 1:
                 sc = capped.take(cls)           # +inf where the job is not allowed
+                if self._nlocked:
+                    sc[self._locked] = _INF
                 i = int(sc.argmin())            # the lowest score, then the lowest index
                 if sc[i] < _INF:
                     return [int(self._gidx[i])]
-            return _gang_np(val.take(cls), st.take(cls) == 1, self._gidx, self._gnode, k)
+            feasible = st.take(cls) == 1
+            if self._nlocked:
+                feasible &= ~self._locked
+            return _gang_np(val.take(cls), feasible, self._gidx, self._gnode, k)
         # a score that reads the GPU index: the plain rule over every GPU
         cands = []
         cap = self.max_jobs_per_gpu
-        for g in self.view:
-            if len(g.jobs) >= cap:
+        locked = self._locked if self._nlocked else None
+        for i, g in enumerate(self.view):
+            if len(g.jobs) >= cap or (locked is not None and locked[i]):
                 continue
             s = self.score(g, obs_for(job.obs, g.gpu_type))
             if s is not None:
@@ -299,12 +358,16 @@ def choose_gpu(policy: Policy, gpus_state: list[GpuOccupancy], job_obs: Observat
 
     Returns ``(gpu index or None, predicted slowdowns)``; the slowdowns list the chosen GPU's
     current jobs in order, then the new job (empty when no GPU is chosen). Pure: nothing is
-    mutated; the simulator places with the same :meth:`Policy.score`.
+    mutated; the simulator places with the same :meth:`Policy.score`. A GPU that holds a planned
+    gang (an observation with ``node_gpus``) takes no other job, and a planned gang only an empty
+    GPU, as in the simulator.
     """
     best = None
     for g in gpus_state:
-        if len(g.jobs) >= policy.max_jobs_per_gpu:
-            continue
+        if len(g.jobs) >= policy.max_jobs_per_gpu or any(o.node_gpus for o in g.jobs):
+            continue                     # full, or held by a planned gang (gpucast.cluster.gangs)
+        if g.jobs and obs_for(job_obs, g.gpu_type).node_gpus:
+            continue                     # a planned gang takes empty GPUs only
         s = policy.score(g, obs_for(job_obs, g.gpu_type))
         if s is not None and (best is None or (s, g.index) < best[0]):
             best = ((s, g.index), g)

@@ -58,6 +58,8 @@ class PackingPolicy(Policy):
     def on_start(self, job, gpu_indices):
         if not self.score_uses_index:
             super().on_start(job, gpu_indices)
+        else:
+            self._hold(job, gpu_indices)
         pos, static, jobs, count, n, used = self._pos, self._static, self._jobs, self._count, self._n, self._used
         for gi in gpu_indices:
             i = pos[gi]
@@ -74,6 +76,7 @@ class PackingPolicy(Policy):
             super().on_stop(job, gpu_indices)
         else:
             self._stops += 1
+            self._unhold(job)
         pos, static, jobs, count, n, used = self._pos, self._static, self._jobs, self._count, self._n, self._used
         for gi in gpu_indices:
             i = pos[gi]
@@ -99,6 +102,8 @@ class PackingPolicy(Policy):
             else:
                 need = need[0]
             fits = self._free >= need
+        if self._nlocked:                  # GPUs a planned gang holds (gpucast.cluster.gangs)
+            fits = fits & ~self._locked
         k = job.gpus
         gidx = self._gidx
         if k == 1:

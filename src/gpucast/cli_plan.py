@@ -1,0 +1,39 @@
+"""How the CLI shows a parallel plan (``Prediction.plan``): one line for ``predict``, the step's
+breakdown and the stages for ``explain``."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+
+def plan_line(pl: dict) -> str:
+    """One line for a parallel plan: its shape, batch, throughput and MFU."""
+    where = f"{pl['nodes']} nodes x {pl['gpus_per_node']} GPUs" if pl["nodes"] > 1 else f"{pl['gpus']} GPUs in one node"
+    return (f"{where}, tensor {pl['tensor']} x pipeline {pl['pipeline']} x data {pl['data']}, {pl['sharding']}, "
+            f"recompute {pl['recompute']}, micro-batch {pl['micro_batch']} x {pl['grad_accum']} accumulated = global "
+            f"{pl['global_batch']}; {pl['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, {pl['tokens_per_s']:,.0f} for "
+            f"the job; MFU {pl['mfu']:.1%} (HFU {pl['hfu']:.1%})")
+
+
+def print_plan(console, p, gib) -> None:
+    """``explain``'s view of a parallel plan: the optimizer step's parts and each stage's GPUs."""
+    pl = p.plan
+    console.print(f"plan: {plan_line(pl)}", highlight=False)
+    t = Table(title=f"One optimizer step ({p.step_time_s * 1e3:.1f} ms) on the slowest stage's GPUs")
+    t.add_column("part")
+    t.add_column("ms", justify="right")
+    t.add_column("share", justify="right")
+    for k, v in pl["step_breakdown_s"].items():
+        if v > 0:
+            t.add_row(k.removesuffix("_s").replace("_", " "), f"{v * 1e3:.1f}", f"{v / p.step_time_s:.0%}")
+    console.print(t)
+    st = Table(title="Per pipeline stage (each stage's GPUs alike)")
+    for col in ("stage", "layers", "memory GiB", "util %"):
+        st.add_column(col, justify="right")
+    for i, (layers, mem, util) in enumerate(zip(pl["layers_per_stage"], pl["memory_per_stage_bytes"],
+                                                pl["util_per_stage_pct"])):
+        st.add_row(str(i), str(layers), gib(mem), f"{util:.1f}")
+    console.print(st)
+    console.print(f"links: {pl['links']['intra']} inside a node; network {pl['links']['network']}; pipeline bubble "
+                  f"{pl['bubble_fraction']:.1%} of the pipeline; model FLOPs: {pl['flops_convention']}",
+                  highlight=False)

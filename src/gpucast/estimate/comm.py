@@ -1,0 +1,241 @@
+"""Collective communication time of multi-GPU training: NCCL-style rings and trees, in closed form.
+
+What is modelled: the time of one collective (``all-reduce``, ``all-gather``, ``reduce-scatter``,
+``send-recv``) over a communicator (:class:`Group`) on the links of one GPU type and one network
+(:class:`Links`), as a bandwidth term plus a per-step latency term, with the efficiencies and
+latencies of :class:`CommConstants` (each cited where it is defined). ``S`` is ``nbytes``: for
+all-reduce the buffer each rank holds, for all-gather / reduce-scatter the *full* gathered buffer,
+for send-recv the bytes one rank sends to its peer.
+
+* ``n == 1`` or ``S <= 0``: 0 seconds.
+* One node (``group.nodes == 1``), a ring over the ``r = n`` GPUs' intra-node links, each at
+  ``b = intra_gbs * eff`` (``eff`` = ``nvlink_efficiency`` or ``pcie_efficiency``) and
+  ``l = intra_latency_s`` per step:
+
+  ==============================  =========================================
+  all-reduce                      ``2(r-1)/r * S / b + 2(r-1) * l``
+  all-gather, reduce-scatter      ``(r-1)/r * S / b + (r-1) * l``
+  send-recv                       ``S / b + l``
+  ==============================  =========================================
+
+* Across ``k = group.nodes`` nodes, hierarchically (as NCCL's rings and trees behave with one NIC
+  per GPU): the intra-node part is the formula above with ``r = ranks_per_node`` (the
+  reduce-scatter / all-gather phases inside each node; for all-reduce both, i.e. the intra
+  all-reduce formula), plus an inter-node part in which each node acts as one super-rank with
+  bandwidth ``B = node_gbs * net_efficiency / concurrent`` (groups that share a node's NICs
+  split them; a group using fewer than all GPUs of a node gets its share of the NICs through
+  ``concurrent``, which the caller sets) and ``L = net_latency_s`` per step:
+
+  ==============================  ==================================================================
+  all-reduce                      ``min(ring 2(k-1)/k * S / B + 2(k-1) * L,``
+                                  ``tree 2 * S / B + 2 * ceil(log2 k) * L)`` (NCCL's double binary
+                                  tree; NCCL picks the faster)
+  all-gather, reduce-scatter      ``(k-1)/k * S / B + (k-1) * L`` (ring only, as in NCCL)
+  send-recv                       ``S / B_gpu + L`` with no intra part, ``B_gpu = node_gbs *
+                                  net_efficiency / max(1, ranks_per_node * concurrent)``: every
+                                  GPU of a pipeline stage sends at once
+  ==============================  ==================================================================
+
+:func:`busbw_gbs` gives the bus bandwidth (nccl-tests' convention: algorithm bandwidth times
+``2(n-1)/n`` for all-reduce, ``(n-1)/n`` for all-gather / reduce-scatter, 1 for send-recv) that
+these formulas imply for large messages, for explanations.
+
+What is not modelled: NCCL's protocol choice (LL / LL128 / Simple) and its per-call base latency
+(``baseLat`` in NCCL's ``src/graph/tuning.cc``, ~4-10 us); the imperfect overlap of the intra-
+and inter-node phases (taken as perfect: the maximum of the two) and NCCL's flat rings, whose inter-node traffic is ``2(n-1)/n * S`` rather than
+``2(k-1)/k * S``; NVLS / SHARP in-network reductions and CollNet; message-size dependent
+efficiency (small messages reach a lower share of the link than the large-message efficiency);
+PCIe topologies that route rings through CPU root complexes or across sockets (often well below
+the per-GPU link); NVLink bridges that join only pairs of GPUs (``rtx-3090``: NVLink is assumed
+between all ranks of a node); differences between network transports (TCP sockets on plain
+Ethernet, EFA's SRD, RoCE congestion) beyond the single ``net_efficiency``; congestion from
+other jobs; and the overlap of communication with computation, which is the caller's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpucast.estimate.constants import NamedConstants, _c
+
+if TYPE_CHECKING:  # the type only; nothing of plan runs here
+    from gpucast.hardware import GpuSpec
+    from gpucast.plan import Network
+
+__all__ = ["COLLECTIVES", "CommConstants", "DEFAULT_COMM", "Group", "Links", "busbw_gbs", "collective_time"]
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "send-recv")
+INTRA_KINDS = ("nvlink", "pcie")
+
+
+@dataclass(frozen=True)
+class CommConstants(NamedConstants):
+    """Link efficiencies and per-step latencies of NCCL collectives (module docstring)."""
+
+    _KIND = "comm"
+
+    nvlink_efficiency: float = _c(
+        0.77, "fraction of per-direction NVLink peak",
+        "Achieved NCCL all-reduce bus bandwidth over NVLink / the link's per-direction peak. "
+        "NCCL's tuning model (NVIDIA/nccl src/graph/tuning.cc, v2.8) caps the bus bandwidth of an "
+        "all-A100 communicator at 235 GB/s of NVLink3's 300 GB/s per direction (0.78); nccl-tests "
+        "all_reduce_perf on a DGX A100 reports ~230 GB/s bus bandwidth for large messages.")
+    pcie_efficiency: float = _c(
+        0.80, "fraction of per-direction PCIe peak",
+        "Order of magnitude: nccl-tests rings through a PCIe switch reach ~75-85% of the x16 "
+        "link's per-direction rate for large messages (e.g. ~12-13 GB/s of 15.75 on Gen3). Rings "
+        "through CPU root complexes or across sockets get much less; not modelled.")
+    net_efficiency: float = _c(
+        0.89, "fraction of the network's line rate",
+        "Fitted on llm-foundry A100-40GB (78 rows, benchmarks/llm_foundry.py: FSDP over 1,600 "
+        "Gbit/s RoCE, 32 rows on 2-16 nodes; jointly with gather_overlap and the Environment's "
+        "kernel_time_factor, Huber loss on log tokens/s): weakly constrained, as most of that "
+        "traffic hides behind compute (benchmarks/results/llm_foundry.md). Prior 0.9 +- 0.1: "
+        "nccl-tests multi-node all_reduce_perf on RDMA fabrics reports bus bandwidth of ~90% of "
+        "line rate (~180-190 GB/s per DGX A100 node with 8x HDR 200 Gbit/s = 200 GB/s). One "
+        "factor for every network kind, so that it can be fitted.")
+    intra_latency_s: float = _c(
+        2e-6, "s per ring step",
+        "Order of magnitude of NCCL's per-step hardware latency inside a node "
+        "(NVIDIA/nccl src/graph/tuning.cc, hwLat, ring: NVLink 0.47 / 1.9 / 3.4 us and PCI "
+        "1.0 / 2.5 / 5.7 us for the LL / LL128 / Simple protocols).")
+    net_latency_s: float = _c(
+        6e-6, "s per ring or tree step",
+        "Order of magnitude of NCCL's per-step hardware latency across nodes "
+        "(NVIDIA/nccl src/graph/tuning.cc, hwLat, NET: ring 2.7 / 4.0 / 9.6 us, tree 5.0 / 8.5 us "
+        "for LL / LL128 / Simple).")
+
+    def __post_init__(self) -> None:
+        for name in ("nvlink_efficiency", "pcie_efficiency", "net_efficiency"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1):
+                raise ValueError(f"comm constant {name!r} must be in (0, 1], got {v!r}")
+        for name in ("intra_latency_s", "net_latency_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 and math.isfinite(v)):
+                raise ValueError(f"comm constant {name!r} must be a finite number >= 0, got {v!r}")
+
+
+
+DEFAULT_COMM = CommConstants()
+
+
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+@dataclass(frozen=True)
+class Group:
+    """A communicator: n ranks, ranks_per_node of them on each node it spans (nodes = ceil(n / ranks_per_node)),
+    and how many such groups share each node's network at once (concurrent, >= 1)."""
+
+    n: int
+    ranks_per_node: int
+    concurrent: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("n", "ranks_per_node", "concurrent"):
+            v = getattr(self, name)
+            if not _positive_int(v):
+                raise ValueError(f"Group.{name} must be an integer >= 1, got {v!r}")
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.n // self.ranks_per_node)
+
+    @property
+    def local(self) -> int:
+        """Ranks of the group on one node: ``ranks_per_node``, or ``n`` when it fits on one."""
+        return min(self.n, self.ranks_per_node)
+
+
+@dataclass(frozen=True)
+class Links:
+    """The links a collective runs over: per GPU inside a node, per node across nodes."""
+
+    intra_gbs: float      # per-GPU one-direction bandwidth inside a node (NVLink: nvlink_gbs/2; else PCIe host_link_gbs)
+    intra_kind: str       # "nvlink" | "pcie"
+    node_gbs: float       # network GB/s per node, one direction
+    net_kind: str         # ib | roce | eth | efa
+
+    def __post_init__(self) -> None:
+        if self.intra_kind not in INTRA_KINDS:
+            raise ValueError(f"Links.intra_kind must be one of {', '.join(INTRA_KINDS)}, got {self.intra_kind!r}")
+        for name in ("intra_gbs", "node_gbs"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and math.isfinite(v)):
+                raise ValueError(f"Links.{name} must be a finite number > 0 (GB/s), got {v!r}")
+
+    @classmethod
+    def of(cls, gpu: "GpuSpec", network: "Network") -> "Links":
+        """NVLink where the GPU has it (NVIDIA quotes both directions, so half of ``nvlink_gbs``),
+        else its PCIe host link per direction; the network's GB/s per node, one direction."""
+        if gpu.nvlink_gbs and gpu.nvlink_gbs > 0:
+            intra, kind = gpu.nvlink_gbs / 2.0, "nvlink"
+        else:
+            intra, kind = gpu.host_link_gbs, "pcie"
+        return cls(intra_gbs=float(intra), intra_kind=kind, node_gbs=float(network.node_gbs), net_kind=network.kind)
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in COLLECTIVES:
+        raise ValueError(f"unknown collective {kind!r}; expected one of {', '.join(COLLECTIVES)}")
+
+
+def _ring(kind: str, nbytes: float, ranks: int, bw: float, lat: float) -> float:
+    """Ring over ``ranks`` members at ``bw`` bytes/s and ``lat`` s per step (send-recv: one hop)."""
+    if kind == "send-recv":
+        return nbytes / bw + lat
+    if ranks <= 1:
+        return 0.0
+    passes = 2 if kind == "all-reduce" else 1
+    return passes * ((ranks - 1) / ranks * nbytes / bw + (ranks - 1) * lat)
+
+
+def _tree(nbytes: float, k: int, bw: float, lat: float) -> float:
+    """NCCL's double binary tree all-reduce over ``k`` nodes: reduce up and broadcast down."""
+    return 2 * nbytes / bw + 2 * math.ceil(math.log2(k)) * lat
+
+
+def _intra_bw(links: Links, c: CommConstants) -> float:
+    eff = c.nvlink_efficiency if links.intra_kind == "nvlink" else c.pcie_efficiency
+    return links.intra_gbs * 1e9 * eff
+
+
+def collective_time(kind: str, nbytes: float, group: Group, links: Links, consts: CommConstants | None = None) -> float:
+    """Seconds for one collective of `nbytes` (for all-reduce: the buffer each rank holds; for all-gather /
+    reduce-scatter: the FULL gathered buffer size; for send-recv: bytes sent by one rank to its peer)."""
+    _check_kind(kind)
+    c = consts or DEFAULT_COMM
+    if group.n == 1 or nbytes <= 0:
+        return 0.0
+    b = _intra_bw(links, c)
+    if group.nodes == 1:
+        return _ring(kind, nbytes, group.n, b, c.intra_latency_s)
+    k = group.nodes
+    if kind == "send-recv":
+        per_gpu = links.node_gbs * 1e9 * c.net_efficiency / max(1, group.ranks_per_node * group.concurrent)
+        return nbytes / per_gpu + c.net_latency_s
+    intra = _ring(kind, nbytes, group.local, b, c.intra_latency_s)
+    big = links.node_gbs * 1e9 * c.net_efficiency / group.concurrent
+    inter = _ring(kind, nbytes, k, big, c.net_latency_s)
+    if kind == "all-reduce":
+        inter = min(inter, _tree(nbytes, k, big, c.net_latency_s))
+    return max(intra, inter)  # NCCL pipelines the phases in chunks: the slower one sets the pace
+
+
+def busbw_gbs(group: Group, links: Links, consts: CommConstants | None = None, kind: str = "all-reduce") -> float:
+    """The bus bandwidth (GB/s, nccl-tests' convention) the formulas imply for large messages: latencies
+    dropped, ``busbw = S / time * factor`` with factor ``2(n-1)/n`` for all-reduce, ``(n-1)/n`` for
+    all-gather / reduce-scatter and 1 for send-recv. ``inf`` for a group of one rank (nothing moves)."""
+    _check_kind(kind)
+    c = (consts or DEFAULT_COMM).replace(intra_latency_s=0.0, net_latency_s=0.0)
+    n = group.n
+    if n == 1:
+        return math.inf
+    size = 1e9  # any size: without latencies the time is linear in it
+    t = collective_time(kind, size, group, links, c)
+    factor = {"all-reduce": 2 * (n - 1) / n, "send-recv": 1.0}.get(kind, (n - 1) / n)
+    return size / t * factor / 1e9

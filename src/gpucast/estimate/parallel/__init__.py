@@ -1,0 +1,404 @@
+"""A job spread over many GPUs: one replica's trace turned into a parallel plan's step.
+
+``estimate_plan(trace, job, gpu, config, env)`` answers for a job with a ``parallel`` group
+(:class:`gpucast.plan.Parallel`): tensor degree *t*, pipeline degree *p*, data-parallel degree
+``d = gpus / (t p)``, *m* = ``grad_accum`` micro-batches of ``batch_size`` per optimizer step. The
+trace stays one replica's micro-batch on the meta device; nothing is built *N* times.
+
+One optimizer step, on the rank of each pipeline stage *k*:
+
+1. **Compute of a micro-batch** (:mod:`.ranks`): the stage's forward and backward ops with
+   tensor-parallel ops split by *t*, recomputed forward ops added, run through the two-clock step
+   simulation (:func:`gpucast.estimate.step.simulate`: host dispatch, kernels on one stream) with
+   the environment's kernel and host factors. The first stage also carries the data loader.
+2. **Exposed communication of a micro-batch** (:mod:`gpucast.estimate.comm`): tensor parallelism's
+   all-reduces of the ``b s h`` activation (two per layer in forward, two in backward, two more per
+   recomputed layer: Megatron-LM's *f*/*g* operators, not overlapped), pipeline sends of one
+   activation and one gradient (scatter-gathered over the *t* ranks), and the sharding strategy's
+   per-micro-batch collectives (:mod:`.sharding`) less the part hidden behind the micro-batch's
+   compute (``gather_overlap`` of it for FSDP/ZeRO-3; the first unit's gather never hides).
+3. **Pipeline**: 1F1B runs ``m + p - 1`` slots of the slowest stage's micro-batch; the bubble is
+   ``(p - 1)`` of them, ``(p-1)/(m+p-1)`` of the pipeline (Narayanan et al. 2021).
+4. **Once a step**: DDP's gradient all-reduce (or ZeRO-1's reduce-scatter) less what hides behind
+   the last backward (``EstimatorConfig.comm_overlap``), the optimizer over the rank's (sharded)
+   parameters, ZeRO-1/2's all-gather of the updated weights.
+
+Per GPU: step time with its breakdown, peak memory of the busiest rank (:mod:`.memory`),
+utilization as NVML reads it on each stage's GPUs (NCCL kernels, including a stage waiting in a
+pipeline receive, read busy; host gaps read idle as in :mod:`gpucast.estimate.nvml`), MFU and HFU
+(:mod:`.flops`), tokens per second per GPU; for the job: GPUs, nodes, global batch, tokens/s.
+
+Communicators are placed as Megatron-LM orders ranks (tensor fastest, then data, then pipeline):
+a tensor group sits inside a node when ``t <= gpus_per_node``; a data-parallel group of *d* ranks
+has ``gpus_per_node / t`` of them on each node and shares the node's NICs with the other ``t``
+groups; pipeline neighbours are on different nodes once ``t d >= gpus_per_node``.
+
+Not modelled: sequence and context parallelism, interleaved (virtual) pipeline stages, expert
+parallelism, overlap of tensor-parallel communication with compute, CPU offload, straggling
+ranks, the data loader of the stages after the first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpucast.estimate import Estimate, _bottleneck, prepare
+from gpucast.estimate.comm import DEFAULT_COMM, CommConstants, Group, Links, collective_time
+from gpucast.estimate.constants import EstimatorConfig
+from gpucast.estimate.environment import Environment
+from gpucast.estimate.loader import loader_cost
+from gpucast.estimate.memory import cuda_context_bytes
+from gpucast.estimate.nvml import held_share, reported_share
+from gpucast.estimate.parallel.activations import stage_activations
+from gpucast.estimate.parallel.checks import check_plan
+from gpucast.estimate.parallel.constants import DEFAULT_PARALLEL, ParallelConstants
+from gpucast.estimate.parallel.flops import convention, model_flops_per_sample, peak_flops
+from gpucast.estimate.parallel.memory import RankParams, rank_memory
+from gpucast.estimate.parallel.ranks import (OpLayout, split_times, stage_blocks, stage_of_ops, stage_ops,
+                                             sub_trace, subset)
+from gpucast.estimate.parallel.sharding import HALF, STRATEGIES, comm_bytes_per_param, model_states
+from gpucast.estimate.stack import host_factor, kernel_factor, torch_host_factor
+from gpucast.estimate.step import simulate
+from gpucast.graph.trace import Trace
+from gpucast.hardware import GpuSpec
+from gpucast.job import Job
+from gpucast.plan import Parallel
+
+
+@dataclass
+class Placement:
+    """Where the plan's communicators sit (module docstring)."""
+
+    tp: Group
+    dp: Group            # the sharding group (inside a node for fsdp-hybrid)
+    dp_across: Group     # fsdp-hybrid's replicas across nodes (n = 1 otherwise)
+    pp: Group
+    nodes: int
+
+
+def placement(par: Parallel, gpus: int, hybrid: bool) -> Placement:
+    t, p, g = par.tensor, par.pipeline, par.gpus_per_node
+    d = gpus // (t * p)
+    on_node = min(gpus, g)
+    tp = Group(t, min(t, g))
+    r_dp = max(1, min(d, g // t)) if t < g else 1
+    concurrent = max(1, on_node // r_dp) if t < g else 1
+    if hybrid:
+        dp, across = Group(r_dp, r_dp), Group(max(1, d // r_dp), 1, concurrent=max(1, on_node))
+    else:
+        dp, across = Group(d, r_dp, concurrent=concurrent), Group(1, 1)
+    cross_pp = t * d >= g
+    pp = Group(2, 1, concurrent=on_node) if cross_pp else Group(2, 2)
+    return Placement(tp=tp, dp=dp, dp_across=across, pp=pp, nodes=-(-gpus // g))
+
+
+@dataclass
+class _Stage:
+    """Stage ``k``'s rank: its micro-batch sub-trace and what it holds."""
+
+    k: int
+    blocks: int
+    sub: Trace
+    n_fwd: int
+    n_re: int
+    kt: object
+    host: np.ndarray
+    params: RankParams
+    flops: float  # FLOPs one micro-batch runs on this rank (recompute included)
+
+
+def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | None = None,
+                  env: Environment | None = None, window_s: float | None = None,
+                  consts: ParallelConstants | None = None, comm: CommConstants | None = None,
+                  corners: bool = True) -> Estimate:
+    """The parallel plan's step, memory and utilization (module docstring) as an :class:`Estimate`
+    whose ``plan`` holds the breakdown. ``consts``/``comm`` override the published and fitted
+    constants (fitting does); ``corners=False`` skips the intervals' extra runs (they are then the
+    point)."""
+    env = env or Environment.default()
+    consts = consts or DEFAULT_PARALLEL
+    comm = comm or env_comm(env)
+    par = job.parallel.resolved(gpu.nvlink_gbs)
+    notes = check_plan(trace, par)
+    prep = prepare(trace, job, gpu, config, env)
+    cfg = prep.cfg
+    t, p, m = par.tensor, par.pipeline, par.grad_accum
+    d = job.gpus // (t * p)
+    strat = STRATEGIES[par.sharding]
+    place = placement(par, job.gpus, strat.hybrid)
+    links = Links.of(gpu, par.network_spec())
+    lay = trace.layout
+    ol = OpLayout.of(trace)
+    blocks_of = stage_blocks(lay.blocks, p) if lay is not None else [np.zeros(0, dtype=int)]
+    stage = stage_of_ops(ol, blocks_of) if lay is not None else np.where(ol.phase == 3, -1, 0)
+    div = np.where(ol.sharded, float(t), 1.0) if t > 1 else np.ones(len(ol.block))
+    bw = gpu.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency
+    kt = split_times(prep.kt, div, cfg.compute_ramp_s, cfg.half_bytes_per_sm * gpu.sm_count / bw)
+    stack = prep.surroundings.stack
+    host = prep.host * torch_host_factor(stack.torch, env)
+    flops = np.fromiter((o.flops for o in trace.ops), dtype=np.float64, count=len(trace.ops)) / div
+
+    trainable_total = float(trace.trainable_parameters)
+    elem = trace.gradient_bytes / trainable_total if trainable_total else 4.0  # bytes of a trainable weight
+    frozen_total = max(0.0, trace.parameter_bytes - elem * trainable_total)
+    opt_per_param = (trace.memory.totals.get("optimizer_state", 0) / trainable_total * 4.0 / elem
+                     if trainable_total else 0.0)  # at fp32, whatever dtype the trace's optimizer ran in
+    stages = [_stage(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total, frozen_total, elem)
+              for k in range(p)]
+    opt_idx = np.flatnonzero(ol.phase == 3)
+    opt_sub = sub_trace(trace, opt_idx) if len(opt_idx) else None
+    lc = loader_cost(prep.surroundings, trace, gpu, env, cfg.host_link_efficiency, job.input_pipeline_s)
+    micro_cfg = cfg.replace(step_overhead_s=0.0, param_overhead_s=0.0, step_end_sync=False)
+    job1 = job.with_(gpus=1, parallel=None)
+    kf, hf = kernel_factor(stack, gpu.name, env), host_factor(stack, env)
+    gather_b, reduce_b = comm_bytes_per_param(strat, job.precision)
+    act_b = 2 if job.precision in HALF else 4
+    shard = place.dp.n
+
+    def compose(kscale: float = 1.0, hscale: float = 1.0) -> dict:
+        per = []
+        for st in stages:
+            tl = simulate(st.sub, job1, gpu, micro_cfg, st.kt, st.host, kscale * kf, hscale * hf,
+                          lc if st.k == 0 else None, env.idle_kernel_s)
+            re_busy = float(st.kt.time[st.n_fwd:st.n_fwd + st.n_re].sum()) * kscale * kf
+            fwd_busy = float(st.kt.time[:st.n_fwd].sum()) * kscale * kf
+            bwd_busy = max(0.0, tl.gpu_busy_s - fwd_busy)
+            tp_c = _tp_comm(st, lay, job, par, act_b, place, links, comm)
+            p2p = 2 * collective_time("send-recv", _act_bytes(lay, job, act_b) / t, place.pp, links, comm) if p > 1 else 0.0
+            dp_micro = _dp_micro(strat, st, gather_b, reduce_b, fwd_busy, bwd_busy, place, links, comm, consts, cfg)
+            per.append(dict(tl=tl, re=re_busy, tp=tp_c, p2p=p2p, dp=dp_micro, bwd=bwd_busy,
+                            micro=tl.step_time_s + tp_c + p2p + dp_micro))
+        slow = max(range(p), key=lambda i: per[i]["micro"])
+        t_slow = per[slow]["micro"]
+        pipe = (m + p - 1) * t_slow if p > 1 else m * per[0]["micro"]
+        st = stages[slow]
+        dp_step = _dp_step(strat, st, gather_b, reduce_b, per[slow]["bwd"], place, links, comm, cfg)
+        opt = 0.0
+        opt_busy = 0.0
+        if opt_sub is not None:
+            share = st.params.trainable / trainable_total if trainable_total else 0.0
+            share /= shard if strat.shards_optimizer else 1
+            okt = split_times(subset(prep.kt, opt_idx), np.full(len(opt_idx), 1.0 / max(share, 1e-12)),
+                              cfg.compute_ramp_s, 0.0)
+            otl = simulate(opt_sub, job1, gpu, cfg, okt, host[opt_idx], kscale * kf, hscale * hf, None,
+                           env.idle_kernel_s)
+            opt, opt_busy = otl.step_time_s, otl.gpu_busy_s
+        step = pipe + dp_step + opt
+        return dict(per=per, slow=slow, step=step, pipe=pipe, dp_step=dp_step, opt=opt, opt_busy=opt_busy,
+                    bubble=(p - 1) * t_slow if p > 1 else 0.0)
+
+    base = compose()
+    corners = [compose(k, h) for k in cfg.kernel_time_range for h in cfg.host_time_range] if corners else [base]
+    step = base["step"]
+
+    # ------------------------------------------------------------------ utilization per stage
+    def utils(c: dict) -> tuple[list[float], list[float]]:
+        out, held = [], []
+        for i, pr in enumerate(c["per"]):
+            tl = pr["tl"]
+            read = reported_share(tl.step_time_s, tl.gpu_busy_s, tl.gap_lengths, env.nvml_tick_s) * tl.step_time_s
+            comm_t = pr["tp"] + pr["p2p"] + pr["dp"]
+            wait = max(0.0, c["pipe"] - m * pr["micro"])  # in a pipeline receive: an NCCL kernel spins
+            busy_read = m * (read + comm_t) + wait + c["dp_step"] + c["opt_busy"]
+            out.append(env.util_response(min(1.0, busy_read / c["step"])))
+            held.append(held_share(c["step"], m * (tl.gpu_busy_s + comm_t) + c["dp_step"] + c["opt_busy"]))
+        return out, held
+
+    u, h = utils(base)
+    corner_u = [utils(c) for c in corners]
+    # ------------------------------------------------------------------ memory of the busiest rank
+    context = cuda_context_bytes(gpu, env, prep.surroundings)
+    workspaces = cfg.cublas_workspace_bytes
+    communicators = int(t > 1) + int(p > 1) + int(d > 1) + int(place.dp_across.n > 1)
+    mems = []
+    for st in stages:
+        states = model_states(strat, job.precision, st.params.trainable, st.params.frozen_bytes, opt_per_param, shard)
+        acts = (stage_activations(lay, st.blocks, st.k, p, m, t, par.recompute) if lay is not None
+                else _whole_activations(trace))
+        mems.append(rank_memory(states, acts, st.params, strat, gather_b, reduce_b, communicators, context,
+                                workspaces, consts))
+    busiest = max(range(p), key=lambda i: mems[i].total_bytes)
+    mem = mems[busiest]
+    lo, hi = cfg.memory_range
+    # ------------------------------------------------------------------ throughput and FLOPs
+    samples = job.batch_size * m * d
+    tokens_per_sample = lay.tokens if lay is not None else 1
+    adapter = job.adapter is not None
+    model_flops = model_flops_per_sample(trace, int(trainable_total), adapter) * samples
+    peak = peak_flops(gpu, job.precision)
+    hw_flops = sum(st.flops for st in stages) * t * d * m
+    slow = base["slow"]
+    pr = base["per"][slow]
+    tl = pr["tl"]
+    breakdown = {
+        "compute_s": m * max(0.0, tl.gpu_busy_s - pr["re"]),
+        "recompute_s": m * pr["re"],
+        "host_gaps_s": m * max(0.0, tl.step_time_s - tl.gpu_busy_s),
+        "tensor_parallel_comm_s": m * pr["tp"],
+        "pipeline_p2p_s": m * pr["p2p"],
+        "data_parallel_comm_s": m * pr["dp"] + base["dp_step"],
+        "pipeline_bubble_s": base["bubble"],
+        "optimizer_s": base["opt"],
+    }
+    nodes = place.nodes
+    plan = {
+        "tensor": t, "pipeline": p, "data": d, "sharding": par.sharding, "recompute": par.recompute,
+        "grad_accum": m, "micro_batch": job.batch_size, "global_batch": samples,
+        "gpus": job.gpus, "gpus_per_node": par.gpus_per_node, "nodes": nodes, "network": par.network,
+        "layers_per_stage": [int(s.blocks) for s in stages],
+        "step_breakdown_s": breakdown,
+        "bubble_fraction": (p - 1) / (m + p - 1) if p > 1 else 0.0,
+        "slowest_stage": slow, "busiest_memory_stage": busiest,
+        "memory_per_stage_bytes": [mm.total_bytes for mm in mems],
+        "util_per_stage_pct": [round(100 * x, 2) for x in u],
+        "tokens_per_s": samples * tokens_per_sample / step,
+        "tokens_per_s_per_gpu": samples * tokens_per_sample / step / job.gpus,
+        "samples_per_s": samples / step,
+        "model_flops_per_step": model_flops, "hardware_flops_per_step": hw_flops,
+        "mfu": model_flops / (step * job.gpus * peak), "hfu": hw_flops / (step * job.gpus * peak),
+        "flops_convention": convention(trace, adapter),
+        "links": {"intra": f"{links.intra_kind} {links.intra_gbs:g} GB/s per GPU",
+                  "network": f"{links.net_kind} {links.node_gbs:g} GB/s per node" if nodes > 1 else "-"},
+    }
+    label, reason = _plan_bottleneck(breakdown, step, job, tl, u[slow], stages[slow].kt, lc)
+    steps = [c["step"] for c in corners] + [step]
+    ulist = [min(cu[0]) for cu in corner_u] + [max(cu[0]) for cu in corner_u] + [min(u), max(u)]
+    notes = notes + ([] if window_s is None else
+                     ["a parallel plan's utilization is the steady state (window_s is not applied to plans)"])
+    plan["notes"] = notes
+    return Estimate(
+        step_time_s=step, gpu_busy_s=m * (tl.gpu_busy_s + pr["tp"] + pr["p2p"] + pr["dp"]) + base["dp_step"]
+        + base["opt_busy"], gpu_util_pct=100.0 * float(np.mean(u)), host_time_s=m * tl.host_time_s,
+        memory=mem, bottleneck=label, bottleneck_reason=reason,
+        step_time_interval=(min(steps), max(steps)),
+        gpu_util_interval=(100.0 * min(ulist), 100.0 * max(ulist)),
+        memory_interval=(int(mem.total_bytes * lo), int(mem.total_bytes * hi)),
+        time_by_phase={}, time_by_category={}, costed_time_share=1.0, timeline=tl, kernel_times=prep.kt,
+        surroundings=prep.surroundings, loader=lc, util_basis="steady-state",
+        gpu_held_pct=100.0 * min(float(np.mean(h)), float(np.mean(u))),
+        gpu_held_interval=(100.0 * min(min(ch[1]) for ch in corner_u), 100.0 * max(max(ch[1]) for ch in corner_u)),
+        prepared=prep, plan=plan,
+    )
+
+
+def env_comm(env: Environment) -> CommConstants:
+    """The communication constants, with the environment's fitted network efficiency if it has one."""
+    eff = getattr(env, "net_efficiency", None)
+    return DEFAULT_COMM if eff is None else DEFAULT_COMM.replace(net_efficiency=eff)
+
+
+def _stage(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total, frozen_total, elem) -> _Stage:
+    idx, n_fwd, n_re = stage_ops(ol, stage, k, par.recompute)
+    lay = trace.layout
+    t, p = par.tensor, par.pipeline
+    if lay is not None:
+        bl = blocks_of[k]
+        pick = lambda xs: float(sum(xs[i] for i in bl))  # noqa: E731
+        params = pick(lay.block_params) + (lay.outer_params["pre"] if k == 0 else 0) + \
+            (lay.outer_params["post"] if k == p - 1 else 0)
+        trainable = pick(lay.block_trainable) + (lay.outer_trainable["pre"] if k == 0 else 0) + \
+            (lay.outer_trainable["post"] if k == p - 1 else 0)
+        pbytes = pick(lay.block_param_bytes) + (lay.outer_param_bytes["pre"] if k == 0 else 0) + \
+            (lay.outer_param_bytes["post"] if k == p - 1 else 0)
+        if k == 0 and k == p - 1:  # one stage holds both ends: a tied embedding once
+            params -= lay.outer_params["shared"]
+            trainable -= lay.outer_trainable["shared"]
+            pbytes -= lay.outer_param_bytes["shared"]
+        frozen = max(0.0, pbytes - elem * trainable)
+        biggest = max((lay.block_params[i] for i in bl), default=0)
+        biggest_tr = max((lay.block_trainable[i] for i in bl), default=0)
+        rp = RankParams(params / t, trainable / t, frozen / t, biggest / t, biggest_tr / t)
+        nblocks = len(bl)
+    else:
+        rp = RankParams(float(trace.parameters), trainable_total, frozen_total, float(trace.parameters),
+                        trainable_total)
+        nblocks = 0
+    return _Stage(k=k, blocks=nblocks, sub=sub_trace(trace, idx), n_fwd=n_fwd, n_re=n_re, kt=subset(kt, idx),
+                  host=host[idx], params=rp, flops=float(flops[idx].sum()))
+
+
+def _act_bytes(lay, job: Job, act_b: int) -> float:
+    """One micro-batch's hidden state, ``b s h`` elements."""
+    if lay is None:
+        return 0.0
+    return job.batch_size * lay.tokens * lay.hidden * act_b
+
+
+def _tp_comm(st: _Stage, lay, job: Job, par: Parallel, act_b: int, place: Placement, links: Links,
+             comm: CommConstants) -> float:
+    if par.tensor <= 1 or lay is None:
+        return 0.0
+    per_layer = 4 + (2 if par.recompute == "full" else 0)
+    count = per_layer * st.blocks + (1 if st.k == 0 else 0)
+    one = collective_time("all-reduce", _act_bytes(lay, job, act_b), place.tp, links, comm)
+    return count * one
+
+
+def _dp_micro(strat, st: _Stage, gather_b, reduce_b, fwd_busy, bwd_busy, place: Placement, links: Links,
+              comm: CommConstants, consts: ParallelConstants, cfg: EstimatorConfig) -> float:
+    """Exposed per-micro-batch collectives of sharded gradients/weights (module docstring, step 2).
+    FSDP and ZeRO-3 gather and reduce one unit (a block) at a time: one collective per unit, each
+    paying its latency."""
+    if place.dp.n <= 1 and place.dp_across.n <= 1:
+        return 0.0
+    rp = st.params
+    weights = rp.trainable * gather_b + rp.frozen_bytes  # frozen weights travel as stored (bf16, 4-bit)
+    grads = rp.trainable * reduce_b
+    units = max(st.blocks, 1)
+
+    def per_unit(kind: str, nbytes: float, group: Group) -> float:
+        return units * collective_time(kind, nbytes / units, group, links, comm)
+
+    exposed = 0.0
+    bwd_comm = 0.0
+    if strat.gathers:
+        ag = per_unit("all-gather", weights, place.dp)
+        exposed += max(ag / units, ag - consts.gather_overlap * fwd_busy)
+        bwd_comm = ag if strat.gathers == "fwd+bwd" else 0.0
+    if strat.grads_per_micro_batch:
+        bwd_comm += per_unit("reduce-scatter", grads, place.dp)
+        if strat.hybrid and place.dp_across.n > 1:
+            bwd_comm += per_unit("all-reduce", grads / max(place.dp.n, 1), place.dp_across)
+        overlap = consts.gather_overlap if strat.gathers else cfg.comm_overlap
+        exposed += max(bwd_comm / units, bwd_comm - overlap * bwd_busy)
+    return exposed
+
+
+def _dp_step(strat, st: _Stage, gather_b, reduce_b, bwd_busy, place: Placement, links: Links,
+             comm: CommConstants, cfg: EstimatorConfig) -> float:
+    """Exposed once-a-step collectives: DDP's all-reduce / ZeRO-1's reduce-scatter behind the last
+    backward, ZeRO-1/2's all-gather of the updated weights."""
+    if place.dp.n <= 1:
+        return 0.0
+    grads = st.params.trainable * reduce_b
+    out = 0.0
+    if not strat.grads_per_micro_batch:
+        kind = strat.grad_collective
+        c = collective_time(kind, grads, place.dp, links, comm)
+        last_bucket = c * min(1.0, cfg.ddp_bucket_bytes / grads) if grads > 0 else 0.0
+        out += max(last_bucket, c - cfg.comm_overlap * bwd_busy)
+    if strat.gather_after_step:
+        out += collective_time("all-gather", st.params.trainable * gather_b, place.dp, links, comm)
+    return out
+
+
+def _whole_activations(trace: Trace):
+    from gpucast.estimate.parallel.activations import StageActivations
+
+    return StageActivations(per_micro_batch=trace.memory.at_backward_start.get("activations", 0), in_flight=1,
+                            working=0.0)
+
+
+def _plan_bottleneck(breakdown: dict, step: float, job, tl, util, kt, lc) -> tuple[str, str]:
+    comm = breakdown["tensor_parallel_comm_s"] + breakdown["pipeline_p2p_s"] + breakdown["data_parallel_comm_s"]
+    if comm > 0.3 * step:
+        return "communication-bound", (f"{comm / step:.0%} of the step waits for collectives not hidden "
+                                       f"behind compute")
+    if breakdown["pipeline_bubble_s"] > 0.3 * step:
+        return "pipeline-bound", f"the pipeline bubble is {breakdown['pipeline_bubble_s'] / step:.0%} of the step"
+    return _bottleneck(job, tl, util, kt, lc)
+
+
+__all__ = ["estimate_plan", "placement", "Placement"]

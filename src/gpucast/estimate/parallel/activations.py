@@ -1,0 +1,61 @@
+"""Activation memory of one pipeline stage's rank, by recomputation mode and tensor degree.
+
+From the trace's activations live when backward starts (what autograd saved, by region:
+:attr:`gpucast.graph.blocks.BlockLayout.activations`), per block on average:
+
+* ``none``: the replicated part whole, the sharded part divided by *t* (Korthikanti et al. 2022,
+  eq. 2: ``sbh(10 + 24/t + 5as/(ht))`` for a GPT layer, whose ``10 sbh`` are the layer norms'
+  inputs, dropout masks and residual-stream tensors every tensor-parallel rank keeps);
+* ``selective``: without the attention core's ``s x s`` tensors (their eq. 6 without sequence
+  parallelism: ``sbh(10 + 24/t)``);
+* ``full``: only the block's input (``2sbh`` bytes in half precision, their sec. 5), plus during
+  the backward one block's activations recomputed at a time.
+
+The first stage adds what the embeddings saved, the last what the head and loss saved (the
+logits, vocabulary-parallel: divided by *t*). Under the 1F1B schedule stage *k* of *p* holds the
+activations of ``min(p - k, m)`` micro-batches at its peak (Narayanan et al. 2021, sec. 2.2), so
+the first stage holds *p* of them. Not modelled: sequence parallelism, activation offload,
+interleaved (virtual) stages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpucast.graph.blocks import BlockLayout
+
+
+@dataclass(frozen=True)
+class StageActivations:
+    per_micro_batch: float   # bytes one micro-batch leaves saved on this rank
+    in_flight: int           # micro-batches saved at the peak (1F1B)
+    working: float           # the backward's transient: one block recomputed or its gradients
+
+    @property
+    def total(self) -> float:
+        return self.per_micro_batch * self.in_flight + self.working
+
+
+def per_block(layout: BlockLayout, tensor: int, recompute: str) -> float:
+    """Bytes one block saves for its backward on one tensor-parallel rank."""
+    a = layout.activations
+    n = max(layout.blocks, 1)
+    if recompute == "full":
+        return layout.block_input_bytes
+    sharded = a.get("sharded", 0) - (a.get("attention_core", 0) if recompute == "selective" else 0)
+    return (a.get("replicated", 0) + sharded / tensor) / n
+
+
+def stage_activations(layout: BlockLayout, blocks: int, stage: int, stages: int, micro_batches: int,
+                      tensor: int, recompute: str) -> StageActivations:
+    """What stage ``stage`` of ``stages`` (holding ``blocks`` blocks) keeps for its backward."""
+    a = layout.activations
+    saved = blocks * per_block(layout, tensor, recompute)
+    if stage == 0:
+        saved += a.get("pre", 0)
+    if stage == stages - 1:
+        saved += a.get("post", 0) / tensor
+    whole_block = per_block(layout, tensor, "none")
+    working = whole_block if recompute == "full" else 0.0
+    in_flight = min(stages - stage, micro_batches)
+    return StageActivations(per_micro_batch=saved, in_flight=in_flight, working=working)

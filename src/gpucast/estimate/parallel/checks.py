@@ -1,0 +1,49 @@
+"""The parallel plan's combinations that need the model: one clear error line each.
+
+Checked here (the model's blocks and heads come from the trace, :mod:`gpucast.graph.blocks`):
+tensor or pipeline parallelism needs repeated blocks; the tensor degree must divide the attention
+heads (Megatron-LM splits whole heads; key/value heads are split too, or replicated when there are
+fewer than the degree, as Megatron-LM does for grouped-query attention); no more pipeline stages
+than blocks; DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only. :func:`gpucast.plan.check_job`
+checks what needs no model (``gpus`` a multiple of ``tensor * pipeline``).
+"""
+
+from __future__ import annotations
+
+from gpucast.graph.trace import Trace
+from gpucast.job import JobError
+from gpucast.plan import Parallel
+
+
+def check_plan(trace: Trace, par: Parallel) -> list[str]:
+    """Raise :class:`JobError` for an impossible plan; return notes for a legal but unusual one."""
+    lay = trace.layout
+    t, p = par.tensor, par.pipeline
+    notes: list[str] = []
+    if (t > 1 or p > 1) and lay is None:
+        field = "tensor" if t > 1 else "pipeline"
+        raise JobError(f"field 'parallel.{field}': {trace.model} has no repeated blocks (a transformer's "
+                       f"layers) to split; use parallel.sharding to spread it over GPUs")
+    if t > 1:
+        if lay.heads is None:
+            raise JobError(f"field 'parallel.tensor': no attention heads found in {trace.model} to split "
+                           f"over {t} ranks")
+        if lay.heads % t:
+            raise JobError(f"field 'parallel.tensor' ({t}) must divide the {lay.heads} attention heads of "
+                           f"{trace.model}")
+        kv = lay.kv_heads or lay.heads
+        if kv % t and t % kv:
+            raise JobError(f"field 'parallel.tensor' ({t}) must divide the {kv} key/value heads of "
+                           f"{trace.model} or be a multiple of them")
+        if t > (par.gpus_per_node or 8):
+            notes.append(f"tensor parallelism over {t} GPUs spans nodes: its all-reduces cross the network")
+    if p > 1 and p > lay.blocks:
+        raise JobError(f"field 'parallel.pipeline' ({p}) is more stages than the {lay.blocks} layers of "
+                       f"{trace.model}")
+    if p > 1 and par.sharding in ("zero2", "zero3"):
+        raise JobError(f"field 'parallel.sharding': {par.sharding} cannot run with pipeline parallelism "
+                       f"(DeepSpeed's pipeline engine supports ZeRO stage 0 and 1 only); use zero1 or fsdp-*")
+    if p > 1 and lay.blocks % p:
+        notes.append(f"{lay.blocks} layers over {p} stages: the first stages hold one more layer, and the "
+                     f"pipeline runs at the pace of the fullest stage")
+    return notes

@@ -1,0 +1,45 @@
+"""Model FLOPs of a training step and the utilizations quoted from them (MFU, HFU).
+
+Convention (PaLM, Chowdhery et al. 2022, appendix B, which llm-foundry and Megatron-LM report):
+for a transformer of ``N`` parameters and ``L`` layers of width ``h`` trained on sequences of
+``s`` tokens, one token costs ``6N + 12 L h s`` FLOPs (forward ``2N``, backward ``4N``, plus the
+attention scores' ``QK^T`` and ``AV`` matmuls) whatever is recomputed: MFU counts the work the
+model needs, HFU (hardware FLOPs utilization) the work the GPUs run, recomputation included.
+With adapters the frozen weights get no weight gradient: ``4N + 2N_trainable`` per token plus
+attention (the backward computes the input gradients through every layer, the weight gradients
+only of the adapters); say so wherever such an MFU is shown. A model without repeated blocks or
+sequences takes the trace's own FLOPs (``torch.utils.flop_counter``'s formulas) per sample.
+
+Peak: the GPU's dense tensor-core rate for the job's precision (bf16, fp16, tf32) or fp32.
+"""
+
+from __future__ import annotations
+
+from gpucast.graph.trace import Trace
+from gpucast.hardware import GpuSpec
+
+_PEAK_DTYPE = {"amp-bf16": "bf16", "amp-fp16": "fp16", "bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}
+
+
+def convention(trace: Trace, adapter: bool) -> str:
+    lay = trace.layout
+    if lay is None or lay.tokens <= 1:
+        return "the trace's FLOPs (torch.utils.flop_counter) per sample"
+    return ("4N + 2N_trainable + 12·L·h·s per token (adapters: no weight gradients of frozen weights)"
+            if adapter else "6N + 12·L·h·s per token (PaLM appendix B)")
+
+
+def model_flops_per_sample(trace: Trace, trainable: int, adapter: bool) -> float:
+    """Model FLOPs of one training sample (module docstring)."""
+    lay = trace.layout
+    if lay is None or lay.tokens <= 1:
+        return trace.flops / max(trace.batch_size, 1)
+    n, s = trace.parameters, lay.tokens
+    per_token = (4 * n + 2 * trainable if adapter else 6 * n) + 12 * lay.blocks * lay.hidden * s
+    return per_token * s
+
+
+def peak_flops(gpu: GpuSpec, precision: str) -> float:
+    """FLOP/s of one GPU at its dense peak for the job's precision."""
+    dtype = _PEAK_DTYPE.get(precision, "fp32")
+    return gpu.peak_tflops(dtype, tensor_cores=dtype != "fp32") * 1e12

@@ -1,0 +1,71 @@
+"""Device memory of one rank of a parallel plan, as nvidia-smi would show it at its peak.
+
+``total = model states + activations + gathered weights + communication buffers + allocator
+overhead + CUDA context + workspaces``, each a closed form with its source:
+
+* model states: :func:`gpucast.estimate.parallel.sharding.model_states` (the ZeRO paper's bytes
+  per parameter, sharded as the strategy says) over the parameters this rank holds (its stage's,
+  divided by the tensor degree);
+* activations: :func:`gpucast.estimate.parallel.activations.stage_activations` (Korthikanti et al.
+  2022, 1F1B in-flight micro-batches);
+* gathered weights: FSDP / ZeRO-3 hold ``gathered_units`` blocks unsharded in half precision
+  while computing (FSDP SHARD_GRAD_OP keeps the whole stage gathered through the backward);
+* communication buffers: DDP's gradient buckets (a flat copy of the gradients, PyTorch DDP
+  paper), DeepSpeed's reduce and all-gather buckets (their defaults), the unsharded gradients of
+  one FSDP unit before its reduce-scatter, and NCCL's own buffers per communicator;
+* allocator overhead: :data:`gpucast.graph.memory.FRAGMENTATION` of what PyTorch allocates;
+* CUDA context and cuBLAS workspace: :func:`gpucast.estimate.memory.cuda_context_bytes`.
+
+Not modelled: CPU offload, the optimizer step's temporaries (foreach kernels over sharded
+tensors), pipeline send/receive buffers beyond one micro-batch's activation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpucast.estimate.memory import MemoryEstimate
+from gpucast.estimate.parallel.activations import StageActivations
+from gpucast.estimate.parallel.constants import ParallelConstants
+from gpucast.estimate.parallel.sharding import ModelStates, Strategy
+from gpucast.graph.memory import FRAGMENTATION
+
+
+@dataclass(frozen=True)
+class RankParams:
+    """The parameters one rank holds before data-parallel sharding."""
+
+    params: float          # elements
+    trainable: float       # trainable elements
+    frozen_bytes: float    # bytes of the frozen ones as stored (bf16 or 4-bit)
+    largest_block: float   # elements of its largest block (one FSDP unit)
+    largest_block_trainable: float
+
+
+def rank_memory(states: ModelStates, acts: StageActivations, rp: RankParams, strategy: Strategy,
+                gather_bytes: float, reduce_bytes: float, communicators: int, context: int, workspaces: int,
+                consts: ParallelConstants) -> MemoryEstimate:
+    if strategy.gathers:
+        units = rp.params if strategy.name == "fsdp-grad-op" else consts.gathered_units * rp.largest_block
+        gathered = min(units, rp.params) * gather_bytes
+    else:
+        gathered = 0.0
+    if strategy.framework == "torch-ddp":
+        buffers = rp.trainable * reduce_bytes if communicators else 0.0
+    elif strategy.framework == "deepspeed":
+        bucket = consts.deepspeed_bucket_elements
+        if strategy.shards_weights:
+            bucket = consts.zero3_prefetch_elements
+        buffers = 2 * min(bucket, rp.params) * reduce_bytes
+    else:
+        buffers = rp.largest_block_trainable * reduce_bytes
+    buffers += communicators * consts.nccl_buffer_bytes
+    allocated = states.total + acts.total + gathered + buffers
+    overhead = FRAGMENTATION * allocated
+    total = allocated + overhead + context + workspaces
+    breakdown = {"weights": int(states.weights), "gradients": int(states.gradients),
+                 "optimizer_state": int(states.optimizer), "activations": int(acts.total),
+                 "gathered_weights": int(gathered), "communication_buffers": int(buffers),
+                 "allocator_overhead": int(overhead), "cuda_context": int(context), "workspaces": int(workspaces)}
+    return MemoryEstimate(total_bytes=int(total), allocated_peak_bytes=int(allocated),
+                          reserved_peak_bytes=int(allocated + overhead), breakdown=breakdown)

@@ -1,0 +1,171 @@
+"""How a job spans GPUs (:class:`Parallel`) and whether it trains adapters (:class:`Adapter`).
+
+Two more groups of :class:`gpucast.job.Job` beside ``data``/``loop``/``stack`` and with their
+habits (:class:`gpucast.surroundings._Spec`): built from a mapping, unset fields omitted from the
+job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files and over HTTP.
+
+``parallel`` (unset: one replica, plain DDP over ``gpus`` inside one node, as before it existed):
+
+* ``tensor``: Megatron-style tensor-parallel degree *t* (splits each layer's matmuls, attention
+  heads and the vocabulary; two all-reduces per layer in forward and two in backward);
+* ``pipeline``: pipeline-parallel degree *p* (layers in *p* contiguous stages, 1F1B schedule,
+  bubble ``(p-1)/(m+p-1)`` with *m* = ``grad_accum`` micro-batches);
+* data parallelism is what is left: ``d = gpus / (t * p)``;
+* ``sharding``: what the *d* data-parallel replicas shard (:data:`SHARDINGS`; the table of what
+  each shards and when it gathers is :mod:`gpucast.estimate.parallel.sharding`);
+* ``recompute``: activation checkpointing, ``none`` | ``selective`` (the attention core only,
+  Korthikanti et al. 2022) | ``full`` (every layer keeps only its input and runs its forward again
+  in backward);
+* ``grad_accum``: micro-batches per optimizer step (``batch_size`` is the micro-batch);
+* ``gpus_per_node`` (8) and ``network``, the links between nodes: ``KIND-GBIT`` with KIND in
+  :data:`NETWORK_KINDS`, Gbit/s per node (``roce-1600``: 1,600 Gbit/s per node), or per GPU
+  with ``/gpu`` (``ib-400/gpu``: a 400 Gbit/s NIC per GPU, 3,200 Gbit/s per 8-GPU node). Unset:
+  :func:`default_network` for the GPU.
+
+``adapter`` (unset: every parameter trains):
+
+* ``kind``: ``lora`` | ``qlora`` (LoRA over 4-bit NF4 base weights, QLoRA, Dettmers et al. 2023);
+* ``rank``: the adapters' rank *r* (16);
+* ``targets``: module-name patterns (``fnmatch`` on the last name, or the dotted path) of the
+  ``nn.Linear`` layers that get adapters; default :data:`DEFAULT_TARGETS`, the attention
+  projections of the common architectures.
+
+This module checks each field's shape and the combinations that need no model (``gpus`` divisible
+by ``tensor * pipeline``, in :func:`check_job`); what needs the model (heads divisible by the
+tensor degree, stages no more than layers) is checked when the plan is estimated. It does not
+import torch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from gpucast.surroundings import SpecError, _is_int, _Spec
+
+SHARDINGS = ("ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "fsdp-hybrid")
+RECOMPUTE = ("none", "selective", "full")
+NETWORK_KINDS = ("ib", "roce", "eth", "efa")
+ADAPTER_KINDS = ("lora", "qlora")
+# The attention projections of common architectures (the names PEFT's per-model defaults use:
+# q_proj/v_proj for Llama-likes, query/value for BERT, c_attn for GPT-2, Wqkv for MPT), all four
+# projections where an architecture names them apart.
+DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "query", "key", "value", "c_attn", "Wqkv",
+                   "qkv_proj", "out_proj")
+_NETWORK_RE = re.compile(r"^(?P<kind>[a-z]+)-(?P<gbit>\d+(\.\d+)?)(?P<per>/gpu|/node)?$")
+MAX_DEGREE = 4096
+
+
+@dataclass(frozen=True)
+class Network:
+    """A parsed ``parallel.network``: the kind and Gbit/s per node."""
+
+    kind: str
+    node_gbit: float
+    spelled: str
+
+    @property
+    def node_gbs(self) -> float:
+        """GB/s per node, one direction."""
+        return self.node_gbit / 8.0
+
+
+def parse_network(text: str, gpus_per_node: int = 8) -> Network:
+    """``roce-1600`` -> 1,600 Gbit/s per node; ``ib-400/gpu`` -> 400 x ``gpus_per_node``."""
+    m = _NETWORK_RE.match(text.strip().lower()) if isinstance(text, str) else None
+    if m is None or m["kind"] not in NETWORK_KINDS or float(m["gbit"]) <= 0:
+        raise SpecError(f"field 'parallel.network' must be KIND-GBIT[/gpu] with KIND one of "
+                        f"{', '.join(NETWORK_KINDS)} (e.g. roce-1600, ib-400/gpu), got {text!r}")
+    gbit = float(m["gbit"]) * (gpus_per_node if m["per"] == "/gpu" else 1)
+    return Network(kind=m["kind"], node_gbit=gbit, spelled=text.strip().lower())
+
+
+def default_network(nvlink_gbs: float) -> str:
+    """The network a cluster of this GPU usually has: one 400 Gbit/s NDR NIC per GPU with
+    NVLink 4 (DGX H100/H200 reference architecture), one 200 Gbit/s HDR NIC per GPU with NVLink 3
+    (DGX A100 SuperPOD), 100 Gbit/s Ethernet per node otherwise (PCIe servers)."""
+    if nvlink_gbs >= 900:
+        return "ib-400/gpu"
+    if nvlink_gbs >= 600:
+        return "ib-200/gpu"
+    return "eth-100"
+
+
+@dataclass(frozen=True)
+class Parallel(_Spec):
+    """How the job spans GPUs (module docstring)."""
+
+    _NAME = "parallel"
+    tensor: int | None = None
+    pipeline: int | None = None
+    sharding: str | None = None
+    recompute: str | None = None
+    grad_accum: int | None = None
+    gpus_per_node: int | None = None
+    network: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("tensor", "pipeline", "grad_accum"):
+            v = getattr(self, name)
+            self._check(name, v is None or (_is_int(v) and 1 <= v <= MAX_DEGREE), f"an integer between 1 and {MAX_DEGREE}")
+        self._check("gpus_per_node", self.gpus_per_node is None or (_is_int(self.gpus_per_node) and 1 <= self.gpus_per_node <= 64),
+                    "an integer between 1 and 64")
+        self._check("sharding", self.sharding is None or self.sharding in SHARDINGS, f"one of {', '.join(SHARDINGS)}")
+        self._check("recompute", self.recompute is None or self.recompute in RECOMPUTE, f"one of {', '.join(RECOMPUTE)}")
+        if self.network is not None:
+            if not isinstance(self.network, str):
+                self._check("network", False, "KIND-GBIT[/gpu], e.g. roce-1600 or ib-400/gpu")
+            parse_network(self.network)
+            object.__setattr__(self, "network", self.network.strip().lower())
+
+    def resolved(self, nvlink_gbs: float = 0.0) -> "Parallel":
+        """Every field set: the defaults (module docstring) under the job's own values."""
+        return self.merged(Parallel(tensor=1, pipeline=1, sharding="ddp", recompute="none", grad_accum=1,
+                                    gpus_per_node=8, network=default_network(nvlink_gbs)))
+
+    def network_spec(self) -> Network:
+        return parse_network(self.network, self.gpus_per_node or 8)
+
+
+@dataclass(frozen=True)
+class Adapter(_Spec):
+    """Parameter-efficient fine-tuning: LoRA adapters, over 4-bit base weights for QLoRA."""
+
+    _NAME = "adapter"
+    kind: str | None = None
+    rank: int | None = None
+    targets: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.targets, str):
+            object.__setattr__(self, "targets", tuple(t.strip() for t in self.targets.split(",") if t.strip()))
+        elif isinstance(self.targets, list):
+            object.__setattr__(self, "targets", tuple(self.targets))
+        self._check("kind", self.kind in ADAPTER_KINDS, f"one of {', '.join(ADAPTER_KINDS)}")
+        self._check("rank", self.rank is None or (_is_int(self.rank) and 1 <= self.rank <= 65536),
+                    "an integer between 1 and 65536")
+        self._check("targets", self.targets is None or (
+            len(self.targets) > 0 and all(isinstance(t, str) and t.strip() and "\n" not in t for t in self.targets)),
+            "a non-empty list of module-name patterns")
+
+    def resolved(self) -> "Adapter":
+        return self.merged(Adapter(kind=self.kind, rank=16, targets=DEFAULT_TARGETS))
+
+
+def check_job(job) -> None:
+    """The combinations that need no model: ``gpus`` must be a multiple of ``tensor * pipeline``."""
+    par = job.parallel
+    if par is None:
+        return
+    t, p = par.tensor or 1, par.pipeline or 1
+    if job.gpus % (t * p):
+        raise SpecError(f"field 'gpus' ({job.gpus}) must be a multiple of parallel.tensor x parallel.pipeline "
+                        f"({t} x {p} = {t * p})")
+    if job.mode != "train" and (par.grad_accum or 1) > 1:
+        raise SpecError("field 'parallel.grad_accum' applies to training (mode 'train')")
+    if job.adapter is not None and job.mode != "train":
+        raise SpecError("field 'adapter' applies to training (mode 'train')")
+
+
+def replace_parallel(par: Parallel | None, **changes) -> Parallel:
+    return replace(par or Parallel(), **changes)

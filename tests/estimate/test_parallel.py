@@ -1,0 +1,200 @@
+"""The parallel-plan model against closed forms that hold independently of gpucast's code.
+
+* Model states per ZeRO stage: the ZeRO paper's bytes per parameter (Rajbhandari et al. 2020, sec.
+  3.1: ``(2 + 2 + 12) Psi`` for mixed-precision Adam; stage 1 ``4 Psi + 12 Psi / N``, stage 2
+  ``2 Psi + 14 Psi / N``, stage 3 ``16 Psi / N``), with ``Psi`` counted by building the Hugging Face
+  model on the meta device (not from the trace).
+* Activations per layer: Korthikanti et al. 2022: ``sbh(10 + 24/t)`` bytes per layer in half
+  precision with the attention core not stored (selective recomputation, or FlashAttention, whose
+  fused kernel stores no ``s x s`` tensor: the ``5as/h`` term is absent either way), ``2sbh`` with
+  full recomputation.
+* The 1F1B bubble ``(p-1)/(m+p-1)`` (Narayanan et al. 2021).
+* Tensor and pipeline splits conserve the split work: the ranks' FLOPs of split ops add up to the
+  replica's.
+
+Small models keep the captures to a few seconds (the trace does not depend on the plan, so each
+model is captured once and shared).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpucast.api import predict, trace
+from gpucast.estimate.parallel.activations import per_block
+from gpucast.estimate.parallel.ranks import OpLayout, stage_blocks, stage_of_ops
+from gpucast.job import Job, JobError
+
+# A 1.1B-parameter Llama (TinyLlama-1.1B's shape).
+LLAMA_1B = dict(model_type="llama", hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+                num_attention_heads=32, num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048)
+SMALL = dict(model_type="llama", hidden_size=512, intermediate_size=1024, num_hidden_layers=8,
+             num_attention_heads=8, num_key_value_heads=8, vocab_size=1000)
+GPT = dict(model_type="gpt2", n_embd=1024, n_head=16, n_layer=4, vocab_size=1000, n_positions=512,
+           activation_function="gelu", bos_token_id=0, eos_token_id=0)
+
+
+def _job(cfg, gpus=1, parallel=None, batch=1, seq=512, precision="bf16", **kw):
+    return Job.from_hf_config(cfg, batch_size=batch, seq_len=seq, precision=precision, optimizer="adamw",
+                              gpus=gpus, parallel=parallel, **kw)
+
+
+def _psi(cfg) -> int:
+    """Parameters of the architecture, counted on a model built apart from gpucast's capture."""
+    import torch
+    import transformers
+
+    conf = transformers.AutoConfig.for_model(**cfg)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(conf)
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("sharding,closed_form", [
+    ("zero1", lambda psi, n: 4 * psi + 12 * psi / n),
+    ("zero2", lambda psi, n: 2 * psi + 14 * psi / n),
+    ("zero3", lambda psi, n: 16 * psi / n),
+    ("fsdp-full", lambda psi, n: 16 * psi / n),
+    ("ddp", lambda psi, n: 16 * psi),
+])
+def test_model_states_per_sharding_stage_match_the_zero_paper(sharding, closed_form):
+    psi = _psi(LLAMA_1B)
+    n = 8
+    precision = "amp-bf16" if sharding == "ddp" else "bf16"
+    p = predict(_job(LLAMA_1B, gpus=n, parallel={"sharding": sharding}, precision=precision), "h100")
+    from gpucast.api import explain
+
+    mem = explain(_job(LLAMA_1B, gpus=n, parallel={"sharding": sharding}, precision=precision), "h100").estimate.memory
+    states = mem.breakdown["weights"] + mem.breakdown["gradients"] + mem.breakdown["optimizer_state"]
+    assert states == pytest.approx(closed_form(psi, n), rel=0.02)
+    assert p.memory_peak_bytes > states  # activations, buffers and the context come on top
+
+
+def test_a_tied_embedding_is_held_once_by_one_stage_and_by_both_ends_of_a_pipeline():
+    from gpucast.api import explain
+
+    psi = _psi(GPT)
+    lay = trace(_job(GPT)).layout
+    tied = lay.outer_params["shared"]
+    assert tied == 1000 * 1024  # the token embedding, used again by the head
+
+    def states(parallel, gpus):
+        b = explain(_job(GPT, gpus=gpus, parallel=parallel), "h100").estimate.memory.breakdown
+        return b["weights"] + b["gradients"] + b["optimizer_state"]
+
+    assert states({"sharding": "zero3"}, 8) == pytest.approx(16 * psi / 8, rel=1e-6)
+    two = explain(_job(GPT, gpus=2, parallel={"pipeline": 2}), "h100").prediction.plan
+    assert two["layers_per_stage"] == [2, 2]
+    # Each end keeps a copy of the tied embedding (Megatron-LM's shared_embedding).
+    assert states({"pipeline": 2}, 2) > states({"sharding": "ddp"}, 1) / 2
+
+
+def test_activations_per_layer_match_korthikanti():
+    tr = trace(_job(GPT, batch=4, seq=512, precision="fp16"))
+    s, b, h = 512, 4, 1024
+    lay = tr.layout
+    assert lay.blocks == 4 and lay.hidden == h and lay.tokens == s
+    for t in (1, 2, 4):
+        assert per_block(lay, t, "selective") == pytest.approx(s * b * h * (10 + 24 / t), rel=0.10)
+    assert per_block(lay, 1, "full") == 2 * s * b * h
+    # Tensor parallelism shrinks only the split part: the replicated 10 sbh stay.
+    replicated = per_block(lay, 4, "selective") - (per_block(lay, 1, "selective") - per_block(lay, 4, "selective")) / 3
+    assert replicated == pytest.approx(10 * s * b * h, rel=0.10)
+
+
+def test_pipeline_bubble_follows_the_1f1b_formula():
+    p, m = 4, 8
+    pred = predict(_job(SMALL, gpus=p, parallel={"pipeline": p, "grad_accum": m}), "h100")
+    pl = pred.plan
+    assert pl["bubble_fraction"] == pytest.approx((p - 1) / (m + p - 1))
+    bd = pl["step_breakdown_s"]
+    pipeline_part = pred.step_time_s - bd["optimizer_s"] - bd["data_parallel_comm_s"]
+    assert bd["pipeline_bubble_s"] == pytest.approx(pipeline_part * (p - 1) / (m + p - 1), rel=1e-9)
+    assert pl["layers_per_stage"] == [2, 2, 2, 2]
+
+
+def test_tensor_and_pipeline_splits_conserve_the_split_flops():
+    tr = trace(_job(SMALL))
+    lay = OpLayout.of(tr)
+    flops = np.array([o.flops for o in tr.ops], dtype=float)
+    step = lay.phase < 3  # forward, loss, backward (the optimizer is costed per rank apart)
+    for t, p in ((1, 4), (2, 2), (4, 1), (8, 8)):
+        stage = stage_of_ops(lay, stage_blocks(tr.layout.blocks, p))
+        per_rank = [flops[(stage == k) & lay.sharded].sum() / t for k in range(p)]
+        assert sum(per_rank) * t == pytest.approx(flops[step & lay.sharded].sum(), rel=1e-12)
+        whole = [flops[stage == k].sum() for k in range(p)]  # without the tensor split, every op once
+        assert sum(whole) == pytest.approx(flops[step].sum(), rel=1e-12)
+    assert flops[step & lay.sharded].sum() > 0.9 * flops[step].sum()  # the matmuls are split
+
+
+def test_hardware_flops_of_a_plan_are_the_replicas_times_its_copies():
+    tr = trace(_job(SMALL))
+    fwd_bwd = sum(o.flops for o in tr.ops if o.phase != "optim")
+    pred = predict(_job(SMALL, gpus=8, parallel={"pipeline": 2, "grad_accum": 3}), "h100")
+    assert pred.plan["hardware_flops_per_step"] == pytest.approx(fwd_bwd * 4 * 3, rel=1e-9)  # d = 4, m = 3
+    full = predict(_job(SMALL, gpus=8, parallel={"pipeline": 2, "grad_accum": 3, "recompute": "full"}), "h100")
+    assert full.plan["hardware_flops_per_step"] > pred.plan["hardware_flops_per_step"]
+    assert full.plan["model_flops_per_step"] == pred.plan["model_flops_per_step"]  # MFU counts the model's work
+    assert full.plan["hfu"] > full.plan["mfu"]
+
+
+def test_a_slow_network_makes_the_multi_node_plan_slower():
+    par = {"sharding": "fsdp-full", "network": "eth-100"}
+    one = predict(_job(LLAMA_1B, gpus=8, parallel={**par, "gpus_per_node": 8}), "a100-80gb")
+    two = predict(_job(LLAMA_1B, gpus=8, parallel={**par, "gpus_per_node": 4}), "a100-80gb")
+    assert one.plan["nodes"] == 1 and two.plan["nodes"] == 2
+    assert two.step_time_s > one.step_time_s
+    assert two.plan["step_breakdown_s"]["data_parallel_comm_s"] > one.plan["step_breakdown_s"]["data_parallel_comm_s"]
+
+
+def test_recompute_trades_memory_for_time_and_accumulation_scales_the_step():
+    base = predict(_job(LLAMA_1B, gpus=8, parallel={"sharding": "fsdp-full"}, batch=4), "h100")
+    full = predict(_job(LLAMA_1B, gpus=8, parallel={"sharding": "fsdp-full", "recompute": "full"}, batch=4), "h100")
+    sel = predict(_job(LLAMA_1B, gpus=8, parallel={"sharding": "fsdp-full", "recompute": "selective"}, batch=4), "h100")
+    assert full.memory_peak_bytes < sel.memory_peak_bytes <= base.memory_peak_bytes
+    assert full.step_time_s > sel.step_time_s >= base.step_time_s
+    acc = predict(_job(LLAMA_1B, gpus=8, parallel={"sharding": "fsdp-full", "grad_accum": 4}, batch=4), "h100")
+    assert 3.5 * base.step_time_s < acc.step_time_s < 4.0 * base.step_time_s  # the optimizer runs once
+    assert acc.plan["global_batch"] == 4 * base.plan["global_batch"]
+
+
+def test_sharding_more_ways_needs_less_memory_per_gpu():
+    mems = [predict(_job(LLAMA_1B, gpus=g, parallel={"sharding": "fsdp-full"}), "h100").memory_peak_bytes
+            for g in (8, 32, 128)]
+    assert mems[0] > mems[1] > mems[2]
+
+
+def test_llama_3_8b_fits_where_practitioners_run_it():
+    cfg = dict(model_type="llama", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+               num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192)
+    one = predict(_job(cfg, seq=4096, precision="amp-bf16"), "h100")
+    fsdp = predict(_job(cfg, seq=4096, gpus=8, parallel={"sharding": "fsdp-full"}), "h100")
+    lora = predict(_job(cfg, seq=4096, precision="amp-bf16", adapter={"kind": "lora"}), "h100")
+    qlora = predict(_job(cfg, seq=4096, precision="amp-bf16", adapter={"kind": "qlora"},
+                         parallel={"recompute": "full"}), "rtx-4090")
+    assert not one.fits_in_memory
+    assert fsdp.fits_in_memory and lora.fits_in_memory and qlora.fits_in_memory
+
+
+@pytest.mark.parametrize("parallel,gpus,message", [
+    ({"tensor": 3}, 3, "must divide the 8 attention heads"),
+    ({"pipeline": 16}, 16, "more stages than the 8 layers"),
+    ({"tensor": 4}, 6, "must be a multiple of parallel.tensor x parallel.pipeline"),
+    ({"pipeline": 2, "sharding": "zero3"}, 4, "pipeline parallelism"),
+])
+def test_impossible_plans_are_one_line_errors(parallel, gpus, message):
+    with pytest.raises(JobError) as err:
+        predict(_job(SMALL, gpus=gpus, parallel=parallel), "h100")
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_model_without_repeated_blocks_refuses_tensor_parallelism():
+    with pytest.raises(JobError, match="no repeated blocks"):
+        predict(Job(model="mlp-small", gpus=2, parallel={"tensor": 2}), "h100")
+
+
+def test_sharding_a_model_without_blocks_still_answers():
+    p = predict(Job(model="resnet50", batch_size=32, gpus=8, precision="amp-bf16",
+                    parallel={"sharding": "zero2"}), "a100-80gb")
+    assert p.plan["data"] == 8 and p.fits_in_memory and p.step_time_s > 0

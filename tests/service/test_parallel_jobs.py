@@ -1,0 +1,73 @@
+"""Jobs with a parallel plan or adapters over real HTTP: the schema takes the groups, the answer
+is the Python API's, and every impossible plan is a 422 with one line."""
+
+from __future__ import annotations
+
+import pytest
+
+import gpucast
+from gpucast.job import Job
+
+SMALL = dict(model_type="llama", hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+             num_attention_heads=4, num_key_value_heads=4, vocab_size=1000)
+BASE = {"hf_config": SMALL, "batch_size": 2, "seq_len": 64, "precision": "bf16", "optimizer": "adamw", "gpu": "h100"}
+
+
+def test_a_plan_round_trips_through_the_schema(client):
+    parallel = {"tensor": 2, "pipeline": 2, "sharding": "zero1", "recompute": "selective", "grad_accum": 4,
+                "gpus_per_node": 4, "network": "ib-400/gpu"}
+    r = client.post("/v1/predict", json={**BASE, "gpus": 16, "parallel": parallel})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["job"]["parallel"] == parallel
+    plan = body["plan"]
+    assert (plan["tensor"], plan["pipeline"], plan["data"], plan["nodes"]) == (2, 2, 4, 4)
+    direct = gpucast.predict(Job.from_hf_config(SMALL, batch_size=2, seq_len=64, precision="bf16",
+                                                optimizer="adamw", gpus=16, parallel=parallel), "h100").to_dict()
+    assert body == direct
+
+
+def test_adapters_round_trip_through_the_schema(client):
+    r = client.post("/v1/predict", json={**BASE, "precision": "amp-bf16",
+                                         "adapter": {"kind": "lora", "rank": 4, "targets": ["q_proj", "v_proj"]}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["job"]["adapter"] == {"kind": "lora", "rank": 4, "targets": ["q_proj", "v_proj"]}
+    assert body["plan"] == {}  # adapters alone: one replica, no plan
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"gpus": 4, "parallel": {"tensor": 3}}, "parallel.tensor"),
+    ({"gpus": 6, "parallel": {"tensor": 4}}, "gpus"),
+    ({"gpus": 8, "parallel": {"pipeline": 8}}, "parallel.pipeline"),
+    ({"gpus": 4, "parallel": {"sharding": "zero4"}}, "sharding"),
+    ({"gpus": 4, "parallel": {"network": "carrier-pigeon"}}, "parallel.network"),
+    ({"gpus": 4, "parallel": {"pipeline": 2, "sharding": "zero3"}}, "parallel.sharding"),
+    ({"adapter": {"kind": "dora"}}, "kind"),
+    ({"adapter": {"kind": "lora", "targets": ["nothing_matches"]}}, "adapter"),
+])
+def test_impossible_plans_are_422_with_one_line(client, change, field):
+    r = client.post("/v1/predict", json={**BASE, **change})
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    text = detail if isinstance(detail, str) else str(detail)
+    assert field in text and "\n" not in text
+
+
+def test_advise_searches_plans_over_http(client):
+    body = {**BASE, "gpus": 8, "parallel": {"sharding": "fsdp-full", "grad_accum": 2}, "gpu": ["h100"],
+            "prices": [{"gpu": "h100", "usd_per_gpu_hour": 2.0}], "samples_per_epoch": 10_000,
+            "shardings": ["fsdp-full", "zero1"], "tensors": [1, 2], "pipelines": [1], "recomputes": ["none"],
+            "max_gpus": 16, "max_plans": 40}
+    r = client.post("/v1/advise", json=body)
+    assert r.status_code == 200, r.text
+    advice = r.json()
+    plans = [o for o in advice["options"] if o["plan"] is not None]
+    assert plans and advice["recommended"] is not None
+    best = advice["options"][advice["recommended"]]
+    assert best["memory_fit"] != "no"
+    # The shardings asked for, or one GPU (where no sharding applies: a small model's cheapest).
+    assert {o["plan"]["sharding"] for o in plans if o["gpus"] > 1} <= {"fsdp-full", "zero1"}
+    assert {o["gpus"] for o in plans} <= {1, 2, 4, 8, 16}
+    too_many = client.post("/v1/advise", json={**body, "max_plans": 10_000})
+    assert too_many.status_code == 422 and "max_plans" in too_many.text
