@@ -101,8 +101,17 @@ def stage_ops(lay: OpLayout, stage: np.ndarray, k: int, recompute: str) -> tuple
 
 
 def sub_trace(trace: Trace, idx: np.ndarray) -> Trace:
-    """A trace of the ops at ``idx`` (a rank's share of the step), for the step simulation."""
-    return replace(trace, ops=[trace.ops[i] for i in idx], layout=None)
+    """A trace of the ops at ``idx`` (a rank's share of the step), for the step simulation. Kept on
+    the replica's trace by the ops it holds, so every plan that gives a rank the same ops (same
+    stages and recomputation) reuses it and the columns the simulation builds from it once."""
+    cache = getattr(trace, "_sub_traces", None)
+    if cache is None:
+        cache = trace._sub_traces = {}
+    key = idx.tobytes()
+    sub = cache.get(key)
+    if sub is None:
+        sub = cache[key] = replace(trace, ops=[trace.ops[i] for i in idx], layout=None)
+    return sub
 
 
 def subset(kt: KernelTimes, idx: np.ndarray) -> KernelTimes:
