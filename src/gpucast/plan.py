@@ -168,4 +168,5 @@ def check_job(job) -> None:
 
 
 def replace_parallel(par: Parallel | None, **changes) -> Parallel:
+    """``par`` (or an empty group) with some fields changed, validated again."""
     return replace(par or Parallel(), **changes)

@@ -51,13 +51,13 @@ from gpucast.estimate.environment import Environment
 from gpucast.estimate.loader import loader_cost
 from gpucast.estimate.memory import cuda_context_bytes
 from gpucast.estimate.nvml import held_share, reported_share
-from gpucast.estimate.parallel.activations import stage_activations
+from gpucast.estimate.parallel.activations import StageActivations, stage_activations
 from gpucast.estimate.parallel.checks import check_plan
 from gpucast.estimate.parallel.constants import DEFAULT_PARALLEL, ParallelConstants
 from gpucast.estimate.parallel.flops import convention, model_flops_per_sample, peak_flops
 from gpucast.estimate.parallel.memory import RankParams, rank_memory
-from gpucast.estimate.parallel.ranks import (OpLayout, split_times, stage_blocks, stage_of_ops, stage_ops,
-                                             sub_trace, subset)
+from gpucast.estimate.parallel.ranks import (OpLayout, optimizer_share, split_times, stage_blocks, stage_of_ops,
+                                             stage_ops, sub_trace, subset)
 from gpucast.estimate.parallel.sharding import HALF, STRATEGIES, comm_bytes_per_param, model_states
 from gpucast.estimate.stack import host_factor, kernel_factor, torch_host_factor
 from gpucast.estimate.step import simulate
@@ -119,7 +119,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     point)."""
     env = env or Environment.default()
     consts = consts or DEFAULT_PARALLEL
-    comm = comm or env_comm(env)
+    comm = comm or DEFAULT_COMM
     par = job.parallel.resolved(gpu.nvlink_gbs)
     notes = check_plan(trace, par)
     prep = prepare(trace, job, gpu, config, env)
@@ -178,8 +178,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         opt = 0.0
         opt_busy = 0.0
         if opt_sub is not None:
-            share = st.params.trainable / trainable_total if trainable_total else 0.0
-            share /= shard if strat.shards_optimizer else 1
+            share = optimizer_share(st.params.trainable, trainable_total) / (shard if strat.shards_optimizer else 1)
             okt = split_times(subset(prep.kt, opt_idx), np.full(len(opt_idx), 1.0 / max(share, 1e-12)),
                               cfg.compute_ramp_s, 0.0)
             otl = simulate(opt_sub, job1, gpu, cfg, okt, host[opt_idx], kscale * kf, hscale * hf, None,
@@ -283,12 +282,6 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     )
 
 
-def env_comm(env: Environment) -> CommConstants:
-    """The communication constants, with the environment's fitted network efficiency if it has one."""
-    eff = getattr(env, "net_efficiency", None)
-    return DEFAULT_COMM if eff is None else DEFAULT_COMM.replace(net_efficiency=eff)
-
-
 def _stage(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total, frozen_total, elem) -> _Stage:
     idx, n_fwd, n_re = stage_ops(ol, stage, k, par.recompute)
     lay = trace.layout
@@ -384,9 +377,8 @@ def _dp_step(strat, st: _Stage, gather_b, reduce_b, bwd_busy, place: Placement, 
     return out
 
 
-def _whole_activations(trace: Trace):
-    from gpucast.estimate.parallel.activations import StageActivations
-
+def _whole_activations(trace: Trace) -> StageActivations:
+    """A model without blocks: what the trace saved for its backward, one micro-batch in flight."""
     return StageActivations(per_micro_batch=trace.memory.at_backward_start.get("activations", 0), in_flight=1,
                             working=0.0)
 

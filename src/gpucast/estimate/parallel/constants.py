@@ -40,11 +40,6 @@ class ParallelConstants(NamedConstants):
         64 * 2**20, "bytes",
         "Device memory NCCL holds per communicator: NCCL_BUFFSIZE 4 MiB per channel and protocol "
         "buffers over its channels (NCCL environment-variable docs); an order of magnitude.")
-    optimizer_overhead_s: float = _c(
-        2e-3, "s",
-        "Host and launch time of one optimizer step of a sharded or large model outside the "
-        "traced kernels (gradient clipping's norm all-reduce, scaler and scheduler): an order of "
-        "magnitude, not fitted.")
 
 
 DEFAULT_PARALLEL = ParallelConstants()
