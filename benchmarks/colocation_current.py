@@ -7,24 +7,30 @@ job with its script's loader, loop and stack (:mod:`gpucast.learn.lucid`).
 1. The two numbers. gpucast's plain predictions of the 35 solo runs (no anchoring): the NVML
    utilization they report against the measured one, with the counter's tick 0 (reported = held)
    and at the fitted tick.
-2. NVML's tick. For each tick in :data:`TICKS`: every solo run anchored (its simulated step
-   rescaled to the measured step and utilization, :mod:`gpucast.learn.anchor`), then one workload
-   family held out at a time (6 families have pairs): the constants fitted on the other families'
-   pairs, every pair with a job of the held-out family predicted. The tick used is the packaged
-   one (the Environment's default, which ``scripts/fit_environment.py`` fitted the loop and loader
-   constants with); ``--choose-tick`` instead keeps the tick with the lowest held-out
-   ``speed MAE + combined-utilization MAE / 100`` (a utilization point counts as 0.01 of speed:
-   chosen on held-out scores, so slightly optimistic). The packaged 50 us was chosen so, on the
-   environment before its refit with that tick; after it the sweep is flat (table).
-3. Held-out families at that tick: per-job speed MAE against a constant (the training pairs' mean)
-   and against today's model (Gavel's constants, NVML utilization taken as busy time); combined
-   utilization MAE; share decisions' worth against the oracle's.
+2. **From predictions alone** (the default, what the package is fitted with): each job's
+   timeline is gpucast's prediction (:func:`gpucast.cluster.timeshare_pairs.predicted_timelines`,
+   nothing measured), one workload family held out at a time (6 families have pairs): the
+   constants fitted on the other families' pairs, every pair with a job of the held-out family
+   predicted. Per-job speed MAE against a constant (the training pairs' mean), against the
+   constants fitted on *anchored* timelines of the same training pairs and applied to the
+   predicted ones (how the package was fitted before: measured solo runs in the fit, predictions
+   in use), and against Gavel's constants; predicted and measured mean speed; share decisions'
+   worth. Then the residuals by the two jobs' predicted held shares (the light-job end).
+3. **Anchored on the measured solo runs** (what the pairs say with the solo runs known), for each
+   NVML tick in :data:`TICKS`: every solo run anchored (its simulated step rescaled to the
+   measured step and utilization, :mod:`gpucast.learn.anchor`), held out by family as above. The
+   tick used is the packaged one (the Environment's default, which ``scripts/fit_environment.py``
+   fitted the loop and loader constants with); ``--choose-tick`` instead keeps the tick with the
+   lowest held-out ``speed MAE + combined-utilization MAE / 100``.
 4. What each set says per GPU generation: Gavel's measured pairs (K80, P100, V100; timelines as
    the simulator builds them, no per-job corrections) predicted with the constants fitted on the
-   RTX 3090 pairs only, with Gavel's own constants (in-sample for Gavel) and a constant.
+   RTX 3090 pairs (from predictions, and anchored), with Gavel's own constants (in-sample for
+   Gavel) and a constant: the heavy end (mean speeds 0.54-0.66).
 
-Writes ``src/gpucast/data/timeshare_current.json`` (the constants, the tick, provenance: what
-``gpucast.cluster.timeshare.CURRENT`` is) and ``benchmarks/results/colocation_current.{md,json}``.
+Writes ``src/gpucast/data/timeshare_current.json`` (the constants fitted on every pair from
+predictions alone, which ``gpucast.cluster.timeshare.CURRENT`` is; the anchored fit beside them
+for reference; the tick; provenance) and ``benchmarks/results/colocation_current.{md,json}``.
+Rerun it after the environment's constants change (they move every predicted timeline).
 
     .venv/bin/python benchmarks/colocation_current.py   # ~3 min on a 2-core machine
 """
@@ -65,24 +71,93 @@ def _solo_util_check(solos, ticks):
     return out
 
 
-def _gavel_check(c_current):
-    """Gavel's measured pairs predicted with the current constants, Gavel's own, and a constant."""
+def _gavel_check(sets: dict):
+    """Gavel's measured pairs predicted with each of ``sets`` (name -> constants), Gavel's own
+    constants (fitted on these pairs: in-sample) and a constant (the GPU's mean speed)."""
     import numpy as np
 
     from gpucast.cluster import timeshare, timeshare_fit as tf
+    from gpucast.cluster.timeshare_pairs import decisions_worth
 
     rows = []
     for gpu in tf.GPUS:
         obs = tf.observations([gpu])
         ests = tf._estimates(obs)
         y = 1.0 / np.array(tf._flat(obs))
-        cur = 1.0 / np.array([s for p in tf.predict(obs, c_current, ests) for s in p])
-        own = 1.0 / np.array([s for p in tf.predict(obs, timeshare.FITTED, ests) for s in p])
-        rows.append({"gpu": gpu, "observations": int(y.size), "mean_speed": float(y.mean()),
-                     "current_mae": float(np.abs(cur - y).mean()), "gavel_mae": float(np.abs(own - y).mean()),
-                     "constant_mae": float(np.abs(y.mean() - y).mean()),
-                     "current_mean_speed": float(cur.mean()), "gavel_mean_speed": float(own.mean())})
+        row = {"gpu": gpu, "observations": int(y.size), "mean_speed": float(y.mean()),
+               "constant_mae": float(np.abs(y.mean() - y).mean())}
+        for name, c in {**sets, "gavel": timeshare.FITTED}.items():
+            p = 1.0 / np.array([s for q in tf.predict(obs, c, ests) for s in q])
+            row[name] = {"mae": float(np.abs(p - y).mean()), "mean_speed": float(p.mean()),
+                         "worth": decisions_worth(p.reshape(-1, 2).T, y.reshape(-1, 2).T, 0.2)}
+        rows.append(row)
     return rows
+
+
+EDGES = (0.0, 0.3, 0.6, 0.85, 1.0001)
+
+
+def _buckets(rows) -> list[str]:
+    """Markdown: held-out job speeds by the job's and its neighbour's predicted held shares."""
+    import numpy as np
+
+    lab = [f"{a:.2f}-{min(b, 1.0):.2f}" for a, b in zip(EDGES[:-1], EDGES[1:])]
+    md = ["| job's held share \\ neighbour's | " + " | ".join(lab) + " | all: n, MAE, bias |",
+          "| --- | " + " | ".join("---:" for _ in lab) + " | ---: |"]
+    for i, li in enumerate(lab):
+        mine = [r for r in rows if EDGES[i] <= r["held"] < EDGES[i + 1]]
+        cells = []
+        for j in range(len(lab)):
+            sel = [r for r in mine if EDGES[j] <= r["neighbour_held"] < EDGES[j + 1]]
+            cells.append(f"{len(sel)}: {np.mean([r['measured'] for r in sel]):.2f} / "
+                         f"{np.mean([r['predicted'] for r in sel]):.2f}" if sel else "")
+        e = np.array([r["predicted"] - r["measured"] for r in mine]) if mine else np.zeros(1)
+        md.append(f"| {li} | " + " | ".join(cells) + f" | {len(mine)}, {np.abs(e).mean():.3f}, {e.mean():+.3f} |")
+    return md
+
+
+def _protocol(pairs, tls, c) -> list[str]:
+    """Markdown: what the pairs say beyond the model. Heavy pairs' GPU work per second (each job's
+    speed times its anchored held share, summed: exclusive slices make it at most 1) within a
+    family and across families; and the in-sample residual (measured - predicted speed, anchored
+    timelines, constants ``c``) by the job's family and its neighbour's."""
+    import numpy as np
+
+    from gpucast.cluster import timeshare_pairs as tp
+
+    md = ["| heavy pairs (both held > 0.6) | pairs | GPU work per second: mean (min-max) |", "| --- | ---: | ---: |"]
+    for label, same in (("same family", True), ("two families", False)):
+        w = [p.speed_a * tls[p.a.key].util + p.speed_b * tls[p.b.key].util for p in pairs
+             if tls[p.a.key].util > 0.6 and tls[p.b.key].util > 0.6 and (p.a.family == p.b.family) == same]
+        if w:
+            md.append(f"| {label} | {len(w)} | {np.mean(w):.2f} ({min(w):.2f}-{max(w):.2f}) |")
+    ps = tp.predict(pairs, tls, c)[0]
+    res: dict = {}
+    for k, p in enumerate(pairs):
+        res.setdefault((p.a.family, p.b.family), []).append(p.speed_a - ps[0, k])
+        res.setdefault((p.b.family, p.a.family), []).append(p.speed_b - ps[1, k])
+    fams = sorted({f for f, _ in res})
+    md += ["", "| job \\ neighbour | " + " | ".join(fams) + " |", "| --- | " + " | ".join("---:" for _ in fams) + " |"]
+    for f in fams:
+        cells = (f"{np.mean(res[(f, g)]):+.3f}" if (f, g) in res else "" for g in fams)
+        md.append(f"| {f} | " + " | ".join(cells) + " |")
+    return md
+
+
+def _family_table(rep, other_label: str | None) -> list[str]:
+    head = "| held out | pairs | speed MAE | constant | " + (f"{other_label} | " if other_label else "") + \
+           "Gavel's constants | mean speed measured / predicted | combined util MAE (pts) |"
+    md = [head, "| --- | ---: | ---: | ---: | " + ("---: | " if other_label else "") + "---: | ---: | ---: |"]
+    for f in rep["folds"]:
+        md.append(f"| {f['held_out']} | {f['pairs']} | {f['mae']:.3f} | {f['constant_mae']:.3f} | "
+                  + (f"{f['other_mae']:.3f} | " if other_label else "")
+                  + f"{f['today_mae']:.3f} | {f['mean_speed']:.3f} / {f['predicted_mean_speed']:.3f} | "
+                  f"{f['util_mae']:.1f} |")
+    md.append(f"| **all** | {rep['pairs']} | **{rep['mae']:.3f}** | {rep['constant_mae']:.3f} | "
+              + (f"{rep['other_mae']:.3f} | " if other_label else "")
+              + f"{rep['today_mae']:.3f} | {rep['mean_speed']:.3f} / **{rep['predicted_mean_speed']:.3f}** | "
+              f"{rep['util_mae']:.1f} |")
+    return md
 
 
 def main(argv=None) -> int:
@@ -95,6 +170,7 @@ def main(argv=None) -> int:
     if not (args.data / "pairs.csv").is_file():
         print(f"error: no lucid-rtx3090 data at {args.data}", file=sys.stderr)
         return 2
+    import numpy as np
     from rich.progress import Progress
 
     import gpucast
@@ -106,7 +182,9 @@ def main(argv=None) -> int:
     sweep = {}
     ticks = sorted(set(TICKS) | {Environment.default().nvml_tick_s})  # the environment's own tick too
     with Progress() as bar:
-        task = bar.add_task("ticks", total=len(ticks))
+        task = bar.add_task("predictions", total=len(solos))
+        ptl = tp.predicted_timelines(solos, progress=lambda k, n: bar.update(task, completed=k))
+        task = bar.add_task("anchored, per tick", total=len(ticks))
         for tick in ticks:
             env = Environment.default().replace(nvml_tick_s=tick)
             tls = tp.timelines(solos, env)
@@ -117,70 +195,100 @@ def main(argv=None) -> int:
     if args.choose_tick or tick not in sweep:
         tick = min(sweep, key=lambda k: sweep[k]["score"])
     rep, tls = sweep[tick]["report"], sweep[tick]["tls"]
-    c = tp.fit(pairs, tls)
-    ps, pu = tp.predict(pairs, tls, c)
-    import numpy as np
-
+    # from predictions alone: fitted and scored on predicted timelines; beside it, the constants
+    # fitted on the same training pairs' anchored timelines used on the predicted ones
+    prep = tp.holdout_report(pairs, ptl, today_tls=ptl, other_tls=tls)
+    c = tp.fit(pairs, ptl)
+    c_anchored = tp.fit(pairs, tls)
     y = np.array([[p.speed_a for p in pairs], [p.speed_b for p in pairs]])
-    in_sample = {"mae": float(np.abs(ps - y).mean()),
-                 "util_mae": float(np.mean(np.abs(pu - np.array([p.util_pct for p in pairs]))))}
+    um = np.array([p.util_pct for p in pairs])
+
+    def scores(t, cc):
+        ps, pu = tp.predict(pairs, t, cc)
+        return {"mae": float(np.abs(ps - y).mean()), "util_mae": float(np.mean(np.abs(pu - um))),
+                "mean_speed": float(ps.mean())}
+
+    in_sample = scores(ptl, c)
+    in_sample_anchored = scores(tls, c_anchored)
     solo_check = _solo_util_check(solos, (0.0, tick))
-    gavel = [] if args.no_gavel else _gavel_check(c)
-    fitted = {k: v for k, v in c.as_dict().items() if k in tp.NAMES or k == "stretch"}
-    doc = {"constants": fitted, "nvml_tick_s": tick, "in_sample": in_sample,
+    gavel = [] if args.no_gavel else _gavel_check({"predicted": c, "anchored": c_anchored})
+    keep = lambda cc: {k: v for k, v in cc.as_dict().items() if k in tp.NAMES or k == "stretch"}  # noqa: E731
+    fitted = keep(c)
+    doc = {"constants": fitted, "timelines": "predicted (gpucast's predictions of the solo runs, nothing measured)",
+           "nvml_tick_s": tick, "in_sample": in_sample,
+           "anchored_constants": keep(c_anchored), "anchored_in_sample": in_sample_anchored,
            "provenance": {"data": "Lucid artifact (Hu et al., ASPLOS '23; S-Lab License 1.0), RTX 3090: 35 solo runs "
                                   "and 335 co-located pairs (../shared/data/lucid-rtx3090; not packaged)",
                           "command": "benchmarks/colocation_current.py", "gpucast": gpucast.__version__,
                           "date": datetime.date.today().isoformat()}}
     PACKAGED.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
+    fmt = lambda cc: ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}"  # noqa: E731
+                               for k, v in cc.items())
     md = ["### Co-location on a current GPU: measured pairs of real scripts (RTX 3090)", "",
           f"`.venv/bin/python benchmarks/colocation_current.py` ({len(pairs)} pairs, {2 * len(pairs)} job speeds, "
-          f"{len({s.family for s in solos})} families; speed = throughput together / alone).", "",
-          "**NVML's tick** (held-out families at each tick; the one used is the packaged tick the "
-          "environment was fitted with):", "",
-          "| tick (µs) | speed MAE | combined util MAE (pts) | decisions' worth |", "| ---: | ---: | ---: | ---: |"]
+          f"{len({s.family for s in solos})} families; speed = throughput together / alone; every figure held out by "
+          "family: the constants fitted on the other families' pairs).", "",
+          "**From predictions alone** (each job's timeline is gpucast's prediction of its solo run, nothing "
+          "measured; the constants fitted the same way): per-job speed MAE against a constant (the training "
+          "pairs' mean), against constants fitted on the training pairs' *anchored* timelines and used on the "
+          "predicted ones, and against Gavel's constants.", ""]
+    md += _family_table(prep, "anchored-fitted constants")
+    md += ["", f"Share decisions (share when the predicted summed speed exceeds 1 + {prep['min_gain']:g}) are worth "
+           f"**{100 * prep['worth']:.1f}%** of the oracle's gain ({100 * prep['worth_any_gain']:.1f}% at a margin "
+           f"of 0; anchored-fitted constants: {100 * prep['other_worth']:.1f}%, mean speed "
+           f"{prep['other_mean_speed']:.3f}).", "",
+           "Held-out job speeds by the job's and its neighbour's predicted held share (`n: measured / predicted` "
+           "mean speed; last column: the row's count, MAE and bias, predicted − measured):", ""]
+    md += _buckets(prep["rows"])
+    md += ["", f"Fitted on every pair from predictions (what the package uses): {fmt(fitted)}. In-sample speed MAE "
+           f"{in_sample['mae']:.3f}, util MAE {in_sample['util_mae']:.1f}.", "",
+           f"**Anchored on the measured solo runs** (tick {tick * 1e6:g} µs):", ""]
+    md += _family_table(rep, None)
+    md += ["", f"Share decisions worth **{100 * rep['worth']:.1f}%** of the oracle's "
+           f"({100 * rep['worth_any_gain']:.1f}% at a margin of 0; Gavel's constants with NVML's utilization as "
+           f"busy time: {100 * rep['today_worth']:.1f}%, "
+           f"util MAE {rep['today_util_mae']:.1f}). Fitted on every pair anchored: {fmt(keep(c_anchored))}; in-sample "
+           f"speed MAE {in_sample_anchored['mae']:.3f}.", "",
+           "**Beyond the model** (anchored): heavy pairs of one family did about a second of GPU work per "
+           "second together, as exclusive time slices allow; pairs of two families did up to a fifth more, and "
+           "the in-sample residuals (measured − predicted speed; row: the job's family, column: its neighbour's) "
+           "are one-sided (LSTM beside a CNN keeps far more speed than predicted, the CNN beside the LSTM about "
+           "what is predicted). Consistent with the protocol rather than the GPU: each job counts its window "
+           "from its own warm-up, so where warm-ups differ one job runs part of its window alone; gpucast "
+           "predicts no warm-up, so this stays in the error.", ""]
+    md += _protocol(pairs, tls, c_anchored)
+    md += ["", "**NVML's tick** (anchored, held out by family, at each tick; the one used is the packaged tick the "
+           "environment was fitted with):", "",
+           "| tick (µs) | speed MAE | combined util MAE (pts) | decisions' worth |", "| ---: | ---: | ---: | ---: |"]
     for k, v in sweep.items():
         r = v["report"]
         md.append(f"| {k * 1e6:g}{' (used)' if k == tick else ''} | {r['mae']:.3f} | {r['util_mae']:.1f} | "
                   f"{100 * r['worth']:.0f}% |")
-    md += ["", f"**Held out by family** (tick {tick * 1e6:g} µs; constants fitted without the family):", "",
-           "| held out | pairs | speed MAE | constant | today's model | combined util MAE (pts) |",
-           "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    for f in rep["folds"]:
-        md.append(f"| {f['held_out']} | {f['pairs']} | {f['mae']:.3f} | {f['constant_mae']:.3f} | {f['today_mae']:.3f} | "
-                  f"{f['util_mae']:.1f} |")
-    md += [f"| **all** | {rep['pairs']} | **{rep['mae']:.3f}** | {rep['constant_mae']:.3f} | {rep['today_mae']:.3f} | "
-           f"**{rep['util_mae']:.1f}** (today's: {rep['today_util_mae']:.1f}) |", "",
-           f"Measured mean speed {rep['mean_speed']:.3f}, predicted (held out) {rep['predicted_mean_speed']:.3f}. "
-           f"Share decisions (share when the predicted summed speed exceeds 1 + {rep['min_gain']:g}) are worth "
-           f"**{100 * rep['worth']:.1f}%** of the oracle's gain ({100 * rep['worth_any_gain']:.1f}% at a margin of 0; "
-           f"today's model: {100 * rep['today_worth']:.1f}%).", "",
-           f"Fitted on every pair (what the package uses): " + ", ".join(
-               f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in fitted.items())
-           + f"; NVML tick {tick * 1e6:g} µs. In-sample speed MAE {in_sample['mae']:.3f}, util MAE "
-             f"{in_sample['util_mae']:.1f}.", "",
-           "**The two numbers on the solo runs** (plain predictions, nothing anchored): utilization as NVML "
+    md += ["", "**The two numbers on the solo runs** (plain predictions, nothing anchored): utilization as NVML "
            "reports it against the measured one.", "",
            "| tick (µs) | util MAE (pts) | bias (pts) | mean reported − held (pts) |", "| ---: | ---: | ---: | ---: |"]
     for k, v in solo_check.items():
         md.append(f"| {k * 1e6:g} | {v['util_mae']:.1f} | {v['util_bias']:+.1f} | {v['mean_hidden_pts']:.1f} |")
     if gavel:
-        md += ["", "**What each GPU generation's pairs say**: Gavel's measured pairs (timelines as the simulator "
-               "builds them, no per-job corrections) with the constants fitted on the RTX 3090 pairs only, "
-               "with Gavel's own constants (fitted on these pairs: in-sample) and a constant (per-GPU mean).", "",
-               "| GPU | speeds | measured mean | RTX 3090 constants MAE | Gavel constants MAE (in-sample) | "
-               "constant MAE |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        md += ["", "**What each GPU generation's pairs say** (the heavy end): Gavel's measured pairs (timelines as the "
+               "simulator builds them, no per-job corrections) with the constants fitted on the RTX 3090 pairs "
+               "(from predictions: the package; anchored), with Gavel's own constants (fitted on these pairs: "
+               "in-sample) and a constant (per-GPU mean). MAE (mean predicted speed; decisions' worth).", "",
+               "| GPU | speeds | measured mean | RTX 3090, predictions | RTX 3090, anchored | Gavel's (in-sample) | "
+               "constant |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        cell = lambda r: f"{r['mae']:.3f} ({r['mean_speed']:.2f}; {100 * r['worth']:.0f}%)"  # noqa: E731
         for g in gavel:
-            md.append(f"| {g['gpu']} | {g['observations']} | {g['mean_speed']:.3f} | {g['current_mae']:.3f} "
-                      f"(mean {g['current_mean_speed']:.2f}) | {g['gavel_mae']:.3f} (mean {g['gavel_mean_speed']:.2f}) | "
-                      f"{g['constant_mae']:.3f} |")
+            md.append(f"| {g['gpu']} | {g['observations']} | {g['mean_speed']:.3f} | {cell(g['predicted'])} | "
+                      f"{cell(g['anchored'])} | {cell(g['gavel'])} | {g['constant_mae']:.3f} |")
     md += ["", f"Wall time {time.time() - t0:.0f} s.", ""]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "colocation_current.md").write_text("\n".join(md), encoding="utf-8")
+    lean = lambda r: {k: v for k, v in r.items() if k != "rows"}  # noqa: E731  (the rows: in the tables above)
     (RESULTS / "colocation_current.json").write_text(json.dumps(
-        {"sweep": {str(k): v["report"] for k, v in sweep.items()}, "tick": tick, "fit": doc,
-         "solo_check": {str(k): v for k, v in solo_check.items()}, "gavel": gavel}, indent=1) + "\n", encoding="utf-8")
+        {"predictions_alone": lean(prep), "sweep": {str(k): lean(v["report"]) for k, v in sweep.items()}, "tick": tick,
+         "fit": doc, "solo_check": {str(k): v for k, v in solo_check.items()}, "gavel": gavel}, indent=1) + "\n",
+        encoding="utf-8")
     print("\n".join(md))
     return 0
 

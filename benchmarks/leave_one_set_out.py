@@ -103,7 +103,7 @@ def main(argv=None) -> int:
 
     from gpucast.api import MODEL_VERSION
     from gpucast.learn.calibrate import calibrate
-    from gpucast.learn.fit import Fitter
+    from gpucast.learn.fit import Fitter, Predicted
     from gpucast.learn.set_fit import SETS, fit_sets, rows_of
 
     t0 = time.time()
@@ -132,6 +132,25 @@ def main(argv=None) -> int:
             s = f.groups == g
             per[g] = scores(f, held, s)
         doc["lucid_families"] = per
+        # Lucid leave-one-family-out: the packaged procedure on every set, Lucid's other families
+        # included (its host and the 1.11 stack seen), each family predicted by the fit without it.
+        bar.update(task, description="fitting the MLP stage once", completed=0, total=None)
+        _, first = fit_sets({"mlp": fitters["mlp"]})
+        first_stage = (_, first["stages"][0])
+        lofo = Predicted(np.empty(len(f.rows)), np.empty(len(f.rows)), np.empty(len(f.rows)))
+        fams = list(dict.fromkeys(f.groups))
+        task3 = bar.add_task("Lucid families held out", total=len(fams))
+        fam_values = {}
+        for g in fams:
+            env_g, info_g = fit_sets(fitters, without_group=("lucid", g), first_stage=first_stage)
+            test = np.flatnonzero(f.groups == g)
+            pg = f.predict(env_g, test)
+            lofo.util_pct[test], lofo.memory_mib[test], lofo.step_time_s[test] = pg.util_pct, pg.memory_mib, pg.step_time_s
+            fam_values[g] = {k: info_g["values"][k] for k in ("torch1_host_factor", "torch1_kernel_factor")}
+            bar.update(task3, advance=1)
+        doc["lucid_lofo"] = {"all": scores(f, lofo), "constant": scores(f, constant(f)),
+                             "families": {g: scores(f, lofo, f.groups == g) for g in fams},
+                             "fitted_stack": fam_values}
         # Few-shot on Lucid.
         fams = list(dict.fromkeys(f.groups))
         every = list(itertools.combinations(fams, 3))
@@ -180,6 +199,22 @@ def render(doc: dict, args) -> str:
     for g, s in doc["lucid_families"].items():
         lines.append(f"| {g} | {s.get('n', '–')} | {_fmt(s, 'mae')} | {_fmt(s, 'memory_mape', pct=True)} | "
                      f"{_fmt(s, 'step_mdape', pct=True)} | {_fmt(s, 'step_geomean_ratio', digits=2)} |")
+    lo = doc.get("lucid_lofo")
+    if lo:
+        a, c = lo["all"], lo["constant"]
+        lines += ["", "Lucid, one family held out at a time: the packaged fit's procedure on every set, Lucid's other "
+                      "families included (its cluster's host and PyTorch 1.11 seen, the family never):", "",
+                  "| held-out family | runs | util MAE (pts) | memory MAPE | step MdAPE | GPU-bound step MdAPE | "
+                  "step ratio (geo) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for g, s in lo["families"].items():
+            lines.append(f"| {g} | {s.get('n', '–')} | {_fmt(s, 'mae')} | {_fmt(s, 'memory_mape', pct=True)} | "
+                         f"{_fmt(s, 'step_mdape', pct=True)} | {_fmt(s, 'gpu_bound_step_mdape', pct=True)} | "
+                         f"{_fmt(s, 'step_geomean_ratio', digits=2)} |")
+        lines.append(f"| **all** | {a.get('n', '–')} | **{_fmt(a, 'mae')}** | **{_fmt(a, 'memory_mape', pct=True)}** | "
+                     f"{_fmt(a, 'step_mdape', pct=True)} | **{_fmt(a, 'gpu_bound_step_mdape', pct=True)}** "
+                     f"({a.get('gpu_bound_rows', 0)} runs) | {_fmt(a, 'step_geomean_ratio', digits=2)} |")
+        lines.append(f"| a constant (Lucid's mean) | | {_fmt(c, 'mae')} | {_fmt(c, 'memory_mape', pct=True)} | "
+                     f"{_fmt(c, 'step_mdape', pct=True)} | {_fmt(c, 'gpu_bound_step_mdape', pct=True)} | |")
     draws = doc["few_shot"]["draws"]
     if draws:
         maes = np.array([d["mae"] for d in draws])

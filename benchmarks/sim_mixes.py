@@ -10,13 +10,17 @@ as the reference work measures a loaded cluster; over all time from 0 to the las
 the allocated GPUs), makespan, mean and p99 JCT, mean queueing delay, OOM failures. ``slot`` is
 FIFO with EASY backfilling (Slurm's default), ``slot-fifo`` strict FIFO. Then the error sweep (in
 the first world): the truth's error scaled from 0 to 2x the measured one, for ``slot``,
-``gpucast`` and ``oracle`` on both mixes at the queue-keeping load. Also the mixes' utilization
-distributions against their targets (statistics and an HTML plot).
+``gpucast`` and ``oracle`` on both mixes at the queue-keeping load. Then out-of-memory failures over
+seeds (``--oom-seeds``, in the first world): ``slot`` and ``gpucast`` on both mixes at both loads
+for each seed (the seed draws the truth's errors), and ``gpucast`` with its memory bound at the
+told 80 % interval's upper end (``memory_risk`` = 1 - Phi(1.2816), the rule before issue 25) for
+comparison. Also the mixes' utilization distributions against their targets (statistics and an
+HTML plot).
 
 Writes ``benchmarks/results/sim_mixes.{md,json}`` and ``sim_mixes.html`` (gitignored: plotly is
 inlined).
 
-    .venv/bin/python benchmarks/sim_mixes.py [--heavy 3] [--gpus 128] [--policies ...]
+    .venv/bin/python benchmarks/sim_mixes.py [--heavy 3] [--gpus 128] [--policies ...] [--oom-seeds 0,1,2,3,4]
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ POLICIES = ("slot", "slot-fifo", "profiling", "horus", "packing", "gpucast", "or
 WORLDS = ("measured-pairs", "gavel")
 TRACES = ("gavel", "philly-mix", "pai-mix")
 SWEEP = (0.0, 0.5, 1.0, 2.0)
+OOM_SEEDS = "0,1,2,3,4"
 # The reference work's published gains (figures as quoted in issue 12 of this project: Yeung et
 # al.'s utilization-prediction scheduler): utilization over slot and over 1-minute profiling,
 # makespan, job wait. Our runs are not theirs: shown for comparison, not reproduced.
@@ -68,15 +73,19 @@ class _Null:
         pass
 
 
-def run_table(trace, n_gpus, policies, errors, progress, world=None):
+def run_table(trace, n_gpus, policies, errors, progress, world=None, seed=0, params=None):
+    """One summary per policy; ``params``: policy name -> its parameters (a name may carry a
+    suffix after ``@`` to run one policy twice with different parameters)."""
     from gpucast import cluster
     from gpucast.cluster import metrics
 
     out = []
     for p in policies:
         t = time.time()
-        res = cluster.simulate(trace, n_gpus, p, seed=0, error_sigma=errors, colocation=world)
+        res = cluster.simulate(trace, n_gpus, p.split("@")[0], seed=seed, error_sigma=errors, colocation=world,
+                               **(params or {}).get(p, {}))
         s = metrics.summarize(res)
+        s["policy"] = p
         s["wall_s"] = time.time() - t
         out.append(s)
         progress()
@@ -153,6 +162,11 @@ def main(argv=None) -> int:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--traces", default=",".join(TRACES))
     ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--oom-seeds", default=OOM_SEEDS,
+                    help="seeds of the out-of-memory table (comma-separated; empty: no table)")
+    ap.add_argument("--memory-risk", type=float, default=None,
+                    help="gpucast's memory_risk (default: the policy's own, "
+                         "gpucast.cluster.policies.gpucast.DEFAULT_MEMORY_RISK)")
     ap.add_argument("--colocation", default=",".join(WORLDS), help="co-location worlds, comma-separated")
     ap.add_argument("--host-contention", type=float, default=None,
                     help="sensitivity run: the co-location model's host constant set to this (0: every job "
@@ -163,7 +177,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from rich.progress import Progress
 
+    from statistics import NormalDist
+
     from gpucast.cluster import errors, timeshare, traces as tr_mod
+    from gpucast.cluster.policies import gpucast as gpucast_policy
 
     if args.host_contention is not None:
         timeshare.set_constants(timeshare.CURRENT.with_(host=args.host_contention))
@@ -172,15 +189,21 @@ def main(argv=None) -> int:
     names = args.traces.split(",")
     measured = errors.measured()
     worlds = [w for w in args.colocation.split(",") if w]
+    risk = args.memory_risk if args.memory_risk is not None else gpucast_policy.DEFAULT_MEMORY_RISK
+    old_risk = 1.0 - NormalDist().cdf(gpucast_policy.TOLD_Z)     # the told 80 % interval's upper end
+    params = {"gpucast": {"memory_risk": risk}, "gpucast@80": {"memory_risk": old_risk}}
+    seeds = [int(x) for x in args.oom_seeds.split(",") if x.strip()]
+    mixes_run = [n for n in ("philly-mix", "pai-mix") if n in names]
     doc = {"gpus": args.gpus, "heavy_load": args.heavy, "errors": measured.as_dict(), "tables": {}, "sweep": {},
-           "reference": REFERENCE, "worlds": worlds}
+           "reference": REFERENCE, "worlds": worlds, "memory_risk": risk, "oom_seeds": {}}
     t0 = time.time()
     n_sweep = 0 if args.no_sweep else 2 * len(SWEEP) * 3
+    n_seeds = len(seeds) * len(mixes_run) * 2 * 3
     if args.render_only:
         doc = json.loads((RESULTS / f"{args.out_name}.json").read_text(encoding="utf-8"))
         stats = doc.get("mixes", {})
     with (Progress() if not args.render_only else _Null()) as bar:
-        task = bar.add_task("simulating", total=len(worlds) * len(names) * 2 * len(policies) + n_sweep)
+        task = bar.add_task("simulating", total=len(worlds) * len(names) * 2 * len(policies) + n_sweep + n_seeds)
         step = lambda: bar.advance(task)  # noqa: E731
         loaded = {} if args.render_only else {n: tr_mod.load_trace(n, gpus=args.gpus) for n in names}
         for w in worlds if not args.render_only else ():
@@ -190,7 +213,7 @@ def main(argv=None) -> int:
                                      (f"queue-keeping load {args.heavy:g}",
                                       tr_mod.at_load(loaded[n], args.gpus, args.heavy))):
                     doc["tables"].setdefault(w, {}).setdefault(n, {})[label] = run_table(
-                        trace, args.gpus, policies, measured, step, w)
+                        trace, args.gpus, policies, measured, step, w, params=params)
         if not args.no_sweep and not args.render_only:
             for n in ("philly-mix", "pai-mix"):
                 if n not in loaded:
@@ -198,8 +221,18 @@ def main(argv=None) -> int:
                 heavy = tr_mod.at_load(loaded[n], args.gpus, args.heavy)
                 for f in SWEEP:
                     rows = run_table(heavy, args.gpus, ["slot", "gpucast", "oracle"], measured.scaled(f), step,
-                                     worlds[0])
+                                     worlds[0], params=params)
                     doc["sweep"].setdefault(n, []).append({"factor": f, "rows": rows})
+        if not args.render_only:
+            for n in mixes_run:
+                own = tr_mod.offered_load(loaded[n], args.gpus)
+                for label, trace in ((f"own load {own:.2f}", loaded[n]),
+                                     (f"queue-keeping load {args.heavy:g}",
+                                      tr_mod.at_load(loaded[n], args.gpus, args.heavy))):
+                    for sd in seeds:
+                        rows = run_table(trace, args.gpus, ["slot", "gpucast", "gpucast@80"], measured, step,
+                                         worlds[0], seed=sd, params=params)
+                        doc["oom_seeds"].setdefault(n, {}).setdefault(label, []).append({"seed": sd, "rows": rows})
     if not args.render_only:
         stats = mix_stats(loaded)
         doc["mixes"] = {k: {q: v for q, v in s.items() if q != "utils_truth"} for k, s in stats.items()}
@@ -210,7 +243,8 @@ def main(argv=None) -> int:
     hc = ("" if args.host_contention is None else
           f", co-location host contention {args.host_contention:g} instead of the fitted {timeshare.CURRENT.host:.3g}")
     md = [f"### Scheduling on workload mixes ({args.gpus} x v100-16gb, measured error{hc})", "",
-          f"`{command}`" + " (seed 0; error: " + measured.label() + "). "
+          f"`{command}`" + " (seed 0; error: " + measured.label()
+          + f"; `gpucast` memory_risk {doc.get('memory_risk', risk):g}). "
           "Utilization is what NVML would read, averaged over all GPUs: over the busy period (from the first "
           "arrival to the last finish, stretches with no job queued or running left out: the reference work's "
           "measure for a loaded cluster), over the queued period (while some job waits to start: the cluster "
@@ -238,6 +272,32 @@ def main(argv=None) -> int:
                           f"{_f(_pct(o['gpu_util_queued_pct'], s['gpu_util_queued_pct']))} | "
                           f"{_f(_pct(g['gpu_util_allocated_pct'], s['gpu_util_allocated_pct']))} | "
                           f"{_f(_pct(g['jct_mean_s'], s['jct_mean_s']))} | {g['oom_failures']} |")
+        md.append("")
+    if doc.get("oom_seeds"):
+        r0 = doc.get("memory_risk", risk)
+        md += [f"#### Out-of-memory failures over seeds ({worlds[0] if worlds else '?'})", "",
+               f"`gpucast` with its memory bound at `memory_risk` {r0:g} (the chance, under the error the told "
+               "memory interval carries, that a job's true peak exceeds what the policy reserves for it), and with "
+               "the told 80 % interval's upper end as the bound (`memory_risk` 1 - Phi(1.2816) = 0.09999, the rule before "
+               "issue 25): OOM failures "
+               "per seed (the seed draws the truth's errors), and `gpucast`'s change from `slot` at that seed.", "",
+               "| mix | load | seed | gpucast OOM | gpucast (80 % upper end) OOM | gpucast util (queued) vs slot | "
+               "gpucast (80 % upper end) util (queued) vs slot | gpucast JCT mean vs slot | gpucast queue mean vs slot |",
+               "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for n, by_load in doc["oom_seeds"].items():
+            for label, pts in by_load.items():
+                tot = [0, 0]
+                for p in pts:
+                    r = {x["policy"]: x for x in p["rows"]}
+                    s, g, g80 = r["slot"], r["gpucast"], r["gpucast@80"]
+                    tot[0] += g["oom_failures"]
+                    tot[1] += g80["oom_failures"]
+                    md.append(f"| {n} | {label} | {p['seed']} | {g['oom_failures']} | {g80['oom_failures']} | "
+                              f"{_f(_pct(g['gpu_util_queued_pct'], s['gpu_util_queued_pct']))} | "
+                              f"{_f(_pct(g80['gpu_util_queued_pct'], s['gpu_util_queued_pct']))} | "
+                              f"{_f(_pct(g['jct_mean_s'], s['jct_mean_s']))} | "
+                              f"{_f(_pct(g['queue_delay_mean_s'], s['queue_delay_mean_s']))} |")
+                md.append(f"| {n} | {label} | all {len(pts)} | **{tot[0]}** | **{tot[1]}** | | | | |")
         md.append("")
     if stats:
         md += ["#### The mixes' utilization (per job, and weighted by GPU-hours)", "",

@@ -9,8 +9,9 @@ The procedure is gpucast.learn.set_fit.fit_sets, two stages, each a fit with the
    NVML's tick;
 2. Gavel's solo throughputs (K80/P100/V100, 78 rows: step time, PyTorch 1.4) and Lucid's solo runs
    (RTX 3090, 35 rows: utilization, memory, step time, PyTorch 1.11), starting from stage 1, move
-   the constants of the loaders the MLP set has no rows for, the PyTorch-1.x stack factors and the
-   tick.
+   the constants of the loaders the MLP set has no rows for, the PyTorch-1.x stack factors, the
+   tick and the eager CUDA 11 context, jointly on step time and utilization, each set with a host
+   factor of its own (recorded in the stage's per_set; the packaged host stays the reference).
 Its held-out evaluation: benchmarks/leave_one_set_out.py (a whole set left out) and
 benchmarks/accuracy.py (a group within a set left out).
 
@@ -63,7 +64,7 @@ def main(argv=None) -> int:
     record = {
         "provenance": (f"fit by scripts/fit_environment.py on {today}: MLP-set constants on GPUMemNet's "
                        f"{rows['mlp']} MLP runs (A100-40GB, ../shared/data/gpumemnet-mlp); loader, PyTorch-1.x "
-                       f"stack and NVML-tick constants on Gavel's {rows['gavel']} solo throughputs (K80/P100/V100, "
+                       f"stack (with a host factor per set), NVML-tick and CUDA-11-context constants on Gavel's {rows['gavel']} solo throughputs (K80/P100/V100, "
                        f"../shared/data/gavel) and Lucid's {rows['lucid']} solo runs (RTX 3090, "
                        f"../shared/data/lucid-rtx3090), with the published priors of gpucast.estimate.environment"),
         "date": today,

@@ -5,16 +5,29 @@ TF32 / FP16 / BF16 rates, memory size and bandwidth, L2 size, host link, NVLink,
 the names NVML prints for it. The built-in catalog lives in ``gpucast/data/gpus.yaml`` (GPUs
 K80 to H200, each with its source); users add GPUs with a YAML or JSON file of the same fields.
 
-What is modelled: datasheet peak figures only. Tensor-core rates are dense (no 2:4 sparsity) and
-with FP32 accumulate, which is what frameworks use for training. ``memory_bytes`` is the total
-NVML reports, i.e. what a profiler on that card sees.
+What is modelled: datasheet peak figures. Tensor-core rates are dense (no 2:4 sparsity) and with
+FP32 accumulate, which is what frameworks use for training. ``memory_bytes`` is the total NVML
+reports, i.e. what a profiler on that card sees. One figure is not a datasheet peak:
+``sustained_clock_mhz`` (optional), the SM clock a card holds under sustained dense math at its
+board power limit (``tdp_w``), a published figure (a measurement by others, or the datasheet
+base clock that NVIDIA guarantees under the power limit), never one of ours; each catalog value
+cites its source in ``data/gpus.yaml``. :attr:`GpuSpec.clock_factor` is
+``min(1, sustained_clock_mhz / boost_clock_mhz)`` (1 when unset) and
+:meth:`GpuSpec.sustained_tflops` is the peak times that factor: the rate a time model should use. Memory bandwidth is not scaled:
+the power limit throttles the SM clock, not the memory clock (published nvidia-smi samples of a
+power-capped RTX 3090 show the memory clock at its rated speed in every sample while the SM
+clock drops; cited in ``data/gpus.yaml``). The factor assumes the entry's peaks are computed at
+``boost_clock_mhz``, so the field is set only on such entries (not the K80, whose peaks are at
+its 562 MHz application clock).
 
-What is not modelled: the clock a card holds under load, power or thermal capping, MIG slices or
-other partitions, ECC on/off variants, and achieved efficiency of any kernel (no GPU reaches
-these peaks; how far below it stays is the estimator's job, learned from measurements). Nothing
-here knows about models or jobs.
+What is not modelled: how the clock under load varies with the workload (one sustained clock is
+used for every kernel, whatever power it draws), thermal capping in a badly cooled chassis,
+user-set power limits or locked clocks, MIG slices or other partitions, ECC on/off variants, and
+achieved efficiency of any kernel (no GPU reaches these peaks; how far below it stays is the
+estimator's job, learned from measurements). Nothing here knows about models or jobs.
 
-Peak rate a kernel can use (:meth:`GpuSpec.peak_tflops`):
+Peak rate a kernel can use (:meth:`GpuSpec.peak_tflops`; :meth:`GpuSpec.sustained_tflops` is the
+same times :attr:`GpuSpec.clock_factor`):
 
 =======  ==========================================  =================================
 dtype    tensor_cores=True                           tensor_cores=False
@@ -81,6 +94,7 @@ DEFAULTS: dict[str, Any] = {
     "nvlink_gbs": 0.0,           # no NVLink
     "nvml_names": (),            # from_nvml_name() will not find it
     "source": "user spec (no source given)",
+    "sustained_clock_mhz": None,  # holds its boost clock under load: clock_factor 1
 }
 # Accepted spellings of the two size fields: canonical field -> {file key: bytes per unit}.
 _SIZE_ALIASES = {
@@ -126,6 +140,7 @@ class GpuSpec:
     tdp_w: float
     nvml_names: tuple[str, ...]
     source: str
+    sustained_clock_mhz: float | None = None
 
     def __post_init__(self) -> None:
         for f, conv in (("compute_capability", tuple), ("nvml_names", tuple)):
@@ -148,8 +163,28 @@ class GpuSpec:
     def supports_bf16(self) -> bool:
         return self.bf16_tflops is not None
 
+    @property
+    def clock_factor(self) -> float:
+        """``min(1, sustained_clock_mhz / boost_clock_mhz)``; 1 when the card holds its boost clock.
+
+        The share of the datasheet's compute peaks a card keeps under sustained dense math at its
+        power limit (peaks scale with the SM clock). Never above 1: a card that boosts past its
+        rated clock is not credited with more than the datasheet peak.
+        """
+        if self.sustained_clock_mhz is None:
+            return 1.0
+        return min(1.0, self.sustained_clock_mhz / self.boost_clock_mhz)
+
+    def sustained_tflops(self, dtype: str, tensor_cores: bool = True) -> float:
+        """:meth:`peak_tflops` at the sustained clock: the compute rate a time model should use."""
+        return self.peak_tflops(dtype, tensor_cores) * self.clock_factor
+
     def peak_tflops(self, dtype: str, tensor_cores: bool = True) -> float:
-        """Peak TFLOPS a kernel computing in ``dtype`` can reach (table in the module docstring)."""
+        """Datasheet peak TFLOPS a kernel computing in ``dtype`` can reach (module docstring).
+
+        This is the figure MFU and other utilizations are quoted against; predicted times use
+        :meth:`sustained_tflops`.
+        """
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         if dtype == "fp16":
@@ -216,6 +251,10 @@ def _check(d: Mapping[str, Any]) -> None:
             raise _bad(f, "a positive number or null", v)
         if v is not None and pre_ampere:
             raise _bad(f, f"null on {arch} (no {f[:4].upper()} before ampere)", v)
+    v = d["sustained_clock_mhz"]
+    if v is not None and not (_is_num(v) and v > 0):
+        raise _bad("sustained_clock_mhz",
+                   "a positive number in MHz, or null (holds its boost clock)", v)
     if d["fp16_vector_tflops"] > d["fp16_tflops"]:
         raise _bad("fp16_vector_tflops", f"<= fp16_tflops ({d['fp16_tflops']})",
                    d["fp16_vector_tflops"])
@@ -264,7 +303,7 @@ def _normalize(raw: Mapping[str, Any]) -> dict[str, Any]:
         d["compute_capability"] = tuple(cc)
     if isinstance(d["nvml_names"], list):
         d["nvml_names"] = tuple(d["nvml_names"])
-    for f in (*_POSITIVE_FLOATS, "nvlink_gbs", "tf32_tflops", "bf16_tflops"):
+    for f in (*_POSITIVE_FLOATS, "nvlink_gbs", "tf32_tflops", "bf16_tflops", "sustained_clock_mhz"):
         if _is_num(d[f]):  # 125 and 125.0 are the same rate; keep one type
             d[f] = float(d[f])
     return d

@@ -228,3 +228,73 @@ def test_the_current_gpu_fit_says_where_it_came_from():
     from gpucast.estimate.environment import Environment
 
     assert Environment.default().nvml_tick_s == pytest.approx(fit["nvml_tick_s"])
+
+
+# ---------------------------------------------------------------- light jobs: exclusive slices
+
+def _bound(job: JobTimeline, others: list[JobTimeline], c: Constants) -> float:
+    """The least speed exclusive time slices allow ``job``: it loses only time the others'
+    kernels hold the GPU (at most their solo busy shares, sum u_j) and the context switches on its
+    own kernels (switch / slice each), with host contention and cache thrash off:
+    speed >= (1 - sum u_j) / (1 + u_i * switch / slice)."""
+    return max(0.0, 1.0 - sum(o.util for o in others)) / (1.0 + job.util * c.switch_s / c.slice_s)
+
+
+LIGHT = [JobTimeline(0.01, 0.001, 10, 0.3, syncs=10.0),       # 10 % busy, a sync every millisecond
+         JobTimeline(0.1, 0.02, 1, 0.3, syncs=1.0),           # 20 % busy in one long burst
+         JobTimeline(0.05, 0.005, 3, 0.3, syncs=3.0),
+         JobTimeline(0.004, 0.0008, 100, 0.1, syncs=1.0),     # a short launch-bound step
+         JobTimeline(0.03, 0.009, 2, 0.5)]                    # syncs unknown: every gap holds it up
+
+
+@pytest.mark.parametrize("slice_s", [5e-4, 4e-3, 5e-2])
+def test_light_jobs_lose_no_more_than_their_neighbours_hold(slice_s):
+    # a slice long against the light jobs' steps makes the waits for it large; exclusive slices
+    # still bound each job's loss by the time its neighbour's kernels hold the GPU
+    c = timeshare.CURRENT.with_(slice_s=slice_s, host=0.0, bandwidth=0.0)
+    for a in LIGHT:
+        for b in LIGHT:
+            s = slowdowns([a, b], c)
+            assert 1.0 / s[0] >= _bound(a, [b], c) - 1e-4
+            assert 1.0 / s[1] >= _bound(b, [a], c) - 1e-4
+    trio = LIGHT[:3]
+    s = slowdowns(trio, c)
+    for k, job in enumerate(trio):
+        assert 1.0 / s[k] >= _bound(job, trio[:k] + trio[k + 1:], c) - 1e-4
+
+
+def test_the_bound_holds_where_the_waits_alone_would_break_it():
+    # ten syncs a step next to a 20 %-busy job with 20 ms bursts: half a 50 ms slice at every
+    # sync it finds the neighbour running (20 % of them) would be 5 ms a 10 ms step, more than
+    # the neighbour ever holds the GPU
+    c = timeshare.CURRENT.with_(slice_s=5e-2, host=0.0, bandwidth=0.0)
+    a, b = LIGHT[0], LIGHT[1]
+    waits_alone = a.syncs * b.util * min(c.slice_s, b.busy_s / b.gaps) / 2.0
+    assert 1.0 / (1.0 + waits_alone / a.step_s) < _bound(a, [b], c)
+    assert 1.0 / slowdowns([a, b], c)[0] >= _bound(a, [b], c) - 1e-4
+
+
+@pytest.mark.parametrize("slice_s", [5e-4, 4e-3, 5e-2])
+def test_a_light_job_slows_monotonically_with_its_neighbours_busy_share(slice_s):
+    c = timeshare.CURRENT.with_(slice_s=slice_s, host=0.0)
+    for job in LIGHT:
+        prev = 1.0
+        for share in (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.8):
+            nb = JobTimeline(0.1, 0.1 * share, 1 if share < 1 else 0, 0.3, syncs=1.0)
+            s = slowdowns([job, nb], c)[0]
+            assert s >= prev - 1e-6
+            prev = s
+
+
+def test_the_array_solver_agrees_where_the_bound_holds_the_waits():
+    import numpy as np
+
+    c = timeshare.CURRENT.with_(slice_s=5e-2)
+    pairs = [(LIGHT[0], LIGHT[1]), (LIGHT[3], LIGHT[4]), (LIGHT[0], SAT)]
+
+    def arr(name):
+        return np.array([[getattr(a, name) for a, _b in pairs], [getattr(b, name) for _a, b in pairs]], dtype=float)
+    sy = np.array([[np.nan if t.syncs is None else t.syncs for t in p] for p in zip(*pairs)], dtype=float)
+    s = timeshare.solve(arr("step_s"), arr("busy_s"), arr("gaps"), arr("mem_bound"), c, syncs=sy)
+    for k, (a, b) in enumerate(pairs):
+        assert slowdowns([a, b], c) == pytest.approx([s[0, k], s[1, k]], rel=1e-4)

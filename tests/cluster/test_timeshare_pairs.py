@@ -67,3 +67,25 @@ def test_decisions_worth_by_hand():
     share_all = np.ones_like(speeds)
     assert tp.decisions_worth(share_all, speeds) == pytest.approx(0.5 / 0.7)
     assert tp.decisions_worth(np.zeros_like(speeds), speeds) == 0.0
+
+
+def test_predictions_alone_held_out_by_family(small):
+    # each job's timeline from gpucast's prediction only (no measured step or utilization), the
+    # constants fitted on the other families' pairs with such timelines, beside the constants
+    # fitted on the same pairs' anchored timelines
+    solos, pairs, tls = small
+    ptl = tp.predicted_timelines(solos)
+    assert set(ptl) == {s.key for s in solos}
+    for s in solos:
+        t = ptl[s.key]
+        assert 0.0 < t.util <= t.reported <= 1.0 and t.step_s > 0
+    # TD3's measured step (one learn() call of stable-baselines3) is not a training step: the
+    # prediction knows nothing of it
+    td3 = next(s for s in solos if s.family == "TD3")
+    assert ptl[td3.key].step_s != pytest.approx(td3.step_s, rel=0.5)
+    rep = tp.holdout_report(pairs, ptl, today_tls=ptl, other_tls=tls)
+    assert {f["held_out"] for f in rep["folds"]} == FAMILIES
+    assert len(rep["rows"]) == 2 * rep["pairs"]
+    assert all(0.0 < r["predicted"] <= 1.0 and 0.0 <= r["held"] <= 1.0 for r in rep["rows"])
+    assert np.isfinite(rep["other_mae"]) and 0.0 <= rep["worth"] <= 1.0
+    assert rep["mae"] < rep["today_mae"]

@@ -4,11 +4,13 @@ Each test states a direction or an equality that the physics implies, not a numb
 printed: a serial expensive loader starves the GPU, workers feed it until it saturates, pinned
 asynchronous copies cost the host nothing, AMP shrinks GPU work but not host work, and the
 benchmark-style job reproduces the model before these terms existed (predictions recorded from
-that commit in data/legacy_predictions.json).
+that commit in data/legacy_predictions.json; that model costed every GPU at its datasheet peaks,
+so the recorded rows are reproduced on the card without its sustained clock).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -29,12 +31,18 @@ def _predict(job, gpu="a100-80gb", env=None, **kw):
 @pytest.mark.parametrize("row", LEGACY["rows"], ids=lambda r: f"{r['job']['model']}-{r['gpu']}")
 def test_device_data_with_a_benchmark_loop_reproduces_the_model_before_surroundings(row):
     job = Job(**row["job"], data=Data(source="device"), loop=Loop.benchmark())
-    # that model had no idle-kernel term and read utilization as busy / step (NVML's tick 0)
-    p = _predict(job, row["gpu"], env=Environment.default().replace(idle_kernel_s=0.0, nvml_tick_s=0.0))
+    # that model had no idle-kernel term and read utilization as busy / step (NVML's tick 0),
+    # and no sustained (power-capped) clock: the T4 rows were costed at its boost-clock peaks
+    gpu = dataclasses.replace(gpucast.hardware.get_gpu(row["gpu"]), sustained_clock_mhz=None)
+    p = _predict(job, gpu, env=Environment.default().replace(idle_kernel_s=0.0, nvml_tick_s=0.0))
     assert p.step_time_s == pytest.approx(row["step_time_s"], rel=1e-12)
     assert p.gpu_busy_s == pytest.approx(row["gpu_busy_s"], rel=1e-12)
     assert p.gpu_util_pct == pytest.approx(row["gpu_util_pct"], abs=1e-9)
-    assert p.memory_allocated_peak_bytes == row["memory_allocated_peak_bytes"]
+    # The tracker now holds an op's output live during the op, beside inputs freed right after
+    # (gpucast.graph.memory): that can only add to the recorded peak; most for the LM's
+    # vocabulary-wide logits and their gradient (lstm-lm-small +21 %).
+    recorded = row["memory_allocated_peak_bytes"]
+    assert recorded <= p.memory_allocated_peak_bytes <= 1.25 * recorded
 
 
 def test_a_serial_expensive_loader_is_input_bound_with_low_utilization():
@@ -89,9 +97,11 @@ def test_the_cuda_context_grows_without_lazy_loading():
     eager = _predict(Job("mlp-small", stack=Stack(lazy_loading=False)))
     env = Environment.default()
     assert eager.memory_peak_bytes - lazy.memory_peak_bytes == env.cuda_context_eager_extra_bytes
-    # PyTorch 1.x does not turn lazy loading on, nor does CUDA before 11.7: the eager context
+    # PyTorch 1.x does not turn lazy loading on, nor does CUDA before 11.7: the eager context,
+    # whose size is that of the CUDA build's tier (gpucast.estimate.memory.EAGER_CONTEXT_TIERS)
     context = lambda stack: gpucast.explain(Job("mlp-small", stack=stack)).estimate.memory.breakdown["cuda_context"]  # noqa: E731
-    assert context(Stack(torch="1.13", cuda="11.7")) == context(Stack(cuda="11.4")) == context(Stack(lazy_loading=False))
+    assert context(Stack(torch="1.13", cuda="11.7")) == context(Stack(cuda="11.4")) == \
+        context(Stack(cuda="11.8", lazy_loading=False)) == env.cuda_context_lazy_bytes + env.cuda_context_eager_extra_cu11_bytes
     assert context(Stack(torch="2.1", cuda="11.8")) == context(Stack(lazy_loading=True))
     # torch's own allocated peak does not change with the context
     assert eager.memory_allocated_peak_bytes == lazy.memory_allocated_peak_bytes

@@ -67,10 +67,12 @@ def test_utilization_does_not_fall_with_batch(model):
     assert all(b >= a - 0.5 for a, b in zip(utils, utils[1:])), utils
 
 
-@pytest.mark.parametrize("model", ["resnet18", "vgg16-cifar", "mobilenet-v2"])
+@pytest.mark.parametrize("model", ["resnet18", "densenet121", "mobilenet-v2"])
 def test_bf16_needs_less_activation_memory(model):
     # CNNs: every conv output is bf16 under autocast. (Transformers save less: LayerNorm,
-    # softmax and the loss stay fp32 under CUDA autocast, so their savings are smaller.)
+    # softmax and the loss stay fp32 under CUDA autocast, so their savings are smaller. Nor does
+    # vgg16-cifar at batch 8: its 134M weights dwarf the activations, and the bf16 copies autocast
+    # saves for backward count as activations, so its peaks hold no fewer of them.)
     from gpucast.api import trace
 
     fp32 = trace(_job(model, batch_size=8))

@@ -114,3 +114,25 @@ def test_gavel_rows_cover_every_mapped_job_type_with_its_loader():
     assert {r.group for r in rows} == set(GAVEL_SURROUNDINGS)
     assert len(rows) == 78
     assert all(r.step_time_s > 0 and r.job.data is not None for r in rows)
+
+
+def test_a_per_set_nuisance_takes_each_sets_host_and_leaves_the_shared_constants_at_the_truth():
+    # Two 'clusters' of the same synthetic MLP jobs: one on hosts twice as slow as the reference.
+    # The per-set host factor must find each cluster's host; the packaged environment keeps the
+    # host at its prior (a cluster never measured), and a shared constant is still recovered.
+    base = Environment.priors().replace(nvml_tick_s=0.0)
+    truth = base.replace(progress_bar_s=300e-6)
+    a = Fitter(_synthetic_rows(truth))
+    b = Fitter(_synthetic_rows(truth.replace(host_time_factor=2.0)))
+    a.sets[:], b.sets[:] = "fast", "slow"
+    both = Fitter.concat([a, b])
+    env, info = both.fit(np.arange(len(both.rows)), ("progress_bar_s",), priors=base, max_nfev=200,
+                         prior_weight=0.01, per_set=("host_time_factor",))
+    hosts = {s: v["host_time_factor"] for s, v in info["per_set"].items()}
+    assert hosts["slow"] / hosts["fast"] == pytest.approx(2.0, rel=0.15)
+    assert env.host_time_factor == base.host_time_factor
+    assert env.progress_bar_s * hosts["fast"] == pytest.approx(300e-6, rel=0.2)
+    # Without the nuisance one shared constant has to explain both clusters: a worse fit.
+    _, shared = both.fit(np.arange(len(both.rows)), ("progress_bar_s",), priors=base, max_nfev=200,
+                         prior_weight=0.01)
+    assert shared["cost"] > info["cost"]

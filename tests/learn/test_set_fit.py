@@ -71,3 +71,19 @@ def test_base_without_drops_every_stage_that_saw_the_set(monkeypatch):
     assert evaluate.base_without("lucid-rtx3090").item_s == pytest.approx(3e-5)
     assert evaluate.base_without("gpumemnet-mlp").torch1_host_factor == pytest.approx(3.0)
     assert np.isclose(evaluate.base_without("gpumemnet-mlp").item_s, Environment.priors().item_s)
+
+
+@needs_shared
+def test_each_1x_set_gets_its_own_host_and_a_group_can_be_held_out(small_sets):
+    env, info = set_fit.fit_sets(small_sets)
+    second = info["stages"][-1]
+    assert set(second["per_set"]) == {"gavel", "lucid"}
+    # The packaged environment is for a host never measured: the hosts stay at their prior.
+    assert env.host_time_factor == Environment.priors().host_time_factor
+    # Holding a Lucid family out leaves its rows out of the second stage only.
+    _, held = set_fit.fit_sets(small_sets, without_group=("lucid", "EfficientNet"),
+                               first_stage=(env, info["stages"][0]))
+    n_eff = int(np.sum(small_sets["lucid"].groups == "EfficientNet"))
+    assert n_eff > 0
+    assert held["stages"][-1]["rows"] == second["rows"] - n_eff
+    assert held["stages"][0] is info["stages"][0]

@@ -3,19 +3,32 @@
 Observations: pairs of jobs measured running together on one GPU (time-sliced), each job's
 throughput together over alone (its *speed*, ``1 / slowdown``) and the GPU's combined NVML
 utilization, with both jobs' solo runs (step time, NVML utilization). Each job is a gpucast
-:class:`~gpucast.job.Job` with the loader, loop and stack its script had; its timeline is gpucast's
-simulated step anchored to the measured solo run (:func:`gpucast.learn.anchor.anchor`): the held
-share, idle gaps and hidden idle time come from the simulation rescaled to the measurement, so a
-job NVML reports 60 % busy may hold the GPU far less (:mod:`gpucast.estimate.nvml`).
+:class:`~gpucast.job.Job` with the loader, loop and stack its script had. Its timeline, what the
+co-location model interleaves, comes one of two ways:
+
+* **predicted** (:func:`predicted_timelines`): gpucast's prediction alone, as a user without
+  measurements has it and as gpucast's policies see a job (step time, held share, NVML's
+  reading, idle gaps, syncs and memory-boundness of :func:`gpucast.predict`; the same fields as
+  :meth:`gpucast.cluster.behaviour.Observation.from_prediction`). Nothing measured enters.
+* **anchored** (:func:`timelines`): gpucast's simulated step rescaled to the measured solo run
+  (:func:`gpucast.learn.anchor.anchor`): the held share, idle gaps and hidden idle time come from
+  the simulation matched to the measured step and utilization, so a job NVML reports 60 % busy
+  may hold the GPU far less (:mod:`gpucast.estimate.nvml`). What the pairs say about the
+  co-location physics with the solo runs known.
 
 :func:`fit` is least squares on the speeds (scipy's ``least_squares``; slice and switch in log
-space, within the bounds of :mod:`gpucast.cluster.timeshare_fit`, whose packing it reuses). :func:`holdout_report` holds
-out one workload family at a time (every pair with a job of that family), fits on the rest and
-scores the held-out pairs: per-job speed MAE against a constant (the training pairs' mean speed)
-and against today's model (:data:`~gpucast.cluster.timeshare.FITTED`, Gavel's constants, with NVML
-utilization taken as busy time); the combined utilization's MAE; and what sharing decisions made
-from the predictions are worth against the oracle's (a pair is shared when the predicted summed
-speed exceeds ``1 + min_gain``; its worth is the measured summed speed minus 1).
+space, within the bounds of :mod:`gpucast.cluster.timeshare_fit`, whose packing it reuses).
+:func:`holdout_report` holds out one workload family at a time (every pair with a job of that
+family), fits on the rest and scores the held-out pairs: per-job speed MAE against a constant
+(the training pairs' mean speed), against the constants fitted on another kind of timeline and
+applied to these (``other_tls``: constants fitted on anchored timelines used on predicted ones,
+what a packaged fit from measured solo runs gives a user without them), and against today's
+model (:data:`~gpucast.cluster.timeshare.FITTED`, Gavel's constants; by default with NVML
+utilization taken as busy time); predicted and measured mean speed; the combined utilization's
+MAE; and what sharing decisions made from the predictions are worth against the oracle's (a pair
+is shared when the predicted summed speed exceeds ``1 + min_gain``; its worth is the measured
+summed speed minus 1). Its ``rows`` keep every held-out job speed with both jobs' held shares,
+for residual studies.
 
 Data sets are passed in (:mod:`gpucast.learn.lucid` reads ``../shared/data/lucid-rtx3090``);
 nothing measured is packaged, only fitted constants. Needs scipy.
@@ -78,6 +91,25 @@ def timelines(solos: Sequence[Solo], env=None, progress: Callable | None = None)
         mem = _mem_bound(tr, spec, a.busy_s)
         out[s.key] = JobTimeline(s.step_s, busy, float(max(a.gaps, 1 if busy < s.step_s else 0)), mem, hidden,
                                  float(a.syncs))
+        if progress:
+            progress(i + 1, len(uniq))
+    return out
+
+
+def predicted_timelines(solos: Sequence[Solo], env=None, progress: Callable | None = None
+                        ) -> dict[str, JobTimeline]:
+    """Each solo run's timeline from gpucast's prediction alone (nothing measured): the
+    prediction's step time, NVML reading, held share, idle gaps, syncs and memory-bound share, as
+    gpucast's policies are told a job (:meth:`~gpucast.cluster.behaviour.Observation.from_prediction`)."""
+    import gpucast
+    from gpucast.cluster.timeshare import mem_bound_share
+
+    out = {}
+    uniq = {s.key: s for s in solos}
+    for i, s in enumerate(uniq.values()):
+        p = gpucast.predict(s.job, s.gpu, env=env)
+        out[s.key] = JobTimeline.from_util(p.gpu_util_pct, p.step_time_s, float(max(p.gpu_idle_gaps, 0)),
+                                           mem_bound_share(p), p.gpu_held_pct, float(p.gpu_syncs))
         if progress:
             progress(i + 1, len(uniq))
     return out
@@ -152,13 +184,20 @@ def decisions_worth(pred_speeds, speeds, min_gain: float = 0.0) -> float:
 
 
 def holdout_report(pairs: Sequence[Pair], tls: dict[str, JobTimeline], start: Constants = FITTED.with_(stretch="held"),
-                   min_gain: float = 0.2, progress: Callable | None = None) -> dict:
-    """Held-out-family scores (module docstring), pooled over every held-out pair."""
+                   min_gain: float = 0.2, progress: Callable | None = None,
+                   today_tls: dict[str, JobTimeline] | None = None,
+                   other_tls: dict[str, JobTimeline] | None = None) -> dict:
+    """Held-out-family scores (module docstring), pooled over every held-out pair. The constants
+    are fitted on the training families' pairs with ``tls`` and predict the held-out pairs with
+    ``tls``; ``other_tls``: also constants fitted on those timelines (the same training pairs) and
+    applied to ``tls`` (``other_mae``); ``today_tls``: the timelines today's model (Gavel's
+    constants) is scored on (None: NVML's measured utilization as busy time, :func:`nvml_as_busy`)."""
     import numpy as np
 
     fams = sorted({p.a.family for p in pairs} | {p.b.family for p in pairs})
-    old_tls = nvml_as_busy([p.a for p in pairs] + [p.b for p in pairs], tls)
-    rows, P, C, O, Y, U, UM, UO = [], [], [], [], [], [], [], []
+    if today_tls is None:
+        today_tls = nvml_as_busy([p.a for p in pairs] + [p.b for p in pairs], tls)
+    rows, P, C, O, X, Y, U, UM, UO, R = [], [], [], [], [], [], [], [], [], []
     for k, fam in enumerate(fams):
         test = [p for p in pairs if fam in (p.a.family, p.b.family)]
         train = [p for p in pairs if fam not in (p.a.family, p.b.family)]
@@ -166,15 +205,25 @@ def holdout_report(pairs: Sequence[Pair], tls: dict[str, JobTimeline], start: Co
             continue
         c = fit(train, tls, start)
         ps, pu = predict(test, tls, c)
-        os_, ou = predict(test, old_tls, FITTED)
+        os_, ou = predict(test, today_tls, FITTED)
+        xs = predict(test, tls, fit(train, other_tls, start))[0] if other_tls is not None else np.full_like(ps, np.nan)
         y = np.array([[p.speed_a for p in test], [p.speed_b for p in test]])
         mean = float(np.mean([[p.speed_a, p.speed_b] for p in train]))
         um = np.array([p.util_pct if p.util_pct is not None else np.nan for p in test])
         rows.append({"held_out": fam, "pairs": len(test), "mae": float(np.abs(ps - y).mean()),
                      "constant_mae": float(np.abs(mean - y).mean()), "today_mae": float(np.abs(os_ - y).mean()),
-                     "util_mae": float(np.nanmean(np.abs(pu - um))), "constants": c.as_dict()})
+                     "other_mae": float(np.abs(xs - y).mean()), "util_mae": float(np.nanmean(np.abs(pu - um))),
+                     "mean_speed": float(y.mean()), "predicted_mean_speed": float(ps.mean()),
+                     "other_mean_speed": float(xs.mean()), "constants": c.as_dict()})
+        for j, p in enumerate(test):
+            for side, (me, nb) in enumerate(((p.a, p.b), (p.b, p.a))):
+                R.append({"job": me.key, "neighbour": nb.key, "held_out": fam, "family": me.family,
+                          "held": tls[me.key].util, "neighbour_held": tls[nb.key].util,
+                          "predicted": float(ps[side, j]), "measured": float(y[side, j]),
+                          "other": float(xs[side, j])})
         P.append(ps)
         O.append(os_)
+        X.append(xs)
         C.append(np.full_like(y, mean))
         Y.append(y)
         U.append(pu)
@@ -182,14 +231,17 @@ def holdout_report(pairs: Sequence[Pair], tls: dict[str, JobTimeline], start: Co
         UM.append(um)
         if progress:
             progress(k + 1, len(fams))
-    P, O, C, Y = (np.concatenate(v, axis=1) for v in (P, O, C, Y))
+    P, O, X, C, Y = (np.concatenate(v, axis=1) for v in (P, O, X, C, Y))
     U, UO, UM = (np.concatenate(v) for v in (U, UO, UM))
     return {"folds": rows, "pairs": int(Y.shape[1]), "mae": float(np.abs(P - Y).mean()),
             "constant_mae": float(np.abs(C - Y).mean()), "today_mae": float(np.abs(O - Y).mean()),
+            "other_mae": float(np.abs(X - Y).mean()), "other_mean_speed": float(X.mean()),
             "util_mae": float(np.nanmean(np.abs(U - UM))), "today_util_mae": float(np.nanmean(np.abs(UO - UM))),
             "worth": decisions_worth(P, Y, min_gain), "worth_any_gain": decisions_worth(P, Y, 0.0),
-            "today_worth": decisions_worth(O, Y, min_gain), "min_gain": min_gain,
-            "mean_speed": float(Y.mean()), "predicted_mean_speed": float(P.mean())}
+            "today_worth": decisions_worth(O, Y, min_gain),
+            "other_worth": decisions_worth(X, Y, min_gain) if other_tls is not None else float("nan"),
+            "min_gain": min_gain, "mean_speed": float(Y.mean()), "predicted_mean_speed": float(P.mean()),
+            "rows": R}
 
 
 def from_lucid(root) -> tuple[list[Solo], list[Pair]]:

@@ -329,13 +329,17 @@ class Truth:
     def intervals(self, e: Estimate) -> tuple[tuple[float, float], tuple[float, float]]:
         """The 80 % utilization and memory intervals a policy is told with a prediction: those of
         the error model this run's truth is drawn with (``z = 1.2816``, so that they cover 80 %
-        of the truths, as a calibration's split-conformal intervals do); the prediction's own
-        intervals when the error model is zero."""
+        of the truths, as a calibration's split-conformal intervals do). When the error model is
+        zero, the prediction's own utilization interval, and a memory interval of zero width: the
+        true memory is then the prediction, as it is whenever the memory error is zero (the
+        prediction's own memory range, ``EstimatorConfig.memory_range``, is a plausible range of
+        no stated level, and ``gpucast``'s memory bound reads the told interval as an 80 % one:
+        :func:`gpucast.cluster.policies.gpucast.memory_bound`)."""
         from gpucast.cluster.errors import Z80
 
         su, sm = self.errors.sigma("util"), self.errors.sigma("memory")
         if su == 0 and sm == 0:
-            return e.util_interval, e.memory_interval
+            return e.util_interval, (e.memory_bytes, e.memory_bytes)
         fu, fm = math.exp(Z80 * su), math.exp(Z80 * sm)
         return ((_logit_scaled(e.util_pct, 1 / fu), _logit_scaled(e.util_pct, fu)),
                 (e.memory_bytes / fm, e.memory_bytes * fm))

@@ -42,7 +42,7 @@ from gpucast.estimate.loader import LoaderCost, loader_cost
 from gpucast.estimate.kernels import PHASE_CODES, KernelTimes, OpArrays, kernel_times
 from gpucast.estimate.memory import MemoryEstimate, device_memory
 from gpucast.estimate.nvml import held_share, reported_share
-from gpucast.estimate.stack import host_factor, kernel_factor, torch_host_factor
+from gpucast.estimate.stack import host_factor, kernel_scales, torch_host_factor
 from gpucast.estimate.step import Timeline, simulate
 from gpucast.graph.trace import Trace
 from gpucast.hardware import GpuSpec
@@ -122,7 +122,7 @@ class Prepared:
         dispatch = torch_host_factor(stack.torch, env)
         host = self.host if dispatch == 1.0 else self.host * dispatch
         tl = simulate(self.trace, self.job, self.gpu, self.cfg, self.kt, host,
-                      kernel_scale * kernel_factor(stack, self.gpu.name, env),
+                      kernel_scale * kernel_scales(stack, self.gpu.name, env, OpArrays.of(self.trace).category),
                       host_scale * host_factor(stack, env), lc, env.idle_kernel_s)
         return tl, lc
 

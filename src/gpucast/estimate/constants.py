@@ -128,10 +128,28 @@ class EstimatorConfig(NamedConstants):
     # ---------------------------------------------------------------- memory beyond tensors
     cublas_workspace_bytes: int = _c(
         32 * 2**20, "bytes",
-        "cuBLAS workspace PyTorch allocates per handle/stream (32 MiB on Hopper, 4-8 MiB before; "
-        "we use the larger).")
-    cudnn_workspace_bytes: int = _c(
-        128 * 2**20, "bytes", "Typical cuDNN convolution workspace held by the allocator.")
+        "cuBLAS workspace PyTorch allocates per (handle, stream) on Hopper and Blackwell: "
+        "CUBLAS_WORKSPACE_CONFIG's default ':4096:8' = 4096 KiB x 8 (aten/src/ATen/cuda/"
+        "CublasHandlePool.cpp, parseChosenWorkspaceSize: '32MiB for Hopper'); the larger of the two "
+        "defaults, which estimate.parallel uses for every GPU.")
+    cublas_workspace_pre_hopper_bytes: int = _c(
+        4096 * 1024 * 2 + 16 * 1024 * 8, "bytes",
+        "The same default before Hopper (Kepler..Ada): ':4096:2:16:8' = 4096 KiB x 2 + 16 KiB x 8 "
+        "= 8,519,680 bytes (CublasHandlePool.cpp, parseChosenWorkspaceSize).")
+    cublas_handles_train: int = _c(
+        2, "handles",
+        "cuBLAS handles (each with its workspace) a training step holds: PyTorch keeps one handle per "
+        "thread and device (CublasHandlePool.cpp, DeviceThreadHandlePool) and the autograd engine runs "
+        "backward on its own device thread, so forward and backward GEMMs use two; inference one.")
+    cudnn_heuristic_workspace_ratio: float = _c(
+        1.0, "workspace bytes per fp32 byte of a convolution's operands",
+        "With cudnn.benchmark off PyTorch takes the first algorithm cuDNN's heuristics rank "
+        "(cudnnGetConvolutionForwardAlgorithm_v7, aten/src/ATen/native/cudnn/Conv_v7.cpp) and "
+        "allocates its workspace at every call, as with benchmark on "
+        "(Environment.cudnn_benchmark_workspace_ratio); the heuristics favour implicit-precomputed "
+        "GEMM and fused Winograd, whose workspaces are index buffers and tiles rather than whole "
+        "transformed operands. A quarter of the benchmark prior: an assumption, no measured set "
+        "holds convnets run without benchmark and their memory.")
     # ---------------------------------------------------------------- intervals
     kernel_time_range: tuple[float, float] = _c(
         (0.75, 1.45), "factor", "Plausible error of the kernel-time model, low and high.")

@@ -134,14 +134,57 @@ class Environment:
     cuda_context_eager_extra_bytes: int = _c(
         800 * 2**20, "bytes",
         "Extra context memory when every kernel image (PyTorch, cuBLAS, cuDNN) is loaded at "
-        "initialisation: lazy loading saves ~0.5-1 GiB per process (NVIDIA, CUDA 11.7 release "
-        "notes and the Lazy Loading section).", 0.5)
+        "initialisation, for a CUDA >= 12 build of PyTorch (the tier of gpucast's default stack and "
+        "of the stack the GPUMemNet MLP set declares; gpucast.estimate.memory.EAGER_CONTEXT_TIERS): "
+        "lazy loading saves ~0.5-1 GiB per process (NVIDIA, CUDA 11.7 release notes and the Lazy "
+        "Loading section; pytorch/pytorch#86509 measured 667 MB eager vs 287 MB lazy on cu117).", 0.5)
+    cuda_context_eager_extra_cu11_bytes: int = _c(
+        1100 * 2**20, "bytes",
+        "The same extra for a CUDA 11.x build (cu110..cu118: sm_80/sm_86 images added, cuBLAS 11 "
+        "with cuBLASLt, cuDNN 8), where the eagerly loaded context is largest: `torch.Tensor(1).cuda()` "
+        "shows 1,687 MiB on an RTX 3090 with 1.8.2+cu111 against 721 MiB with 1.8.2+cu101 on a GTX "
+        "1080 (pytorch/pytorch#55277); 1.7.1+cu110 on an RTX 3090 ~1,490 MiB besides a 156 MiB "
+        "tensor (pytorch/pytorch#49877); 'before CUDA 11.7 all kernels were loaded ..., which took "
+        ">1000MB' (pytorch/pytorch#107667). Over the 500 MiB lazy part: ~1.0-1.2 GiB. Fitted on "
+        "sets measured on cu11x stacks (Lucid: torch 1.11+cu113).", 0.3)
+    cuda_context_eager_extra_cu10_bytes: int = _c(
+        350 * 2**20, "bytes",
+        "The same extra for a CUDA < 11 build (cu92..cu102, cuDNN 7, no sm_80 images): ~880 MiB "
+        "in all on an RTX 2080 Ti with 1.6.0+cu101 besides a 156 MiB tensor (pytorch/pytorch#49877), "
+        "300-400 MB on a V100 with torch 1.1 (pytorch/pytorch#20532), 200-700 MB on K40s with "
+        "1.3.0+cu101 (pytorch/pytorch#28113).", 0.5)
+    cudnn_context_eager_bytes: int = _c(
+        150 * 2**20, "bytes",
+        "Kernel images of cuDNN's convolution, batch-norm and RNN sub-libraries that an eagerly "
+        "loading process adds when it first runs such an op: since cuDNN 8 libcudnn.so is a shim that "
+        "loads the sub-libraries (cudnn_ops/cnn/adv _infer/_train) on demand (cuDNN 8 Developer Guide, "
+        "'Library structure'), and eager loading then loads all of a loaded library's kernels for the "
+        "GPU. A cuDNN 7 handle alone took ~750 MB on a GTX 1070 (pytorch/pytorch#12873); the sm_80/86 "
+        "share of cuDNN 8's convolution libraries is smaller: an allowance, fitted on sets whose "
+        "convnets and RNNs ran with eager loading (Lucid). None with lazy loading (the used kernels "
+        "are in cuda_context_lazy_bytes).", 0.7)
     old_gpu_context_factor: float = _c(
         0.6, "factor", "Kepler/Pascal: fewer and smaller kernel images (one or two SASS targets).")
-    cudnn_benchmark_workspace_bytes: int = _c(
-        512 * 2**20, "bytes",
-        "With cudnn.benchmark the autotuner tries algorithms with large workspaces and the caching "
-        "allocator keeps the largest block it gave them (PyTorch CUDA semantics notes).", 0.7)
+    cudnn_benchmark_workspace_ratio: float = _c(
+        4.0, "workspace bytes per fp32 byte of a convolution's operands",
+        "With cudnn.benchmark PyTorch (aten/src/ATen/native/cudnn/Conv_v7.cpp) times every algorithm "
+        "with the largest workspace any of them asks for, then empties the allocator's cache "
+        "(emptyCache after the search): what stays is the workspace of the fastest algorithm, "
+        "allocated from the caching allocator at every call of that convolution. The fastest are "
+        "often FFT/FFT-tiling or non-fused Winograd, which keep transformed copies of the input, "
+        "filter and output (cuDNN API reference, cudnnConvolutionFwdAlgo_t: FFT 'A significant memory "
+        "workspace is needed to store intermediate results'); a 3x3 filter on an HxW map padded to "
+        "the next FFT size holds ~4 fp32 bytes of spectrum per fp32 byte of the map. Workspace = "
+        "ratio x 4 bytes x (input + output + filter elements), per convolution, in fp32 because "
+        "PyTorch runs half convolutions with fp32 math (cudnn/Descriptors.h). Fitted on sets measured "
+        "with cudnn.benchmark on (Lucid).", 0.7)
+    cudnn_fp16_workspace_factor: float = _c(
+        1.25, "factor",
+        "Workspace of an fp16/bf16 convolution (autocast) relative to the fp32 one of the same "
+        "shape under cudnn.benchmark: the fp32-math buffers are the same, and tensor-core algorithms "
+        "for NCHW half tensors also transpose the operands to NHWC in the workspace (cuDNN Developer "
+        "Guide, 'Tensor Core Operations'): 2 more bytes per element over the ratio's ~16 (x1.125), "
+        "rounded up as an allowance. Fitted on AMP rows measured with cudnn.benchmark (Lucid).", 0.5)
     # ---------------------------------------------------------------- a run as a monitor averages it
     startup_s: float = _c(
         10.0, "s",

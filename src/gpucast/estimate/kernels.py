@@ -3,15 +3,22 @@
 For an op with ``F`` FLOPs, ``B`` bytes moved and ``k`` kernels on a GPU with ``S`` SMs:
 
 * compute time ``F / (peak * e_cat) + ramp``: the peak rate of the op's math (tensor-core
-  FP16/BF16/TF32 or FP32 CUDA cores, see :func:`math_peak`), a per-category efficiency
-  ``e_cat``, and a fixed ``ramp`` (filling and draining the SMs) that makes small GEMMs reach
-  only part of peak;
-* memory time ``(B + h_B * S) / (bandwidth * e_bw)``, the same form for bandwidth;
+  FP16/BF16/TF32 or FP32 CUDA cores, see :func:`math_peak`) at the clock the card sustains under
+  its power limit (:meth:`GpuSpec.sustained_tflops`: the datasheet peak times
+  :attr:`GpuSpec.clock_factor`, below 1 on power-capped cards such as the 70 W T4 and 72 W L4,
+  1 elsewhere), a per-category efficiency ``e_cat``, and a fixed ``ramp`` (filling and draining
+  the SMs) that makes small GEMMs reach only part of peak;
+* memory time ``(B + h_B * S) / (bandwidth * e_bw)``, the same form for bandwidth. The
+  bandwidth is the datasheet figure, not scaled by the clock factor: the power limit throttles
+  the SM clock, while the memory clock stays at its rated speed (nvidia-smi samples of an RTX
+  3090 held at its power cap: SM clock down, memory clock at its rated 9,501 MHz in every sample;
+  ashalliants/ninfer-3090 PR #72, cited in ``data/gpus.yaml``);
 * kernel time ``max(compute, memory, k * floor)``.
 
 Which term wins labels the op compute-, memory- or latency-bound.
 
-Not modelled: L2 cache hits between kernels, wave quantisation, clock throttling, concurrent
+Not modelled: L2 cache hits between kernels, wave quantisation, clock changes per kernel (one
+sustained clock for all compute, whatever power a kernel draws), thermal throttling, concurrent
 kernels on several streams, kernel fusion beyond what the trace shows.
 """
 
@@ -68,15 +75,19 @@ class OpArrays:
 
 
 def math_peak(gpu: GpuSpec, category: str, dtype: str, precision: str, cfg: EstimatorConfig) -> float:
-    """Peak FLOP/s available to an op of this category and dtype under the job's precision."""
+    """FLOP/s available to an op of this category and dtype under the job's precision.
+
+    The sustained peak (:meth:`GpuSpec.sustained_tflops`): the datasheet peak at the SM clock the
+    card holds under its power limit.
+    """
     if category not in _TENSOR_MATH:
-        return gpu.peak_tflops("fp32", tensor_cores=False) * 1e12
+        return gpu.sustained_tflops("fp32", tensor_cores=False) * 1e12
     if dtype == "float16":
-        return gpu.peak_tflops("fp16") * 1e12
+        return gpu.sustained_tflops("fp16") * 1e12
     if dtype == "bfloat16":
-        return gpu.peak_tflops("bf16") * 1e12
+        return gpu.sustained_tflops("bf16") * 1e12
     tf32 = precision == "tf32" or (category == "conv" and cfg.conv_fp32_uses_tf32)
-    return gpu.peak_tflops("tf32" if tf32 else "fp32", tensor_cores=tf32) * 1e12
+    return gpu.sustained_tflops("tf32" if tf32 else "fp32", tensor_cores=tf32) * 1e12
 
 
 def efficiency(category: str, cfg: EstimatorConfig) -> float:

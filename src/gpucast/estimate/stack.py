@@ -8,8 +8,13 @@ reference server core, :class:`~gpucast.estimate.constants.EstimatorConfig`):
   stack's ``cpu_speed``; :func:`torch_host_factor` multiplies, on top, the per-op dispatch
   costs only (:data:`TORCH_HOST_TIERS`: PyTorch's own Python and C++ per op; a PIL transform in
   the loader does not depend on PyTorch's release);
-* :func:`kernel_factor` multiplies GPU kernel time: ``Environment.kernel_factor(gpu)`` times the
-  version factor of the GPU libraries that PyTorch release shipped (:data:`TORCH_KERNEL_TIERS`).
+* :func:`kernel_factor` multiplies GPU kernel time: ``Environment.kernel_factor(gpu)`` (the
+  cluster's cards); :func:`kernel_scales` adds, per op, the version factor of the GPU libraries
+  that PyTorch release shipped (:data:`TORCH_KERNEL_TIERS`) to the kernels those libraries run
+  (:data:`LIBRARY_CATEGORIES`: cuDNN convolutions and RNNs, cuBLAS GEMMs, fused attention).
+  PyTorch's own elementwise, normalization, reduction and optimizer kernels (TensorIterator,
+  the same code path across releases) and the launch floor of every kernel keep factor 1: a
+  model of many small ops is not slowed by an older cuDNN.
 
 What changes between releases and is *structure*, not a factor, is modelled where it happens:
 PyTorch < 2.0 steps optimizers parameter by parameter in Python (``Stack.foreach_optimizers``:
@@ -32,6 +37,12 @@ The version factors are tiers by release (monotone: an older release never dispa
   stacks (Gavel: PyTorch 1.4; Lucid: 1.11) and judged by leaving one set out
   (``benchmarks/accuracy.py --leave-one-set-out``).
 
+The host (a cluster's CPUs) and the release are separate terms: ``Environment.host_time_factor``
+is the host's, ``torch1_host_factor`` the release's. Each measured set ran one release on one
+cluster's hosts, so the packaged fit (:mod:`gpucast.learn.set_fit`) gives every set its own host
+factor (a nuisance with the host's prior) and shares the release factors between the sets: what
+differs between two 1.x clusters is put on their hosts, what they share on the release.
+
 Not modelled: differences inside 1.x (one tier), the Python interpreter's version, the CUDA
 launch path's own speed (driver, ``cudaLaunchKernel``; part of the host factor), CPU frequency
 scaling under load.
@@ -39,7 +50,13 @@ scaling under load.
 
 from __future__ import annotations
 
+import numpy as np
+
 from gpucast.surroundings import Stack, version_tuple
+
+# Op categories whose kernels come from the GPU libraries a release ships (cuDNN, cuBLAS): the
+# ones an older release's library version slows (gpucast.estimate.kernels' categories).
+LIBRARY_CATEGORIES = ("conv", "matmul", "rnn", "attention")
 
 # (first version of the tier, Environment field giving its factor; None: the reference, 1).
 TORCH_HOST_TIERS: tuple[tuple[tuple[int, int], str | None], ...] = (
@@ -77,5 +94,18 @@ def host_factor(stack: Stack, env) -> float:
 
 
 def kernel_factor(stack: Stack, gpu: str, env) -> float:
-    """GPU kernel time's multiplier for this stack on ``gpu``."""
-    return env.kernel_factor(gpu) * torch_kernel_factor(stack.torch, env)
+    """GPU kernel time's multiplier for every kernel of this stack on ``gpu`` (the cluster's
+    cards); the release's library factor is :func:`kernel_scales`'."""
+    return env.kernel_factor(gpu)
+
+
+def kernel_scales(stack: Stack, gpu: str, env, category: np.ndarray) -> float | np.ndarray:
+    """Per-op kernel-time multipliers (``category``: the ops' categories, as
+    :class:`~gpucast.estimate.kernels.OpArrays` holds them): :func:`kernel_factor` on every
+    kernel, times the release's library factor on :data:`LIBRARY_CATEGORIES`. A scalar when
+    the release is the reference (every op alike)."""
+    base = kernel_factor(stack, gpu, env)
+    lib = torch_kernel_factor(stack.torch, env)
+    if lib == 1.0:
+        return base
+    return base * np.where(np.isin(category, LIBRARY_CATEGORIES), lib, 1.0)

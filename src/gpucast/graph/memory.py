@@ -3,9 +3,10 @@
 Model, term by term:
 
 * Every tensor storage the step creates is one allocation, live from the op that created it
-  until Python and autograd release its last reference (a weakref callback on the storage,
-  so the timing is exactly eager PyTorch's reference counting, including when backward
-  frees saved activations).
+  (during that op, beside its inputs: the allocator hands out the output before the kernel
+  reads the inputs) until Python and autograd release its last reference (a weakref callback
+  on the storage, so the timing is exactly eager PyTorch's reference counting, including when
+  backward frees saved activations).
 * Each allocation is rounded up as ``CUDACachingAllocator::round_size`` does: to a multiple
   of 512 bytes (``kMinBlockSize``). The sum of live rounded sizes is what
   ``torch.cuda.memory_allocated`` reports; its maximum is ``max_memory_allocated``.
@@ -76,8 +77,11 @@ class _Alloc:
 class MemoryTracker:
     """Follows storages through a captured step.
 
-    ``clock`` is a zero-argument callable giving the index of the op being recorded, so
-    frees that happen between ops (autograd releasing saved tensors) land on the right op.
+    ``clock`` is a zero-argument callable giving the number of ops recorded so far. A storage
+    an op creates is tracked right after that op is recorded, so it was made by op
+    ``clock() - 1`` and is live during it (beside the op's inputs, even those freed right after);
+    a storage freed between ops (autograd releasing saved tensors) was last live during the
+    op recorded last, ``clock() - 1``, too.
     """
 
     def __init__(self, clock) -> None:
@@ -103,7 +107,7 @@ class MemoryTracker:
         key = storage._cdata
         if key in self._allocs and self._allocs[key].end < 0:
             return
-        rec = _Alloc(storage.nbytes(), cls, -1 if before_step else self._clock())
+        rec = _Alloc(storage.nbytes(), cls, -1 if before_step else max(self._clock() - 1, 0))  # the op that made it
         self._allocs[key] = rec
         self._all.append(rec)
 

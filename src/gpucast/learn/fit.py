@@ -89,6 +89,9 @@ class Fitter:
         self.memory = np.array([np.nan if r.memory_mib is None else r.memory_mib for r in rows])
         self.step = np.array([np.nan if r.step_time_s is None else r.step_time_s for r in rows])
         self.groups = np.array([r.group for r in rows])
+        # The measured set each row comes from (one cluster's hosts): the unit of per-set nuisance
+        # parameters (Fitter.fit's ``per_set``); set_fit names them, a plain Fitter is one set.
+        self.sets = np.full(len(rows), "", dtype=object)
 
     @classmethod
     def concat(cls, parts: list["Fitter"]) -> "Fitter":
@@ -96,7 +99,7 @@ class Fitter:
         out.rows = [r for f in parts for r in f.rows]
         out.prepared = [p for f in parts for p in f.prepared]
         out.traces = [t for f in parts for t in f.traces]
-        for name in ("util", "memory", "step", "groups"):
+        for name in ("util", "memory", "step", "groups", "sets"):
             setattr(out, name, np.concatenate([getattr(f, name) for f in parts]))
         return out
 
@@ -124,26 +127,49 @@ class Fitter:
         return np.concatenate(parts)
 
     def fit(self, idx: np.ndarray, params: tuple[str, ...], priors: Environment | None = None,
-            max_nfev: int = 60, prior_weight: float = 1.0) -> tuple[Environment, dict]:
+            max_nfev: int = 60, prior_weight: float = 1.0, per_set: tuple[str, ...] = ()
+            ) -> tuple[Environment, dict]:
         """The Environment fitted on rows ``idx`` (``params`` move; the rest keep ``priors``).
-        ``prior_weight`` scales the prior residuals (1: the constants' stated spreads)."""
+        ``prior_weight`` scales the prior residuals (1: the constants' stated spreads).
+
+        ``per_set`` names constants fitted once per measured set (``self.sets``) as nuisances: each
+        set's rows are predicted with its own value (prior: the constant's, e.g. a cluster's
+        ``host_time_factor``), while ``params`` are shared by every set. The returned Environment
+        keeps the nuisances at ``priors``' values (what a cluster never measured gets); the fitted
+        ones are in ``info["per_set"]``."""
         from scipy.optimize import least_squares
 
         priors = priors or Environment.priors()
-        x0 = np.array([math.log(priors.param(n)) for n in params])
-        sig = np.array([Environment.prior_sigma(n) for n in params])
+        groups = list(dict.fromkeys(self.sets[idx])) if per_set else []
+        names = list(params) + [(n, g) for g in groups for n in per_set]
+        base = [n if isinstance(n, str) else n[0] for n in names]
+        x0 = np.array([math.log(priors.param(n)) for n in base])
+        sig = np.array([Environment.prior_sigma(n) for n in base])
+        by_set = [(g, idx[self.sets[idx] == g]) for g in groups]
 
         def env_of(x) -> Environment:
             return priors.with_params({n: math.exp(v) for n, v in zip(params, x)})
 
+        def set_envs(x) -> list[tuple[Environment, np.ndarray]]:
+            shared = env_of(x)
+            vals = dict(zip(names, np.exp(x)))
+            return [(shared.with_params({n: vals[(n, g)] for n in per_set}), rows) for g, rows in by_set]
+
         def fun(x):
-            return np.concatenate([_soft_l1(self.residuals(env_of(x), idx)), prior_weight * (x - x0) / sig])
+            if per_set:
+                data = np.concatenate([self.residuals(e, rows) for e, rows in set_envs(x)])
+            else:
+                data = self.residuals(env_of(x), idx)
+            return np.concatenate([_soft_l1(data), prior_weight * (x - x0) / sig])
 
         start = _coordinate_search(lambda x: float(np.sum(fun(x) ** 2)), x0, sig)
         res = least_squares(fun, start, diff_step=0.02, max_nfev=max_nfev, x_scale=sig)
         env = env_of(res.x)
         info = {"rows": int(len(idx)), "cost": float(res.cost), "nfev": int(res.nfev), "status": int(res.status),
                 "values": {n: env.param(n) for n in params}}
+        if per_set:
+            fitted = dict(zip(names, np.exp(res.x)))
+            info["per_set"] = {g: {n: float(fitted[(n, g)]) for n in per_set} for g in groups}
         return env, info
 
 

@@ -101,13 +101,15 @@ WLM_LR = 20.0       # main.py --lr (plain SGD: no momentum, no weight decay)
 
 
 def _wlm_lstm(vocab: int = WIKITEXT2_VOCAB, emsize: int = 200, nhid: int = 200, layers: int = 2,
-              dropout: float = 0.2):
+              dropout: float = 0.2, log_softmax: bool = False):
     """word_language_model's RNNModel: embedding -> dropout -> LSTM (sequence-first, dropout
     between layers) -> dropout -> linear decoder to the vocabulary, untied. ``forward`` takes the
     loader's (batch, bptt) token ids and transposes them as main.py does (``data.t()``); the
     hidden state starts from zeros (main.py carries the previous step's, detached: two views
-    instead of two fills)."""
+    instead of two fills). ``log_softmax``: forward returns ``F.log_softmax(decoded.view(-1,
+    vocab), dim=1)`` as later versions of model.py (and Lucid's copy of it) do."""
     import torch.nn as nn
+    import torch.nn.functional as F
 
     class RNNModel(nn.Module):
         def __init__(self):
@@ -121,6 +123,8 @@ def _wlm_lstm(vocab: int = WIKITEXT2_VOCAB, emsize: int = 200, nhid: int = 200, 
             emb = self.drop(self.encoder(tokens.t()))
             out, _ = self.rnn(emb)
             decoded = self.decoder(self.drop(out).view(-1, out.shape[-1]))
+            if log_softmax:
+                return F.log_softmax(decoded, dim=1)
             return decoded.view(out.shape[0], out.shape[1], -1)
 
     return RNNModel()
@@ -166,6 +170,18 @@ register(Workload(
     description="word_language_model LSTM LM (pytorch/examples): 2x200 LSTM, embedding 200, "
                 "dropout 0.2, untied, WikiText-2 vocab 33,278, bptt 35",
     model_fn=lambda spec: _wlm_lstm(), input_fn=_wlm_input, loss_fn=_wlm_loss,
+    default_batch_size=20, default_seq_len=35, tags=("lm", "ptb"),
+))
+
+# Lucid's copy (S-Lab-System-Group/Lucid workloads/lstm/models.py) returns log-probabilities,
+# F.log_softmax(decoded.view(-1, ntoken), dim=1), and its profile_lstm.py trains them with
+# nn.CrossEntropyLoss, which applies log_softmax once more: a second (bptt x batch, vocab) tensor
+# and its gradient, traced here rather than added by hand.
+register(Workload(
+    name="lstm-lm-wikitext2-logsoftmax", family="rnn", source="gpucast",
+    description="lstm-lm-wikitext2 whose forward ends in log_softmax (Lucid's lstm/models.py), "
+                "trained with CrossEntropyLoss: log_softmax twice over the 33,278-word vocabulary",
+    model_fn=lambda spec: _wlm_lstm(log_softmax=True), input_fn=_wlm_input, loss_fn=_wlm_loss,
     default_batch_size=20, default_seq_len=35, tags=("lm", "ptb"),
 ))
 

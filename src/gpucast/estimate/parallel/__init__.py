@@ -49,7 +49,8 @@ from gpucast.estimate.comm import DEFAULT_COMM, CommConstants, Group, Links, col
 from gpucast.estimate.constants import EstimatorConfig
 from gpucast.estimate.environment import Environment
 from gpucast.estimate.loader import loader_cost
-from gpucast.estimate.memory import cuda_context_bytes
+from gpucast.estimate.kernels import OpArrays
+from gpucast.estimate.memory import cublas_workspace_bytes, cuda_context_bytes
 from gpucast.estimate.nvml import held_share, reported_share
 from gpucast.estimate.parallel.activations import StageActivations, stage_activations
 from gpucast.estimate.parallel.checks import check_plan
@@ -59,7 +60,7 @@ from gpucast.estimate.parallel.memory import RankParams, rank_memory
 from gpucast.estimate.parallel.ranks import (OpLayout, optimizer_share, split_times, stage_blocks, stage_of_ops,
                                              stage_ops, sub_trace, subset)
 from gpucast.estimate.parallel.sharding import HALF, STRATEGIES, comm_bytes_per_param, model_states
-from gpucast.estimate.stack import host_factor, kernel_factor, torch_host_factor
+from gpucast.estimate.stack import host_factor, kernel_scales, torch_host_factor
 from gpucast.estimate.step import simulate
 from gpucast.graph.trace import Trace
 from gpucast.hardware import GpuSpec
@@ -152,18 +153,25 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     lc = loader_cost(prep.surroundings, trace, gpu, env, cfg.host_link_efficiency, job.input_pipeline_s)
     micro_cfg = cfg.replace(step_overhead_s=0.0, param_overhead_s=0.0, step_end_sync=False)
     job1 = job.with_(gpus=1, parallel=None)
-    kf, hf = kernel_factor(stack, gpu.name, env), host_factor(stack, env)
+    hf = host_factor(stack, env)
+
+    def kf_of(sub) -> float | np.ndarray:  # per-op kernel multipliers of a sub-trace (the release's libraries)
+        return kernel_scales(stack, gpu.name, env, OpArrays.of(sub).category)
+
+    stage_kf = [kf_of(st.sub) for st in stages]
+    opt_kf = kf_of(opt_sub) if opt_sub is not None else 1.0
     gather_b, reduce_b = comm_bytes_per_param(strat, job.precision)
     act_b = 2 if job.precision in HALF else 4
     shard = place.dp.n
 
     def compose(kscale: float = 1.0, hscale: float = 1.0) -> dict:
         per = []
-        for st in stages:
+        for st, kf in zip(stages, stage_kf):
             tl = simulate(st.sub, job1, gpu, micro_cfg, st.kt, st.host, kscale * kf, hscale * hf,
                           lc if st.k == 0 else None, env.idle_kernel_s)
-            re_busy = float(st.kt.time[st.n_fwd:st.n_fwd + st.n_re].sum()) * kscale * kf
-            fwd_busy = float(st.kt.time[:st.n_fwd].sum()) * kscale * kf
+            scaled = st.kt.time * (kscale * kf)
+            re_busy = float(scaled[st.n_fwd:st.n_fwd + st.n_re].sum())
+            fwd_busy = float(scaled[:st.n_fwd].sum())
             bwd_busy = max(0.0, tl.gpu_busy_s - fwd_busy)
             tp_c = _tp_comm(st, lay, job, par, act_b, place, links, comm)
             p2p = 2 * collective_time("send-recv", _act_bytes(lay, job, act_b) / t, place.pp, links, comm) if p > 1 else 0.0
@@ -181,7 +189,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             share = optimizer_share(st.params.trainable, trainable_total) / (shard if strat.shards_optimizer else 1)
             okt = split_times(subset(prep.kt, opt_idx), np.full(len(opt_idx), 1.0 / max(share, 1e-12)),
                               cfg.compute_ramp_s, 0.0)
-            otl = simulate(opt_sub, job1, gpu, cfg, okt, host[opt_idx], kscale * kf, hscale * hf, None,
+            otl = simulate(opt_sub, job1, gpu, cfg, okt, host[opt_idx], kscale * opt_kf, hscale * hf, None,
                            env.idle_kernel_s)
             opt, opt_busy = otl.step_time_s, otl.gpu_busy_s
         step = pipe + dp_step + opt
@@ -209,7 +217,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     corner_u = [utils(c) for c in corners]
     # ------------------------------------------------------------------ memory of the busiest rank
     context = cuda_context_bytes(gpu, env, prep.surroundings)
-    workspaces = cfg.cublas_workspace_bytes
+    workspaces = cublas_workspace_bytes(gpu, cfg, job.mode)
     communicators = int(t > 1) + int(p > 1) + int(d > 1) + int(place.dp_across.n > 1)
     mems = []
     for st in stages:
