@@ -1,8 +1,8 @@
 """Concurrency of the prediction cache over real HTTP: a slow capture blocks no cached answer,
 identical requests share one computation, and the time and in-flight limits answer 408 and 429.
 
-Timings are measured with timestamps around real requests; the margins are wide (a slow
-capture here takes seconds, a cached answer milliseconds).
+Timings are measured with timestamps around real requests; where an order matters, the slow
+side is held open by a gate the test releases (never by how fast this machine is).
 """
 
 from __future__ import annotations
@@ -41,7 +41,22 @@ def _post_in_background(server, body: dict):
     return t, out
 
 
-def test_slow_uncached_request_does_not_block_cached_ones(server, client):
+def test_slow_uncached_request_does_not_block_cached_ones(server, client, monkeypatch):
+    # The slow capture is held open by a gate until every cached request has been answered: its
+    # slowness is not left to this machine's speed (a warm process captures a tiny BERT in well
+    # under a second, and once finished first). If cached answers waited for it, they would be
+    # answered only after it, when the gate times out: the ordering below fails.
+    from gpucast.service.cache import Predictor
+
+    gate = threading.Event()
+    compute = Predictor._compute
+
+    def held(self, job, gpu):
+        if job.model.startswith("hf:"):
+            gate.wait(timeout=30)
+        return compute(self, job, gpu)
+
+    monkeypatch.setattr(Predictor, "_compute", held)
     t, slow = _post_in_background(server, {"hf_config": TINY_BERT, "batch_size": 2, "seq_len": 32, "gpu": "a10"})
     _wait_until(lambda: metric(client, "gpucast_predictions_in_flight") >= 1)
     cached = []
@@ -49,15 +64,12 @@ def test_slow_uncached_request_does_not_block_cached_ones(server, client):
         a = time.monotonic()
         r = client.post("/v1/predict", json=WARM)
         cached.append((a, time.monotonic(), r.status_code))
+    gate.set()
     t.join(timeout=120)
     assert slow["r"].status_code == 200, slow["r"].text
     assert slow["r"].json()["job"]["model"] == "hf:bert"
     assert all(code == 200 for _, _, code in cached)
     assert all(end < slow["t1"] for _, end, _ in cached), "a cached answer waited for the slow capture"
-    worst = max(end - start for start, end, _ in cached)
-    # Relative, not an absolute bound (a loaded machine slows every answer alike): each cached
-    # answer is a small part of the slow capture it did not wait for.
-    assert slow["t1"] - slow["t0"] > 5 * worst, f"cached answer took {worst:.3f} s during a slow capture"
 
 
 def test_identical_concurrent_requests_share_one_prediction(server, client):
