@@ -135,8 +135,8 @@ def main(argv=None) -> int:
         # Lucid leave-one-family-out: the packaged procedure on every set, Lucid's other families
         # included (its host and the 1.11 stack seen), each family predicted by the fit without it.
         bar.update(task, description="fitting the MLP stage once", completed=0, total=None)
-        _, first = fit_sets({"mlp": fitters["mlp"]})
-        first_stage = (_, first["stages"][0])
+        mlp_env, mlp_info = fit_sets({"mlp": fitters["mlp"]})
+        first_stage = (mlp_env, mlp_info["stages"][0])
         lofo = Predicted(np.empty(len(f.rows)), np.empty(len(f.rows)), np.empty(len(f.rows)))
         fams = list(dict.fromkeys(f.groups))
         task3 = bar.add_task("Lucid families held out", total=len(fams))

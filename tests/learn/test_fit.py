@@ -98,11 +98,11 @@ def test_mlp_rows_are_the_published_models():
     rows = mlp_rows(MLP_CSV, limit=5)
     import csv
 
-    import gpucast
+    from gpucast.api import trace
 
     with open(MLP_CSV) as fh:
         first = next(csv.DictReader(fh))
-    tr = gpucast.api.trace(rows[0].job)
+    tr = trace(rows[0].job)
     assert tr.parameters == int(first["parameters"])  # the README: sum of in*out + out of the Linears
     assert rows[0].util_pct == float(first["util_pct"]) and rows[0].memory_mib == float(first["memory_max_mib"])
     assert rows[0].job.batch_size == int(first["batch_size"])

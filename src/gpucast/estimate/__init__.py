@@ -122,7 +122,7 @@ class Prepared:
         dispatch = torch_host_factor(stack.torch, env)
         host = self.host if dispatch == 1.0 else self.host * dispatch
         tl = simulate(self.trace, self.job, self.gpu, self.cfg, self.kt, host,
-                      kernel_scale * kernel_scales(stack, self.gpu.name, env, OpArrays.of(self.trace).category),
+                      kernel_scale * kernel_scales(stack, self.gpu.name, env, OpArrays.of(self.trace).library),
                       host_scale * host_factor(stack, env), lc, env.idle_kernel_s)
         return tl, lc
 

@@ -36,7 +36,11 @@ CATEGORIES = ("matmul", "conv", "attention", "rnn", "norm", "softmax", "elementw
               "embedding", "loss", "copy", "memory", "optimizer", "view", "host", "other")
 PHASE_CODES = {"fwd": 0, "loss": 1, "bwd": 2, "optim": 3}
 DISPATCH_CODES = {"python": 0, "engine": 1, "cpp": 2, "none": 3}
-_TENSOR_MATH = ("matmul", "conv", "attention", "rnn")
+# Ops whose kernels are the GPU libraries' (cuDNN convolutions and RNNs, cuBLAS GEMMs, fused
+# attention): tensor-core math here, and what an older release's library version slows
+# (gpucast.estimate.stack.kernel_scales).
+LIBRARY_CATEGORIES = ("matmul", "conv", "attention", "rnn")
+_TENSOR_MATH = LIBRARY_CATEGORIES
 
 
 @dataclass
@@ -52,6 +56,7 @@ class OpArrays:
     dispatch: np.ndarray  # int codes
     sync: np.ndarray
     costed: np.ndarray
+    library: np.ndarray  # the op's kernels are cuDNN/cuBLAS ones (LIBRARY_CATEGORIES)
 
     @classmethod
     def of(cls, trace: Trace) -> "OpArrays":
@@ -69,6 +74,7 @@ class OpArrays:
             dispatch=np.fromiter((DISPATCH_CODES.get(o.dispatch, 0) for o in ops), dtype=np.int8, count=len(ops)),
             sync=np.fromiter((o.sync for o in ops), dtype=bool, count=len(ops)),
             costed=np.fromiter((o.costed for o in ops), dtype=bool, count=len(ops)),
+            library=np.fromiter((o.category in LIBRARY_CATEGORIES for o in ops), dtype=bool, count=len(ops)),
         )
         trace._arrays = arr
         return arr

@@ -52,11 +52,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpucast.estimate.kernels import LIBRARY_CATEGORIES  # noqa: F401 (the categories kernel_scales slows)
 from gpucast.surroundings import Stack, version_tuple
-
-# Op categories whose kernels come from the GPU libraries a release ships (cuDNN, cuBLAS): the
-# ones an older release's library version slows (gpucast.estimate.kernels' categories).
-LIBRARY_CATEGORIES = ("conv", "matmul", "rnn", "attention")
 
 # (first version of the tier, Environment field giving its factor; None: the reference, 1).
 TORCH_HOST_TIERS: tuple[tuple[tuple[int, int], str | None], ...] = (
@@ -99,13 +96,13 @@ def kernel_factor(stack: Stack, gpu: str, env) -> float:
     return env.kernel_factor(gpu)
 
 
-def kernel_scales(stack: Stack, gpu: str, env, category: np.ndarray) -> float | np.ndarray:
-    """Per-op kernel-time multipliers (``category``: the ops' categories, as
-    :class:`~gpucast.estimate.kernels.OpArrays` holds them): :func:`kernel_factor` on every
-    kernel, times the release's library factor on :data:`LIBRARY_CATEGORIES`. A scalar when
+def kernel_scales(stack: Stack, gpu: str, env, library: np.ndarray) -> float | np.ndarray:
+    """Per-op kernel-time multipliers (``library``: which ops run cuDNN/cuBLAS kernels,
+    :attr:`OpArrays.library <gpucast.estimate.kernels.OpArrays>`): :func:`kernel_factor` on every
+    kernel, times the release's library factor on :data:`LIBRARY_CATEGORIES`' ops. A scalar when
     the release is the reference (every op alike)."""
     base = kernel_factor(stack, gpu, env)
     lib = torch_kernel_factor(stack.torch, env)
     if lib == 1.0:
         return base
-    return base * np.where(np.isin(category, LIBRARY_CATEGORIES), lib, 1.0)
+    return base * np.where(library, lib, 1.0)

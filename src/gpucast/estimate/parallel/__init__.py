@@ -156,7 +156,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     hf = host_factor(stack, env)
 
     def kf_of(sub) -> float | np.ndarray:  # per-op kernel multipliers of a sub-trace (the release's libraries)
-        return kernel_scales(stack, gpu.name, env, OpArrays.of(sub).category)
+        return kernel_scales(stack, gpu.name, env, OpArrays.of(sub).library)
 
     stage_kf = [kf_of(st.sub) for st in stages]
     opt_kf = kf_of(opt_sub) if opt_sub is not None else 1.0
