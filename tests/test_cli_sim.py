@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from gpucast.cli import app
-from gpucast.cli_sim import check_writable, parse_policies
+from gpucast.cli_sim import parse_policies
 
 REQUIRED = ("policy", "gpu_util_busy_pct", "gpu_util_pct", "makespan_s", "jct_mean_s", "jct_p99_s", "queue_delay_mean_s", "oom_failures")
 
@@ -138,15 +137,6 @@ def test_parse_policies():
         parse_policies(" , ", known)
 
 
-def test_check_writable(tmp_path):
-    check_writable(tmp_path / "new.json", "--json")
-    with pytest.raises(ValueError, match="does not exist"):
-        check_writable(tmp_path / "nope" / "x.json", "--json")
-    with pytest.raises(ValueError, match="is a directory"):
-        check_writable(tmp_path, "--json")
-    check_writable(Path("relative.json"), "--json")  # the current directory
-
-
 def test_the_gavel_world_is_a_sensitivity_run(tmp_path):
     r = invoke("--trace", "gavel", "--gpus", 16, "--limit", 40, "--policies", "slot,gpucast",
                "--colocation", "gavel", "--json", tmp_path / "g.json")
@@ -154,3 +144,51 @@ def test_the_gavel_world_is_a_sensitivity_run(tmp_path):
     assert "co-location world gavel" in r.stdout
     rows = json.loads((tmp_path / "g.json").read_text())
     assert [row["params"]["colocation"] for row in rows] == ["gavel", "gavel"]
+
+
+# ----------------------------------------------------------------------------- --sweep
+
+
+def test_sweep_on_two_workers_writes_the_sequential_table(tmp_path):
+    args = ("--trace", "gavel", "--gpus", 8, "--limit", 40, "--policies", "slot,gpucast",
+            "--sweep", "seed=0,1", "--sweep", "load=1,2")
+    seq = invoke(*args, "--workers", 1, "--json", tmp_path / "seq.json")
+    par = invoke(*args, "--workers", 2, "--json", tmp_path / "par.json", "--markdown", tmp_path / "par.md")
+    assert seq.exit_code == 0 and par.exit_code == 0, seq.stderr + par.stderr
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("seq.json", "par.json"))
+    assert (a["executor"], b["executor"], b["workers"]) == ("sequential", "processes", 2)
+    assert a["rows"] == b["rows"]
+    assert [(r["seed"], r["load"], r["policy"]) for r in b["rows"]] == [
+        (0, 1.0, "slot"), (0, 1.0, "gpucast"), (0, 2.0, "slot"), (0, 2.0, "gpucast"),
+        (1, 1.0, "slot"), (1, 1.0, "gpucast"), (1, 2.0, "slot"), (1, 2.0, "gpucast")]
+    assert all(r["jobs"] == 40 for r in b["rows"])
+    assert "8 runs on 2 local processes" in par.stdout and "gpucast simulate --sweep: 8 runs (seed 0/1, load 1/2)" in par.stdout
+    md = (tmp_path / "par.md").read_text().splitlines()
+    assert md[2].startswith("| seed | load | policy | util % busy |") and len(md) == 4 + 8
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["par.json", "par.md", "seq.json"]  # no temporary files
+
+
+@pytest.mark.parametrize("args, start", [
+    (["--sweep", "lod=1,2"], "error: --sweep: unknown axis 'lod'; did you mean 'load'?"),
+    (["--sweep", "seed=1,x"], "error: --sweep seed: 'x' is not an integer"),
+    (["--sweep", "load=-1"], "error: --sweep load: '-1' must be a number > 0"),
+    (["--sweep", "policy=slot,gpucats"], "error: --sweep policy: unknown policy 'gpucats'; did you mean 'gpucast'?"),
+    (["--sweep", "trace=gavel,no-such-trace"], "error: no trace named 'no-such-trace'"),
+    (["--sweep", "seed=1", "--sweep", "seed=2"], "error: --sweep seed is given twice"),
+    (["--sweep", "seed=1", "--workers", "0"], "error: --workers must be at least 1"),
+    (["--sweep", "seed=1", "--workers", "2", "--ray-address", "auto"], "error: give --workers or --ray-address"),
+    (["--sweep", "seed=1", "--report", "REPORT"], "error: --report is one run's HTML report"),
+    (["--workers", "2"], "error: --workers, --ray-address and --markdown go with --sweep"),
+    (["--sweep", "seed=1", "--ray-address", "nowhere"], "error: --ray-address 'nowhere': expected 'auto', 'local'"),
+    (["--sweep", "seed=1", "--ray-address", "127.0.0.1:FREEPORT"], "error: --ray-address '127.0.0.1:"),
+])
+def test_bad_sweep_input_is_one_line_and_writes_nothing(tmp_path, args, start):
+    import socket
+
+    with socket.socket() as s:   # a port nothing listens on: a Ray cluster that is not there
+        s.bind(("127.0.0.1", 0))
+        free = str(s.getsockname()[1])
+    args = [str(tmp_path / "r.html") if a == "REPORT" else a.replace("FREEPORT", free) for a in args]
+    r = invoke(*args, "--limit", 5, "--gpus", 8, "--json", tmp_path / "o.json", "--markdown", tmp_path / "o.md")
+    assert_one_error(r, start)
+    assert list(tmp_path.iterdir()) == []

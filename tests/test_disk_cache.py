@@ -2,7 +2,8 @@
 
 The CLI runs are real processes, started together by one module fixture (a miss imports torch and
 traces a model: seconds on a busy 2-core box); every other test is in-process and never imports
-torch. No test asserts a time: a hit is checked by what it imports, not by how fast it is.
+torch (but the three that key Hugging Face configs and list their model types, which import
+transformers). No test asserts a time: a hit is checked by what it imports, not by how fast it is.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from gpucast.surroundings import Data
 from tests.test_cli import SYNTHETIC_GPU_YAML, TIMEOUT_S, _env
 
 JOB_ARGS = ["predict", "mlp-small", "-b", "16", "--gpu", "t4"]
+HF_ARGS = ["predict", "-b", "2", "--seq-len", "32", "--gpu", "t4", "--json", "--hf-config"]
+# A made-up tiny BERT (two layers of width 64): a capture of seconds, not minutes.
+TINY_BERT = {"model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 256}
 HEAVY = ("torch", "torchvision", "transformers")
 # Runs the CLI's main in this process, then says on stderr's last line which heavy modules it loaded.
 RUNNER = f"""
@@ -80,19 +85,30 @@ def _gpucast(args: list, cache_dir, **extra_env) -> subprocess.CompletedProcess:
 def runs(tmp_path_factory):
     """A miss, then hits of the same job (table and --json), in one cache; beside them, the
     same job with --no-cache and with GPUCAST_NO_CACHE=1, each in an empty cache of its own."""
-    shared, flag, var = (tmp_path_factory.mktemp(n) for n in ("shared", "flag", "var"))
+    shared, flag, var, hf = (tmp_path_factory.mktemp(n) for n in ("shared", "flag", "var", "hf"))
 
     def warm_then_hits():
         miss = _gpucast(JOB_ARGS, shared)
         return miss, _gpucast(JOB_ARGS, shared), _gpucast(JOB_ARGS + ["--json"], shared)
 
+    def hf_config_runs():
+        """A config.json job: a miss, a hit, then the file edited (a miss again)."""
+        config = hf / "config.json"
+        config.write_text(json.dumps(TINY_BERT))
+        args = HF_ARGS + [config]
+        miss, hit = _gpucast(args, hf / "cache"), _gpucast(args, hf / "cache")
+        config.write_text(json.dumps({**TINY_BERT, "num_hidden_layers": 3}))
+        return miss, hit, _gpucast(args, hf / "cache")
+
     with ThreadPoolExecutor(max_workers=3) as pool:
         first = pool.submit(warm_then_hits)
+        hf_runs = pool.submit(hf_config_runs)
         no_cache_flag = pool.submit(_gpucast, JOB_ARGS + ["--json", "--no-cache"], flag)
         no_cache_var = pool.submit(_gpucast, JOB_ARGS + ["--json"], var, GPUCAST_NO_CACHE="1")
         miss, hit, hit_json = first.result()
+        hf_miss, hf_hit, hf_changed = hf_runs.result()
         out = {"miss": miss, "hit": hit, "hit_json": hit_json, "flag": no_cache_flag.result(),
-               "var": no_cache_var.result()}
+               "var": no_cache_var.result(), "hf_miss": hf_miss, "hf_hit": hf_hit, "hf_changed": hf_changed}
     for name, p in out.items():
         assert p.returncode == 0, f"{name}: rc {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
     return out, {"shared": shared, "flag": flag, "var": var}
@@ -122,6 +138,89 @@ def test_no_cache_flag_and_variable_neither_write_nor_read(runs):
     assert r["var"].stdout == r["flag"].stdout
     for name in ("flag", "var"):
         assert not (dirs[name] / disk_cache.SUBDIR).exists(), name
+
+
+def test_a_config_file_asked_again_is_a_hit_without_transformers(runs):
+    r, _ = runs
+    assert "transformers" in r["hf_miss"].heavy and "torch" in r["hf_miss"].heavy  # checked and captured
+    assert r["hf_hit"].heavy == []  # the config's model type checked from the remembered list
+    assert r["hf_hit"].stdout == r["hf_miss"].stdout
+    assert json.loads(r["hf_hit"].stdout)["job"]["model"] == "hf:bert"
+
+
+def test_an_edited_config_file_misses(runs):
+    r, _ = runs
+    assert "torch" in r["hf_changed"].heavy  # captured afresh
+    changed, before = json.loads(r["hf_changed"].stdout), json.loads(r["hf_miss"].stdout)
+    assert changed["job_key"] != before["job_key"] and changed["parameters"] > before["parameters"]
+
+
+def test_the_key_of_a_config_file_is_its_content(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY_BERT))
+    one = _key(Job.from_hf_config(path, batch_size=2))
+    path.write_text(json.dumps(TINY_BERT, indent=4) + "\n")  # the same content, written otherwise
+    assert _key(Job.from_hf_config(path, batch_size=2)) == one
+    path.write_text(json.dumps({**TINY_BERT, "vocab_size": 1001}))
+    assert _key(Job.from_hf_config(path, batch_size=2)) != one
+
+
+# ----------------------------------------------------------------------------- remembered values
+def test_a_remembered_value_is_computed_once_per_parts(cache):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"b": 2, "a": [1, "x"]}
+
+    assert disk_cache.remembered("thing", ["v1"], compute) == {"b": 2, "a": [1, "x"]}
+    assert disk_cache.remembered("thing", ["v1"], compute) == {"b": 2, "a": [1, "x"]} and len(calls) == 1
+    assert list(disk_cache.remembered("thing", ["v1"], compute)) == ["b", "a"]  # order kept
+    assert disk_cache.remembered("thing", ["v2"], compute) and len(calls) == 2  # other parts: recomputed
+    assert disk_cache.remembered("thing", ["v2"], compute) and len(calls) == 2  # and replaced
+    assert [f.name for f in (cache.parent / disk_cache.MEMO_SUBDIR).iterdir()] == ["thing.json"]
+
+
+@pytest.mark.parametrize("text", ["", "{not json", "[]", '{"format": 1, "key": "other", "value": 1}'])
+def test_a_corrupt_remembered_value_is_recomputed(cache, text):
+    memo = cache.parent / disk_cache.MEMO_SUBDIR
+    memo.mkdir(parents=True)
+    (memo / "thing.json").write_text(text)
+    assert disk_cache.remembered("thing", 1, lambda: 7) == 7
+    assert disk_cache.remembered("thing", 1, lambda: 8) == 7  # rewritten whole
+
+
+def test_remembering_off_or_unwritable_just_computes(cache, monkeypatch):
+    monkeypatch.setenv("GPUCAST_CACHE_DIR", "off")
+    assert [disk_cache.remembered("thing", 1, lambda: n) for n in (1, 2)] == [1, 2]
+    blocker = cache.parent / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("GPUCAST_CACHE_DIR", str(blocker))
+    assert [disk_cache.remembered("thing", 1, lambda: n) for n in (1, 2)] == [1, 2]
+
+
+def test_hf_model_types_are_remembered_per_transformers_install(cache, monkeypatch):
+    from gpucast.graph import hf
+
+    monkeypatch.setattr(hf, "_TYPES", None)
+    types = hf._model_types()
+    assert types["bert"] == "BertConfig"
+    monkeypatch.setattr(hf, "_TYPES", None)
+    monkeypatch.setattr(hf, "_import_model_types", lambda: pytest.fail("listed again: not remembered"))
+    assert hf._model_types() == types
+    monkeypatch.setattr(hf, "_TYPES", None)
+    monkeypatch.setattr(hf, "_DIGEST", ["another transformers"])
+    monkeypatch.setattr(hf, "_import_model_types", lambda: {"other": "OtherConfig"})
+    assert hf._model_types() == {"other": "OtherConfig"}
+
+
+def test_a_named_configs_defaults_are_remembered_too(cache, monkeypatch):
+    from gpucast.graph import hf
+
+    job = Job.from_hf_config("BertConfig", batch_size=2)
+    monkeypatch.setattr(hf, "_import_defaults", lambda t: pytest.fail("defaults made again: not remembered"))
+    assert Job.from_hf_config("bert", batch_size=2) == job  # the class's name or its model type: one job
+    assert (cache.parent / disk_cache.MEMO_SUBDIR / "hf-defaults-bert.json").is_file()
 
 
 # ----------------------------------------------------------------------------- round trip

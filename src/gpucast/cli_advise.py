@@ -11,7 +11,8 @@ cli_module)`` at its end): the job is given as to ``predict``; the search, the p
 constraints and the output are flags. Prints the Pareto front (``--all``: every option) with the
 recommendation, ``--json`` for tools, ``--report FILE.html`` for a plot of the front. Bad input
 (a duration, a list, a price file, an unknown GPU, an impossible request) is one ``error:`` line
-and exit 2; the report is checked writable before any work and written atomically.
+and exit 2; the report is reserved before any work (:func:`gpucast.fileio.reserve_output`) and
+written atomically, and a write failure then is one ``error:`` line too.
 """
 
 from __future__ import annotations
@@ -193,11 +194,20 @@ def register(app: typer.Typer, cli) -> None:
         """Which GPU type, how many, what batch size and precision, and whether to share: time and cost per epoch."""
         from gpucast.advisor import advise
 
-        def setup():
-            if report is not None:
-                from gpucast.cli_sim import check_writable
+        def _search(kw):
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-                check_writable(report, "--report")
+            searching_plans = plans or kw["job"].parallel is not None
+            with Progress(TextColumn("plans" if searching_plans else "advising"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), console=cli.err, transient=True) as bar:
+                task = bar.add_task("options", total=None)
+                return cli._run(lambda: advise(
+                    kw.pop("job"), kw.pop("gpus"), keep_global_batch=keep_global_batch, share=share,
+                    max_gpus=max_gpus, prices=prices, provider=provider, samples_per_epoch=samples_per_epoch,
+                    epochs=epochs, progress=lambda done, total: bar.update(task, completed=done, total=total),
+                    plans=plans, max_plans=max_plans, **kw))
+
+        def setup():
             j = cli._build_job(model, job, batch_size, seq_len, input_shape, precision, mode, optimizer,
                                input_pipeline_ms, gpus, hf_config, module, input_fn, loss, input_dtype)
             j = cli._with_surroundings(j, data, set_, dataset, collate, environment)
@@ -212,22 +222,20 @@ def register(app: typer.Typer, cli) -> None:
                         deadline_s=parse_duration(deadline) if deadline is not None else None,
                         budget_usd=parse_money(budget) if budget is not None else None, config=cfg, env=env)
 
-        kw = cli._run(setup)
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from gpucast.fileio import reserve_output
 
-        searching_plans = plans or kw["job"].parallel is not None
-        with Progress(TextColumn("plans" if searching_plans else "advising"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=cli.err, transient=True) as bar:
-            task = bar.add_task("options", total=None)
-            result = cli._run(lambda: advise(
-                kw.pop("job"), kw.pop("gpus"), keep_global_batch=keep_global_batch, share=share, max_gpus=max_gpus,
-                prices=prices, provider=provider, samples_per_epoch=samples_per_epoch, epochs=epochs,
-                progress=lambda done, total: bar.update(task, completed=done, total=total), plans=plans,
-                max_plans=max_plans, **kw))
-        if report is not None:
-            from gpucast.advisor.report import write_report
+        # Reserve --report before the search: an unwritable one is one error line, not lost advice.
+        reserved = cli._run(lambda: reserve_output(report, "--report")) if report is not None else None
+        try:
+            kw = cli._run(setup)
+            result = _search(kw)
+            if reserved is not None:
+                from gpucast.advisor.report import write_report
 
-            write_report(report, result)
+                cli._run(lambda: write_report(reserved, result))
+        finally:
+            if reserved is not None:
+                reserved.discard()
         if as_json:
             print(json.dumps(result.to_dict(), indent=2))
         else:

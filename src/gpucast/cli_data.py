@@ -12,7 +12,9 @@
 A thin shell like ``cli.py``, whose helpers and options it uses: ``cli.py`` calls
 ``register(app, cli_module)`` at its end (the module is passed in, so nothing here imports
 ``gpucast.cli`` and ``python -m gpucast.cli`` registers on the app it runs). No GPU, a missing
-path, bad input: one ``error:`` line, exit 2.
+path, bad input, an output directory (``--out``, ``--save``) in which no file can be created
+(checked before any measurement, :func:`gpucast.fileio.check_output_dir`): one ``error:`` line,
+exit 2.
 """
 
 from __future__ import annotations
@@ -248,6 +250,10 @@ def register(app: typer.Typer, cli) -> None:
         from gpucast.profile.runner import RunSpec
 
         def build():
+            if save is not None:  # before the run: an unwritable directory must not cost a measurement
+                from gpucast.fileio import check_output_dir
+
+                check_output_dir(save, "--save")
             j = cli._build_job(model, job, batch_size, seq_len, input_shape, precision, mode, optimizer,
                                input_pipeline_ms, gpus)
             return j, RunSpec(j, warmup_steps=warmup_steps, window_s=window_s)
@@ -303,6 +309,9 @@ def register(app: typer.Typer, cli) -> None:
             return
         if out is None:
             cli._fail("give --out DIR (where the measurements go)")
+        from gpucast.fileio import check_output_dir
+
+        cli._run(lambda: check_output_dir(out, "--out"))  # before the suite: not after a GPU check
         for p in prior:
             if not p.exists():
                 cli._fail(f"--prior {str(p)!r} does not exist")

@@ -12,9 +12,11 @@
 * ``gpucast learn evaluate ROWS... [--quantity util_pct|memory_mib|step_time_s] [--json]``: every
   method of :mod:`gpucast.learn.evaluate` under the same group-held-out split, one table.
 
-A thin shell like ``cli.py``, which calls ``register(app, cli_module)`` at its end. Rows are read
-and the output path checked before anything is captured; a malformed row prints one ``error:``
-line naming the file, row and column and exits 2; nothing is written then.
+A thin shell like ``cli.py``, which calls ``register(app, cli_module)`` at its end. The output
+file is reserved before anything is fitted (:func:`gpucast.fileio.reserve_output`: an unwritable
+one is one ``error:`` line, exit 2; a write failure after the fit is one ``error:`` line too); a
+malformed row prints one ``error:`` line naming the file, row and column and exits 2; nothing is
+written then.
 """
 
 from __future__ import annotations
@@ -87,24 +89,25 @@ def register(app: typer.Typer, cli) -> None:
                       as_json: bool = typer.Option(False, "--json", help="Print the environment document as JSON.")
                       ) -> None:
         """Fit an environment (host, loader, context, per-GPU speed) to a cluster's measured jobs."""
-        from gpucast.cli_sim import check_writable
+        from gpucast.fileio import reserve_output
         from gpucast.learn import artifacts
         from gpucast.learn.calibrate import calibrate
         from gpucast.learn.rows import read_rows
 
         def check():
             _needs("scipy")
-            start = _base(base)
-            check_writable(out, "--out")
-            return read_rows(rows), start
+            return _base(base)
 
-        measured, start = cli._run(check)
-        fitter = _fitter(measured, cli)
-        with cli.err.status("calibrating") as status:
-            cal = cli._run(lambda: calibrate(fitter, base=start, cross_validate=cv, label=label or out.stem,
-                                             progress=lambda s: status.update(s)))
-        doc = artifacts.document(cal, label or out.stem, rows)
-        artifacts.save_environment(doc, out)
+        start = cli._run(check)
+        # Reserve the file before the fit: an unwritable --out is one error line, not a lost fit.
+        with cli._run(lambda: reserve_output(out, "--out")) as reserved:
+            measured = cli._run(lambda: read_rows(rows))
+            fitter = _fitter(measured, cli)
+            with cli.err.status("calibrating") as status:
+                cal = cli._run(lambda: calibrate(fitter, base=start, cross_validate=cv, label=label or out.stem,
+                                                 progress=lambda s: status.update(s)))
+            doc = artifacts.document(cal, label or out.stem, rows)
+            cli._run(lambda: artifacts.save_environment(doc, reserved))
         if as_json:
             print(json.dumps(doc, indent=2, default=float))
         else:
@@ -186,7 +189,7 @@ def register(app: typer.Typer, cli) -> None:
                 force: bool = typer.Option(False, "--force", help="Write the model even if it loses to the physics "
                                                                   "on held-out groups.")) -> None:
         """Train the hybrid (LightGBM on the physics' residuals) on measured rows; `predict --learned` uses it."""
-        from gpucast.cli_sim import check_writable
+        from gpucast.fileio import reserve_output
         from gpucast.learn import artifacts
         from gpucast.learn.evaluate import fit_hybrid
         from gpucast.learn.rows import read_rows
@@ -195,29 +198,30 @@ def register(app: typer.Typer, cli) -> None:
             _needs("lightgbm")
             if quantity is not None and quantity not in ("util_pct", "memory_mib", "step_time_s"):
                 raise ValueError(f"--quantity must be util_pct, memory_mib or step_time_s, got {quantity!r}")
-            check_writable(out, "--out")
             r = read_rows(rows)
             env = cli._environment(env_file)
             return r, env
 
-        measured, env = cli._run(check)
-        fitter = _fitter(measured, cli)
-        with cli.err.status("training"):
-            model, meta = cli._run(lambda: fit_hybrid(fitter, quantity, env))
-        meta["provenance"] = {"files": [{"path": str(p), "sha256": artifacts.file_digest(p)} for p in rows if p.is_file()]}
-        ho = meta["held_out"]
-        key = {"util_pct": "rmsle", "memory_mib": "mape", "step_time_s": "mdape"}[model.quantity]
-        if ho:
-            cli.console.print(f"held out by group ({len(meta['groups'])} groups, {model.rows} rows): {key} physics "
-                              f"{ho['physics'][key]:.3f}, hybrid {ho['hybrid'][key]:.3f}", highlight=False)
-        if not meta["wins"] and not force:
-            why = "no held-out groups" if not ho else f"{key} {ho['hybrid'][key]:.3f} vs {ho['physics'][key]:.3f}"
-            cli._fail(f"not written: the hybrid does not beat the physics on held-out groups ({why}); "
-                      f"--force writes it anyway", code=1)
-        artifacts.save_model(out, model, meta)
-        if model.rows < artifacts.FEW_ROWS:
-            cli.err.print(f"[yellow]note:[/] trained on {model.rows} rows, fewer than {artifacts.FEW_ROWS}: its "
-                          f"predictions say so in model_version", highlight=False)
+        # Reserve the file before training: an unwritable --out is one error line, not a lost model.
+        with cli._run(lambda: reserve_output(out, "--out")) as reserved:
+            measured, env = cli._run(check)
+            fitter = _fitter(measured, cli)
+            with cli.err.status("training"):
+                model, meta = cli._run(lambda: fit_hybrid(fitter, quantity, env))
+            meta["provenance"] = {"files": [{"path": str(p), "sha256": artifacts.file_digest(p)} for p in rows if p.is_file()]}
+            ho = meta["held_out"]
+            key = {"util_pct": "rmsle", "memory_mib": "mape", "step_time_s": "mdape"}[model.quantity]
+            if ho:
+                cli.console.print(f"held out by group ({len(meta['groups'])} groups, {model.rows} rows): {key} physics "
+                                  f"{ho['physics'][key]:.3f}, hybrid {ho['hybrid'][key]:.3f}", highlight=False)
+            if not meta["wins"] and not force:
+                why = "no held-out groups" if not ho else f"{key} {ho['hybrid'][key]:.3f} vs {ho['physics'][key]:.3f}"
+                cli._fail(f"not written: the hybrid does not beat the physics on held-out groups ({why}); "
+                          f"--force writes it anyway", code=1)
+            cli._run(lambda: artifacts.save_model(reserved, model, meta))
+            if model.rows < artifacts.FEW_ROWS:
+                cli.err.print(f"[yellow]note:[/] trained on {model.rows} rows, fewer than {artifacts.FEW_ROWS}: its "
+                              f"predictions say so in model_version", highlight=False)
         cli.err.print(f"wrote {out}", highlight=False, markup=False)
 
     app.add_typer(learn_app, name="learn")

@@ -4,8 +4,9 @@ Times PyTorch's dispatcher and a few data-loader primitives on this CPU
 (:mod:`gpucast.probe.host`) and writes an environment file for nodes like this one: its
 ``host_time_factor`` (this CPU's speed relative to the reference core) and loader constants.
 ``gpucast predict/explain/simulate --env host.yaml`` read it like a calibrated environment. A thin
-shell like ``cli.py``, which calls ``register(app, cli_module)`` at its end; the output path is
-checked before anything is measured, and the file is written atomically.
+shell like ``cli.py``, which calls ``register(app, cli_module)`` at its end; the output file is
+reserved before anything is measured (:func:`gpucast.fileio.reserve_output`: an unwritable one is
+one ``error:`` line, exit 2) and written atomically; a write failure then is one ``error:`` line.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ def register(app: typer.Typer, cli) -> None:
                        as_json: bool = typer.Option(False, "--json", help="Print the environment document as JSON.")
                        ) -> None:
         """Measure this host's CPU (PyTorch dispatch, loader primitives) as an environment file for --env."""
-        from gpucast.cli_sim import check_writable
+        from gpucast.fileio import reserve_output
         from gpucast.probe import host
 
-        cli._run(lambda: check_writable(out, "--out"))
-        with cli.err.status("probing this host") as status:
-            probe = host.measure(quick=quick, progress=lambda s: status.update(f"probing this host: {s}"))
-        doc = host.write(probe, out, label)
+        # Reserve the file before probing: an unwritable --out is one error line, not a lost probe.
+        with cli._run(lambda: reserve_output(out, "--out")) as reserved:
+            with cli.err.status("probing this host") as status:
+                probe = host.measure(quick=quick, progress=lambda s: status.update(f"probing this host: {s}"))
+            doc = cli._run(lambda: host.write(probe, reserved, label))
         if as_json:
             print(json.dumps(doc, indent=2, default=float))
             return

@@ -10,23 +10,33 @@
   EASY backfilling; ``slot-fifo`` is strict FIFO); optionally write the HTML report
   (:mod:`gpucast.cluster.report`) and a JSON list with one object per policy (the summary, its
   relative change from ``slot`` and the run's parameters).
+* ``gpucast simulate ... --sweep load=1,2,3 --sweep seed=0,1 [--workers N | --ray-address ADDR]
+  [--json out.json] [--markdown out.md]``: the same simulation over every combination of the
+  swept values (:mod:`gpucast.cluster.sweep`: axes ``load``, ``seed``, ``trace``/``mix``,
+  ``error-scale``, ``gpus``, ``policy``), each (point, policy) run in parallel on ``N`` local
+  processes (default: the cores here) or on a Ray cluster, with a progress bar over the runs;
+  one table, one row per run in the axes' order, identical to a sequential sweep's.
 
 A thin shell like ``cli.py``: ``cli.py`` calls ``register(app, cli_module)`` at its end. Every
 input is checked before anything runs: an unknown policy, trace or GPU type, a count below 1, an
-output path that cannot be written, a multi-GPU gang with a parallel plan that the cluster's nodes
-can never hold prints one ``error:`` line and exits 2, and nothing is written. Output files are written atomically (temporary file + ``os.replace``).
+output path that cannot be written (the output files are reserved with
+:func:`gpucast.fileio.reserve_output` before the run starts), a multi-GPU gang with a parallel plan
+that the cluster's nodes can never hold prints one ``error:`` line and exits 2, and nothing is
+written. Output files are written atomically into the reserved temporary files (``os.replace``); a
+write failure after the run (a full disk) is one ``error:`` line, no half-written file.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
+
+from gpucast.fileio import discard, reserve_outputs
 
 BASELINE = "slot"
 
@@ -52,18 +62,6 @@ def parse_policies(text: str, known) -> list[str]:
     if not names:
         raise ValueError(f"--policies is empty; choose from {', '.join(known)}")
     return names
-
-
-def check_writable(path: Path, flag: str) -> None:
-    """Raise ValueError unless ``path`` can be created or replaced (its directory exists and is
-    writable, it is not a directory)."""
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise ValueError(f"{flag} {str(path)!r} is a directory")
-    if not parent.is_dir():
-        raise ValueError(f"{flag} {str(path)!r}: directory {str(parent)!r} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ValueError(f"{flag} {str(path)!r} is not writable")
 
 
 def comparison_table(summaries: list[dict], changes: list[dict], title: str):
@@ -132,40 +130,58 @@ def register(app: typer.Typer, cli) -> None:
                                                      "world: 'measured-pairs' (the co-location model fitted on "
                                                      "measured pairs of real scripts on a current GPU) or 'gavel' "
                                                      "(fitted on Gavel's K80/P100/V100 pairs; a sensitivity run). "
-                                                     "gpucast's policies always predict with gpucast's model.")
+                                                     "gpucast's policies always predict with gpucast's model."),
+                 sweep: Optional[List[str]] = typer.Option(
+                     None, "--sweep", metavar="AXIS=V1,V2,...",
+                     help="Sweep an axis (repeat for more; every combination runs, each under every policy): "
+                          "load=1,2,3 (offered load), seed=0,1,2, trace=gavel,philly-mix (alias mix), "
+                          "error-scale=0,0.5,1,2 (times the --error-sigma model), gpus=64,128, "
+                          "policy=slot,gpucast (instead of --policies). One table, one row per run; "
+                          "--json/--markdown write it (--report is per run: not with --sweep)."),
+                 workers: Optional[int] = typer.Option(None, "--workers",
+                                                       help="With --sweep: local worker processes (default: "
+                                                            "the cores here; 1: one after another in this "
+                                                            "process). Same results for any count."),
+                 ray_address: Optional[str] = typer.Option(None, "--ray-address",
+                                                           help="With --sweep: run the runs as tasks on this Ray "
+                                                                "cluster ('auto', 'host:port', 'ray://host:port', or "
+                                                                "'local' to start one here); its nodes need "
+                                                                "gpucast installed. Same results as locally."),
+                 markdown_out: Optional[Path] = typer.Option(None, "--markdown",
+                                                             help="With --sweep: write the table as Markdown here.")
                  ) -> None:
-        """Replay a job trace through scheduling policies on a simulated GPU cluster and compare them."""
+        """Replay a job trace through scheduling policies on a simulated GPU cluster and compare them.
+
+        With --sweep, run the simulation over every combination of the swept values, in parallel
+        (local processes, or a Ray cluster with --ray-address), and print one table:
+        gpucast simulate --mix philly-mix --gpus 128 --policies slot,gpucast --sweep load=1,2,3
+        --sweep seed=0,1,2,3 --workers 2 --markdown sweep.md
+        """
         import gpucast.cluster as cl
 
+        if sweep or workers is not None or ray_address is not None or markdown_out is not None:
+            return run_sweep(cli, sweep or [], trace=trace, gpus=gpus, gpu_type=gpu_type, gpus_per_node=gpus_per_node,
+                             policies=policies, seed=seed, error_sigma=error_sigma, limit=limit, load=load,
+                             report=report, json_out=json_out, markdown_out=markdown_out, env_file=env_file,
+                             colocation=colocation, workers=workers, ray_address=ray_address)
+
         def check():
-            if gpus < 1:
-                raise ValueError(f"--gpus must be at least 1, got {gpus}")
-            if gpus_per_node < 1:
-                raise ValueError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
-            if limit is not None and limit < 1:
-                raise ValueError(f"--limit must be at least 1, got {limit}")
-            if load is not None and not load > 0:
-                raise ValueError(f"--load must be > 0, got {load}")
-            from gpucast.cluster import errors
-
-            errors.parse(error_sigma)
-            from gpucast.cluster.timeshare import WORLDS
-
-            if colocation not in WORLDS:
-                raise ValueError(f"unknown --colocation {colocation!r}; choose from {', '.join(WORLDS)}")
+            check_base(gpus=gpus, gpus_per_node=gpus_per_node, limit=limit, load=load, error_sigma=error_sigma,
+                       colocation=colocation)
             names = parse_policies(policies, list(cl.POLICIES))
-            for path, flag in ((report, "--report"), (json_out, "--json")):
-                if path is not None:
-                    check_writable(path, flag)
-            if report is not None and json_out is not None and report.resolve() == json_out.resolve():
-                raise ValueError("--report and --json name the same file")
-            spec = cl.ClusterSpec.homogeneous(gpu_type, gpus, gpus_per_node=gpus_per_node)
-            env = cli._environment(env_file)
-            jobs = _load_trace(cl, trace, gpus, limit, load, env, cli.err)
-            check_gangs(cl, jobs, spec, names)
-            return names, spec, jobs, env
+            # Reserve the output files before any work: an unwritable one fails here, not after the run.
+            outs = reserve_outputs((report, "--report"), (json_out, "--json"))
+            try:
+                spec = cl.ClusterSpec.homogeneous(gpu_type, gpus, gpus_per_node=gpus_per_node)
+                env = cli._environment(env_file)
+                jobs = _load_trace(cl, trace, gpus, limit, load, env, cli.err)
+                check_gangs(cl, jobs, spec, names)
+            except BaseException:
+                discard(outs)
+                raise
+            return names, spec, jobs, env, outs
 
-        names, spec, jobs, env = cli._run(check)
+        names, spec, jobs, env, (report_out, json_file) = cli._run(check)
         from gpucast.cluster.truth import set_environment
 
         set_environment(env)
@@ -192,23 +208,30 @@ def register(app: typer.Typer, cli) -> None:
                          for i, r in enumerate(results))
         cli.console.print(f"wall time: {wall}; table times are hours of simulated time", highlight=False,
                           markup=False)
-        if json_out is not None:
-            from gpucast.fileio import atomic_write_text
+        def write_outputs():
+            # Into the files reserved before the run; a failure now (a full disk...) is one error line.
+            try:
+                if json_file is not None:
+                    from gpucast.fileio import atomic_write_text
 
-            by_policy = {c["policy"]: c for c in changes}
-            objs = []
-            for r, s in zip(results, summaries):
-                c = by_policy.get(s["policy"])
-                change = {k: v for k, v in c.items() if k not in ("policy", "vs")} if c else None
-                objs.append({**s, f"change_vs_{BASELINE}_pct": change, "wall_s": r.wall_s,
-                             "params": _jsonable(r.result.params)})
-            atomic_write_text(json_out, json.dumps(objs, indent=2, sort_keys=False) + "\n")
-            cli.err.print(f"wrote {json_out}", highlight=False, markup=False)
-        if report is not None:
-            from gpucast.cluster.report import write_report
+                    by_policy = {c["policy"]: c for c in changes}
+                    objs = []
+                    for r, s in zip(results, summaries):
+                        c = by_policy.get(s["policy"])
+                        change = {k: v for k, v in c.items() if k not in ("policy", "vs")} if c else None
+                        objs.append({**s, f"change_vs_{BASELINE}_pct": change, "wall_s": r.wall_s,
+                                     "params": _jsonable(r.result.params)})
+                    atomic_write_text(json_file, json.dumps(objs, indent=2, sort_keys=False) + "\n")
+                    cli.err.print(f"wrote {json_out}", highlight=False, markup=False)
+                if report_out is not None:
+                    from gpucast.cluster.report import write_report
 
-            write_report(report, [r.result for r in results], title=title)
-            cli.err.print(f"wrote {report}", highlight=False, markup=False)
+                    write_report(report_out, [r.result for r in results], title=title)
+                    cli.err.print(f"wrote {report}", highlight=False, markup=False)
+            finally:
+                discard((json_file, report_out))
+
+        cli._run(write_outputs)
 
 
 def check_gangs(cl, trace, spec, names) -> None:
@@ -283,6 +306,131 @@ def run_policies(cl, jobs, spec, names, console, **kwargs) -> list[_Run]:
     return out
 
 
+def check_base(*, gpus, gpus_per_node, limit, load, error_sigma, colocation) -> None:
+    """The options one run and a sweep share, checked before any work (ValueError: one line)."""
+    for v, flag in ((gpus, "--gpus"), (gpus_per_node, "--gpus-per-node"), (limit, "--limit")):
+        if v is not None and v < 1:
+            raise ValueError(f"{flag} must be at least 1, got {v}")
+    if load is not None and not load > 0:
+        raise ValueError(f"--load must be > 0, got {load}")
+    from gpucast.cluster import errors
+    from gpucast.cluster.timeshare import WORLDS
+
+    errors.parse(error_sigma)
+    if colocation not in WORLDS:
+        raise ValueError(f"unknown --colocation {colocation!r}; choose from {', '.join(WORLDS)}")
+
+
 def _jsonable(obj):
     """``obj`` with anything json cannot write turned into its string."""
     return json.loads(json.dumps(obj, default=str))
+
+
+def run_sweep(cli, specs, *, trace, gpus, gpu_type, gpus_per_node, policies, seed, error_sigma, limit, load,
+              report, json_out, markdown_out, env_file, colocation, workers, ray_address) -> None:
+    """``simulate --sweep``: check everything (axes, values, traces, gangs, output files) before
+    any run, then run the sweep (:mod:`gpucast.cluster.sweep`) with a progress bar and print,
+    and optionally write, its one table."""
+    import gpucast.cluster as cl
+    from gpucast.cluster import sweep as sw
+
+    def check():
+        if not specs:
+            raise ValueError("--workers, --ray-address and --markdown go with --sweep AXIS=V1,V2,...")
+        if report is not None:
+            raise ValueError("--report is one run's HTML report: with --sweep use --json or --markdown")
+        if workers is not None and workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {workers}")
+        if workers is not None and ray_address is not None:
+            raise ValueError("give --workers or --ray-address, not both (Ray places the runs on its cluster's CPUs)")
+        if ray_address is not None and not ray_address.strip():
+            raise ValueError("--ray-address is empty: give 'auto', 'host:port', 'ray://host:port' or 'local'")
+        check_base(gpus=gpus, gpus_per_node=gpus_per_node, limit=limit, load=load, error_sigma=error_sigma,
+                   colocation=colocation)
+        axes = sw.parse_axes(specs, list(cl.POLICIES))
+        names = axes.get("policy") or parse_policies(policies, list(cl.POLICIES))
+        outs = reserve_outputs((json_out, "--json"), (markdown_out, "--markdown"))
+        try:
+            if ray_address is not None:
+                connected[0] = sw.connect(ray_address.strip())   # an unreachable cluster fails before any work
+            for g in axes.get("gpus", [gpus]):
+                cl.ClusterSpec.homogeneous(gpu_type, g, gpus_per_node=gpus_per_node)
+            env = cli._environment(env_file)
+            base = sw.Base(trace=trace, gpus=gpus, gpu_type=gpu_type, gpus_per_node=gpus_per_node,
+                           policies=tuple(names), seed=seed, error_sigma=error_sigma, limit=limit, load=load,
+                           colocation=colocation, env=env)
+            pts = sw.points(base, axes)
+            with _bar(cli.err) as bar:
+                shared = sw.prepare(base, pts, progress=bar)
+            for key, tr in shared.traces.items():
+                check_gangs(cl, tr, sw._spec(base, key[1]), names)
+        except BaseException:
+            discard(outs)
+            raise
+        return axes, base, shared, outs
+
+    connected = [False]
+    try:
+        axes, base, shared, (json_file, md_file) = cli._run(check)
+        try:
+            with _bar(cli.err) as bar:
+                res = sw.run(base, axes, workers=workers, ray_address=ray_address and ray_address.strip(),
+                             progress=bar, shared=shared)
+        except BaseException:
+            discard((json_file, md_file))
+            raise
+    finally:
+        if connected[0]:
+            import ray
+
+            ray.shutdown()
+    es = shared.error_model
+    swept = ", ".join(f"{a} {'/'.join(sw._param(v) for v in vs)}" for a, vs in axes.items())
+    title = (f"gpucast simulate --sweep: {len(res.rows)} runs ({swept}) on {gpu_type}; base: trace {trace}, "
+             f"{gpus} GPUs, seed {seed}, load {'trace' if load is None else f'{load:g}'}, error sigma util "
+             f"{es.util:.3g} / memory {es.memory:.3g} / step {es.step:.3g}, co-location world {colocation}")
+    cli.console.print(sw.rich_table(res, title))
+    where = f"on Ray ({res.workers} CPUs)" if res.executor == "ray" else (
+        f"on {res.workers} local processes" if res.executor == "processes" else "one after another in this process")
+    cli.console.print(f"{len(res.rows)} runs {where} in {res.wall_s:.1f} s (sum of run times "
+                      f"{sum(res.point_wall_s):.1f} s); table times are hours of simulated time",
+                      highlight=False, markup=False)
+
+    def write_outputs():
+        try:
+            if json_file is not None:
+                json_file.write_text(json.dumps(sw.to_json(res), indent=2) + "\n")
+                cli.err.print(f"wrote {json_out}", highlight=False, markup=False)
+            if md_file is not None:
+                md_file.write_text(sw.markdown(res, title))
+                cli.err.print(f"wrote {markdown_out}", highlight=False, markup=False)
+        finally:
+            discard((json_file, md_file))
+
+    cli._run(write_outputs)
+
+
+class _bar:
+    """A rich progress bar on ``console`` as a ``progress(done, total, what)`` callback."""
+
+    def __init__(self, console):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=console, transient=True)
+        self.tasks: dict = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.tasks:  # started at the first report: an early error leaves no blank line
+            self.progress.__exit__(*exc)
+
+    def __call__(self, done, total, what):
+        if not self.tasks:
+            self.progress.__enter__()
+        task = self.tasks.get(what)
+        if task is None:
+            task = self.tasks[what] = self.progress.add_task(what, total=total)
+        self.progress.update(task, completed=done, total=total)

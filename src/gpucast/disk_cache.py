@@ -3,7 +3,9 @@
 A cold ``gpucast predict`` spends most of its seconds importing torch and capturing the graph; the
 answer for the same question is the same until something it depends on changes. This module stores
 each :class:`~gpucast.prediction.Prediction` as one JSON file and looks it up by a key, without
-importing torch (nor the estimator: a hit needs neither).
+importing torch (nor the estimator: a hit needs neither). It is gpucast's one prediction cache:
+``gpucast predict`` and the simulator's truth (:func:`gpucast.cluster.truth.predict_cached`) read
+and write the same entries (the same job, GPU and environment has one key, whoever asks).
 
 What the key covers (:func:`key`), a sha256 over:
 
@@ -20,18 +22,25 @@ What the key covers (:func:`key`), a sha256 over:
 * the run window (``window_s``) and the bytes of any other file that changes the answer (the CLI's
   ``--constants`` and ``--learned`` files).
 
+A Hugging Face job (``--hf-config config.json``) is keyed by the config's content (its canonical
+JSON is a field of the job): an edited file misses. Making the job checks the config's model type
+against transformers' list (and a named config, ``--hf-config bert``, takes its class's defaults),
+which :func:`remembered` keeps here too (``memo/hf-model-types.json``, ``memo/hf-defaults-<type>.json``,
+under a digest of the installed transformers' ``models/auto`` sources), so a hit imports neither
+torch nor transformers.
+
 What is never cached (:func:`cacheable`): module jobs (``--module``: the user's code builds the
 model) and jobs whose data names a dataset, collate function or environment (user code, measured
 on this CPU each time).
 
-Where (:func:`directory`): ``$GPUCAST_CACHE_DIR/predict``, else ``$XDG_CACHE_HOME/gpucast/predict``,
-else ``~/.cache/gpucast/predict``. ``GPUCAST_NO_CACHE=1`` (or ``GPUCAST_CACHE_DIR=off``, as for
-the simulator's cache in :mod:`gpucast.cluster.truth`) turns it off. Entries are written atomically
-(a temporary file in the same directory, then ``os.replace``), so concurrent writers of one key
-leave one whole entry; an entry that cannot be read, does not parse or names another key is a miss
-and is overwritten. The directory is pruned after each write to :data:`MAX_ENTRIES` files and
-:data:`MAX_BYTES`, least recently used first (a hit touches its file). A cache that cannot be read
-or written never fails a prediction: it is skipped.
+Where (:func:`root`, :func:`directory`): ``$GPUCAST_CACHE_DIR/predict``, else
+``$XDG_CACHE_HOME/gpucast/predict``, else ``~/.cache/gpucast/predict`` (remembered values in
+``memo/`` beside it). ``GPUCAST_NO_CACHE=1`` or ``GPUCAST_CACHE_DIR=off`` turns both off.
+Entries are written atomically (a temporary file in the same directory, then ``os.replace``), so
+concurrent writers of one key leave one whole entry; an entry that cannot be read, does not parse
+or names another key is a miss and is overwritten. The directory is pruned after each write to
+:data:`MAX_ENTRIES` files and :data:`MAX_BYTES`, least recently used first (a hit touches its
+file). A cache that cannot be read or written never fails a prediction: it is skipped.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ FORMAT = 1
 CACHE_DIR_ENV = "GPUCAST_CACHE_DIR"
 NO_CACHE_ENV = "GPUCAST_NO_CACHE"
 SUBDIR = "predict"
+MEMO_SUBDIR = "memo"
 MAX_ENTRIES = 2000  # ~4-8 KB each
 MAX_BYTES = 64 * 2**20
 DATA_FILES = ("environment_fit.json", "measured_error.json", "gpus.yaml", "timeshare_current.json")
@@ -58,18 +68,24 @@ _OFF = ("off", "0", "none", "false")
 _PACKAGE = Path(__file__).resolve().parent
 
 
-def directory() -> Path | None:
-    """Where entries live, or ``None`` when the cache is turned off (see the module docstring)."""
+def root() -> Path | None:
+    """The folder every gpucast disk cache lives under, or ``None`` when caching is turned off
+    (see the module docstring)."""
     if os.environ.get(NO_CACHE_ENV, "").strip().lower() not in ("", *_OFF):
         return None
-    root = os.environ.get(CACHE_DIR_ENV, "").strip()
-    if root.lower() in _OFF:
+    base = os.environ.get(CACHE_DIR_ENV, "").strip()
+    if base.lower() in _OFF:
         return None
-    if not root:
+    if not base:
         xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-        base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-        return base / "gpucast" / SUBDIR
-    return Path(root).expanduser() / SUBDIR
+        return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "gpucast"
+    return Path(base).expanduser()
+
+
+def directory() -> Path | None:
+    """Where prediction entries live, or ``None`` when the cache is turned off (see the module docstring)."""
+    where = root()
+    return None if where is None else where / SUBDIR
 
 
 def cacheable(job) -> bool:
@@ -176,6 +192,34 @@ def store(k: str, pred: Prediction) -> None:
         prune(path.parent)
     except (OSError, TypeError, ValueError):
         pass  # a read-only or full disk, or a value JSON cannot hold: no cache, same answer
+
+
+def remembered(name: str, parts, compute: Callable[[], object]):
+    """``compute()`` (a JSON value) kept on disk as ``<root>/memo/<name>.json`` under a digest of
+    ``parts`` (everything the value is a function of), so that another process gets it without
+    computing it; a stored value of other ``parts`` is recomputed and replaced. One file per
+    ``name`` (nothing to prune); a cache that is off, unreadable or unwritable just computes."""
+    where = root()
+    if where is None:
+        return compute()
+    k = _digest(_jsonable([FORMAT, name, parts]))
+    path = where / MEMO_SUBDIR / f"{name}.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("key") == k and "value" in doc:
+            return doc["value"]
+    except Exception:  # noqa: BLE001 - absent, unreadable, partial or foreign: recompute and overwrite
+        pass
+    value = compute()
+    from gpucast.fileio import atomic_write_text
+
+    try:
+        text = json.dumps({"format": FORMAT, "key": k, "value": value})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+    except (OSError, TypeError, ValueError):
+        pass
+    return value
 
 
 def prune(where: Path, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> int:

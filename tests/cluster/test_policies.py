@@ -202,3 +202,47 @@ def test_backfill_lets_the_fitting_front_of_the_queue_start_in_order():
     a, b, c = _QJob(2, 500.0), _QJob(1, 500.0), _QJob(2, 5.0)
     # a and b fit (3 free): both start, FIFO; c is not looked at before they have started
     assert p.order([a, b, c]) == [a, b]
+
+
+@pytest.mark.parametrize("name", ["gpucast", "oracle", "horus", "profiling"])
+def test_the_score_index_agrees_with_choose_gpu_and_shares_classes_by_score_key(name):
+    """The score index (classes of GPUs by what the score reads of their jobs) places a one-GPU
+    job where the pure rule does; observations that differ only in what the score does not read
+    (the workload's name here) share classes, and a policy that does not say what its score
+    reads (``score_key`` None) keeps one class per set of objects."""
+    import dataclasses
+
+    rng = random.Random(3)
+    source = "truth" if name == "oracle" else ("profiled" if name == "profiling" else "prediction")
+    kinds = [obs(util=u, mem=m * GB, lo=m * GB, hi=1.1 * m * GB, source=source)
+             for u, m in ((30.0, 2), (60.0, 3), (90.0, 5), (45.0, 1))]
+    twins = [dataclasses.replace(o, workload="twin") for o in kinds]   # equal but for the name
+    for _ in range(10):
+        p = make_policy(name)
+        n = 12
+        p.attach([gpu(i, node=i // 4) for i in range(n)])
+        state = [gpu(i, node=i // 4) for i in range(n)]
+        for _step in range(20):
+            o = rng.choice(kinds + twins)
+            expect, _ = choose_gpu(p, state, o)
+            got = p.place(_Job(o))
+            assert (got[0] if got else None) == expect
+            if got:
+                p.on_start(_Job(o), got)
+                g = state[got[0]]
+                state[got[0]] = GpuOccupancy(g.index, g.gpu_type, g.memory_bytes, g.node, g.jobs + (o,))
+        if p.score_key(kinds[0]) is not None:
+            assert all(p._eq(a) == p._eq(b) for a, b in zip(kinds, twins))
+        else:
+            assert all(p._eq(a) != p._eq(b) for a, b in zip(kinds, twins))
+
+
+def test_a_subclass_that_changes_the_score_is_keyed_by_identity():
+    from gpucast.cluster.policies.gpucast import GpucastPolicy
+
+    class Picky(GpucastPolicy):
+        def score(self, gpu, job):
+            return None if job.workload == "twin" else super().score(gpu, job)
+
+    assert Picky().score_key(obs()) is None
+    assert make_policy("gpucast").score_key(obs()) is not None

@@ -298,3 +298,31 @@ def test_the_array_solver_agrees_where_the_bound_holds_the_waits():
     s = timeshare.solve(arr("step_s"), arr("busy_s"), arr("gaps"), arr("mem_bound"), c, syncs=sy)
     for k, (a, b) in enumerate(pairs):
         assert slowdowns([a, b], c) == pytest.approx([s[0, k], s[1, k]], rel=1e-4)
+
+
+@pytest.mark.parametrize("world", ["measured-pairs", "gavel"])
+def test_the_fused_iteration_is_the_general_loop_to_the_last_bit(world):
+    # The simulator's digests (test_equivalence.py) rest on this: the fused pass of the "held"
+    # rule must do the general loop's arithmetic exactly, for two to four jobs of every kind
+    # (saturated, idle, many gaps, syncs, memory-bound, host-heavy), bound binding or not.
+    import random
+
+    rng = random.Random(7)
+    c = timeshare.WORLDS[world].with_(stretch="held")
+    checked = 0
+    for _ in range(1500):
+        n = rng.choice((2, 3, 4))
+        jobs = []
+        for _ in range(n):
+            step = rng.choice((0.01, 0.05, 0.2, 1.0)) * rng.uniform(0.5, 2.0)
+            busy = step * rng.choice((1.0, rng.uniform(0.0, 1.0), rng.uniform(0.9, 1.0), 0.02))
+            jobs.append(JobTimeline(step, busy, rng.choice((0.0, 1.0, 3.0, 40.0, rng.uniform(0, 200))),
+                                    rng.uniform(0, 1), rng.uniform(0, 0.1) * step,
+                                    rng.choice((None, 1.0, rng.uniform(0, 30)))))
+        jobs = tuple(jobs)
+        fused = timeshare._plain(jobs, c, "timeslice")
+        general = timeshare._plain(jobs, c, "timeslice", fused=False)
+        assert fused == general, jobs        # == on tuples of floats: bit for bit
+        assert all(x >= 1.0 for x in fused[0])
+        checked += 1
+    assert checked == 1500

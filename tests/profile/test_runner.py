@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import time
+import threading
 
 import pytest
 import torch
@@ -18,7 +18,7 @@ from gpucast import Job
 from gpucast.job import JobError
 from gpucast.profile.nvml import GpuUnavailable
 from gpucast.profile.runner import FAULT_ENV, PIPELINE_QUEUE_DEPTH, RunSpec, run_job
-from gpucast.profile.step import Step
+from gpucast.profile.step import SETTLE_MAX_S, Step
 from gpucast.profile.schema import COLUMNS
 
 FAST = dict(device="cpu", warmup_steps=1, window_s=0.15, min_window_steps=3, max_window_steps=50)
@@ -88,14 +88,17 @@ def test_window_respects_min_and_max_steps():
 
 def test_input_pipeline_makes_steps_at_least_that_long():
     job = Job("mlp-small", batch_size=8, input_pipeline_s=0.04)
-    row = run_job(RunSpec(job, device="cpu", warmup_steps=2, window_s=0.3, min_window_steps=4))
+    row = run_job(RunSpec(job, device="cpu", warmup_steps=2, window_s=0.3, min_window_steps=8))
     assert row["status"] == "ok" and row["input_pipeline_s"] == 0.04
-    # The window cannot outrun the loader by more than what it had queued (depth + the batch in
-    # flight): that holds on a loaded machine too, where single steps vary (a slow step lets the
-    # queue refill, the next ones drain it), so no single step's time is asserted.
+    # A floor the loader's sleeps set, whatever the load (nothing here can make it faster): the
+    # window's n steps took n batches; at most the queue's depth, the batch the producer held and
+    # the one it was making were not made inside the window, and the producer makes one batch at a
+    # time, sleeping until 0.04 s after it began. So the window (first step's start to the last
+    # one's end, gaps between steps included) lasts at least 0.04 s for each other batch. No single
+    # step's time is asserted (a slow step lets the queue refill, the next ones drain it).
     n = row["window_steps"]
-    assert n >= 4
-    assert row["step_time_mean_s"] * n >= 0.04 * 0.95 * (n - PIPELINE_QUEUE_DEPTH - 1)
+    assert n >= 8
+    assert row["window_s"] >= 0.04 * (n - PIPELINE_QUEUE_DEPTH - 2)
 
 
 def test_infer_and_amp_modes_run():
@@ -168,17 +171,55 @@ def test_runspec_json_round_trip_and_validation():
         RunSpec(module_job).to_dict()
 
 
+def _gated_step(hold_from: int, clock):
+    """A step whose emulated loader is paced by a gate, not wall time: it prefetches batches
+    ``0 .. hold_from - 1`` at once, then makes the next only after a step found its queue empty
+    (``Pipeline.starved``), or never if ``hold_from`` is None. ``full`` is set once the queue
+    holds its depth (the producer then holds one more batch)."""
+    full = threading.Event()
+    step = None
+
+    def pace(i, rest_s):
+        if i == PIPELINE_QUEUE_DEPTH:  # batches 0 .. depth-1 are in the queue
+            full.set()
+        if hold_from is not None and i >= hold_from:
+            p = step.pipeline  # set: batch hold_from is only built after a step took one
+            while not (p.starved.wait(0.05) or p.stopped.is_set()):
+                pass
+        elif hold_from is None and i > PIPELINE_QUEUE_DEPTH:
+            step.pipeline.stopped.wait()
+
+    step = Step(Job("mlp-small", batch_size=8, input_pipeline_s=0.1), torch.device("cpu"),
+                pace=pace, clock=clock)
+    assert full.wait(60)  # a bounded wait for the producer thread (any load), nothing timed
+    assert step.pipeline.queue.qsize() == PIPELINE_QUEUE_DEPTH
+    return step
+
+
 def test_settle_drains_the_loaders_prefetched_backlog():
     # The emulated loader fills its queue while the model is built and warmed up; those batches
-    # are not steady state. settle() steps until a step had to wait for its batch.
-    # a loader far slower than the step on any machine (0.1 s a batch), so the backlog always drains
-    step = Step(Job("mlp-small", batch_size=8, input_pipeline_s=0.1), torch.device("cpu"))
+    # are not steady state. settle() steps until a step had to wait for its batch. The loader is
+    # held at a gate after its backlog (depth + the batch it holds), and settle's time bound reads
+    # a clock that does not move, so the outcome does not depend on the machine's speed or load.
+    backlog = PIPELINE_QUEUE_DEPTH + 1
+    step = _gated_step(backlog, clock=lambda: 0.0)
     try:
-        deadline = time.monotonic() + 10.0   # the producer fills the queue (bounded wait, any load)
-        while step.pipeline.queue.qsize() < PIPELINE_QUEUE_DEPTH and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert step.pipeline.queue.qsize() == PIPELINE_QUEUE_DEPTH
         n = step.settle()
-        assert step.pipeline.waited and n >= PIPELINE_QUEUE_DEPTH
+        assert step.pipeline.waited
+        # it stepped through the queued batches; the step that waited was the one after the
+        # backlog, or the one taking the held batch if the producer had not queued it yet
+        assert backlog <= n <= backlog + 1
+        assert step.pipeline.error is None
+    finally:
+        step.close()
+
+
+def test_settle_stops_at_its_time_bound():
+    # a loader that never runs dry within the bound: settle() stops at SETTLE_MAX_S of its clock
+    reads = iter(range(100))
+    step = _gated_step(None, clock=lambda: 0.4 * SETTLE_MAX_S * next(reads))
+    try:
+        n = step.settle()   # the clock reads 0, 0.4, 0.8 of the bound (a step each), then 1.2: stop
+        assert n == 2 and not step.pipeline.waited
     finally:
         step.close()

@@ -163,17 +163,15 @@ def test_run_suite_appends_resumes_and_compacts(tmp_path, cpu_workers, capsys):
 
 
 def test_solo_runs_share_one_worker_process(tmp_path, cpu_workers, capsys):
-    """N solo configurations take one worker start, not N: the whole call is far shorter than N
-    process starts (each one measured here: interpreter, torch, torchvision, transformers)."""
+    """N solo configurations take one worker start, not N (counted, not timed: how much time
+    that saves depends on the machine's load)."""
     jobs = [Job(model="mlp-small", batch_size=b) for b in (2, 4, 8)] + [Job(model="a2c-mlp", batch_size=b)
                                                                         for b in (4, 8)]
     plan = [Config((j,), "sweep") for j in jobs]
     res = run_suite(tmp_path, budget_s=200, plan=plan, backend=cpu_workers, **{**FAST, "progress": True})
     assert (res.measured, res.statuses, res.stopped) == (len(plan), {"ok": len(plan)}, "done")
     assert res.worker_starts == 1 and len(res.worker_start_s) == 1
-    start_s = res.worker_start_s[0]
-    assert start_s > 0.5  # importing torch alone takes longer than that
-    assert res.elapsed_s < 0.5 * len(plan) * start_s, (res.elapsed_s, start_s)
+    assert res.worker_start_s[0] > 0
     rows = Dataset(tmp_path / "dataset").rows()
     assert [r["job_key"] for r in rows] == [j.key for j in jobs]
     assert "solo worker: 1 process(es)" in capsys.readouterr().err
@@ -191,8 +189,8 @@ def test_run_cut_by_the_budget_is_not_recorded(tmp_path, cpu_workers):
     # and a timeout caused by the time box says nothing about the job, so no row is written
     res = run_suite(tmp_path, budget_s=2.0, plan=[Config((TINY,), "sweep")], backend=cpu_workers,
                     first_guess_s=(0.1, 0.1), device="cpu", warmup_steps=1, window_s=5.0, progress=False)
+    # no row: the run was cut (its window alone is longer than the budget), whatever the load
     assert (res.measured, res.rows, res.stopped) == (0, 0, "budget")
-    assert res.elapsed_s < 10
     assert Dataset(tmp_path / "dataset").parts() == []
 
 

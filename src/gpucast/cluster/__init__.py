@@ -10,7 +10,8 @@ policy is told), ``errors`` (the truth's error per quantity), ``timeshare`` (job
 GPU from their timelines; ``timeshare_fit`` fits it), ``interference`` (Gavel's measured pairs and
 the utilization-only baseline), ``policies/`` (one file per policy), ``gangs`` (multi-GPU jobs with a parallel
 plan, placed by node), ``result`` (the output contract), ``spec`` (the cluster),
-``gavel`` (Gavel's packaged data and job-type mapping).
+``gavel`` (Gavel's packaged data and job-type mapping), ``sweep`` (many runs over a grid of
+loads, seeds, traces and error scales, on local processes or Ray: ``gpucast simulate --sweep``).
 """
 
 from __future__ import annotations

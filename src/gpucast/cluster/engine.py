@@ -68,7 +68,13 @@ keeps 100,000 jobs on 2,048 GPUs fast without changing a single float of the res
   ``done`` and finish time are recomputed at each change, as the arithmetic above requires);
 * superseded finish events are dropped from the heap in bulk once it has grown to three times
   its last compacted size (at least 4,096), which leaves the order of the other events as it was;
-* placement is indexed by the policy (``policies/base.py``): no per-GPU Python loop.
+* placement is indexed by the policy (``policies/base.py``): no per-GPU Python loop; GPUs whose
+  jobs a policy's score cannot tell apart share one entry of the index (``Policy.score_key``);
+* the queue's head is found in O(1) (an ``OrderedDict``: a dict's first entry is found by
+  skipping the holes that jobs leaving from its front left behind, O(queue) on a long queue);
+* the co-location solves (:mod:`gpucast.cluster.timeshare`) are remembered per set of job
+  timelines, and the iteration of the rule both worlds use is one fused pass per round, the same
+  float operations in the same order.
 
 The out-of-memory check belongs to a placement: it carries the job's placement number
 (``seq``), not its rate version, so re-rates of the job before the check (another job arriving
@@ -80,7 +86,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from itertools import chain, islice
 
 from gpucast.cluster import gangs
@@ -192,8 +198,11 @@ class Simulator(GpuRates):
             self.jobs.append(SimJob(i, tj, prof))
         if any(j.node_gpus for j in self.jobs):
             gangs.check([j.tj for j in self.jobs], Counter(self.gnode[:self.n - npool]).values())
-        self.queue: dict[int, SimJob] = {}
-        self.requeued: dict[int, SimJob] = {}
+        # Waiting jobs in arrival order. OrderedDicts, not dicts: jobs leave from the front, and a
+        # plain dict keeps the holes they leave until it next grows, so finding its first entry
+        # (every scheduling pass) costs O(jobs that left) on a long queue; an OrderedDict's is O(1).
+        self.queue: OrderedDict[int, SimJob] = OrderedDict()
+        self.requeued: OrderedDict[int, SimJob] = OrderedDict()
         self.finished = 0
 
     # ------------------------------------------------------------------ truth and observations

@@ -171,8 +171,17 @@ def shared_slowdowns(timelines: Sequence, job_types: Sequence[str | None] | None
     Pass ``None`` as a job type for a job that is not a single-GPU Gavel job."""
     from gpucast.cluster import timeshare
 
-    if len(timelines) == 2 and job_types is not None and gpu is not None and None not in job_types:
+    m = measured_pair(len(timelines), job_types, gpu)
+    if m is not None:
+        return m
+    return timeshare.slowdowns(timelines, timeshare.world())
+
+
+def measured_pair(n: int, job_types: Sequence[str | None] | None, gpu: str | None) -> list[float] | None:
+    """The measured slowdowns :func:`shared_slowdowns` answers with for ``n`` jobs of these
+    types on ``gpu``, or ``None`` where it answers with the co-location model."""
+    if n == 2 and job_types is not None and gpu is not None and None not in job_types:
         m = measured_pair_slowdowns(gpu).get((job_types[0], job_types[1]))
         if m is not None:
             return [m[0], m[1]]
-    return timeshare.slowdowns(timelines, timeshare.world())
+    return None

@@ -139,11 +139,16 @@ class GpuRates:
         utils = [b.util_pct for b in bs]
         types = ([x.prof.job_type if x.gpus == 1 else None for x in jobs] if len(jobs) == 2 else None)
         tls = [b.timeline() for b in bs]
-        s = interference.shared_slowdowns(tls, types, gt)
+        # interference.shared_slowdowns, with the co-location model solved once for the
+        # slowdowns and NVML's reading both (timeshare.slowdowns and timeshare.gpu_util_pct)
+        sd_model, want = timeshare._solve(tls, timeshare.world(), "timeslice")
+        model = list(sd_model)
+        s = interference.measured_pair(len(tls), types, gt)
+        if s is None:
+            s = model
         rs = tuple([1.0 / (b.step_time_s * sd) for b, sd in zip(bs, s)])
-        w = timeshare.world()
-        if s == timeshare.slowdowns(tls, w):   # the co-location model: NVML's reading of the shared GPU
-            return rs, timeshare.gpu_util_pct(tls, w)
+        if s == model:   # the co-location model: NVML's reading of the shared GPU
+            return rs, timeshare._util_pct(tls, sd_model, want)
         return rs, min(100.0, sum([u / sd for u, sd in zip(utils, s)]))   # a measured pair
 
     def _record(self, t):

@@ -344,8 +344,15 @@ def _solve(jobs: Sequence[JobTimeline], c: Constants, mode: str) -> tuple[tuple,
 def _cached(jobs: tuple, c: Constants, mode: str) -> tuple:
     """One GPU's slowdowns and each job's share of its shared step spent wanting the GPU
     (bursts and waits), remembered (a simulation asks for the same few job sets again and
-    again): :func:`solve`'s iteration in plain Python, which for two to four jobs is ten times
-    faster than numpy's (tests check the two agree)."""
+    again): :func:`_plain`."""
+    return _plain(jobs, c, mode)
+
+
+def _plain(jobs: tuple, c: Constants, mode: str, fused: bool = True) -> tuple:
+    """:func:`solve`'s iteration in plain Python, which for two to four jobs is ten times faster
+    than numpy's (tests check the two agree); ``fused``: time slices with the "held" stretch take
+    :func:`_iterate_held`, the same arithmetic in fewer passes (``False``: the general loop, which
+    tests compare it with)."""
     if mode not in ("timeslice", "mps"):
         raise ValueError(f"unknown sharing mode {mode!r} (timeslice, mps)")
     n = len(jobs)
@@ -369,6 +376,8 @@ def _cached(jobs: tuple, c: Constants, mode: str) -> tuple:
     hs = list(act)          # the held shares of the shared steps (stretch "held"), damped like act
     rng = range(n)
     bw = c.bandwidth
+    if ts and by_held and fused:
+        return _iterate_held(n, step, busy, waits, m, host_new, act, ratio, cost, new, want, hs, bw)
     for _ in range(_ITERATIONS):
         amsum = sum([a * q for a, q in zip(act, m)])
         run_share = hs if by_held else act
@@ -414,6 +423,74 @@ def _cached(jobs: tuple, c: Constants, mode: str) -> tuple:
             nhs = [b / t for b, t in zip(busy, new)]
             done = done and max(abs(x - y) for x, y in zip(nhs, hs)) < _TOLERANCE
             hs = [0.5 * (x + y) for x, y in zip(nhs, hs)]
+        if done:
+            break
+    return tuple(max(1.0, t / s) for t, s in zip(new, step)), tuple(want)
+
+
+def _iterate_held(n, step, busy, waits, m, host_new, act, ratio, cost, new, want, hs, bw) -> tuple:
+    """:func:`_cached`'s iteration for time slices with the "held" stretch (both worlds the
+    simulator runs in), fused into one pass over the jobs per round: every float operation of the
+    general loop, in the same order on the same operands, so the result is the same to the last
+    bit (``tests/cluster/test_timeshare.py`` compares the two); only repeated products
+    (``act * m``, ``act * cost``, ``bandwidth * m``) are computed once per round and read back."""
+    bwm = [bw * q for q in m]
+    rng = range(n)
+    cap = _HELD_CAP
+    tol = _TOLERANCE
+    act, hs = list(act), list(hs)        # updated in place below, one job at a time
+    am = [a * q for a, q in zip(act, m)]
+    pk = [a * k for a, k in zip(act, cost)]
+    fr = [1.0 - a if a < 1.0 else 0.0 for a in act]
+    for _ in range(_ITERATIONS):
+        amsum = sum(am)
+        asum = sum(hs)
+        psum = sum(pk)
+        if n == 2:
+            others_free = (fr[1], fr[0])
+        else:
+            pre, suf = [1.0] * n, [1.0] * n
+            for k in range(1, n):
+                pre[k] = pre[k - 1] * fr[k - 1]
+                suf[n - 1 - k] = suf[n - k] * fr[n - k]
+            others_free = [x * y for x, y in zip(pre, suf)]
+        hsum = asum
+        done = True
+        # Job i reads the round's sums (above) and only its own entries of act, hs, am, pk and
+        # fr, so each is replaced by its next round's value as soon as job i is done with it.
+        for i in rng:
+            hsi = hs[i]
+            thrash = 1.0 + bwm[i] * (amsum - am[i])
+            bi = busy[i]
+            burst = bi * (1.0 + asum - hsi) * thrash
+            sw = 1.0 + ratio * (1.0 - others_free[i])
+            burst *= sw
+            wait = waits[i] * (psum - pk[i])
+            hn = host_new[i]
+            t = hn + burst + wait
+            w = (burst + wait) / t
+            held = hsum - hsi
+            if cap < held:
+                held = cap
+            bound = (hn + bi * thrash * sw) / (1.0 - held)
+            if t > bound:
+                t = bound
+                w = (t - hn) / t
+            new[i] = t
+            want[i] = 1.0 if not w < 1.0 else w
+            x = burst / t
+            if not x < 1.0:
+                x = 1.0
+            ai = act[i]
+            h = bi / t
+            if done and not (abs(x - ai) < tol and abs(h - hsi) < tol):
+                done = False
+            a = 0.5 * (x + ai)
+            act[i] = a
+            hs[i] = 0.5 * (h + hsi)
+            am[i] = a * m[i]
+            pk[i] = a * cost[i]
+            fr[i] = 1.0 - a if a < 1.0 else 0.0
         if done:
             break
     return tuple(max(1.0, t / s) for t, s in zip(new, step)), tuple(want)
@@ -505,13 +582,19 @@ def gpu_util_pct(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: 
     """What NVML reports for the shared GPU (percent): the time its kernels run (:func:`held_pct`)
     plus the common idle time the counter's tick misses (:func:`gpucast.estimate.nvml.combined_reported`:
     each job's short gaps, independent phases)."""
-    from gpucast.estimate.nvml import combined_reported, idle_visible
-
     if len(jobs) == 1:
         return 100.0 * jobs[0].reported
     if not jobs:
         return 0.0
     sd, want = _solve(jobs, c if c is not None else _ACTIVE[0], mode)
+    return _util_pct(jobs, sd, want)
+
+
+def _util_pct(jobs: Sequence[JobTimeline], sd, want) -> float:
+    """:func:`gpu_util_pct` of two or more jobs from their solve (``_solve``'s slowdowns and
+    shares of time wanting the GPU)."""
+    from gpucast.estimate.nvml import combined_reported, idle_visible
+
     held = [j.util / s for j, s in zip(jobs, sd)]
     seen = [idle_visible(j.step_s * s, w, j.hidden_s) for j, s, w in zip(jobs, sd, want)]
     return 100.0 * combined_reported(held, seen)

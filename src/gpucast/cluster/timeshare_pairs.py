@@ -101,13 +101,13 @@ def predicted_timelines(solos: Sequence[Solo], env=None, progress: Callable | No
     """Each solo run's timeline from gpucast's prediction alone (nothing measured): the
     prediction's step time, NVML reading, held share, idle gaps, syncs and memory-bound share, as
     gpucast's policies are told a job (:meth:`~gpucast.cluster.behaviour.Observation.from_prediction`)."""
-    import gpucast
+    from gpucast.api import predict
     from gpucast.cluster.timeshare import mem_bound_share
 
     out = {}
     uniq = {s.key: s for s in solos}
     for i, s in enumerate(uniq.values()):
-        p = gpucast.predict(s.job, s.gpu, env=env)
+        p = predict(s.job, s.gpu, env=env)
         out[s.key] = JobTimeline.from_util(p.gpu_util_pct, p.step_time_s, float(max(p.gpu_idle_gaps, 0)),
                                            mem_bound_share(p), p.gpu_held_pct, float(p.gpu_syncs))
         if progress:

@@ -37,28 +37,18 @@ prediction with its intervals (``"prediction"``), the measured truth after profi
 Predictions are computed once per distinct (job fields, GPU type) in the process
 (:func:`predict_cached`), so a 100,000-job trace over 30 job types costs 30 predictions per GPU
 type, and kept **on disk between runs** so that a repeated ``gpucast simulate`` skips them (about
-a second each). The disk cache:
-
-* lives in ``$GPUCAST_CACHE_DIR/predictions`` (``~/.cache/gpucast/predictions`` when the variable
-  is unset; ``GPUCAST_CACHE_DIR=off`` turns it off);
-* holds one small JSON file per entry, keyed by the job's ``Job.key``, the GPU type, gpucast's
-  model version (``analytic-<version>``) and a fingerprint (size and modification time) of
-  gpucast's own source and data files outside ``cluster/``, ``service/``, ``integrations/`` and
-  the CLI, so that editing the model invalidates it even without a version bump;
-* is written atomically (a temporary file, then a rename), and an entry that cannot be read,
-  does not parse or names another key is ignored and recomputed; a cache that cannot be written
-  is skipped silently. Nothing else is cached on disk (truth, the error model and observations are
-  recomputed every run).
+a second each): in :mod:`gpucast.disk_cache`, the cache ``gpucast predict`` keeps (one format,
+one directory, one size bound; its module docstring says what the key covers and where it lives;
+``GPUCAST_CACHE_DIR=off`` or ``GPUCAST_NO_CACHE=1`` turns it off). A job simulated on a GPU type
+with the default environment has the key ``gpucast predict JOB --gpu TYPE`` has, so either
+answers the other. Nothing else is cached on disk (truth, the error model and observations are
+recomputed every run).
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -75,7 +65,6 @@ DEFAULT_MEASUREMENTS_DIR = Path(__file__).resolve().parents[3] / "data" / "measu
 # ----------------------------------------------------------------------------- predictions
 
 _PRED_CACHE: dict[tuple, Estimate] = {}
-CACHE_DIR_ENV = "GPUCAST_CACHE_DIR"
 
 
 # The environment every simulated prediction uses (``gpucast simulate --env``; None: the default)
@@ -100,117 +89,43 @@ def _model_version() -> str:
 
 def predict_cached(profile: Profile, gpu: str) -> Estimate:
     """``gpucast.predict`` once per (job fields, GPU type, environment) in this process, and across
-    processes through the disk cache (see the module docstring)."""
+    processes through gpucast's disk cache of predictions (see the module docstring)."""
     key = (profile.fields or (profile.workload, profile.batch_size, profile.precision), gpu, _model_version())
     est = _PRED_CACHE.get(key)
     if est is None:
-        import gpucast
-
-        job = profile.job()
-        disk = _disk_entry(job, gpu)
-        est = _disk_read(disk)
-        if est is None:
-            from gpucast.cluster.timeshare import mem_bound_share
-
-            p = gpucast.predict(job, gpu, env=_ENVIRONMENT)
-            est = Estimate(p.gpu_util_pct, tuple(p.gpu_util_interval), float(p.memory_peak_bytes),
-                           tuple(float(x) for x in p.memory_interval), p.step_time_s,
-                           tuple(p.step_time_interval), float(p.gpu_busy_s), float(p.gpu_idle_gaps),
-                           mem_bound_share(p), float(p.gpu_held_pct), float(p.gpu_syncs))
-            _disk_write(disk, est)
-        _PRED_CACHE[key] = est
+        est = _PRED_CACHE[key] = _estimate(_prediction(profile.job(), gpu))
     return est
 
 
+def _prediction(job, gpu: str):
+    """``job``'s prediction on ``gpu`` in the simulator's environment: read from
+    :mod:`gpucast.disk_cache` where it holds one (the key ``gpucast predict`` uses for the same
+    job, GPU and environment), else computed and stored there."""
+    from gpucast.api import predict
+    from gpucast import disk_cache
+    from gpucast.hardware import get_gpu
+
+    env = _ENVIRONMENT
+    (p,) = disk_cache.predictions(job, [get_gpu(gpu)], lambda spec: predict(job, gpu, env=env), env)
+    return p
+
+
+def _estimate(p) -> Estimate:
+    """What the simulator keeps of a prediction."""
+    from gpucast.cluster.timeshare import mem_bound_share
+
+    return Estimate(p.gpu_util_pct, tuple(p.gpu_util_interval), float(p.memory_peak_bytes),
+                    tuple(float(x) for x in p.memory_interval), p.step_time_s,
+                    tuple(p.step_time_interval), float(p.gpu_busy_s), float(p.gpu_idle_gaps),
+                    mem_bound_share(p), float(p.gpu_held_pct), float(p.gpu_syncs))
+
+
 def prediction_cache_dir() -> Path | None:
-    """The directory of the disk cache of predictions, or ``None`` when it is turned off."""
-    v = os.environ.get(CACHE_DIR_ENV)
-    if v is None or not v.strip():
-        return Path.home() / ".cache" / "gpucast" / "predictions"
-    if v.strip().lower() in ("off", "0", "none", "false"):
-        return None
-    return Path(v).expanduser() / "predictions"
+    """The directory of the disk cache of predictions (:func:`gpucast.disk_cache.directory`), or
+    ``None`` when it is turned off."""
+    from gpucast import disk_cache
 
-
-@functools.lru_cache(maxsize=1)
-def _code_fingerprint() -> str:
-    """Size and mtime of gpucast's source and data files that can change a prediction."""
-    import gpucast
-
-    root = Path(gpucast.__file__).resolve().parent
-    h = hashlib.sha256()
-    for f in sorted(root.rglob("*")):
-        rel = f.relative_to(root)
-        if (f.suffix not in (".py", ".yaml", ".yml", ".json", ".toml", ".csv")
-                or rel.parts[0] in ("cluster", "service", "integrations") or rel.parts[0].startswith("cli")):
-            continue
-        try:
-            st = f.stat()
-        except OSError:
-            continue
-        h.update(f"{rel.as_posix()}:{st.st_size}:{st.st_mtime_ns};".encode())
-    return h.hexdigest()[:16]
-
-
-def _disk_entry(job, gpu: str) -> tuple[Path, str] | None:
-    """(file, key) of a job's cached prediction on ``gpu``; ``None`` if the cache is off."""
-    root = prediction_cache_dir()
-    if root is None:
-        return None
-    try:
-        key = f"{job.key}|{gpu}|{_model_version()}|{_code_fingerprint()}"
-    except Exception:  # noqa: BLE001 - no key, no cache: predict as usual
-        return None
-    return root / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json", key
-
-
-_EST_FIELDS = ("util_pct", "util_interval", "memory_bytes", "memory_interval", "step_time_s", "step_time_interval",
-               "busy_s", "gaps", "mem_bound", "held_pct", "syncs")
-
-
-def _disk_read(entry) -> Estimate | None:
-    if entry is None:
-        return None
-    path, key = entry
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-        if d.get("key") != key:
-            return None
-        e = d["estimate"]
-        vals = [tuple(e[k]) if k.endswith("interval") else e[k] for k in _EST_FIELDS]
-        if (not all(isinstance(v, (int, float)) for v in vals[0:6:2] + vals[6:9])
-                or not all(v is None or isinstance(v, (int, float)) for v in vals[9:])
-                or not all(len(v) == 2 for v in vals[1:6:2])):
-            return None
-        return Estimate(*vals)
-    except Exception:  # noqa: BLE001 - unreadable, partial or foreign: recompute
-        return None
-
-
-def _disk_write(entry, est: Estimate) -> None:
-    if entry is None:
-        return
-    path, key = entry
-    try:
-        text = json.dumps({"key": key, "estimate": {k: getattr(est, k) for k in _EST_FIELDS}})
-    except (TypeError, ValueError):
-        return
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError:
-        pass  # a read-only or full disk: no cache, same results
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+    return disk_cache.directory()
 
 
 def _load_measured(root: Path | None) -> dict[tuple[str, str], dict]:

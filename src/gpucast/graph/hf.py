@@ -8,7 +8,10 @@
   that class's defaults (``to_diff_dict``), which are the architecture's reference size.
 
 A string that is neither (e.g. a hub id like ``org/model``) is an error: gpucast never
-downloads. ``transformers_version`` and ``_name_or_path`` are dropped, so a config's key does
+downloads. The list of model types and a named class's defaults come from transformers once per
+installed version: they are remembered in gpucast's disk cache (:func:`_remembered`), so making a
+job from a config (and a ``gpucast predict`` answered from the prediction cache) imports neither
+transformers nor torch. ``transformers_version`` and ``_name_or_path`` are dropped, so a config's key does
 not change with the library version that wrote it.
 
 ``factories(job)`` builds the model class the config names in ``architectures`` (the first one
@@ -41,10 +44,68 @@ _WHISPER_FRAMES = 3000  # 30 s of 10 ms log-mel frames (Whisper's fixed input)
 _ATTN = "gpucast_sdpa"
 
 
-def _model_types() -> dict[str, str]:
+def _import_model_types() -> dict[str, str]:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     return dict(CONFIG_MAPPING_NAMES)
+
+
+def _auto_digest() -> str | None:
+    """A digest of transformers' version and of the sources of its ``models/auto`` package (where
+    the model types are listed), found without importing transformers; None if not found."""
+    import hashlib
+    import importlib.util
+    from importlib import metadata
+
+    try:
+        spec = importlib.util.find_spec("transformers")
+        where = Path(next(iter(spec.submodule_search_locations))) / "models" / "auto"
+        h = hashlib.sha256(f"transformers=={metadata.version('transformers')}\0".encode())
+        files = sorted(where.glob("*.py"))
+        for f in files:
+            h.update(f"{f.name}\0".encode() + f.read_bytes())
+    except (ImportError, AttributeError, TypeError, StopIteration, OSError, ValueError, metadata.PackageNotFoundError):
+        return None
+    return h.hexdigest() if files else None
+
+
+_TYPES: dict[str, str] | None = None
+_DIGEST: list = []  # [the digest of _auto_digest()] once computed
+
+
+def _remembered(name: str, compute):
+    """``compute()``, kept in gpucast's disk cache (:func:`gpucast.disk_cache.remembered`) under a
+    digest of the installed transformers' sources; computed each time where none is found."""
+    if not _DIGEST:
+        _DIGEST.append(_auto_digest())
+    if _DIGEST[0] is None:
+        return compute()
+    from gpucast import disk_cache
+
+    return disk_cache.remembered(name, _DIGEST[0], compute)
+
+
+def _model_types() -> dict[str, str]:
+    """The model types transformers knows (``bert`` -> ``BertConfig``). Importing transformers to
+    list them takes seconds (it imports torch), so the list is remembered on disk
+    (:func:`_remembered`): a config file asked about again is checked, keyed and answered from the
+    prediction cache without importing transformers."""
+    global _TYPES
+    if _TYPES is None:
+        _TYPES = dict(_remembered("hf-model-types", _import_model_types))
+    return _TYPES
+
+
+def _import_defaults(model_type: str) -> dict:
+    import transformers
+
+    return transformers.AutoConfig.for_model(model_type).to_diff_dict()
+
+
+def _defaults(model_type: str) -> dict:
+    """The config class's defaults of a known ``model_type`` (remembered on disk as the list of
+    types is, so ``--hf-config bert`` asked again imports no transformers either)."""
+    return dict(_remembered(f"hf-defaults-{model_type}", lambda: _import_defaults(model_type)))
 
 
 def _unknown(name: str) -> JobError:
@@ -77,10 +138,7 @@ def resolve_config(config) -> dict:
         model_type = config if config in types else by_class.get(config)
         if model_type is None:
             raise _unknown(config)
-        import transformers
-
-        cfg = transformers.AutoConfig.for_model(model_type)
-        data = cfg.to_diff_dict()
+        data = _defaults(model_type)
         data["model_type"] = model_type
         return _check(data, config)
     try:

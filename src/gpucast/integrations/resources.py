@@ -34,7 +34,7 @@ import math
 from dataclasses import asdict, dataclass
 
 # Margin over predicted utilization, percentage points. The analytic model's utilization
-# interval on zoo models spans about +-10 points around the point value (README accuracy section).
+# interval on zoo models spans about +-10 points around the point value (docs/accuracy.md).
 UTIL_MARGIN_PCT = 10.0
 # Extra memory over the upper end of the predicted interval (fraction of it).
 MEMORY_HEADROOM = 0.10

@@ -9,7 +9,7 @@ of :mod:`gpucast.learn.rows`): gpucast jobs, each with the loader and loop its s
   CUDA modules eagerly because the smallest model's process shows 1,451 MiB, which a lazily
   loaded context (~0.5 GiB) cannot explain.
 * Gavel's solo throughputs (``gavel/simulation_throughputs.json``, K80/P100/V100), mapped to zoo
-  jobs by :data:`gpucast.cluster.gavel.MAPPING`, with each job type's real loader (below, from
+  jobs by :data:`gpucast.gavel.MAPPING`, with each job type's real loader (below, from
   Gavel's ``workloads/pytorch`` scripts as the mapping's evidence describes them). Group: the job
   type.
 
@@ -60,7 +60,7 @@ def mlp_records(path: str | Path, limit: int | None = None) -> list[dict]:
 
 def gavel_records(path: str | Path) -> list[dict]:
     """Gavel's solo, single-GPU throughputs as measured-row records (job spec JSON, step time)."""
-    from gpucast.cluster.gavel import MAPPING, job_fields, solo_throughputs, split_job_type
+    from gpucast.gavel import MAPPING, job_fields, solo_throughputs, split_job_type
     from gpucast.job import Job
 
     out = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpucast.cluster.gavel import GAVEL_SURROUNDINGS  # noqa: F401  (re-exported for tests)
+from gpucast.gavel import GAVEL_SURROUNDINGS  # noqa: F401  (re-exported for tests)
 from gpucast.learn.rows import MeasuredRow, from_records
 from gpucast.learn.shared_records import (MLP_DATA, MLP_LOOP, MLP_STACK, gavel_records,  # noqa: F401
                                           mlp_records, mlp_records_of)

@@ -95,7 +95,7 @@ class HostProbe:
     def document(self, label: str | None = None) -> dict:
         """An environment file (format 1, over the default constants) with this probe's provenance."""
         from gpucast.version import __version__
-        from gpucast.learn.artifacts import FORMAT
+        from gpucast.estimate.environment_file import FORMAT
 
         return {
             "gpucast_environment": FORMAT,
@@ -273,7 +273,7 @@ def cpu_speed_here() -> float:
 
 def write(probe: HostProbe, path, label: str | None = None) -> dict:
     """Write the probe as an environment file (atomically) and return its document."""
-    from gpucast.learn.artifacts import save_environment
+    from gpucast.estimate.environment_file import save_environment
 
     doc = probe.document(label)
     save_environment(doc, path)

@@ -14,7 +14,8 @@ approximates the time-weighted utilization over the window when the window is se
 periods long. Repeated values are kept, not de-duplicated, so that every sample weighs the same
 wall time.
 
-Timing. Pacing uses ``time.monotonic`` (so an injected ``clock`` cannot stall the thread); each
+Timing. Pacing uses ``time.monotonic`` (so an injected ``clock`` cannot stall the thread; a test
+injects ``pace_clock`` and ``pace_wait`` instead, and drives the loop without wall time); each
 sample is stamped with one ``clock()`` call taken just before the readings. A read slower than
 the period is not caught up in a burst: the next read is scheduled one period after it.
 
@@ -69,6 +70,8 @@ class Sampler:
         rate_hz: float = 50.0,
         pids: Iterable[int] = (),
         clock: Callable[[], float] = time.monotonic,
+        pace_clock: Callable[[], float] = time.monotonic,
+        pace_wait: Callable[[float], bool] | None = None,
     ):
         if not rate_hz > 0:
             raise ValueError(f"rate_hz must be > 0, got {rate_hz!r}")
@@ -76,6 +79,8 @@ class Sampler:
         self.rate_hz = float(rate_hz)
         self.pids = tuple(int(p) for p in pids)
         self.clock = clock
+        self.pace_clock = pace_clock
+        self._pace_wait = pace_wait
         self._samples: list[Sample] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -108,7 +113,8 @@ class Sampler:
 
     def _run(self) -> None:
         period = 1.0 / self.rate_hz
-        next_at = time.monotonic()
+        wait = self._pace_wait or self._stop.wait
+        next_at = self.pace_clock()
         while not self._stop.is_set():
             try:
                 self.sample_once()
@@ -117,10 +123,10 @@ class Sampler:
                     self._errors += 1
                     self._last_error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
             next_at += period
-            now = time.monotonic()
+            now = self.pace_clock()
             if next_at < now:  # fell behind: no burst, restart the schedule from now
                 next_at = now
-            self._stop.wait(next_at - now)
+            wait(next_at - now)
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -34,6 +34,12 @@ wait for its batch (:meth:`Step.settle`, bounded by ``SETTLE_MAX_STEPS``/``SETTL
 a job faster than its loader then runs at the loader's pace), so the window never times steps
 that only drained that backlog.
 
+Test seams (no effect on what a run measures): ``Pipeline(pace=...)`` replaces the producer's
+sleep for batch ``i`` with ``pace(i, rest_s)`` (default: ``time.sleep(rest_s)``), so a test can
+hold the loader at a gate; ``Pipeline.starved`` is the event a ``get()`` sets when it found no batch
+ready (``waited``), which such a gate can wait on; ``Step(pace=..., clock=...)`` passes ``pace``
+on and takes ``settle()``'s ``SETTLE_MAX_S`` bound from ``clock`` (default ``time.perf_counter``).
+
 Real data (``job.data.dataset`` set, a ``FILE.py:FUNCTION`` factory): batches come from a real
 ``DataLoader`` over the job's own dataset (:mod:`gpucast.profile.dataset_feed`: its workers,
 collate function and epochs; each batch copied to the device before the forward) instead of
@@ -49,6 +55,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from typing import Callable
 
 from gpucast.job import Job
 from gpucast.profile.faults import raise_step_fault
@@ -64,17 +71,25 @@ SETTLE_MAX_STEPS = 30
 SETTLE_MAX_S = 2.0
 
 
+def _sleep_rest(i: int, rest_s: float) -> None:
+    """The real loader's pace: the rest of the batch's ``input_pipeline_s`` is spent asleep."""
+    if rest_s > 0:
+        time.sleep(rest_s)
+
+
 class Pipeline:
     """The emulated data loader (see the module docstring): one producer thread, queue depth 2."""
 
-    def __init__(self, template: tuple, seconds: float, pin: bool):
+    def __init__(self, template: tuple, seconds: float, pin: bool,
+                 pace: Callable[[int, float], None] | None = None):
         self.template = tuple(t.detach().to("cpu") if hasattr(t, "detach") else t for t in template)
         self.seconds = seconds
         self.pin = pin
+        self.pace = pace if pace is not None else _sleep_rest
         self.queue: queue.Queue = queue.Queue(maxsize=PIPELINE_QUEUE_DEPTH)
         self.stopped = threading.Event()
         self.error: BaseException | None = None
-        self.waited = False  # a get() found no batch ready since the last reset
+        self.starved = threading.Event()  # a get() found no batch ready since the last reset
         self.thread = threading.Thread(target=self._produce, name="gpucast-input-pipeline", daemon=True)
         self.thread.start()
 
@@ -89,14 +104,22 @@ class Pipeline:
                 out.append(t)
         return tuple(out)
 
+    @property
+    def waited(self) -> bool:
+        """A ``get()`` found no batch ready since the last :meth:`reset_waited`."""
+        return self.starved.is_set()
+
+    def reset_waited(self) -> None:
+        self.starved.clear()
+
     def _produce(self) -> None:
         try:
+            i = 0
             while not self.stopped.is_set():
                 deadline = time.perf_counter() + self.seconds
                 batch = self._batch()
-                rest = deadline - time.perf_counter()
-                if rest > 0:
-                    time.sleep(rest)
+                self.pace(i, deadline - time.perf_counter())
+                i += 1
                 while not self.stopped.is_set():
                     try:
                         self.queue.put(batch, timeout=0.1)
@@ -110,7 +133,7 @@ class Pipeline:
         try:
             return self.queue.get_nowait()
         except queue.Empty:
-            self.waited = True
+            self.starved.set()
         while True:
             if self.error is not None:
                 raise self.error
@@ -127,7 +150,9 @@ class Pipeline:
 class Step:
     """The model, inputs, optimizer and scaler of one job on one device; ``__call__`` runs a step."""
 
-    def __init__(self, job: Job, device, slot: int = 0):
+    def __init__(self, job: Job, device, slot: int = 0, *,
+                 pace: Callable[[int, float], None] | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
         import torch
 
         # the predictor's own optimizer choices: one definition for both
@@ -162,10 +187,11 @@ class Step:
 
             self.feed, self.inputs = DatasetFeed(job, device, len(self.inputs)), None
         elif job.input_pipeline_s > 0:  # batches come from the loader: no resident device batch
-            self.pipeline = Pipeline(self.inputs, job.input_pipeline_s, pin=device.type == "cuda")
+            self.pipeline = Pipeline(self.inputs, job.input_pipeline_s, pin=device.type == "cuda", pace=pace)
             self.inputs = None
         self.first = True
         self.slot = slot
+        self.clock = clock
 
     def _autocast(self):
         import contextlib
@@ -225,9 +251,9 @@ class Step:
             return self.feed.settle_steps
         if self.pipeline is None:
             return 0
-        self.pipeline.waited = False
-        t0, n = time.perf_counter(), 0
-        while not self.pipeline.waited and n < SETTLE_MAX_STEPS and time.perf_counter() - t0 < SETTLE_MAX_S:
+        self.pipeline.reset_waited()
+        t0, n = self.clock(), 0
+        while not self.pipeline.waited and n < SETTLE_MAX_STEPS and self.clock() - t0 < SETTLE_MAX_S:
             self()
             n += 1
         return n

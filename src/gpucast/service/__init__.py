@@ -2,8 +2,9 @@
 
 ``create_app(settings)`` builds the app (:mod:`.app`); ``gpucast serve`` runs it with uvicorn.
 Modules: ``limits`` (settings and the request-size guard), ``schemas`` (request and response
-bodies), ``jobs`` (request specs to Jobs, what is refused), ``cache`` (the prediction cache, its
-de-duplication and thread pool), ``uploads`` (ONNX files), ``place`` (``/v1/place`` over
+bodies), ``jobs`` (request specs to Jobs, what is refused), ``keyed`` (the one keyed cache: an
+LRU of answers, identical requests sharing one computation, a thread pool, bounded waits),
+``cache`` (predictions through it), ``advise`` (``/v1/advise`` through it), ``uploads`` (ONNX files), ``place`` (``/v1/place`` over
 ``gpucast.cluster.choose_gpu``), ``metrics`` (Prometheus). A thin shell: no prediction or
 placement logic of its own.
 """

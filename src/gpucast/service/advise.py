@@ -11,21 +11,20 @@ through where the request carries them.
 Answers are cached by the request's content (the job's key and the search's fields) in an LRU
 of their JSON bytes, so a repeated request is answered without a thread or torch; identical
 requests computing at once share one computation; waiting is bounded by
-``prediction_timeout_s`` (408; the computation finishes in the background and is cached).
+``prediction_timeout_s`` (408; the computation finishes in the background and is cached): the
+service's one keyed cache, :class:`gpucast.service.keyed.KeyedFutures`, as for predictions.
 Captures are cached by ``gpucast.api`` across requests, so a new search over a captured job
 costs estimates only.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import time
-from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 
 from gpucast.service.cache import ServiceError, _input_errors, _one_line
+from gpucast.service.keyed import KeyedFutures, within
 from gpucast.service.jobs import gpu_names, job_from_spec
 from gpucast.service.limits import Settings
 
@@ -43,12 +42,12 @@ class Advisor:
     def __init__(self, settings: Settings, metrics):
         self.settings = settings
         self.metrics = metrics
-        self._lru: OrderedDict[str, tuple[bytes, ServiceError | None]] = OrderedDict()
-        self._inflight: dict[str, asyncio.Future] = {}
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gpucast-advise")
+        self._cache: KeyedFutures[str, tuple[bytes, ServiceError | None]] = KeyedFutures(
+            CACHE_SIZE, 2, name="gpucast-advise", max_pending=settings.max_pending,
+            busy=lambda n: ServiceError(429, "too many advice requests computing at once (max_pending); retry later"))
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._cache.close()
 
     def _request(self, body: dict):
         """(cache key, job, advise keyword arguments) of a validated request body; ServiceError(422)."""
@@ -88,39 +87,14 @@ class Advisor:
         finally:
             self.metrics.prediction_seconds.observe(time.perf_counter() - t0)
 
-    def _store(self, key: str, entry) -> None:
-        self._lru[key] = entry
-        self._lru.move_to_end(key)
-        while len(self._lru) > CACHE_SIZE:
-            self._lru.popitem(last=False)
-
     async def answer(self, body: dict) -> bytes:
         key, job, search = self._request(body)
-        hit = self._lru.get(key)
+        hit = self._cache.cached(key)
         if hit is None:
-            fut = self._inflight.get(key)
-            if fut is None:
-                if len(self._inflight) >= self.settings.max_pending:
-                    raise ServiceError(429, "too many advice requests computing at once (max_pending); retry later")
-                fut = asyncio.get_running_loop().run_in_executor(self._pool, self._compute, job, search)
-                self._inflight[key] = fut
-
-                def done(f: asyncio.Future, key=key) -> None:
-                    self._inflight.pop(key, None)
-                    if not f.cancelled() and f.exception() is None:
-                        self._store(key, f.result())
-
-                fut.add_done_callback(done)
             limit = self.settings.prediction_timeout_s
-            try:
-                async with asyncio.timeout(limit):
-                    hit = await asyncio.shield(fut)
-            except TimeoutError:
-                raise ServiceError(408, f"advice for {job.model} did not finish within {limit:g} s "
-                                        f"(prediction_timeout_s); it keeps running and a retry is answered from "
-                                        f"the cache once it is done") from None
-        else:
-            self._lru.move_to_end(key)
+            hit = await within(limit, self._cache.get(key, self._compute, job, search), lambda: ServiceError(
+                408, f"advice for {job.model} did not finish within {limit:g} s (prediction_timeout_s); it keeps "
+                     f"running and a retry is answered from the cache once it is done"))
         body_bytes, error = hit
         if error is not None:
             raise ServiceError(error.status, error.detail)

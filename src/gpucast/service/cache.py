@@ -1,4 +1,5 @@
-"""Predictions by (job key, GPU): an LRU of answers, per-key de-duplication, a thread pool.
+"""Predictions by (job key, GPU): an LRU of answers, per-key de-duplication, a thread pool
+(:class:`gpucast.service.keyed.KeyedFutures`, which ``/v1/advise`` uses too).
 
 ``Predictor.get(job, gpu)`` answers in one of three ways:
 
@@ -24,11 +25,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from gpucast.job import Job
+from gpucast.service.keyed import KeyedFutures, within
 from gpucast.service.limits import Settings
 from gpucast.service.metrics import Metrics
 
@@ -74,27 +74,32 @@ class Predictor:
     def __init__(self, settings: Settings, metrics: Metrics):
         self.settings = settings
         self.metrics = metrics
-        self._lru: OrderedDict[tuple[str, str], Entry] = OrderedDict()
-        self._inflight: dict[tuple[str, str], asyncio.Future] = {}
-        self._pool = ThreadPoolExecutor(max(1, settings.workers), thread_name_prefix="gpucast-predict")
+        self._cache: KeyedFutures[tuple[str, str], Entry] = KeyedFutures(
+            settings.cache_size, settings.workers, name="gpucast-predict", max_pending=settings.max_pending,
+            busy=lambda n: ServiceError(429, f"{n} predictions are computing, the most this service runs at once "
+                                             f"(max_pending); retry later"),
+            on_event=self._event)
+        self._lru = self._cache.values  # the answers by (job key, GPU), read by the fast path and /healthz
+        self._inflight = self._cache.pending
+
+    def _event(self, name: str, n: int) -> None:
+        m = self.metrics
+        if name == "hit":
+            m.cache_hits.inc(n)
+        elif name == "miss":
+            m.cache_misses.inc(n)
+        elif name == "join":
+            m.dedup_waits.inc(n)
+        elif name == "in_flight":
+            m.in_flight.inc(n)
+        elif name == "size":
+            m.cache_entries.set(n)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._cache.close()
 
-    # -------------------------------------------------------------------- the cache
     def cached(self, job: Job, gpu: str) -> Entry | None:
-        key = (job.key, gpu)
-        e = self._lru.get(key)
-        if e is not None:
-            self._lru.move_to_end(key)
-        return e
-
-    def _store(self, key, entry: Entry) -> None:
-        self._lru[key] = entry
-        self._lru.move_to_end(key)
-        while len(self._lru) > self.settings.cache_size:
-            self._lru.popitem(last=False)
-        self.metrics.cache_entries.set(len(self._lru))
+        return self._cache.cached((job.key, gpu))
 
     # -------------------------------------------------------------------- computing
     def _compute(self, job: Job, gpu: str) -> Entry:
@@ -114,38 +119,9 @@ class Predictor:
         finally:
             self.metrics.prediction_seconds.observe(time.perf_counter() - t0)
 
-    def _start(self, key, job: Job, gpu: str) -> asyncio.Future:
-        if len(self._inflight) >= self.settings.max_pending:
-            raise ServiceError(429, f"{len(self._inflight)} predictions are computing, the most this service "
-                                    f"runs at once (max_pending); retry later")
-        loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(self._pool, self._compute, job, gpu)
-        self._inflight[key] = fut
-        self.metrics.in_flight.inc()
-
-        def done(f: asyncio.Future) -> None:
-            self._inflight.pop(key, None)
-            self.metrics.in_flight.dec()
-            if not f.cancelled() and f.exception() is None:
-                self._store(key, f.result())
-
-        fut.add_done_callback(done)
-        return fut
-
     async def get(self, job: Job, gpu: str) -> Entry:
         """The answer for ``job`` on ``gpu`` (see module docstring); raises ServiceError."""
-        e = self.cached(job, gpu)
-        if e is not None:
-            self.metrics.cache_hits.inc()
-            return e.result()
-        key = (job.key, gpu)
-        fut = self._inflight.get(key)
-        if fut is None:
-            self.metrics.cache_misses.inc()
-            fut = self._start(key, job, gpu)
-        else:
-            self.metrics.dedup_waits.inc()
-        return (await asyncio.shield(fut)).result()
+        return (await self._cache.get((job.key, gpu), self._compute, job, gpu)).result()
 
     async def get_many(self, pairs: list[tuple[Job, str]]) -> list[Entry]:
         """Answers for several (job, GPU) pairs under one time limit (408 past it)."""
@@ -154,14 +130,11 @@ class Predictor:
             self.metrics.cache_hits.inc(len(entries))
             return [e.result() for e in entries]
         limit = self.settings.prediction_timeout_s
-        try:
-            async with asyncio.timeout(limit):
-                return list(await asyncio.gather(*(self.get(j, g) for j, g in pairs)))
-        except TimeoutError:
-            names = sorted({f"{j.model} on {g}" for j, g in pairs})
-            raise ServiceError(408, f"prediction of {', '.join(names[:3])}{' ...' if len(names) > 3 else ''} did not "
-                                    f"finish within {limit:g} s (prediction_timeout_s); it keeps running and a retry "
-                                    f"is answered from the cache once it is done") from None
+        names = sorted({f"{j.model} on {g}" for j, g in pairs})
+        return list(await within(limit, asyncio.gather(*(self.get(j, g) for j, g in pairs)), lambda: ServiceError(
+            408, f"prediction of {', '.join(names[:3])}{' ...' if len(names) > 3 else ''} did not finish within "
+                 f"{limit:g} s (prediction_timeout_s); it keeps running and a retry is answered from the cache once "
+                 f"it is done")))
 
     def get_blocking(self, job: Job, gpu: str, loop: asyncio.AbstractEventLoop):
         """From a thread other than the loop's: the Prediction (for ``predict_fn`` callbacks)."""

@@ -137,43 +137,70 @@ class GpucastPolicy(Policy):
     def _slowdowns(self, obs, gpu_type) -> list[float]:
         return timeshare.slowdowns([o.timeline(upper=self.cautious) for o in obs])
 
+    def score_key(self, obs):
+        """What :meth:`score` reads of an observation: its memory bound, the timeline the
+        slowdowns are solved on and, with ``weigh_gangs``, its GPU count (see
+        :meth:`Policy.score_key`). ``None`` (identity) for a subclass that changes the score or the
+        slowdowns without saying what they read."""
+        if type(self).score is not GpucastPolicy.score or type(self)._slowdowns is not GpucastPolicy._slowdowns:
+            return None
+        return (self.memory_bound(obs), obs.timeline(upper=self.cautious), obs.gpus if self.weigh_gangs else 0)
+
     def predicted_slowdowns(self, gpu, job):
         return self._slowdowns(gpu.jobs + (job,), gpu.gpu_type)
 
     _MEMO_MAX = 1 << 18
 
     def _remembered(self, obs: tuple, gpu_type):
-        """:meth:`_slowdowns` of ``obs`` on ``gpu_type``, remembered by the observations' identity
-        (placement asks for the same few sets of observations again and again; the stored tuple
-        is checked object by object, so a recycled ``id`` is never mistaken for another)."""
+        """:meth:`_slowdowns` of ``obs`` on ``gpu_type``, remembered by the set of the
+        observations' :meth:`~gpucast.cluster.policies.base.Policy._eq` (what the slowdowns read of
+        each, or its identity: placement asks for the same few sets again and again; an ``_eq``
+        is never reused for another key, and observations with one ``_eq`` give the solve the same
+        inputs)."""
         memo = self.__dict__.get("_sd_memo")
         if memo is None:
             memo = self._sd_memo = {}
-        order = sorted(range(len(obs)), key=lambda i: id(obs[i]))   # one entry per set, any order
-        canon = tuple(obs[i] for i in order)
-        key = (gpu_type, tuple(map(id, canon)))
-        hit = memo.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], canon)):
-            sd = hit[1]
-        else:
+        eqs = list(map(self._eq, obs))
+        order = sorted(range(len(obs)), key=eqs.__getitem__)   # one entry per set, any order
+        key = (gpu_type, tuple([eqs[i] for i in order]))
+        sd = memo.get(key)
+        if sd is None:
             if len(memo) >= self._MEMO_MAX:
                 memo.clear()
-            sd = self._slowdowns(canon, gpu_type)
-            memo[key] = (canon, sd)
+            sd = memo[key] = self._slowdowns(tuple(obs[i] for i in order), gpu_type)
         out = [0.0] * len(obs)
         for k, i in enumerate(order):
             out[i] = sd[k]
         return out
 
+    def _resident(self, gpu):
+        """What :meth:`score` reads of a GPU's own jobs whoever joins them, remembered per tuple
+        of jobs (the score index asks with one occupancy per GPU state): ``[jobs, their summed
+        memory bounds, their weights, their slowdowns together (None until asked)]``."""
+        memo = self.__dict__.get("_res_memo")
+        if memo is None:
+            memo = self._res_memo = {}
+        jobs = gpu.jobs
+        hit = memo.get((id(jobs), gpu.gpu_type))
+        if hit is not None and hit[0] is jobs:
+            return hit
+        if len(memo) >= self._MEMO_MAX:
+            memo.clear()
+        hit = memo[(id(jobs), gpu.gpu_type)] = [
+            jobs, sum(self.memory_bound(o) for o in jobs), [o.gpus if self.weigh_gangs else 1 for o in jobs], None]
+        return hit
+
     def score(self, gpu, job):
         if not gpu.jobs:
             return 0.0     # alone: nothing to protect (an over-large job fails in the engine)
-        mem = sum(self.memory_bound(o) for o in gpu.jobs) + self.memory_bound(job)
+        pre = self._resident(gpu)
+        mem = pre[1] + self.memory_bound(job)
         if mem > gpu.memory_bytes:
             return None
-        before = self._remembered(gpu.jobs, gpu.gpu_type)
+        w, before = pre[2], pre[3]
+        if before is None:
+            before = pre[3] = self._remembered(gpu.jobs, gpu.gpu_type)
         after = self._remembered(gpu.jobs + (job,), gpu.gpu_type)
-        w = [o.gpus if self.weigh_gangs else 1 for o in gpu.jobs]
         harm = sum(k * (1.0 / b - 1.0 / a) for k, b, a in zip(w, before, after[:-1]))
         if 1.0 / after[-1] - harm < self.min_gain:
             return None

@@ -17,3 +17,11 @@ class OraclePolicy(GpucastPolicy):
     def _slowdowns(self, obs, gpu_type):
         types = [o.job_type if o.gpus == 1 else None for o in obs]
         return interference.shared_slowdowns([o.timeline() for o in obs], types, gpu_type)
+
+    def score_key(self, obs):
+        """The memory bound, the true timeline and what picks a measured pair (the job type of a
+        one-GPU job), and the GPU count with ``weigh_gangs``: all :meth:`score` reads."""
+        if type(self).score is not GpucastPolicy.score or type(self)._slowdowns is not OraclePolicy._slowdowns:
+            return None
+        return (self.memory_bound(obs), obs.timeline(), obs.job_type if obs.gpus == 1 else None,
+                obs.gpus if self.weigh_gangs else 0)

@@ -10,7 +10,7 @@ kernels each way. Each rule here recognises one such spelling and puts the singl
 
 Not rewritten: attention. Exported attention (``MatMul``, scale, mask ``Add``, ``Softmax``,
 ``Dropout``, ``MatMul``) is costed as those unfused ops, which is what a runtime executing the
-graph as written does; PyTorch's fused SDPA kernels differ (see the README's ONNX table).
+graph as written does; PyTorch's fused SDPA kernels differ (see the ONNX parity table in docs/models.md).
 """
 
 from __future__ import annotations
