@@ -414,16 +414,36 @@ def _loop_of(w) -> str:
 
 @app.command()
 def gpus(as_json: bool = _JSON,
-         spec: List[Path] = typer.Option([], "--spec", help="Add a GPU from a YAML/JSON spec file; repeatable.")) -> None:
-    """List the GPU catalog (datasheet figures), plus any --spec files."""
-    from gpucast.hardware import catalog, register_gpu
+         spec: List[Path] = typer.Option([], "--spec", help="Add a GPU from a YAML/JSON spec file; repeatable."),
+         mig: bool = typer.Option(False, "--mig", help="List the MIG slices of the MIG-capable GPUs instead: "
+                                  "names to use as GPU:PROFILE (e.g. a100-40gb:1g.5gb).")) -> None:
+    """List the GPU catalog (datasheet figures), plus any --spec files; --mig: the MIG slices."""
+    from gpucast import mig as mig_
+    from gpucast.hardware import catalog, get_gpu, register_gpu
 
     _run(lambda: [register_gpu(s) for s in spec])
+    if mig:
+        rows = [(p, get_gpu(p.full_name)) for g in mig_.capable() for p in mig_.profiles(g)]
+        if as_json:
+            print(json.dumps([{**s.to_dict(), "profile": p.name, "compute_slices": p.compute_slices,
+                               "memory_slices": p.memory_slices, "instances": p.instances,
+                               "resource": p.resource_name} for p, s in rows], indent=2))
+            return
+        t = Table(title=f"MIG slices ({len(rows)} profiles of {len(mig_.capable())} GPUs; NVIDIA MIG User Guide)")
+        for col in ("name", "slices (compute/memory)", "per GPU", "SMs", "BF16 TFLOPS", "memory GiB", "GB/s",
+                    "L2 MiB", "Kubernetes resource"):
+            t.add_column(col, justify="left" if col in ("name", "Kubernetes resource") else "right")
+        for p, s in rows:
+            t.add_row(s.name, f"{p.compute_slices}/{p.of_compute}, {p.memory_slices}/{p.of_memory}", str(p.instances),
+                      str(s.sm_count), f"{s.bf16_tflops:.1f}", f"{s.memory_gib:.2f}", f"{s.memory_bandwidth_gbs:.0f}",
+                      f"{s.l2_bytes / 2**20:g}", p.resource_name)
+        console.print(t)
+        return
     specs = list(catalog().values())
     if as_json:
         print(json.dumps([s.to_dict() for s in specs], indent=2))
         return
-    t = Table(title=f"GPU catalog ({len(specs)} GPUs, vendor datasheet figures)")
+    t = Table(title=f"GPU catalog ({len(specs)} GPUs, vendor datasheet figures; --mig: their MIG slices)")
     for col in ("name", "architecture", "SMs", "FP32 TFLOPS", "TF32", "FP16 TC", "BF16", "memory GiB", "GB/s", "L2 MiB"):
         t.add_column(col, justify="left" if col in ("name", "architecture") else "right")
 

@@ -22,7 +22,8 @@ its 562 MHz application clock).
 
 What is not modelled: how the clock under load varies with the workload (one sustained clock is
 used for every kernel, whatever power it draws), thermal capping in a badly cooled chassis,
-user-set power limits or locked clocks, MIG slices or other partitions, ECC on/off variants, and
+user-set power limits or locked clocks, partitions other than MIG slices (a MIG profile of a
+catalog GPU, ``a100-40gb:1g.5gb``, is a GpuSpec made by :mod:`gpucast.mig`), ECC on/off variants, and
 achieved efficiency of any kernel (no GPU reaches these peaks; how far below it stays is the
 estimator's job, learned from measurements). Nothing here knows about models or jobs.
 
@@ -104,6 +105,9 @@ _SIZE_ALIASES = {
 _POSITIVE_FLOATS = ("boost_clock_mhz", "fp32_tflops", "fp16_tflops", "fp16_vector_tflops",
                     "memory_bandwidth_gbs", "host_link_gbs", "tdp_w")
 _NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+# A MIG slice's name (gpucast.mig): the whole GPU's, a colon and the profile. Made by gpucast
+# only: a spec file or register_gpu cannot take it (the colon is how get_gpu finds a slice).
+_SLICE_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*:[0-9]+g\.[0-9]+gb$")
 
 
 class _FieldError(ValueError):
@@ -220,7 +224,7 @@ def _bad(field: str, problem: str, got: Any) -> _FieldError:
 def _check(d: Mapping[str, Any]) -> None:
     """Per-field and cross-field checks on canonical fields; raises _FieldError."""
     name = d["name"]
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not (_NAME_RE.match(name) or _SLICE_RE.match(name)):
         raise _bad("name", "lower-case letters, digits and dashes (e.g. 'a100-80gb')", name)
     for f in ("display_name", "source"):
         if not isinstance(d[f], str) or not d[f].strip():
@@ -312,6 +316,9 @@ def _normalize(raw: Mapping[str, Any]) -> dict[str, Any]:
 def _from_mapping(raw: Mapping[str, Any], origin: str) -> GpuSpec:
     try:
         d = _normalize(raw)
+        if isinstance(d["name"], str) and ":" in d["name"]:
+            raise _bad("name", "lower-case letters, digits and dashes (GPU:PROFILE names a MIG slice "
+                       "of a catalog GPU, made by gpucast)", d["name"])
         _check(d)
     except _FieldError as e:
         raise ValueError(f"gpu spec {origin!r}: {e}") from None
@@ -361,7 +368,8 @@ def _key(name: str) -> str:
 
 
 def get_gpu(name_or_spec: Union[str, os.PathLike, GpuSpec]) -> GpuSpec:
-    """The GpuSpec for a catalog name (``"a100-80gb"``), an NVML name, a spec or a spec file.
+    """The GpuSpec for a catalog name (``"a100-80gb"``), a MIG slice of one (``"a100-80gb:1g.10gb"``,
+    :mod:`gpucast.mig`), an NVML name, a spec or a spec file.
 
     Names are matched case-insensitively, with ``_`` and spaces read as ``-``. A string ending
     in ``.yaml``/``.yml``/``.json`` (or any ``os.PathLike``) is loaded with
@@ -377,6 +385,8 @@ def get_gpu(name_or_spec: Union[str, os.PathLike, GpuSpec]) -> GpuSpec:
     known = catalog()
     if _key(text) in known:
         return known[_key(text)]
+    if ":" in text and not isinstance(name_or_spec, os.PathLike):
+        return _mig_slice(text)
     by_nvml = from_nvml_name(text)
     if by_nvml is not None:
         return by_nvml
@@ -389,6 +399,28 @@ def get_gpu(name_or_spec: Union[str, os.PathLike, GpuSpec]) -> GpuSpec:
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise UnknownGpuError(f"unknown GPU {text!r}{hint} (known: {', '.join(sorted(known))}; "
                           "or pass a .yaml/.json spec file)")
+
+
+def _mig_slice(text: str) -> GpuSpec:
+    """``GPU:PROFILE`` (``a100-40gb:1g.5gb``): the MIG slice's spec (:mod:`gpucast.mig`)."""
+    from gpucast import mig
+
+    gpu, prof = mig.split(text)
+    try:
+        whole = get_gpu(gpu)
+    except UnknownGpuError as e:
+        raise UnknownGpuError(f"MIG slice {text!r}: {e}") from None
+    try:
+        return _slice(whole, mig.profile(whole.name, prof))
+    except mig.UnknownProfileError as e:
+        raise UnknownGpuError(f"MIG slice {text!r}: {e}") from None
+
+
+@lru_cache(maxsize=None)
+def _slice(whole: GpuSpec, profile) -> GpuSpec:
+    from gpucast import mig
+
+    return mig.slice_spec(whole, profile)
 
 
 def register_gpu(spec: Union[GpuSpec, str, os.PathLike], *, replace: bool = False) -> GpuSpec:
@@ -423,4 +455,12 @@ def from_nvml_name(nvml_name: Union[str, bytes]) -> GpuSpec | None:
     for spec in catalog().values():
         if any(_key(n) == wanted for n in spec.nvml_names):
             return spec
+    # A MIG device: NVML names it "<the GPU's name> MIG <profile>" (nvidia-smi -L).
+    head, sep, prof = nvml_name.rpartition(" MIG ")
+    whole = from_nvml_name(head) if sep and head.strip() else None
+    if whole is not None:
+        try:
+            return _mig_slice(f"{whole.name}:{prof.strip()}")
+        except UnknownGpuError:
+            return None
     return None

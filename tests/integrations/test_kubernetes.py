@@ -334,3 +334,36 @@ def test_escape_is_rfc6901():
     assert hook.escape("nvidia.com/gpumem") == "nvidia.com~1gpumem"
     assert hook.escape("a~/b") == "a~0~1b"          # ~ first, then /
     assert _tokens("/x/a~0~1b") == ["x", "a~/b"]
+
+
+# ------------------------------------------------------------------ MIG slices
+
+
+def test_a_pod_on_a_mig_slice_asks_for_that_slice_and_no_whole_gpu():
+    c = k8s.V1Container(name="train", image="pytorch/pytorch:2.4.0",
+                        resources=k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000",
+                                                                     "cpu": "4"},
+                                                             requests={"nvidia.com/gpu": "1", "cpu": "2"}))
+    review = make_review(make_pod(job_annotations(SMALL, gpu="A100-80GB:1g.10gb"), [c]))
+    out = hook.mutate(review)
+    assert out["response"]["allowed"] is True, out
+    pod = patched(review, out)
+    # the NVIDIA device plugin's "mixed" strategy names a slice nvidia.com/mig-<profile>
+    assert pod["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/mig-1g.10gb": "1", "cpu": "4"},
+                                                          "requests": {"cpu": "2"}}
+    pred = json.loads(pod["metadata"]["annotations"]["gpucast.ai/prediction"])
+    assert pred["gpu"] == "a100-80gb:1g.10gb"
+    assert pred["step_time_s"] == predict(SMALL, "a100-80gb:1g.10gb").step_time_s
+
+
+def test_a_data_parallel_job_on_a_mig_slice_is_denied_in_one_line():
+    review = make_review(make_pod(job_annotations({**SMALL, "gpus": 2}, gpu="h100:3g.40gb")))
+    r = hook.mutate(review)["response"]
+    assert r["allowed"] is False and r["status"]["code"] == 400
+    assert "h100:3g.40gb is a MIG slice, one device per pod, but the job runs on 2 GPUs" in r["status"]["message"]
+
+
+def test_a_bad_mig_profile_annotation_is_denied_naming_the_closest():
+    r = hook.mutate(make_review(make_pod(job_annotations(SMALL, gpu="a100-80gb:1g.5gb"))))["response"]
+    assert r["allowed"] is False and r["status"]["code"] == 400
+    assert "did you mean a100-80gb:1g.10gb?" in r["status"]["message"]

@@ -38,7 +38,7 @@ class PriceError(ValueError):
 
 @dataclass(frozen=True)
 class Price:
-    gpu: str                 # catalog name
+    gpu: str                 # catalog name, or a MIG slice of one (gpucast.mig)
     usd_per_gpu_hour: float
     provider: str = ""
     offer: str = ""
@@ -61,9 +61,13 @@ class PriceTable:
         return [p for p in self.prices if p.gpu == gpu and (provider is None or p.provider == provider)]
 
     def price(self, gpu: str, provider: str | None = None) -> Price | None:
-        """The cheapest offer for ``gpu`` (of ``provider`` when given); None when there is none."""
+        """The cheapest offer for ``gpu`` (of ``provider`` when given); None when there is none.
+        A MIG slice (``a100-80gb:1g.10gb``) the table does not price itself costs its compute
+        slices' share of its whole GPU's price (:func:`slice_price`)."""
         offers = self.offers(gpu, provider)
-        return min(offers, key=lambda p: p.usd_per_gpu_hour) if offers else None
+        if offers:
+            return min(offers, key=lambda p: p.usd_per_gpu_hour)
+        return slice_price(self, gpu, provider) if ":" in gpu else None
 
     @property
     def gpus(self) -> list[str]:
@@ -76,6 +80,24 @@ class PriceTable:
     def to_dict(self) -> dict:
         return {"name": self.name, "origin": self.origin, "currency": self.currency,
                 "prices": [p.to_dict() for p in self.prices]}
+
+
+def slice_price(table: "PriceTable", gpu: str, provider: str | None = None) -> Price | None:
+    """A MIG slice's price from its whole GPU's cheapest offer: ``g / 7`` of it for a profile of
+    ``g`` of the GPU's 7 compute slices (our rule, not a provider's: the slices one GPU holds at
+    once then cost at most the GPU; a provider that sells slices is priced by a table entry naming
+    the slice). None when the whole GPU has no price."""
+    from gpucast import mig
+
+    whole_name, prof = mig.split(gpu)
+    whole = table.price(whole_name, provider)
+    if whole is None:
+        return None
+    p = mig.profile(whole_name, prof)
+    share = p.compute_slices / p.of_compute
+    return Price(gpu, whole.usd_per_gpu_hour * share, whole.provider, whole.offer, whole.as_of,
+                 f"{p.compute_slices}/{p.of_compute} of {whole_name}'s price (gpucast's MIG rule)"
+                 + (f"; {whole.source}" if whole.source else ""))
 
 
 def packaged() -> list[str]:
@@ -144,7 +166,14 @@ def _parse(doc, origin: str, default_name: str, known_gpus: Iterable[str]) -> Pr
         if bad:
             raise PriceError(f"{at}: unknown field {sorted(bad)[0]!r} ({', '.join(sorted(_FIELDS))})")
         gpu = e.get("gpu")
-        if not isinstance(gpu, str) or gpu not in names:
+        if isinstance(gpu, str) and ":" in gpu:
+            from gpucast.hardware import get_gpu
+
+            try:
+                gpu = get_gpu(gpu).name
+            except KeyError as exc:
+                raise PriceError(f"{at}: {exc}") from None
+        elif not isinstance(gpu, str) or gpu not in names:
             import difflib
 
             close = difflib.get_close_matches(str(gpu), names, n=1)

@@ -1,7 +1,10 @@
 """The configurations the advisor tries, and their predictions: GPU types x counts x batches x precisions x shares.
 
 * **GPU types**: the ones asked for, or every catalog GPU the price table prices (the rest are
-  skipped, with a note).
+  skipped, with a note). A MIG slice (``a100-80gb:1g.10gb``, :mod:`gpucast.mig`) is a GPU type
+  when asked for: one per job (no data parallel runs over slices, no further share of a slice),
+  priced at its share of the whole GPU unless the table prices it
+  (:func:`gpucast.advisor.prices.slice_price`).
 * **Precisions** a GPU runs: ``fp32`` everywhere; ``tf32`` where it has TF32 tensor cores;
   ``amp-fp16`` and ``fp16`` from compute capability 6.0 (Pascal: K80 has no FP16 arithmetic);
   ``amp-bf16`` and ``bf16`` where it has BF16 tensor cores (Ampere on). Default: the job's own, ``fp32``, ``amp-fp16`` and
@@ -179,8 +182,10 @@ def evaluate(job, p: Plan, prices: PriceTable, samples_per_epoch: float | None, 
     notes: list[str] = []
     samples = samples_per_epoch
     skipped = 0
+    one_slice = False
     for spec in p.gpus:
         price = prices.price(spec.name, provider)
+        is_slice = ":" in spec.name
         for prec in p.precisions:
             if not runs(spec, prec):
                 done += len(p.batches) * len(p.counts)
@@ -199,6 +204,9 @@ def evaluate(job, p: Plan, prices: PriceTable, samples_per_epoch: float | None, 
                     if too_big is not None and (b > too_big[0] or (b == too_big[0] and n > too_big[1])):
                         skipped += 1
                         continue
+                    if n > 1 and is_slice:
+                        one_slice = True
+                        continue
                     pred = explain(job.with_(batch_size=b, precision=prec, gpus=n), spec, config, env).prediction
                     if samples is None:
                         samples = pred.surroundings.get("data", {}).get("dataset_samples")
@@ -210,7 +218,7 @@ def evaluate(job, p: Plan, prices: PriceTable, samples_per_epoch: float | None, 
                     if opt.memory_fit == NO:
                         too_big = (b, n)
                         continue
-                    if p.share and n == 1:
+                    if p.share and n == 1 and not is_slice:
                         s = gpu_share(pred)
                         if not s.exclusive and s.share <= MAX_SHARE:
                             slow = _slowdown_next_to_itself(pred)
@@ -219,6 +227,9 @@ def evaluate(job, p: Plan, prices: PriceTable, samples_per_epoch: float | None, 
                                 capacity=int(spec.memory_bytes * s.share),
                                 notes=(f"a {s.share:g} share (MPS/MIG/HAMi/Ray), slowed x{slow:.2f} next to a copy "
                                        f"of itself",)))
+    if one_slice:
+        notes.append("MIG slices are tried as one GPU each: a process sees one MIG device and slices have no "
+                     "peer access to each other (NVIDIA MIG User Guide), so data parallel runs span whole GPUs")
     if skipped:
         notes.append(f"{skipped} larger batch/count combinations not tried: a smaller one already does not fit")
     return options, float(samples or 0), notes

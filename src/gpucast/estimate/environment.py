@@ -250,8 +250,10 @@ class Environment:
         return odds / (1 + odds)
 
     def kernel_factor(self, gpu: str) -> float:
-        """The kernel time factor on ``gpu``: the cluster-wide one times the GPU type's own."""
-        return self.kernel_time_factor * dict(self.gpu_kernel_factors).get(gpu, 1.0)
+        """The kernel time factor on ``gpu``: the cluster-wide one times the GPU type's own (a MIG
+        slice, ``a100-40gb:1g.5gb``, takes its whole GPU's unless fitted itself)."""
+        per = dict(self.gpu_kernel_factors)
+        return self.kernel_time_factor * per.get(gpu, per.get(gpu.split(":", 1)[0], 1.0))
 
     # ---------------------------------------------------------------- named parameters for fitting
     def param(self, name: str) -> float:

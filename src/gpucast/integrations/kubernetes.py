@@ -35,6 +35,10 @@ What the webhook writes (a JSON patch, RFC 6902, base64 in ``response.patch``)
       set of pod resources for a caller that builds the pods itself. A plan inside one node is
       one exclusive pod of its ``gpus`` GPUs (also set over another count, with a warning);
     * the other of gpumem / gpumem-percentage is removed, so the two never conflict;
+    * a pod annotated with a MIG slice (``gpucast.ai/gpu: a100-80gb:1g.10gb``, :mod:`gpucast.mig`)
+      gets the device plugin's resource of that slice, ``nvidia.com/mig-1g.10gb: 1`` (its "mixed"
+      strategy's names), and loses ``nvidia.com/gpu`` and HAMi's keys: the slice is its whole
+      device. A job on more than one GPU is denied (400): slices have no peer access;
     * annotations ``gpucast.ai/prediction`` (JSON: utilization, its interval, peak memory, its
       interval, step time, its interval, the share) and ``gpucast.ai/model-version``.
 
@@ -178,11 +182,25 @@ def _is_bad_input(exc: BaseException) -> bool:
 
 def _asks_for_gpu(container: dict) -> bool:
     res = container.get("resources") or {}
-    return any(GPU in (res.get(part) or {}) for part in ("limits", "requests"))
+    return any(k == GPU or k.startswith("nvidia.com/mig-") for part in ("limits", "requests")
+               for k in (res.get(part) or {}))
 
 
-def container_patch(index: int, container: dict, share: GpuShare) -> tuple[list[dict], list[str]]:
-    """JSON-patch operations that write ``share`` into container ``index``, and warnings."""
+def mig_resource(gpu: str) -> str | None:
+    """The NVIDIA device plugin's resource of a MIG slice name (``a100-80gb:1g.10gb`` ->
+    ``nvidia.com/mig-1g.10gb``, the "mixed" strategy's names); None for a whole GPU."""
+    if ":" not in gpu:
+        return None
+    from gpucast import mig
+
+    return mig.profile(*mig.split(gpu)).resource_name
+
+
+def container_patch(index: int, container: dict, share: GpuShare,
+                    slice_resource: str | None = None) -> tuple[list[dict], list[str]]:
+    """JSON-patch operations that write ``share`` into container ``index``, and warnings.
+    ``slice_resource``: the pod runs on a MIG slice (:func:`mig_resource`): one of it, and no
+    ``nvidia.com/gpu`` or HAMi limits (the slice is the job's whole device)."""
     base = f"/spec/containers/{index}/resources"
     res = container.get("resources")
     limits = dict((res or {}).get("limits") or {})
@@ -190,7 +208,12 @@ def container_patch(index: int, container: dict, share: GpuShare) -> tuple[list[
     want = hami_limits(share)
     warnings = []
     gpus = limits.get(GPU, (requests or {}).get(GPU))
-    if share.planned:
+    if slice_resource is not None:
+        want = {slice_resource: "1"}
+        if gpus is not None and str(gpus) != "1":
+            warnings.append(f"container {container.get('name')!r} asks for {gpus} {GPU}; a MIG slice is one "
+                            f"device: set {slice_resource} = 1 instead")
+    elif share.planned:
         want[GPU] = str(pod_gpus(share))     # the plan's GPUs (one pod per node across nodes)
         if gpus is not None and str(gpus) != want[GPU]:
             where = f"on each of {share.nodes} nodes" if share.whole_nodes else "on one node"
@@ -203,7 +226,10 @@ def container_patch(index: int, container: dict, share: GpuShare) -> tuple[list[
                         f"gpus={share.gpus}; gpucast's share is per GPU and applies to each of them")
         if GPU not in limits:
             want[GPU] = str(gpus)  # requests-only: mirror it into limits
-    drop = [GPUMEM_PCT] if GPUMEM in want else [GPUMEM]
+    if slice_resource is not None:
+        drop = [GPU, GPUMEM, GPUMEM_PCT, GPUCORES]
+    else:
+        drop = [GPUMEM_PCT] if GPUMEM in want else [GPUMEM]
 
     ops: list[dict] = []
     if res is None:
@@ -272,11 +298,16 @@ def mutate(review: dict, predict_fn: Callable | None = None) -> dict:
         where = f"annotation {JOB_ANNOTATION}: " if code == 400 else "prediction failed: "
         return _response(uid, False, code=code, message=f"gpucast: {where}{_one_line(exc)}")
 
+    slice_resource = mig_resource(gpu)
+    if slice_resource is not None and (share.gpus > 1 or share.planned):
+        return _response(uid, False, code=400, message=f"gpucast: annotation {GPU_ANNOTATION}: {gpu} is a MIG slice, "
+                         f"one device per pod, but the job runs on {share.gpus} GPUs (data parallel runs span whole "
+                         f"GPUs: slices have no peer access)")
     ops: list[dict] = []
     warnings: list[str] = []
     targets = [i for i, c in enumerate(containers) if _asks_for_gpu(c)] or [0]
     for i in targets:
-        c_ops, c_warn = container_patch(i, containers[i], share)
+        c_ops, c_warn = container_patch(i, containers[i], share, slice_resource)
         ops += c_ops
         warnings += c_warn
     notes = {PREDICTION_ANNOTATION: prediction_annotation(prediction, share),

@@ -211,11 +211,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return Response(static[name], media_type=JSON)
 
     @app.get("/v1/gpus", response_model=list[schemas.GpuInfo], tags=["catalog"])
-    async def gpus():
-        """The GPU catalog (names to use as `gpu`)."""
-        from gpucast.hardware import catalog
+    async def gpus(mig: bool = False):
+        """The GPU catalog (names to use as `gpu`); `?mig=true`: the MIG slices of its MIG-capable
+        GPUs instead, named `GPU:PROFILE` (e.g. `a100-40gb:1g.5gb`), also accepted as `gpu`."""
+        from gpucast.hardware import catalog, get_gpu
 
         keys = schemas.GpuInfo.model_fields
+        if mig:
+            from gpucast import mig as mig_
+
+            return cached_json("gpus-mig", lambda: [
+                {k: getattr(s, k) for k in keys} for s in
+                (get_gpu(p.full_name) for g in mig_.capable() for p in mig_.profiles(g))])
         return cached_json("gpus", lambda: [{k: getattr(s, k) for k in keys} for s in catalog().values()])
 
     @app.get("/v1/zoo", response_model=list[schemas.ZooEntry], tags=["catalog"])
