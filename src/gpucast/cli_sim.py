@@ -131,6 +131,14 @@ def register(app: typer.Typer, cli) -> None:
                                                      "measured pairs of real scripts on a current GPU) or 'gavel' "
                                                      "(fitted on Gavel's K80/P100/V100 pairs; a sensitivity run). "
                                                      "gpucast's policies always predict with gpucast's model."),
+                 colocation_mode: str = typer.Option("timeslice", "--colocation-mode",
+                                                     help="How the jobs on one GPU share it, in the simulated "
+                                                          "world and in the policies' predictions alike: "
+                                                          "'timeslice' (CUDA's default time-slicing; the "
+                                                          "device plugin's time-slicing replicas) or 'mps' "
+                                                          "(NVIDIA MPS: kernels of different jobs run at once, "
+                                                          "no context switch). MIG slices are GPU types: "
+                                                          "--gpu-type a100-80gb:3g.40gb."),
                  sweep: Optional[List[str]] = typer.Option(
                      None, "--sweep", metavar="AXIS=V1,V2,...",
                      help="Sweep an axis (repeat for more; every combination runs, each under every policy): "
@@ -163,11 +171,12 @@ def register(app: typer.Typer, cli) -> None:
             return run_sweep(cli, sweep or [], trace=trace, gpus=gpus, gpu_type=gpu_type, gpus_per_node=gpus_per_node,
                              policies=policies, seed=seed, error_sigma=error_sigma, limit=limit, load=load,
                              report=report, json_out=json_out, markdown_out=markdown_out, env_file=env_file,
-                             colocation=colocation, workers=workers, ray_address=ray_address)
+                             colocation=colocation, workers=workers, ray_address=ray_address,
+                             sharing=colocation_mode)
 
         def check():
             check_base(gpus=gpus, gpus_per_node=gpus_per_node, limit=limit, load=load, error_sigma=error_sigma,
-                       colocation=colocation)
+                       colocation=colocation, sharing=colocation_mode)
             names = parse_policies(policies, list(cl.POLICIES))
             # Reserve the output files before any work: an unwritable one fails here, not after the run.
             outs = reserve_outputs((report, "--report"), (json_out, "--json"))
@@ -187,7 +196,7 @@ def register(app: typer.Typer, cli) -> None:
         set_environment(env)
         try:
             results = run_policies(cl, jobs, spec, names, cli.err, seed=seed, error_sigma=error_sigma,
-                                   colocation=colocation)
+                                   colocation=colocation, sharing=colocation_mode)
         finally:
             set_environment(None)
         from gpucast.cluster import metrics
@@ -199,7 +208,7 @@ def register(app: typer.Typer, cli) -> None:
         es = (results[0].result.params or {}).get("error_sigma", {}) if results else {}
         title = (f"gpucast simulate: {n_jobs} jobs (trace {trace_name}) on {gpus} x {gpu_type}, seed {seed}, "
                  f"error sigma util {es.get('util', 0):.3g} / memory {es.get('memory', 0):.3g} / "
-                 f"step {es.get('step', 0):.3g}, co-location world {colocation}")
+                 f"step {es.get('step', 0):.3g}, co-location world {colocation}, sharing {colocation_mode}")
         cli.console.print(comparison_table(summaries, changes, title))
         for c in changes:
             if c["policy"] != BASELINE:
@@ -306,7 +315,7 @@ def run_policies(cl, jobs, spec, names, console, **kwargs) -> list[_Run]:
     return out
 
 
-def check_base(*, gpus, gpus_per_node, limit, load, error_sigma, colocation) -> None:
+def check_base(*, gpus, gpus_per_node, limit, load, error_sigma, colocation, sharing="timeslice") -> None:
     """The options one run and a sweep share, checked before any work (ValueError: one line)."""
     for v, flag in ((gpus, "--gpus"), (gpus_per_node, "--gpus-per-node"), (limit, "--limit")):
         if v is not None and v < 1:
@@ -319,6 +328,11 @@ def check_base(*, gpus, gpus_per_node, limit, load, error_sigma, colocation) -> 
     errors.parse(error_sigma)
     if colocation not in WORLDS:
         raise ValueError(f"unknown --colocation {colocation!r}; choose from {', '.join(WORLDS)}")
+    from gpucast.cluster.timeshare import MODES
+
+    if sharing not in MODES:
+        hint = " (a MIG slice is a GPU type: --gpu-type a100-80gb:3g.40gb)" if sharing == "mig" else ""
+        raise ValueError(f"unknown --colocation-mode {sharing!r}; choose from {', '.join(MODES)}{hint}")
 
 
 def _jsonable(obj):
@@ -327,7 +341,8 @@ def _jsonable(obj):
 
 
 def run_sweep(cli, specs, *, trace, gpus, gpu_type, gpus_per_node, policies, seed, error_sigma, limit, load,
-              report, json_out, markdown_out, env_file, colocation, workers, ray_address) -> None:
+              report, json_out, markdown_out, env_file, colocation, workers, ray_address,
+              sharing="timeslice") -> None:
     """``simulate --sweep``: check everything (axes, values, traces, gangs, output files) before
     any run, then run the sweep (:mod:`gpucast.cluster.sweep`) with a progress bar and print,
     and optionally write, its one table."""
@@ -346,7 +361,7 @@ def run_sweep(cli, specs, *, trace, gpus, gpu_type, gpus_per_node, policies, see
         if ray_address is not None and not ray_address.strip():
             raise ValueError("--ray-address is empty: give 'auto', 'host:port', 'ray://host:port' or 'local'")
         check_base(gpus=gpus, gpus_per_node=gpus_per_node, limit=limit, load=load, error_sigma=error_sigma,
-                   colocation=colocation)
+                   colocation=colocation, sharing=sharing)
         axes = sw.parse_axes(specs, list(cl.POLICIES))
         names = axes.get("policy") or parse_policies(policies, list(cl.POLICIES))
         outs = reserve_outputs((json_out, "--json"), (markdown_out, "--markdown"))
@@ -358,7 +373,8 @@ def run_sweep(cli, specs, *, trace, gpus, gpu_type, gpus_per_node, policies, see
             env = cli._environment(env_file)
             base = sw.Base(trace=trace, gpus=gpus, gpu_type=gpu_type, gpus_per_node=gpus_per_node,
                            policies=tuple(names), seed=seed, error_sigma=error_sigma, limit=limit, load=load,
-                           colocation=colocation, env=env)
+                           colocation=colocation, env=env,
+                           params=(("sharing", sharing),) if sharing != "timeslice" else ())
             pts = sw.points(base, axes)
             with _bar(cli.err) as bar:
                 shared = sw.prepare(base, pts, progress=bar)
@@ -388,7 +404,8 @@ def run_sweep(cli, specs, *, trace, gpus, gpu_type, gpus_per_node, policies, see
     swept = ", ".join(f"{a} {'/'.join(sw._param(v) for v in vs)}" for a, vs in axes.items())
     title = (f"gpucast simulate --sweep: {len(res.rows)} runs ({swept}) on {gpu_type}; base: trace {trace}, "
              f"{gpus} GPUs, seed {seed}, load {'trace' if load is None else f'{load:g}'}, error sigma util "
-             f"{es.util:.3g} / memory {es.memory:.3g} / step {es.step:.3g}, co-location world {colocation}")
+             f"{es.util:.3g} / memory {es.memory:.3g} / step {es.step:.3g}, co-location world {colocation}, "
+             f"sharing {sharing}")
     cli.console.print(sw.rich_table(res, title))
     where = f"on Ray ({res.workers} CPUs)" if res.executor == "ray" else (
         f"on {res.workers} local processes" if res.executor == "processes" else "one after another in this process")

@@ -159,13 +159,16 @@ def _data_source(job) -> str | None:
     return data.source if data is not None else None
 
 
-def _slowdown_next_to_itself(pred) -> float:
+def _slowdown_next_to_itself(pred, share: float | None = None) -> float:
+    """The job's slowdown next to a copy of itself (time-sliced), and under a core limit of
+    ``share`` of the GPU (HAMi's gpucores, :func:`gpucast.cluster.timeshare.throttled`)."""
     from gpucast.cluster import timeshare
 
     tl = timeshare.JobTimeline.from_util(pred.gpu_util_pct, pred.step_time_s, max(1.0, float(pred.gpu_idle_gaps)),
                                          timeshare.mem_bound_share(pred), pred.gpu_held_pct or None,
                                          float(pred.gpu_syncs) if pred.gpu_syncs else None)
-    return max(1.0, timeshare.slowdowns([tl, tl], timeshare.CURRENT)[0])
+    s = timeshare.slowdowns([tl, tl], timeshare.CURRENT, "timeslice")[0]
+    return max(1.0, timeshare.throttled([tl], [s], [share])[0])
 
 
 def evaluate(job, p: Plan, prices: PriceTable, samples_per_epoch: float | None, epochs: float,
@@ -221,7 +224,7 @@ def evaluate(job, p: Plan, prices: PriceTable, samples_per_epoch: float | None, 
                     if p.share and n == 1 and not is_slice:
                         s = gpu_share(pred)
                         if not s.exclusive and s.share <= MAX_SHARE:
-                            slow = _slowdown_next_to_itself(pred)
+                            slow = _slowdown_next_to_itself(pred, s.share)
                             options.append(from_prediction(
                                 pred, price, samples, epochs, acc, share=s.share, slowdown=slow,
                                 capacity=int(spec.memory_bytes * s.share),

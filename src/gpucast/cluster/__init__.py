@@ -27,7 +27,7 @@ _TRUTH_PARAMS = ("predictor", "use_gavel", "measurements_dir")
 
 
 def simulate(trace, cluster_spec, policy_name: str, *, seed: int = 0, error_sigma="measured",
-             progress=None, colocation: str | None = None, **params) -> SimResult:
+             progress=None, colocation: str | None = None, sharing: str | None = None, **params) -> SimResult:
     """Run one policy over one trace on one cluster.
 
     ``trace``: a :class:`Trace` or a name/path for :func:`load_trace` (jobs larger than the
@@ -38,7 +38,10 @@ def simulate(trace, cluster_spec, policy_name: str, *, seed: int = 0, error_sigm
     :class:`~gpucast.cluster.errors.ErrorModel`). ``colocation``: the co-location world the truth
     runs in (:data:`gpucast.cluster.timeshare.WORLDS`: ``measured-pairs``, fitted on current-GPU
     pairs of real scripts, the default; ``gavel``, fitted on Gavel's K80/P100/V100 pairs; None: the
-    one in force); gpucast's policies always predict with gpucast's model.
+    one in force); gpucast's policies always predict with gpucast's model. ``sharing``: how the
+    jobs on one GPU share it, for the truth and the policies alike
+    (:data:`gpucast.cluster.timeshare.MODES`: ``timeslice``, CUDA's default time-slicing, or
+    ``mps``, NVIDIA MPS; None: the one in force, ``timeslice`` unless changed).
     ``progress(done_jobs, total_jobs)`` is called as jobs end. Other keyword
     parameters go to the engine (``checkpoint_s``, ``oom_after_s``, ``max_oom_failures``), the
     truth (``predictor``, ``use_gavel``, ``measurements_dir``) or the policy (e.g.
@@ -58,17 +61,19 @@ def simulate(trace, cluster_spec, policy_name: str, *, seed: int = 0, error_sigm
     truth = Truth(error_sigma=error_sigma, seed=seed, **tru)
     from gpucast.cluster import timeshare
 
-    before = (timeshare.world(), timeshare.world_name())
+    before = (timeshare.world(), timeshare.world_name(), timeshare.mode())
     if colocation is not None:
         timeshare.set_world(colocation)
     try:
+        if sharing is not None:
+            timeshare.set_mode(sharing)
         res = Simulator(tr, spec, policy, truth, progress=progress, **eng).run()
-        world = timeshare.world_name()
+        world, mode = timeshare.world_name(), timeshare.mode()
     finally:
-        timeshare._ACTIVE[1], timeshare._WORLD_NAME[0] = before
+        timeshare._ACTIVE[1], timeshare._WORLD_NAME[0], timeshare._MODE[0] = before
     sim_defaults = {"checkpoint_s": 1800.0, "oom_after_s": 60.0, "max_oom_failures": 3}
     res.params = {"seed": seed, "error_sigma": truth.errors.as_dict(), "trace": tr.name, "n_jobs": len(tr.jobs),
-                  "colocation": world,
+                  "colocation": world, "sharing": mode,
                   "trace_notes": list(tr.notes), **sim_defaults, **eng,
                   "policy_params": policy.params(),
                   **({"predictor": getattr(tru["predictor"], "__name__", "custom")} if "predictor" in tru else {})}

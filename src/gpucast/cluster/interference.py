@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from gpucast.cluster import gavel
+from gpucast.cluster import gavel, timeshare
 
 # Source: fit_report(gpu="v100-16gb") on Gavel's V100 pairs with gpucast analytic-0.1.0 utilizations
 # (as NVML reports them) of Gavel's jobs with their scripts' loaders and PyTorch 1.4 stack, the
@@ -169,8 +169,6 @@ def shared_slowdowns(timelines: Sequence, job_types: Sequence[str | None] | None
     single-GPU Gavel job types share a K80/P100/V100 and that pair was measured, else the
     co-location model on the jobs' timelines (:func:`gpucast.cluster.timeshare.slowdowns`).
     Pass ``None`` as a job type for a job that is not a single-GPU Gavel job."""
-    from gpucast.cluster import timeshare
-
     m = measured_pair(len(timelines), job_types, gpu)
     if m is not None:
         return m
@@ -179,7 +177,11 @@ def shared_slowdowns(timelines: Sequence, job_types: Sequence[str | None] | None
 
 def measured_pair(n: int, job_types: Sequence[str | None] | None, gpu: str | None) -> list[float] | None:
     """The measured slowdowns :func:`shared_slowdowns` answers with for ``n`` jobs of these
-    types on ``gpu``, or ``None`` where it answers with the co-location model."""
+    types on ``gpu``, or ``None`` where it answers with the co-location model (always under MPS,
+    :func:`gpucast.cluster.timeshare.set_mode`: Gavel's set does not say it ran MPS, and gpucast
+    reads its pairs as time-sliced, as every co-location measurement it has)."""
+    if timeshare._MODE[0] != "timeslice":
+        return None
     if n == 2 and job_types is not None and gpu is not None and None not in job_types:
         m = measured_pair_slowdowns(gpu).get((job_types[0], job_types[1]))
         if m is not None:

@@ -141,7 +141,7 @@ class GpuRates:
         tls = [b.timeline() for b in bs]
         # interference.shared_slowdowns, with the co-location model solved once for the
         # slowdowns and NVML's reading both (timeshare.slowdowns and timeshare.gpu_util_pct)
-        sd_model, want = timeshare._solve(tls, timeshare.world(), "timeslice")
+        sd_model, want = timeshare._solve(tls, timeshare.world(), timeshare.mode())
         model = list(sd_model)
         s = interference.measured_pair(len(tls), types, gt)
         if s is None:

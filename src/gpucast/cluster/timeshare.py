@@ -50,7 +50,9 @@ here. ``mode="mps"`` states NVIDIA MPS from its documentation (the MPS server fu
 clients' work into one context, so kernels of different processes run concurrently and there is
 no context switch): no slice waits and no switch cost; overlapping bursts still share the SMs
 (the ``1 + sum a_j`` stretch) and memory bandwidth. Its constants are not fitted (no measured
-MPS pairs here).
+MPS pairs here; the measured RTX 3090 pairs ran time-sliced, so they cannot check it). The mode
+in force is :func:`set_mode`'s (``gpucast simulate --colocation-mode``); :func:`throttled` puts
+HAMi's core limits on top of either mode.
 
 What is modelled: each job's busy time, idle-gap count and host share, memory-boundness, the
 constants below. What is not: phase locking, priorities, memory capacity (an over-committed GPU
@@ -306,6 +308,29 @@ def set_world(name: str | None) -> Constants:
     return _ACTIVE[1]
 
 
+# How the processes on one GPU share it: "timeslice" (CUDA's default, and the device plugin's
+# time-slicing replicas: one context at a time) or "mps" (NVIDIA MPS: one server context, kernels
+# of different processes run at once, no context switch). The mode the simulator's truth and the
+# policies predict in (set_mode; gpucast.cluster.simulate(sharing=...)).
+MODES = ("timeslice", "mps")
+_MODE = ["timeslice"]
+
+
+def set_mode(name: str | None) -> str:
+    """Make ``name`` (:data:`MODES`; None: ``timeslice``) the sharing mode :func:`slowdowns` and
+    the functions beside it use when given none. Returns it."""
+    name = name or MODES[0]
+    if name not in MODES:
+        raise ValueError(f"unknown sharing mode {name!r} ({', '.join(MODES)})")
+    _MODE[0] = name
+    return name
+
+
+def mode() -> str:
+    """The sharing mode in force (:func:`set_mode`)."""
+    return _MODE[0]
+
+
 def world() -> Constants:
     """The constants the simulator's truth runs in (:func:`set_world`, :func:`set_constants`)."""
     return _ACTIVE[1]
@@ -315,13 +340,14 @@ def world_name() -> str:
     return _WORLD_NAME[0]
 
 
-def slowdowns(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: str = "timeslice") -> list[float]:
+def slowdowns(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: str | None = None) -> list[float]:
     """Each job's step time when sharing one GPU over its solo step time (>= 1); ``c``: the
-    constants (default: :func:`set_constants`'s, :data:`FITTED` unless changed)."""
+    constants (default: :func:`set_constants`'s, :data:`FITTED` unless changed); ``mode``: the
+    sharing mode (:data:`MODES`; default: :func:`set_mode`'s, ``timeslice`` unless changed)."""
     n = len(jobs)
     if n <= 1:
         return [1.0] * n
-    return list(_solve(jobs, c if c is not None else _ACTIVE[0], mode)[0])
+    return list(_solve(jobs, c if c is not None else _ACTIVE[0], mode or _MODE[0])[0])
 
 
 def _key(j: JobTimeline) -> tuple:
@@ -566,19 +592,39 @@ def solve(step, busy, gaps, mem_bound, c: Constants = FITTED, mode: str = "times
     return (sd, want) if wants else sd
 
 
-def throughputs(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: str = "timeslice") -> float:
+def throttled(jobs: Sequence[JobTimeline], slowdowns_: Sequence[float], cores: Sequence[float | None]) -> list[float]:
+    """The slowdowns under per-job core limits on top of either mode: HAMi's ``nvidia.com/gpucores``
+    (Volcano's ``vgpu-cores``) lets a job's kernels hold the GPU at most its share ``c`` (0-1] of
+    the time, averaged over a window (HAMi's docs: the limiter blocks launches while a container's
+    recent utilization is over its limit; alone too, unless the operator's policy says otherwise).
+    So a job's step is at least its kernel time over ``c``: slowdown ``max(s, busy / (c x step))``;
+    a job whose held share is within its limit is not slowed. ``None`` or ``c >= 1``: no limit.
+    Not modelled: the window's length (bursts shorter than it pass at full speed), a limiter that
+    lends idle capacity to a busy neighbour."""
+    out = []
+    for j, s, c in zip(jobs, slowdowns_, cores):
+        if c is None or c >= 1.0:
+            out.append(s)
+            continue
+        if not c > 0.0:
+            raise ValueError(f"a core limit must be a share in (0, 1], got {c!r}")
+        out.append(max(s, j.busy_s / (c * j.step_s)) if j.step_s > 0 else s)
+    return out
+
+
+def throughputs(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: str | None = None) -> float:
     """Summed normalized throughput of the jobs (sum of 1 / slowdown): above 1, sharing pays."""
     return sum(1.0 / s for s in slowdowns(jobs, c, mode))
 
 
-def held_pct(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: str = "timeslice") -> float:
+def held_pct(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: str | None = None) -> float:
     """The share of time (percent) the shared GPU's kernels run: each job's kernels spread over
     its longer step."""
     sd = slowdowns(jobs, c, mode)
     return min(100.0, 100.0 * sum(j.util / s for j, s in zip(jobs, sd)))
 
 
-def gpu_util_pct(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: str = "timeslice") -> float:
+def gpu_util_pct(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: str | None = None) -> float:
     """What NVML reports for the shared GPU (percent): the time its kernels run (:func:`held_pct`)
     plus the common idle time the counter's tick misses (:func:`gpucast.estimate.nvml.combined_reported`:
     each job's short gaps, independent phases)."""
@@ -586,7 +632,7 @@ def gpu_util_pct(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: 
         return 100.0 * jobs[0].reported
     if not jobs:
         return 0.0
-    sd, want = _solve(jobs, c if c is not None else _ACTIVE[0], mode)
+    sd, want = _solve(jobs, c if c is not None else _ACTIVE[0], mode or _MODE[0])
     return _util_pct(jobs, sd, want)
 
 
