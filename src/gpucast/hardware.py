@@ -385,12 +385,13 @@ def get_gpu(name_or_spec: Union[str, os.PathLike, GpuSpec]) -> GpuSpec:
     known = catalog()
     if _key(text) in known:
         return known[_key(text)]
-    if ":" in text and not isinstance(name_or_spec, os.PathLike):
+    is_file = isinstance(name_or_spec, os.PathLike) or text.lower().endswith((".yaml", ".yml", ".json"))
+    if ":" in text and not is_file:
         return _mig_slice(text)
     by_nvml = from_nvml_name(text)
     if by_nvml is not None:
         return by_nvml
-    if isinstance(name_or_spec, os.PathLike) or text.lower().endswith((".yaml", ".yml", ".json")):
+    if is_file:
         return load_spec_file(text)
     close = sorted(n for n in known if n.startswith(_key(text)))
     close += [n for n in difflib.get_close_matches(_key(text), list(known), n=3, cutoff=0.5)
