@@ -66,6 +66,13 @@ def parse_list(text: Optional[str], flag: str, kind=int) -> Optional[list]:
         raise ValueError(f"{flag} {text!r}: give a comma-separated list of {kind.__name__}s") from None
 
 
+def _share_cell(o) -> str:
+    """The share column: a fraction and its mode (``0.25 mps``), ``mig`` for a MIG slice, empty for whole GPUs."""
+    if o.share < 1:
+        return f"{o.share:g} {o.mode}".strip()
+    return "mig" if o.mode == "mig" else ""
+
+
 def table(advice, show_all: bool = False):
     from rich.table import Table
 
@@ -81,7 +88,7 @@ def table(advice, show_all: bool = False):
         o = advice.options[i]
         mark = "*" if i == advice.recommended else ("front" if show_all and i in advice.front else "")
         batch = f"{o.batch_size}" + (f" x{o.accumulation}" if o.accumulation > 1 else "")
-        t.add_row(mark, o.gpu, str(o.gpus), batch, o.precision, f"{o.share:g}" if o.share < 1 else "",
+        t.add_row(mark, o.gpu, str(o.gpus), batch, o.precision, _share_cell(o),
                   f"{o.step_time_s * 1e3:.1f}", f"{o.samples_per_s:,.0f}", duration(o.epoch_s),
                   duration_range(*o.epoch_interval_s), usd(o.cost_per_epoch),
                   f"{usd(o.cost_per_epoch_interval[0])}-{usd(o.cost_per_epoch_interval[1])}", usd(o.cost_per_run), f"{o.util_pct:.0f}",

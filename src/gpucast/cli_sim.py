@@ -139,6 +139,13 @@ def register(app: typer.Typer, cli) -> None:
                                                           "(NVIDIA MPS: kernels of different jobs run at once, "
                                                           "no context switch). MIG slices are GPU types: "
                                                           "--gpu-type a100-80gb:3g.40gb."),
+                 mig_layout: Optional[str] = typer.Option(
+                     None, "--mig-layout", metavar="PROFILE,PROFILE,...",
+                     help="Carve the GPUs of the first --mig-nodes nodes (default: all) into this static MIG "
+                          "layout, e.g. 3g.40gb,2g.20gb,2g.20gb or 1g.10gb*7 (profiles of --gpu-type: "
+                          "`gpucast gpus --mig`); each slice takes one-GPU jobs, multi-GPU jobs go to whole GPUs."),
+                 mig_nodes: Optional[int] = typer.Option(None, "--mig-nodes",
+                                                         help="With --mig-layout: how many nodes are carved."),
                  sweep: Optional[List[str]] = typer.Option(
                      None, "--sweep", metavar="AXIS=V1,V2,...",
                      help="Sweep an axis (repeat for more; every combination runs, each under every policy): "
@@ -169,6 +176,7 @@ def register(app: typer.Typer, cli) -> None:
 
         if sweep or workers is not None or ray_address is not None or markdown_out is not None:
             return run_sweep(cli, sweep or [], trace=trace, gpus=gpus, gpu_type=gpu_type, gpus_per_node=gpus_per_node,
+                             mig_layout=mig_layout, mig_nodes=mig_nodes,
                              policies=policies, seed=seed, error_sigma=error_sigma, limit=limit, load=load,
                              report=report, json_out=json_out, markdown_out=markdown_out, env_file=env_file,
                              colocation=colocation, workers=workers, ray_address=ray_address,
@@ -181,7 +189,7 @@ def register(app: typer.Typer, cli) -> None:
             # Reserve the output files before any work: an unwritable one fails here, not after the run.
             outs = reserve_outputs((report, "--report"), (json_out, "--json"))
             try:
-                spec = cl.ClusterSpec.homogeneous(gpu_type, gpus, gpus_per_node=gpus_per_node)
+                spec = cl.ClusterSpec.build(gpu_type, gpus, gpus_per_node, mig_layout, mig_nodes)
                 env = cli._environment(env_file)
                 jobs = _load_trace(cl, trace, gpus, limit, load, env, cli.err)
                 check_gangs(cl, jobs, spec, names)
@@ -206,7 +214,9 @@ def register(app: typer.Typer, cli) -> None:
         n_jobs = summaries[0]["jobs"] if summaries else 0
         trace_name = (results[0].result.params or {}).get("trace", trace) if results else trace
         es = (results[0].result.params or {}).get("error_sigma", {}) if results else {}
-        title = (f"gpucast simulate: {n_jobs} jobs (trace {trace_name}) on {gpus} x {gpu_type}, seed {seed}, "
+        carved = (f" ({'all' if mig_nodes is None else mig_nodes} nodes carved into MIG {mig_layout})"
+                  if mig_layout else "")
+        title = (f"gpucast simulate: {n_jobs} jobs (trace {trace_name}) on {gpus} x {gpu_type}{carved}, seed {seed}, "
                  f"error sigma util {es.get('util', 0):.3g} / memory {es.get('memory', 0):.3g} / "
                  f"step {es.get('step', 0):.3g}, co-location world {colocation}, sharing {colocation_mode}")
         cli.console.print(comparison_table(summaries, changes, title))
@@ -331,7 +341,8 @@ def check_base(*, gpus, gpus_per_node, limit, load, error_sigma, colocation, sha
     from gpucast.cluster.timeshare import MODES
 
     if sharing not in MODES:
-        hint = " (a MIG slice is a GPU type: --gpu-type a100-80gb:3g.40gb)" if sharing == "mig" else ""
+        hint = (" (MIG slices are GPUs: --gpu-type a100-80gb --mig-layout 3g.40gb,2g.20gb,2g.20gb carves the "
+                "nodes; jobs inside a slice share it by time-slicing or MPS)" if sharing == "mig" else "")
         raise ValueError(f"unknown --colocation-mode {sharing!r}; choose from {', '.join(MODES)}{hint}")
 
 
@@ -342,7 +353,7 @@ def _jsonable(obj):
 
 def run_sweep(cli, specs, *, trace, gpus, gpu_type, gpus_per_node, policies, seed, error_sigma, limit, load,
               report, json_out, markdown_out, env_file, colocation, workers, ray_address,
-              sharing="timeslice") -> None:
+              sharing="timeslice", mig_layout=None, mig_nodes=None) -> None:
     """``simulate --sweep``: check everything (axes, values, traces, gangs, output files) before
     any run, then run the sweep (:mod:`gpucast.cluster.sweep`) with a progress bar and print,
     and optionally write, its one table."""
@@ -369,11 +380,11 @@ def run_sweep(cli, specs, *, trace, gpus, gpu_type, gpus_per_node, policies, see
             if ray_address is not None:
                 connected[0] = sw.connect(ray_address.strip())   # an unreachable cluster fails before any work
             for g in axes.get("gpus", [gpus]):
-                cl.ClusterSpec.homogeneous(gpu_type, g, gpus_per_node=gpus_per_node)
+                cl.ClusterSpec.build(gpu_type, g, gpus_per_node, mig_layout, mig_nodes)
             env = cli._environment(env_file)
             base = sw.Base(trace=trace, gpus=gpus, gpu_type=gpu_type, gpus_per_node=gpus_per_node,
                            policies=tuple(names), seed=seed, error_sigma=error_sigma, limit=limit, load=load,
-                           colocation=colocation, env=env,
+                           colocation=colocation, env=env, mig_layout=mig_layout, mig_nodes=mig_nodes,
                            params=(("sharing", sharing),) if sharing != "timeslice" else ())
             pts = sw.points(base, axes)
             with _bar(cli.err) as bar:

@@ -170,3 +170,51 @@ def slice_spec(whole, p: MigProfile):
 def parent_name(gpu: str) -> str:
     """The whole GPU of a slice name (``a100-40gb:1g.5gb`` -> ``a100-40gb``); other names unchanged."""
     return gpu.split(SEPARATOR, 1)[0]
+
+
+def weight(gpu: str) -> float:
+    """The share of its whole GPU a GPU name is: a slice's compute slices over the GPU's (``3g`` of
+    7: 3/7), 1 for a whole GPU. The simulator weighs a slice's utilization by it."""
+    if not is_slice_name(gpu):
+        return 1.0
+    p = profile(*split(gpu))
+    return p.compute_slices / p.of_compute
+
+
+class LayoutError(ValueError):
+    """A MIG layout that the GPU cannot hold; one line."""
+
+
+def layout(gpu: str, text: str) -> list[MigProfile]:
+    """The profiles of a layout of one ``gpu`` (``"3g.40gb,2g.20gb,2g.20gb"``; ``"1g.10gb*7"``
+    repeats one), checked against the GPU's compute and memory slices and each profile's instance
+    count (the guide's limits; its placement rules beyond them, which start slice each profile may
+    take, are not checked: a layout within the totals is taken to be placeable)."""
+    out: list[MigProfile] = []
+    for part in (x.strip() for x in text.split(",")):
+        if not part:
+            continue
+        name, _, times = part.partition("*")
+        try:
+            k = int(times) if times else 1
+        except ValueError:
+            raise LayoutError(f"MIG layout {text!r}: {part!r} is not PROFILE or PROFILE*COUNT") from None
+        if k < 1:
+            raise LayoutError(f"MIG layout {text!r}: {part!r} needs a count of at least 1")
+        try:
+            out += [profile(gpu, split(f"{gpu}{SEPARATOR}{name}")[1])] * k
+        except UnknownProfileError as exc:
+            raise LayoutError(f"MIG layout: {exc}") from None
+    if not out:
+        raise LayoutError(f"MIG layout {text!r} names no profile")
+    g = sum(p.compute_slices for p in out)
+    m = sum(p.memory_slices for p in out)
+    first = out[0]
+    if g > first.of_compute or m > first.of_memory:
+        raise LayoutError(f"MIG layout {text!r} needs {g} compute and {m} memory slices; {gpu} has "
+                          f"{first.of_compute} and {first.of_memory}")
+    for p in {p.name: p for p in out}.values():
+        n = sum(1 for q in out if q.name == p.name)
+        if n > p.instances:
+            raise LayoutError(f"MIG layout {text!r}: {gpu} holds at most {p.instances} x {p.name}, not {n}")
+    return out

@@ -367,3 +367,62 @@ def test_a_bad_mig_profile_annotation_is_denied_naming_the_closest():
     r = hook.mutate(make_review(make_pod(job_annotations(SMALL, gpu="a100-80gb:1g.5gb"))))["response"]
     assert r["allowed"] is False and r["status"]["code"] == 400
     assert "did you mean a100-80gb:1g.10gb?" in r["status"]["message"]
+
+
+# ------------------------------------------------------------------ sharing modes (gpucast.ai/sharing)
+def _sized(sharing, containers=None, gpu=None, spec=None, **pod_spec):
+    review = make_review(make_pod(job_annotations(spec or SMALL, gpu=gpu, **{"gpucast.ai/sharing": sharing}),
+                                  containers))
+    for k, v in pod_spec.items():
+        review["request"]["object"]["spec"][k] = v
+    out = hook.mutate(review)
+    assert out["response"]["allowed"] is True, out
+    return patched(review, out), out["response"].get("warnings", [])
+
+
+def _share_pct():
+    return round(hook.gpu_share(predict(SMALL, "a100-80gb")).share * 100)
+
+
+def test_mps_sharing_asks_for_a_replica_and_sets_the_clients_limits():
+    c = k8s.V1Container(name="train", image="pytorch/pytorch:2.4.0", env=[k8s.V1EnvVar(name="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", value="100"),
+                                                                       k8s.V1EnvVar(name="A", value="b")],
+                        resources=k8s.V1ResourceRequirements(limits={"nvidia.com/gpu": "1", "nvidia.com/gpucores": "30"}))
+    pod, warnings = _sized("mps", [c])
+    ctr = pod["spec"]["containers"][0]
+    assert ctr["resources"]["limits"] == {"nvidia.com/gpu": "1"}          # HAMi's keys gone
+    env = {e["name"]: e["value"] for e in ctr["env"]}
+    mib = math.ceil(hook.gpu_share(predict(SMALL, "a100-80gb")).memory_bytes / MIB)
+    assert env == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(_share_pct()), "A": "b",
+                   "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={mib}M"}
+    assert 0 < _share_pct() < 100 and not warnings
+
+
+def test_time_slicing_asks_for_a_replica_and_runai_for_a_fraction():
+    pod, _ = _sized("timeslice")
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert "env" not in pod["spec"]["containers"][0]
+    pod, warnings = _sized("runai")
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {}
+    assert pod["metadata"]["annotations"]["gpu-fraction"] == f"{_share_pct() / 100:g}"
+    assert any("runai-scheduler" in w for w in warnings)
+    _pod, warnings = _sized("RunAI", schedulerName="runai-scheduler")
+    assert not warnings
+
+
+def test_a_job_that_needs_whole_gpus_gets_them_in_every_mode_with_a_warning_on_replicas():
+    big = {"model": "resnet50", "batch_size": 256}
+    for mode in ("mps", "timeslice"):
+        pod, warnings = _sized(mode, spec=big)
+        assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+        assert any("unshared pool" in w for w in warnings), warnings
+    pod, _ = _sized("runai", spec=big)
+    assert "gpu-fraction" not in pod["metadata"]["annotations"]
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+
+
+def test_an_unknown_sharing_mode_is_denied_in_one_line():
+    r = hook.mutate(make_review(make_pod(job_annotations(SMALL, **{"gpucast.ai/sharing": "vgpu"}))))["response"]
+    assert r["allowed"] is False and r["status"]["code"] == 400
+    assert r["status"]["message"] == ("gpucast: annotation gpucast.ai/sharing must be one of hami, mps, timeslice, "
+                                      "runai, got 'vgpu'")

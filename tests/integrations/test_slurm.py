@@ -463,3 +463,13 @@ def test_plugin_tres_spelling(version, recorder, jobs_dir):
     assert any("Slurm version unknown" in line for line in Plugin(version, command=str(script),
                                                                       version_command="false").log)
     calls(recorder)
+
+
+def test_a_job_on_a_mig_slice_asks_for_the_typed_slice(specs):
+    slice_pred = predict(SMALL, "a100-80gb:1g.10gb")
+    assert gres_request(slice_pred).sbatch == "--gres=gpu:1g.10gb:1"
+    assert gres_request(slice_pred, mig_type="{gpu}_{profile}").gres == "gpu:a100-80gb_1g.10gb:1"
+    with pytest.raises(ValueError, match="MIG slice, one device per job, but the job runs on 2 GPUs"):
+        gres_request(predict({**SMALL, "gpus": 2}, "a100-80gb:3g.40gb"))
+    r = invoke(specs / "small.json", "--gpu", "a100-80gb:1g.10gb")
+    assert r.exit_code == 0 and r.stdout == "--gres=gpu:1g.10gb:1\n", r.stdout

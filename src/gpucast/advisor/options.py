@@ -101,11 +101,13 @@ class Option:
     slowdown: float = 1.0      # of the shared step over the solo one (1: whole GPU)
     notes: tuple[str, ...] = field(default_factory=tuple)
     plan: PlanFields | None = None   # a parallel plan: step_time_s is then one optimizer step
+    mode: str = ""             # how it shares the GPU (gpucast.advisor.sharing): timeslice | mps | mig; "": whole
 
     @property
     def id(self) -> str:
         acc = f"x{self.accumulation} accum" if self.accumulation > 1 else ""
-        shared = f"share {self.share:g}" if self.share < 1 else ""
+        shared = " ".join(x for x in (f"share {self.share:g}" if self.share < 1 else "",
+                                      self.mode if self.mode in ("timeslice", "mps") else "") if x)
         shape = self.plan.label if self.plan is not None else ""
         return " ".join(p for p in (f"{self.gpu} x{self.gpus}", shape, f"b{self.batch_size}", acc, self.precision,
                                     shared) if p)
@@ -155,10 +157,10 @@ def memory_fit(point: int, interval: tuple[int, int], capacity: int) -> str:
 
 def from_prediction(pred, price, samples_per_epoch: float, epochs: float, accumulation: int = 1,
                     share: float = 1.0, slowdown: float = 1.0, capacity: int | None = None,
-                    notes: tuple[str, ...] = ()) -> Option:
+                    notes: tuple[str, ...] = (), mode: str = "") -> Option:
     """The option a prediction (:class:`~gpucast.prediction.Prediction`) describes, at ``price``
     (:class:`~gpucast.advisor.prices.Price`); ``share``/``slowdown``: a fraction of one GPU and the
-    co-location slowdown on it."""
+    co-location slowdown on it; ``mode``: how it shares the GPU (:mod:`gpucast.advisor.sharing`)."""
     gpus = int(pred.job.get("gpus", 1))
     batch = int(pred.job["batch_size"])
     step = pred.step_time_s * slowdown
@@ -177,7 +179,7 @@ def from_prediction(pred, price, samples_per_epoch: float, epochs: float, accumu
                   memory_bytes=int(pred.memory_peak_bytes), memory_interval=mem_iv,
                   gpu_memory_bytes=int(capacity) if capacity is not None else 0,
                   memory_fit=memory_fit(int(pred.memory_peak_bytes), mem_iv, capacity) if capacity else FITS,
-                  bottleneck=pred.bottleneck, slowdown=slowdown, notes=tuple(notes))
+                  bottleneck=pred.bottleneck, slowdown=slowdown, notes=tuple(notes), mode=mode)
 
 
 def from_plan_prediction(pred, price, samples_per_epoch: float, epochs: float, capacity: int) -> Option:

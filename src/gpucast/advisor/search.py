@@ -17,10 +17,11 @@
   fed by an RL environment steps one environment per process and is not data parallel here (1 GPU).
   A count whose per-GPU batch would be below 1 sample is not tried.
 * **Shares**: a 1-GPU option whose share (:func:`gpucast.integrations.resources.gpu_share`: held
-  compute plus margin, memory plus headroom) is at most ``MAX_SHARE`` is also offered as that share
-  of the GPU (MPS, MIG, HAMi or Ray fractional GPUs), billed at the share, and slowed by a neighbour
-  as the co-location model (:mod:`gpucast.cluster.timeshare`, the measured-pairs constants)
-  predicts for the job next to a copy of itself (a neighbour as demanding as the job: cautious).
+  compute plus margin, memory plus headroom) is at most ``MAX_SHARE`` is also offered shared, in
+  each mode the GPU supports (:mod:`gpucast.advisor.sharing`): time-sliced under a HAMi core limit,
+  under MPS with an SM limit, each billed at the share and slowed as the co-location model predicts
+  next to a copy of itself (a neighbour as demanding as the job: cautious), and on the smallest MIG
+  slice that holds it; a note says which mode is cheapest and why.
 
 Each (batch, precision) is captured once (the capture does not depend on the GPU or the count);
 every other combination is an estimate of that trace. A batch larger than one that does not fit
@@ -40,7 +41,6 @@ from gpucast.hardware import GpuSpec, get_gpu
 DEFAULT_COUNTS = (1, 2, 4, 8)
 MAX_GPUS = 8        # one node (the all-reduce is costed over the node's NVLink or PCIe)
 BATCH_FACTORS = (1, 2, 4, 8)
-MAX_SHARE = 0.5     # a share above half a GPU leaves no room for a neighbour: offer whole GPUs only
 PRECISION_ORDER = ("fp32", "tf32", "amp-fp16", "amp-bf16", "fp16", "bf16")
 
 
@@ -159,24 +159,12 @@ def _data_source(job) -> str | None:
     return data.source if data is not None else None
 
 
-def _slowdown_next_to_itself(pred, share: float | None = None) -> float:
-    """The job's slowdown next to a copy of itself (time-sliced), and under a core limit of
-    ``share`` of the GPU (HAMi's gpucores, :func:`gpucast.cluster.timeshare.throttled`)."""
-    from gpucast.cluster import timeshare
-
-    tl = timeshare.JobTimeline.from_util(pred.gpu_util_pct, pred.step_time_s, max(1.0, float(pred.gpu_idle_gaps)),
-                                         timeshare.mem_bound_share(pred), pred.gpu_held_pct or None,
-                                         float(pred.gpu_syncs) if pred.gpu_syncs else None)
-    s = timeshare.slowdowns([tl, tl], timeshare.CURRENT, "timeslice")[0]
-    return max(1.0, timeshare.throttled([tl], [s], [share])[0])
-
-
 def evaluate(job, p: Plan, prices: PriceTable, samples_per_epoch: float | None, epochs: float,
              config=None, env=None, provider: str | None = None,
              progress: Callable[[int, int], None] | None = None) -> tuple[list[Option], float, list[str]]:
     """Every option of the plan, predicted: (options, samples per epoch used, notes)."""
+    from gpucast.advisor import sharing
     from gpucast.api import explain
-    from gpucast.integrations.resources import gpu_share
 
     combos = [(b, prec) for prec in p.precisions for b in p.batches]
     total = len(combos) * len(p.gpus) * len(p.counts)
@@ -222,14 +210,9 @@ def evaluate(job, p: Plan, prices: PriceTable, samples_per_epoch: float | None, 
                         too_big = (b, n)
                         continue
                     if p.share and n == 1 and not is_slice:
-                        s = gpu_share(pred)
-                        if not s.exclusive and s.share <= MAX_SHARE:
-                            slow = _slowdown_next_to_itself(pred, s.share)
-                            options.append(from_prediction(
-                                pred, price, samples, epochs, acc, share=s.share, slowdown=slow,
-                                capacity=int(spec.memory_bytes * s.share),
-                                notes=(f"a {s.share:g} share (MPS/MIG/HAMi/Ray), slowed x{slow:.2f} next to a copy "
-                                       f"of itself",)))
+                        options += sharing.options(job, pred, spec, prices, provider, samples, epochs, acc,
+                                                   config, env)
+    notes += sharing.why(options)
     if one_slice:
         notes.append("MIG slices are tried as one GPU each: a process sees one MIG device and slices have no "
                      "peer access to each other (NVIDIA MIG User Guide), so data parallel runs span whole GPUs")

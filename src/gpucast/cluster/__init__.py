@@ -31,7 +31,7 @@ def simulate(trace, cluster_spec, policy_name: str, *, seed: int = 0, error_sigm
     """Run one policy over one trace on one cluster.
 
     ``trace``: a :class:`Trace` or a name/path for :func:`load_trace` (jobs larger than the
-    cluster are capped to it). ``cluster_spec``: a :class:`ClusterSpec` (an int means that many
+    cluster's whole GPUs are capped to them). ``cluster_spec``: a :class:`ClusterSpec` (an int means that many
     ``v100-16gb`` GPUs, 8 per node). ``seed`` and ``error_sigma`` drive the truth's error model
     (see ``truth``; ``error_sigma``: ``"measured"`` (gpucast's measured error, or the calibrated
     environment's own when one is set), a number, ``"util=..,memory=..,step=.."`` or an
@@ -50,7 +50,7 @@ def simulate(trace, cluster_spec, policy_name: str, *, seed: int = 0, error_sigm
     from gpucast.cluster.engine import Simulator
 
     spec = cluster_spec if isinstance(cluster_spec, ClusterSpec) else ClusterSpec.homogeneous("v100-16gb", int(cluster_spec))
-    tr = load_trace(trace, gpus=spec.n_gpus)
+    tr = load_trace(trace, gpus=spec.max_job_gpus)
     eng = {k: params.pop(k) for k in _ENGINE_PARAMS if k in params}
     tru = {k: params.pop(k) for k in _TRUTH_PARAMS if k in params}
     policy = make_policy(policy_name, **params)

@@ -158,6 +158,8 @@ class Simulator(GpuRates):
         self.n = len(gl)
         self.gtype = [t for _, _, t in gl]
         self.gnode = [nd for _, nd, _ in gl]
+        self.gweight = spec.weights()                  # a MIG slice's share of its GPU (1: whole)
+        self.capacity = spec.physical_gpus             # whole GPUs: utilization's denominator
         caps = self.caps = {t: float(get_gpu(t).memory_bytes) for t in spec.gpu_types}
         self.gcap = [caps[t] for t in self.gtype]
         self.max_cap = max(caps.values())
@@ -187,6 +189,8 @@ class Simulator(GpuRates):
         # jobs and their profiles
         self.ref = spec.reference_gpu
         self.types = list(spec.gpu_types)
+        # behaviour on the reference too where it is not a type here (a carved GPU's whole type)
+        self.beh_types = self.types + ([self.ref] if self.ref not in self.types else [])
         self._prof_ids: dict = {}
         self._obs_cache: dict = {}
         self.jobs = []
@@ -212,7 +216,7 @@ class Simulator(GpuRates):
         key = (j.prof, j.gpus)
         c = self._obs_cache.get(key)
         if c is None:
-            beh = {t: self.truth.behaviour(j.prof, t, j.gpus) for t in self.types}
+            beh = {t: self.truth.behaviour(j.prof, t, j.gpus) for t in self.beh_types}
             told = self.policy.told
             first = "nothing" if told == "profiled" else told
             obs = {t: self.truth.observe(j.prof, t, first, j.gpus) for t in self.types}

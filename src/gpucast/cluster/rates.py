@@ -67,6 +67,7 @@ class GpuRates:
         total = self.total
         contrib = self.contrib
         shared = self._shared
+        gw = self.gweight
         for g in gpus:
             jobs = on[g]
             gt = gtype[g]
@@ -86,9 +87,10 @@ class GpuRates:
                     x.terms[g] = r
             else:
                 c = 0.0
+            c *= gw[g]          # a MIG slice counts as its share of the whole GPU (1 otherwise)
             total += c - contrib[g]
             contrib[g] = c
-            h = 1 if n else 0
+            h = gw[g] if n else 0
             self.nheld += h - self.held[g]
             self.held[g] = h
         heap = self.heap
@@ -127,6 +129,7 @@ class GpuRates:
                         b = x.beh[gt]
                         c += b.util_pct * b.step_time_s * x.rate
                     c = min(100.0, c)
+                c *= gw[g]
                 total += c - contrib[g]
                 contrib[g] = c
         self.total = total
@@ -154,8 +157,8 @@ class GpuRates:
     def _record(self, t):
         # self.total is a running sum of per-GPU readings: float drift may carry it a few ulps
         # past n x 100 % on a full cluster (seen: 100.00000000000014), never a real reading.
-        u = min(100.0, max(0.0, self.total) / self.n)
-        for tl, v in ((self.timeline, u), (self.alloc_timeline, 100.0 * self.nheld / self.n)):
+        u = min(100.0, max(0.0, self.total) / self.capacity)
+        for tl, v in ((self.timeline, u), (self.alloc_timeline, 100.0 * self.nheld / self.capacity)):
             if tl[-1][0] == t:
                 tl[-1] = (t, v)
                 if len(tl) > 1 and tl[-2][1] == v:
@@ -165,10 +168,10 @@ class GpuRates:
 
     def _rerate_pool(self, g, t):
         jobs = self.on[g]
-        c = min(100.0, sum(x.beh[self.gtype[g]].util_pct for x in jobs))
+        c = min(100.0, sum(x.beh[self.gtype[g]].util_pct for x in jobs)) * self.gweight[g]
         self.total += c - self.contrib[g]
         self.contrib[g] = c
-        h = 1 if jobs else 0
+        h = self.gweight[g] if jobs else 0
         self.nheld += h - self.held[g]
         self.held[g] = h
         self._record(t)

@@ -76,6 +76,8 @@ class Base:
     colocation: str = "measured-pairs"
     env: object = None
     params: tuple = ()
+    mig_layout: str | None = None     # MIG layout of the carved nodes' GPUs (ClusterSpec.partitioned)
+    mig_nodes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,7 @@ def prepare(base: Base, pts: list[Point], progress=None) -> Shared:
 def _spec(base: Base, gpus: int):
     from gpucast.cluster.spec import ClusterSpec
 
-    return ClusterSpec.homogeneous(base.gpu_type, gpus, gpus_per_node=base.gpus_per_node)
+    return ClusterSpec.build(base.gpu_type, gpus, base.gpus_per_node, base.mig_layout, base.mig_nodes)
 
 
 def run_point(point: Point, shared: Shared, trace=None) -> tuple[dict, float, float]:

@@ -39,6 +39,11 @@ What the webhook writes (a JSON patch, RFC 6902, base64 in ``response.patch``)
       gets the device plugin's resource of that slice, ``nvidia.com/mig-1g.10gb: 1`` (its "mixed"
       strategy's names), and loses ``nvidia.com/gpu`` and HAMi's keys: the slice is its whole
       device. A job on more than one GPU is denied (400): slices have no peer access;
+    * a pod annotated ``gpucast.ai/sharing: mps | timeslice | runai`` (default ``hami``: the limits
+      above) gets its cluster's sharing mode's requests instead of HAMi's
+      (:mod:`gpucast.integrations.k8s_sharing`): MPS replicas with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``
+      and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` in the container's environment, time-slicing
+      replicas, or Run:ai's ``gpu-fraction`` pod annotation; an unknown mode is denied (400);
     * annotations ``gpucast.ai/prediction`` (JSON: utilization, its interval, peak memory, its
       interval, step time, its interval, the share) and ``gpucast.ai/model-version``.
 
@@ -73,6 +78,7 @@ import json
 import math
 from typing import Callable
 
+from gpucast.integrations import k8s_sharing
 from gpucast.integrations.resources import GpuShare, gpu_share
 
 JOB_ANNOTATION = "gpucast.ai/job"
@@ -197,10 +203,11 @@ def mig_resource(gpu: str) -> str | None:
 
 
 def container_patch(index: int, container: dict, share: GpuShare,
-                    slice_resource: str | None = None) -> tuple[list[dict], list[str]]:
+                    slice_resource: str | None = None, sharing: str = "hami") -> tuple[list[dict], list[str]]:
     """JSON-patch operations that write ``share`` into container ``index``, and warnings.
     ``slice_resource``: the pod runs on a MIG slice (:func:`mig_resource`): one of it, and no
-    ``nvidia.com/gpu`` or HAMi limits (the slice is the job's whole device)."""
+    ``nvidia.com/gpu`` or HAMi limits (the slice is the job's whole device). ``sharing``: the
+    cluster's sharing mode (:mod:`gpucast.integrations.k8s_sharing`; HAMi's limits by default)."""
     base = f"/spec/containers/{index}/resources"
     res = container.get("resources")
     limits = dict((res or {}).get("limits") or {})
@@ -208,6 +215,10 @@ def container_patch(index: int, container: dict, share: GpuShare,
     want = hami_limits(share)
     warnings = []
     gpus = limits.get(GPU, (requests or {}).get(GPU))
+    if slice_resource is None and sharing != "hami" and not share.planned:
+        spelled = k8s_sharing.spell(share, sharing, int(gpus) if gpus is not None else share.gpus)
+        ops = _write(base, res, limits, requests, spelled.limits, spelled.drop)
+        return ops + k8s_sharing.env_ops(index, container, spelled.env), spelled.warnings
     if slice_resource is not None:
         want = {slice_resource: "1"}
         if gpus is not None and str(gpus) != "1":
@@ -231,6 +242,11 @@ def container_patch(index: int, container: dict, share: GpuShare,
     else:
         drop = [GPUMEM_PCT] if GPUMEM in want else [GPUMEM]
 
+    return _write(base, res, limits, requests, want, drop), warnings
+
+
+def _write(base, res, limits, requests, want, drop) -> list[dict]:
+    """Set ``want`` in the container's limits (and matching requests), remove ``drop``."""
     ops: list[dict] = []
     if res is None:
         ops.append({"op": "add", "path": base, "value": {"limits": want}})
@@ -249,7 +265,7 @@ def container_patch(index: int, container: dict, share: GpuShare,
         for key in drop:
             if key in requests:
                 ops.append({"op": "remove", "path": f"{base}/requests/{escape(key)}"})
-    return ops, warnings
+    return ops
 
 
 def _response(uid: str, allowed: bool, *, patch: list | None = None, code: int | None = None,
@@ -286,7 +302,8 @@ def mutate(review: dict, predict_fn: Callable | None = None) -> dict:
 
     try:
         spec, gpu = read_annotations(annotations)
-    except AnnotationError as exc:
+        sharing = k8s_sharing.parse(annotations.get(k8s_sharing.SHARING_ANNOTATION))
+    except (AnnotationError, ValueError) as exc:
         return _response(uid, False, code=400, message=f"gpucast: {exc}")
     if predict_fn is None:
         from gpucast.api import predict as predict_fn
@@ -307,13 +324,21 @@ def mutate(review: dict, predict_fn: Callable | None = None) -> dict:
     warnings: list[str] = []
     targets = [i for i, c in enumerate(containers) if _asks_for_gpu(c)] or [0]
     for i in targets:
-        c_ops, c_warn = container_patch(i, containers[i], share, slice_resource)
+        c_ops, c_warn = container_patch(i, containers[i], share, slice_resource, sharing)
         ops += c_ops
         warnings += c_warn
     notes = {PREDICTION_ANNOTATION: prediction_annotation(prediction, share),
              MODEL_VERSION_ANNOTATION: prediction.model_version}
     if share.whole_nodes:
         notes.update({NODES_ANNOTATION: str(share.nodes), GPUS_PER_NODE_ANNOTATION: str(pod_gpus(share))})
+    if slice_resource is None and sharing != "hami" and not share.planned:
+        # pod-level requests of the mode (Run:ai's gpu-fraction), once per pod
+        spelled = k8s_sharing.spell(share, sharing, share.gpus)
+        notes.update(spelled.annotations)
+        if k8s_sharing.RUNAI_FRACTION in spelled.annotations and \
+                (pod.get("spec") or {}).get("schedulerName") != k8s_sharing.RUNAI_SCHEDULER:
+            warnings.append(f"gpucast: {k8s_sharing.RUNAI_FRACTION} is read by Run:ai's scheduler: set "
+                            f"spec.schedulerName: {k8s_sharing.RUNAI_SCHEDULER}")
     # The job annotation is there, so /metadata/annotations exists; "add" replaces a stale value.
     ops += [{"op": "add", "path": f"/metadata/annotations/{escape(k)}", "value": v} for k, v in notes.items()]
     if not prediction.fits_in_memory:

@@ -15,6 +15,10 @@ required to fit on a single gpu on each node", likewise for MPS). So this module
 
 * a shared single-GPU job: ``shard:ceil(share x shards_per_gpu)`` or
   ``mps:ceil(share x mps_per_gpu)``;
+* a job predicted on a MIG slice (``a100-80gb:1g.10gb``, :mod:`gpucast.mig`): ``gpu:1g.10gb:1``,
+  the slice as a typed GPU (the guide's *MIG Management* example names the types by profile;
+  ``mig_type`` renames them for a site whose gres.conf does otherwise); a job on more than one
+  GPU cannot run on slices (ValueError: no peer access between slices);
 * an exclusive job, or a data-parallel one (``gpus > 1``, which shards or MPS cannot spread over
   several GPUs): ``gpu:G``, G = the job's GPUs, on one node;
 * a job whose parallel plan spans nodes (:class:`~gpucast.integrations.resources.GpuShare`
@@ -44,7 +48,7 @@ DEFAULT_MPS_PER_GPU = 100
 
 @dataclass(frozen=True)
 class GresRequest:
-    kind: str          # "shard", "mps" or "gpu"
+    kind: str          # "shard", "mps", "gpu" or "gpu:<MIG type>"
     count: int         # per node
     share: GpuShare    # what it spells
 
@@ -100,14 +104,23 @@ def _ceil(x: float) -> int:
 
 
 def gres_request(prediction_or_share, *, shards_per_gpu: int = DEFAULT_SHARDS_PER_GPU, mps: bool = False,
-                 mps_per_gpu: int = DEFAULT_MPS_PER_GPU) -> GresRequest:
+                 mps_per_gpu: int = DEFAULT_MPS_PER_GPU, mig_type: str = "{profile}") -> GresRequest:
     """The ``--gres`` request for a :class:`~gpucast.prediction.Prediction` (or a
     :class:`~gpucast.integrations.resources.GpuShare`) on a site with ``shards_per_gpu`` shards
-    (or, with ``mps``, an MPS count of ``mps_per_gpu``) per GPU."""
+    (or, with ``mps``, an MPS count of ``mps_per_gpu``) per GPU; ``mig_type``: the site's GRES
+    type of a MIG slice (``{profile}``, ``{gpu}``: the profile and the whole GPU's catalog name)."""
     for name, value in (("shards_per_gpu", shards_per_gpu), ("mps_per_gpu", mps_per_gpu)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     s = prediction_or_share if isinstance(prediction_or_share, GpuShare) else gpu_share(prediction_or_share)
+    if ":" in s.gpu:
+        from gpucast import mig
+
+        gpu, prof = mig.split(s.gpu)
+        if s.gpus > 1 or s.planned:
+            raise ValueError(f"{s.gpu} is a MIG slice, one device per job, but the job runs on {s.gpus} GPUs "
+                             f"(slices have no peer access)")
+        return GresRequest(f"gpu:{mig_type.format(profile=prof, gpu=gpu)}", 1, s)
     if s.whole_nodes:
         return GresRequest("gpu", s.gpus_per_node, s)
     if s.exclusive or s.gpus > 1:

@@ -134,6 +134,9 @@ class Policy:
         self._node_type = [gl[i].gpu_type for i in starts]
         self._locked = np.zeros(len(gl), dtype=bool)
         self._nlocked = 0
+        # MIG slices (gpucast.mig) take one-GPU jobs only: slices have no peer access
+        self._slice = np.array([":" in g.gpu_type for g in gl], dtype=bool)
+        self._whole = ~self._slice if self._slice.any() else None
         self._holds: dict = {}     # planned gang -> positions it holds while it runs
         self._pending: dict = {}   # planned gang -> positions to hold, from its placement
 
@@ -183,6 +186,8 @@ class Policy:
         free = self._count == 0
         if self._nlocked:
             free &= ~self._locked
+        if self._whole is not None:
+            free &= self._whole
         got = gangs.choose(free, self._node_lo, self._node_hi, self._node_type, job.gpus, per_node)
         if got is None:
             return None
@@ -221,6 +226,8 @@ class Policy:
             if k == 1:
                 i = int(empty.argmax())
                 return [int(self._gidx[i])] if empty[i] else None
+            if self._whole is not None:
+                empty &= self._whole
             return _gang_np(np.zeros(len(self._static)), empty, self._gidx, self._gnode, k)
         if not self.score_uses_index:
             _o, val, st, capped = self._table(job)
@@ -235,13 +242,16 @@ class Policy:
             feasible = st.take(cls) == 1
             if self._nlocked:
                 feasible &= ~self._locked
+            if self._whole is not None:
+                feasible &= self._whole
             return _gang_np(val.take(cls), feasible, self._gidx, self._gnode, k)
         # a score that reads the GPU index: the plain rule over every GPU
         cands = []
         cap = self.max_jobs_per_gpu
         locked = self._locked if self._nlocked else None
+        slices = self._slice if k > 1 and self._whole is not None else None
         for i, g in enumerate(self.view):
-            if len(g.jobs) >= cap or (locked is not None and locked[i]):
+            if len(g.jobs) >= cap or (locked is not None and locked[i]) or (slices is not None and slices[i]):
                 continue
             s = self.score(g, obs_for(job.obs, g.gpu_type))
             if s is not None:

@@ -106,6 +106,8 @@ class PackingPolicy(Policy):
             fits = fits & ~self._locked
         k = job.gpus
         gidx = self._gidx
+        if k > 1 and self._whole is not None:   # MIG slices take one-GPU jobs only
+            fits = fits & self._whole
         if k == 1:
             i = int(fits.argmax())
             return [int(gidx[i])] if fits[i] else None

@@ -1,0 +1,109 @@
+"""Sharing modes in the simulator: time-slicing, MPS and static MIG layouts on A100-80GB nodes.
+
+pai-mix (the PAI-shaped workload mix: many small, host-fed jobs next to multi-GPU ones) on
+``--gpus`` A100-80GB (nodes of 8) at the mix's own load and at a queue-keeping load (``--heavy``
+times the cluster's capacity offered). Rows: ``slot`` (one job per whole GPU, FIFO with EASY
+backfilling: the baseline), then the ``gpucast`` policy with the jobs on one GPU time-sliced
+(CUDA's default; the device plugin's time-slicing replicas), under MPS (kernels of different jobs
+at once, no context switch), and under MPS with some nodes carved into a static MIG layout (each
+slice a GPU of its own, one-GPU jobs only; ``gpucast simulate --mig-layout``). The truth and the
+policy use the same mode (``gpucast simulate --colocation-mode``); the co-location world is
+``measured-pairs``; gpucast's measured prediction error. Columns: queued-period utilization (the
+cluster's NVML utilization while a job waits, a carved GPU counted as its slices' shares), its
+change over ``slot``, mean and p99 JCT, mean queueing delay, makespan.
+
+The MPS model's constants are the time-slicing fit's (no measured MPS pairs here), so MPS rows are
+the model's consequence, not a measurement; MIG slices are the analytic slices of
+:mod:`gpucast.mig`. Re-partitioning during the run is not simulated: each layout is static.
+
+    .venv/bin/python benchmarks/sharing_modes.py [--gpus 64] [--heavy 3] [--limit N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+GPU = "a100-80gb"
+# (label, policy, sharing mode, MIG layout of the carved nodes, carved nodes)
+CONFIGS = [
+    ("slot, whole GPUs", "slot", "timeslice", None, None),
+    ("gpucast, time-slicing only", "gpucast", "timeslice", None, None),
+    ("gpucast, MPS", "gpucast", "mps", None, None),
+    ("gpucast, MPS + 1 node of 3g.40gb,2g.20gb,2g.20gb", "gpucast", "mps", "3g.40gb,2g.20gb,2g.20gb", 1),
+    ("gpucast, MPS + 1 node of 3g.40gb*2", "gpucast", "mps", "3g.40gb*2", 1),
+    ("gpucast, MPS + 2 nodes of 3g.40gb,2g.20gb,2g.20gb", "gpucast", "mps", "3g.40gb,2g.20gb,2g.20gb", 2),
+    ("gpucast, time-slicing + 1 node of 3g.40gb,2g.20gb,2g.20gb", "gpucast", "timeslice",
+     "3g.40gb,2g.20gb,2g.20gb", 1),
+]
+
+
+def _h(s):
+    return "-" if s is None else f"{s / 3600:.1f}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=64)
+    ap.add_argument("--heavy", type=float, default=3.0, help="the queue-keeping load (offered / capacity)")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N jobs of the mix")
+    ap.add_argument("--out", type=Path, default=RESULTS / "sharing_modes.md")
+    args = ap.parse_args(argv)
+
+    from rich.progress import track
+
+    import gpucast.cluster as cl
+    from gpucast.cluster import metrics
+
+    base = cl.load_trace("pai-mix", gpus=args.gpus, limit=args.limit)
+    loads = [("own", None), (f"{args.heavy:g}", args.heavy)]
+    rows, raw = [], []
+    work = [(ln, lv, c) for ln, lv in loads for c in CONFIGS]
+    for load_name, load, (label, policy, mode, layout, nodes) in track(work, description="simulating",
+                                                                       transient=True):
+        tr = cl.load_trace(base, gpus=args.gpus, load=load) if load is not None else base
+        spec = cl.ClusterSpec.build(GPU, args.gpus, 8, layout, nodes)
+        t0 = time.perf_counter()
+        res = cl.simulate(tr, spec, policy, sharing=mode)
+        wall = time.perf_counter() - t0
+        s = metrics.summarize(res)
+        rows.append((load_name, label, s, wall))
+        raw.append({"load": load_name, "config": label, "policy": policy, "sharing": mode, "mig_layout": layout,
+                    "mig_nodes": nodes, "wall_s": wall, **{k: v for k, v in s.items() if not isinstance(v, dict)}})
+
+    lines = ["## Sharing modes: time-slicing, MPS and MIG layouts (pai-mix on A100-80GB)", "",
+             f"Command: `python benchmarks/sharing_modes.py --gpus {args.gpus} --heavy {args.heavy:g}"
+             + (f" --limit {args.limit}" if args.limit else "") + "`. "
+             f"{len(base.jobs)} jobs of pai-mix on {args.gpus} x {GPU} (nodes of 8), co-location world "
+             "measured-pairs, gpucast's measured prediction error, seed 0. Simulated (the MPS rows use the "
+             "co-location model's MPS mode with the time-slicing fit's constants; MIG slices are gpucast.mig's "
+             "analytic slices): not measurements. Utilization: the cluster's NVML utilization over the queued "
+             "period (while some job waits), a carved GPU counted as its slices' shares.", ""]
+    for load_name, _ in loads:
+        sel = [r for r in rows if r[0] == load_name]
+        slot = next(s for ln, lab, s, _ in sel if lab.startswith("slot"))
+        lines += [f"Load: {'the mix' + chr(39) + 's own arrivals' if load_name == 'own' else load_name + ' x capacity'}", "",
+                  "| configuration | util % queued | vs slot | JCT mean h | JCT p99 h | queue mean h | makespan h | wall s |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for _, label, s, wall in sel:
+            q, q0 = s.get("gpu_util_queued_pct"), slot.get("gpu_util_queued_pct")
+            vs = "-" if label.startswith("slot") or q is None or not q0 else f"{100 * (q / q0 - 1):+.1f}%"
+            lines.append(f"| {label} | {'-' if q is None else f'{q:.1f}'} | {vs} | {_h(s.get('jct_mean_s'))} | "
+                         f"{_h(s.get('jct_p99_s'))} | {_h(s.get('queue_delay_mean_s'))} | "
+                         f"{_h(s.get('makespan_s'))} | {wall:.1f} |")
+        lines.append("")
+    lines += [f"Machine: `nproc` = {os.cpu_count()}, Python {platform.python_version()} (CPU only).", ""]
+    args.out.write_text("\n".join(lines))
+    args.out.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=str) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

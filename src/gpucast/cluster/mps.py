@@ -1,0 +1,117 @@
+"""Jobs sharing one GPU through NVIDIA MPS with per-client SM limits (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``).
+
+Under MPS the clients' kernels run concurrently in one context (no time slices, no context
+switch: :mod:`gpucast.cluster.timeshare`'s ``mode="mps"``). A client may be limited to a share
+``p`` of the SMs: NVIDIA's MPS documentation ("Volta MPS execution resource provisioning") lets
+each client set ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``; Kubernetes' MPS sharing gives each of a
+GPU's ``N`` clients ``100 / N`` percent (GKE's "max shared clients per GPU"; the NVIDIA device
+plugin's ``sharing.mps.replicas``), and Amazon ECS sets it from a container's
+``maxComputePercent`` ("a limit, not a reservation"). This module is ``timeshare``'s MPS model
+with those limits, for job ``i`` with limit ``p_i`` (1: none) and the same constants::
+
+    busy_i^p = busy_i * ((1 - m_i) / p_i + m_i)          (alone: its compute-bound kernels get p_i of
+                                                           the SMs; memory-bound ones the same DRAM)
+    c_ij     = clamp((p_i + p_j - 1) / p_i, 0, 1)        (the share of i's SMs j's kernels can also use)
+    burst_i' = busy_i^p * (1 + sum_{j != i} c_ij * s_j) * (1 + bandwidth * sum_{j != i} a_j * m_i * m_j)
+    step_i'  = host_i' + burst_i'                         (host_i' as in timeshare: shared CPU cores)
+
+solved by fixed-point iteration; ``s_j`` and ``a_j`` as in :mod:`gpucast.cluster.timeshare`
+(the neighbour's share of time its kernels run, or want to). With every limit at 1 this is
+exactly ``timeshare``'s MPS mode (a test checks they agree). Limits that add up to at most 100 %
+give disjoint SM shares (``c_ij = 0``): the jobs then slow each other only through memory
+bandwidth and the host, and each pays its own limit even alone. The slowdown is over the job's
+solo step *without* a limit, so a limit's own cost is in it.
+
+What is modelled: the SM share a limit leaves a job's compute-bound kernels, the SMs two
+clients' limits overlap on, bandwidth and host sharing as in ``timeshare``. What is not: kernels
+too small to fill the SMs a limit leaves them (they lose nothing to the limit: the estimate is
+then pessimistic), the limit's effect on memory-bound kernels (they are taken to reach the same
+bandwidth with fewer SMs), ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (memory capacity is checked by
+the callers, as for any co-location), MPS's client count limit (48 on Volta and later), and an
+error in one client taking the others down. The constants are ``timeshare``'s, not fitted on
+MPS measurements (there are none here: the RTX 3090 pairs ran time-sliced).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from gpucast.cluster import timeshare
+from gpucast.cluster.timeshare import JobTimeline
+
+
+def _limit(p) -> float:
+    if p is None:
+        return 1.0
+    p = float(p)
+    if not 0.0 < p <= 1.0:
+        raise ValueError(f"an MPS thread limit must be a share in (0, 1] (percent / 100), got {p!r}")
+    return p
+
+
+def overlap(p_i: float, p_j: float) -> float:
+    """The share of job ``i``'s SMs (limit ``p_i``) that job ``j``'s kernels (limit ``p_j``) can also
+    run on: 0 when the two limits fit side by side, 1 without limits."""
+    return min(1.0, max(0.0, (p_i + p_j - 1.0) / p_i))
+
+
+def limited_busy(job: JobTimeline, p: float | None) -> float:
+    """``job``'s kernel seconds per step alone under an SM limit ``p`` (its compute-bound share
+    stretched by ``1 / p``)."""
+    p = _limit(p)
+    m = min(1.0, max(0.0, job.mem_bound))
+    return job.busy_s * ((1.0 - m) / p + m)
+
+
+def slowdowns(jobs: Sequence[JobTimeline], limits: Sequence[float | None] | None = None,
+              c: timeshare.Constants | None = None) -> list[float]:
+    """Each job's step time under MPS, with its SM limit (``limits[i]``: a share in (0, 1], None: no
+    limit), over its solo step time without a limit. ``c``: the co-location constants (default:
+    the world in force, :func:`gpucast.cluster.timeshare.world`)."""
+    c = c if c is not None else timeshare.world()
+    n = len(jobs)
+    p = [_limit(x) for x in (limits if limits is not None else [None] * n)]
+    if len(p) != n:
+        raise ValueError(f"{n} jobs but {len(p)} thread limits")
+    if n == 0:
+        return []
+    step = [max(j.step_s, 1e-12) for j in jobs]
+    busy = [min(max(j.busy_s, 0.0), s) for j, s in zip(jobs, step)]
+    lim = [limited_busy(JobTimeline(s, b, j.gaps, j.mem_bound), q) for j, s, b, q in zip(jobs, step, busy, p)]
+    host = [s - b for s, b in zip(step, busy)]
+    if n == 1:
+        return [max(1.0, (host[0] + lim[0]) / step[0])]
+    m = [min(1.0, max(0.0, j.mem_bound)) for j in jobs]
+    hshare = [h / s for h, s in zip(host, step)]
+    hsum = sum(hshare)
+    host_new = [h * (1.0 + c.host * (hsum - x)) for h, x in zip(host, hshare)]
+    ov = [[overlap(p[i], p[j]) if i != j else 0.0 for j in range(n)] for i in range(n)]
+    by_held = timeshare._by_held(c)
+    act = [min(1.0, b / (h + b)) for b, h in zip(lim, host)]
+    hs = list(act)
+    new = [h + b for h, b in zip(host, lim)]
+    for _ in range(timeshare._ITERATIONS):
+        share = hs if by_held else act
+        amsum = sum(a * q for a, q in zip(act, m))
+        nact = []
+        for i in range(n):
+            thrash = 1.0 + c.bandwidth * m[i] * (amsum - act[i] * m[i])
+            burst = lim[i] * (1.0 + sum(ov[i][j] * share[j] for j in range(n))) * thrash
+            new[i] = host_new[i] + burst
+            nact.append(min(1.0, burst / new[i]))
+        done = max(abs(x - y) for x, y in zip(nact, act)) < timeshare._TOLERANCE
+        act = [0.5 * (x + y) for x, y in zip(nact, act)]
+        if by_held:
+            nhs = [b / t for b, t in zip(lim, new)]
+            done = done and max(abs(x - y) for x, y in zip(nhs, hs)) < timeshare._TOLERANCE
+            hs = [0.5 * (x + y) for x, y in zip(nhs, hs)]
+        if done:
+            break
+    return [max(1.0, t / s) for t, s in zip(new, step)]
+
+
+def equal_limits(n: int) -> list[float]:
+    """The limits Kubernetes' MPS sharing gives ``n`` clients of one GPU: ``1 / n`` each."""
+    if n < 1:
+        raise ValueError(f"need at least one client, got {n}")
+    return [1.0 / n] * n

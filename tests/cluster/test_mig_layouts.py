@@ -1,0 +1,91 @@
+"""Static MIG layouts in the simulator (ClusterSpec.partitioned, gpucast simulate --mig-layout):
+the layout checked against the GPU, slices weighed as their share of the GPU, one-GPU jobs only."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import gpucast.cluster as cl
+from gpucast import mig
+from gpucast.cluster import metrics
+
+
+def test_a_layout_is_checked_against_the_mig_guides_limits():
+    assert [p.name for p in mig.layout("a100-80gb", "3g.40gb, 2g.20gb,2g.20gb")] == ["3g.40gb", "2g.20gb", "2g.20gb"]
+    assert len(mig.layout("a100-80gb", "1g.10gb*7")) == 7
+    with pytest.raises(mig.LayoutError, match="needs 8 compute"):
+        mig.layout("a100-80gb", "4g.40gb,4g.40gb")
+    with pytest.raises(mig.LayoutError, match="needs 5 compute and 10 memory slices; a100-80gb has 7 and 8"):
+        mig.layout("a100-80gb", "1g.20gb*5")       # memory slices run out first
+    with pytest.raises(mig.LayoutError, match="did you mean"):
+        mig.layout("a100-80gb", "1g.5gb")
+    with pytest.raises(mig.LayoutError, match="PROFILE\\*COUNT"):
+        mig.layout("a100-80gb", "1g.10gb*x")
+
+
+def test_a_carved_node_holds_its_slices_and_counts_as_its_whole_gpus():
+    spec = cl.ClusterSpec.partitioned("a100-80gb", 16, "3g.40gb,2g.20gb,2g.20gb", mig_nodes=1)
+    assert spec.gpu_types == {"a100-80gb:3g.40gb": 8, "a100-80gb:2g.20gb": 16, "a100-80gb": 8}
+    assert spec.physical_gpus == 16.0
+    assert spec.reference_gpu == "a100-80gb"       # durations stay solo times on the whole GPU
+    assert sorted(set(spec.weights())) == [2 / 7, 3 / 7, 1.0]
+    with pytest.raises(ValueError, match="--mig-nodes"):
+        cl.ClusterSpec.partitioned("a100-80gb", 16, "1g.10gb", mig_nodes=3)
+
+
+@pytest.fixture(scope="module")
+def trace():
+    """Sixty jobs of the bundled Gavel trace (no mix to draw: quick)."""
+    return cl.load_trace("gavel", gpus=16, limit=60)
+
+
+@pytest.mark.parametrize("policy", ["gpucast", "packing", "slot"])
+def test_multi_gpu_jobs_never_land_on_slices_and_every_job_finishes(policy, trace):
+    spec = cl.ClusterSpec.partitioned("a100-80gb", 16, "3g.40gb,2g.20gb,2g.20gb", mig_nodes=1)
+    tr, res = trace, cl.simulate(trace, spec, policy, sharing="mps")
+    assert all(rec.finish_s is not None for rec in res.records)
+    assert max(j.gpus for j in tr.jobs) > 8           # capped to the 8 whole GPUs, not the 32 slices
+    # the utilization timeline is a share of the 16 whole GPUs: never above 100 %
+    assert 0 < max(u for _, u in res.util_timeline) <= 100.0
+
+
+def test_placements_respect_slices(monkeypatch, trace):
+    """The placements the engine made: a job on a slice is a one-GPU job."""
+    from gpucast.cluster import engine as eng
+
+    spec = cl.ClusterSpec.partitioned("a100-80gb", 16, "3g.40gb,2g.20gb,2g.20gb", mig_nodes=1)
+    tr = trace
+    seen = []
+    orig = eng.Simulator._result
+
+    def keep(self):
+        seen.extend((self.jobs[j].gpus, gpus) for _s, _e, j, gpus in self.placements)
+        return orig(self)
+
+    monkeypatch.setattr(eng.Simulator, "_result", keep)
+    cl.simulate(tr, spec, "gpucast", sharing="mps")
+    types = [t for _, _, t in spec.gpus()]
+    on_slices = [(k, g) for k, g in seen if any(":" in types[i] for i in g)]
+    assert on_slices and all(k == 1 and len(g) == 1 for k, g in on_slices)
+    assert any(k > 1 for k, _ in seen)
+
+
+def test_an_uncarved_build_is_the_homogeneous_cluster():
+    assert cl.ClusterSpec.build("a100-80gb", 16) == cl.ClusterSpec.homogeneous("a100-80gb", 16)
+    with pytest.raises(ValueError, match="--mig-nodes goes with --mig-layout"):
+        cl.ClusterSpec.build("a100-80gb", 16, mig_nodes=1)
+
+
+def test_the_cli_carves_nodes_and_refuses_a_bad_layout_in_one_line():
+    from gpucast.cli import app
+
+    base = ["simulate", "--trace", "gavel", "--limit", "30", "--gpus", "16", "--gpu-type", "a100-80gb",
+            "--policies", "gpucast"]
+    ok = CliRunner().invoke(app, base + ["--mig-layout", "3g.40gb,2g.20gb,2g.20gb", "--mig-nodes", "1"])
+    assert ok.exit_code == 0, ok.output
+    assert "1 nodes carved into MIG 3g.40gb,2g.20gb,2g.20gb" in ok.output
+    bad = CliRunner().invoke(app, base + ["--mig-layout", "3g.40gb*3"])
+    assert bad.exit_code == 2
+    assert bad.output.strip() == ("error: MIG layout '3g.40gb*3' needs 9 compute and 12 memory slices; "
+                                  "a100-80gb has 7 and 8")
