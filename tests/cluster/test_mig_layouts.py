@@ -89,3 +89,49 @@ def test_the_cli_carves_nodes_and_refuses_a_bad_layout_in_one_line():
     assert bad.exit_code == 2
     assert bad.output.strip() == ("error: MIG layout '3g.40gb*3' needs 9 compute and 12 memory slices; "
                                   "a100-80gb has 7 and 8")
+
+
+def _obs(gpu_type, step, util=20.0):
+    from gpucast.cluster.behaviour import Observation
+
+    return Observation("w", 8, 1, gpu_type, "prediction", util, (util, util), 1e9, (1e9, 1e9), step)
+
+
+def test_slice_costs_come_from_the_told_steps_on_the_slice_and_its_whole_gpu():
+    from gpucast.cluster.behaviour import with_slice_costs
+
+    obs = {"a100-80gb:3g.40gb": _obs("a100-80gb:3g.40gb", 0.15), "a100-80gb:1g.10gb": _obs("a100-80gb:1g.10gb", 0.1)}
+    out = with_slice_costs(obs, {"a100-80gb": _obs("a100-80gb", 0.1)})
+    assert out["a100-80gb:3g.40gb"].slice_cost == pytest.approx(0.5)
+    assert out["a100-80gb:1g.10gb"].slice_cost == 0.0
+    assert with_slice_costs({"v100-16gb": _obs("v100-16gb", 0.1)}) == {"v100-16gb": _obs("v100-16gb", 0.1)}
+
+
+def test_the_gpucast_policy_prefers_a_whole_gpu_to_a_slow_slice_and_refuses_a_very_slow_one():
+    from dataclasses import replace
+
+    from gpucast.cluster.policies.base import GpuOccupancy, choose_gpu
+    from gpucast.cluster.policies import make_policy
+
+    pol = make_policy("gpucast")
+    whole = GpuOccupancy(1, "a100-80gb", 80e9)
+    sl = GpuOccupancy(0, "a100-80gb:3g.40gb", 40e9)
+    job = {"a100-80gb": _obs("a100-80gb", 0.1),
+           "a100-80gb:3g.40gb": replace(_obs("a100-80gb:3g.40gb", 0.15), slice_cost=0.5)}
+    assert choose_gpu(pol, [sl, whole], job)[0] == 1                  # the slice is lower-numbered but slower
+    host_bound = {**job, "a100-80gb:3g.40gb": replace(job["a100-80gb:3g.40gb"], slice_cost=0.0)}
+    assert choose_gpu(pol, [sl, whole], host_bound)[0] == 0           # as fast there: first fit
+    too_slow = {**job, "a100-80gb:3g.40gb": replace(job["a100-80gb:3g.40gb"], slice_cost=1.5)}
+    assert choose_gpu(pol, [sl], too_slow)[0] is None                # 2.5x slower: wait for a whole GPU
+    assert choose_gpu(make_policy("gpucast", max_slice_cost=2.0), [sl], too_slow)[0] == 0
+
+
+def test_a_slice_draws_its_whole_gpus_error():
+    from gpucast.cluster.truth import Profile, Truth
+
+    t = Truth(error_sigma=0.5, seed=3)
+    tr = cl.load_trace("gavel", limit=3)
+    prof = Profile.from_trace_job(tr.jobs[0])
+    ratio = t._factor(prof, "a100-80gb:2g.20gb", "step") / t._factor(prof, "a100-80gb", "step")
+    assert ratio == 1.0
+    assert t._factor(prof, "h100", "step") != t._factor(prof, "a100-80gb", "step")

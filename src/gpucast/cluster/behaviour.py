@@ -121,6 +121,10 @@ class Observation:
     # A planned gang (gpucast.cluster.gangs): GPUs per node of its plan; 0 for any other job. Part
     # of what the job asks for (like ``gpus``), so every policy is told it.
     node_gpus: int = 0
+    # A MIG slice (gpucast.mig): how much slower the job is told to run on it than on the whole GPU
+    # it was carved from (told step on the slice over told step on the whole GPU, minus 1); 0 for a
+    # whole GPU or where a step is not told. Set by the simulator (:func:`with_slice_costs`).
+    slice_cost: float = 0.0
 
     def timeline(self, upper: bool = False):
         """What this observation says of the job's timeline (:mod:`gpucast.cluster.timeshare`):
@@ -181,3 +185,23 @@ def _mem_bound(prediction) -> float:
         return mem_bound_share(prediction)
     except Exception:  # noqa: BLE001 - a GPU that is not in the catalog: the model's default
         return 0.5
+
+
+def with_slice_costs(obs: dict, whole: dict | None = None) -> dict:
+    """``obs`` (GPU type -> :class:`Observation` of one job) with each MIG slice's
+    :attr:`Observation.slice_cost` set from the told steps on the slice and on its whole GPU
+    (``obs``'s, else ``whole``'s: GPU type -> Observation of the whole GPUs not in the cluster).
+    Unchanged where the cluster has no slices."""
+    from dataclasses import replace
+
+    from gpucast import mig
+
+    out = dict(obs)
+    for t, o in obs.items():
+        if not mig.is_slice_name(t) or o.step_time_s is None:
+            continue
+        parent = mig.parent_name(t)
+        w = obs.get(parent) or (whole or {}).get(parent)
+        if w is not None and w.step_time_s:
+            out[t] = replace(o, slice_cost=max(0.0, o.step_time_s / w.step_time_s - 1.0))
+    return out

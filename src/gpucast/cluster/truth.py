@@ -15,7 +15,10 @@ paid for a profiling run. Where the truth comes from, in order:
    (:mod:`gpucast.cluster.errors`: gpucast's measured error by default). For utilization the
    error moves the logit (``logit(truth) = logit(predicted) + sigma * z``), so it stays a share
    between 0 and 100 %. This is not a measurement: it says "suppose gpucast is as wrong as it was measured
-   to be". With ``error_sigma=0`` the truth equals the prediction.
+   to be". With ``error_sigma=0`` the truth equals the prediction. A MIG slice
+   (:mod:`gpucast.mig`) draws its whole GPU's error: the measured error is the model's on a job
+   and a GPU, not on a partition of it, so a job's truth on a slice is its truth on the whole GPU
+   scaled as the slice model predicts (the slice model's own error is not measured and not drawn).
 
 A single-GPU Gavel job type with a measured step time takes its utilization and idle gaps from
 the co-location fit to Gavel's measured pairs (:data:`gpucast.cluster.timeshare.GAVEL_CORRECTIONS`,
@@ -159,6 +162,11 @@ def _unit_normal(*parts) -> float:
     return float(np.random.default_rng(int.from_bytes(h[:8], "little")).standard_normal())
 
 
+def _error_key(gpu: str) -> str:
+    """The GPU name an error is drawn for: a MIG slice's whole GPU, any other GPU itself."""
+    return gpu.split(":", 1)[0]
+
+
 class Truth:
     """True behaviour and observations of job profiles, with caching and a seeded error model."""
 
@@ -189,7 +197,8 @@ class Truth:
         sigma = self.errors.sigma(what)
         if sigma == 0:
             return 1.0
-        return math.exp(sigma * _unit_normal(self.seed, profile.fields, profile.job_type, gpu, what))
+        # a MIG slice draws its whole GPU's error (module docstring)
+        return math.exp(sigma * _unit_normal(self.seed, profile.fields, profile.job_type, _error_key(gpu), what))
 
     def behaviour(self, profile: Profile, gpu: str, gpus: int = 1) -> Behaviour:
         k = (profile, gpu, gpus)

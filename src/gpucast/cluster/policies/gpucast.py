@@ -17,7 +17,13 @@ cover 80 % of the simulated truths as a calibration's split-conformal intervals 
 
 Among allowed GPUs the job goes where it costs least: the added slowdown (the GPU's jobs' increase
 plus the newcomer's slowdown minus one) minus ``consolidate`` for a shared GPU (an empty GPU costs
-0). With ``consolidate = 1`` a job shares a GPU whenever sharing pays and adds less than one
+0), plus, on a MIG slice, how much slower the job is told to run there than on the whole GPU
+(:attr:`~gpucast.cluster.behaviour.Observation.slice_cost`): a host-bound job that hardly slows
+on a small slice takes it and leaves whole GPUs free, a compute-bound one goes to a whole GPU
+(shared or not) unless none is free. Between whole GPUs of different types the score does not
+weigh their speeds (an empty K80 costs what an empty V100 does). A slice on which the job is told to run more
+than ``1 + max_slice_cost`` times slower than on the whole GPU (default 1: twice) is not allowed:
+a long job that would take it because every whole GPU is busy waits for a whole GPU instead. With ``consolidate = 1`` a job shares a GPU whenever sharing pays and adds less than one
 whole slowdown, even when empty GPUs are free: light jobs are packed together and whole GPUs stay
 free for gang-scheduled multi-GPU jobs; with 0 it shares only when no empty GPU is free.
 
@@ -116,6 +122,7 @@ class GpucastPolicy(Policy):
     weigh_gangs = False
     consolidate = 1.0
     memory_risk = DEFAULT_MEMORY_RISK
+    max_slice_cost = 1.0     # our choice: a slice at most twice as slow as its whole GPU (see the docstring)
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -144,7 +151,8 @@ class GpucastPolicy(Policy):
         slowdowns without saying what they read."""
         if type(self).score is not GpucastPolicy.score or type(self)._slowdowns is not GpucastPolicy._slowdowns:
             return None
-        return (self.memory_bound(obs), obs.timeline(upper=self.cautious), obs.gpus if self.weigh_gangs else 0)
+        return (self.memory_bound(obs), obs.timeline(upper=self.cautious), obs.gpus if self.weigh_gangs else 0,
+                obs.slice_cost)
 
     def predicted_slowdowns(self, gpu, job):
         return self._slowdowns(gpu.jobs + (job,), gpu.gpu_type)
@@ -191,8 +199,10 @@ class GpucastPolicy(Policy):
         return hit
 
     def score(self, gpu, job):
+        if job.slice_cost > self.max_slice_cost:
+            return None             # a MIG slice this much slower than its whole GPU: wait for another
         if not gpu.jobs:
-            return 0.0     # alone: nothing to protect (an over-large job fails in the engine)
+            return job.slice_cost   # alone: nothing to protect (an over-large job fails in the engine)
         pre = self._resident(gpu)
         mem = pre[1] + self.memory_bound(job)
         if mem > gpu.memory_bytes:
@@ -205,4 +215,4 @@ class GpucastPolicy(Policy):
         if 1.0 / after[-1] - harm < self.min_gain:
             return None
         cost = sum(k * (a - b) for k, b, a in zip(w, before, after[:-1])) + after[-1] - 1.0
-        return cost - self.consolidate
+        return cost - self.consolidate + job.slice_cost
