@@ -101,9 +101,11 @@ def test_slice_costs_come_from_the_told_steps_on_the_slice_and_its_whole_gpu():
     from gpucast.cluster.behaviour import with_slice_costs
 
     obs = {"a100-80gb:3g.40gb": _obs("a100-80gb:3g.40gb", 0.15), "a100-80gb:1g.10gb": _obs("a100-80gb:1g.10gb", 0.1)}
-    out = with_slice_costs(obs, {"a100-80gb": _obs("a100-80gb", 0.1)})
+    out = with_slice_costs({**obs, "a100-80gb": _obs("a100-80gb", 0.1)})
     assert out["a100-80gb:3g.40gb"].slice_cost == pytest.approx(0.5)
     assert out["a100-80gb:1g.10gb"].slice_cost == 0.0
+    # a cluster of slices only: nothing faster to wait for
+    assert all(o.slice_cost == 0.0 for o in with_slice_costs(obs).values())
     assert with_slice_costs({"v100-16gb": _obs("v100-16gb", 0.1)}) == {"v100-16gb": _obs("v100-16gb", 0.1)}
 
 

@@ -187,11 +187,11 @@ def _mem_bound(prediction) -> float:
         return 0.5
 
 
-def with_slice_costs(obs: dict, whole: dict | None = None) -> dict:
-    """``obs`` (GPU type -> :class:`Observation` of one job) with each MIG slice's
-    :attr:`Observation.slice_cost` set from the told steps on the slice and on its whole GPU
-    (``obs``'s, else ``whole``'s: GPU type -> Observation of the whole GPUs not in the cluster).
-    Unchanged where the cluster has no slices."""
+def with_slice_costs(obs: dict) -> dict:
+    """``obs`` (GPU type -> :class:`Observation` of one job, the cluster's types) with each MIG
+    slice's :attr:`Observation.slice_cost` set from the told steps on the slice and on its whole
+    GPU, where the cluster also has that GPU whole (a cluster of slices only has nothing faster to
+    wait for: the costs stay 0). Unchanged where the cluster has no slices."""
     from dataclasses import replace
 
     from gpucast import mig
@@ -201,7 +201,7 @@ def with_slice_costs(obs: dict, whole: dict | None = None) -> dict:
         if not mig.is_slice_name(t) or o.step_time_s is None:
             continue
         parent = mig.parent_name(t)
-        w = obs.get(parent) or (whole or {}).get(parent)
+        w = obs.get(parent)
         if w is not None and w.step_time_s:
             out[t] = replace(o, slice_cost=max(0.0, o.step_time_s / w.step_time_s - 1.0))
     return out

@@ -193,9 +193,8 @@ class Simulator(GpuRates):
         self.types = list(spec.gpu_types)
         # behaviour on the reference too where it is not a type here (a carved GPU's whole type)
         self.beh_types = self.types + ([self.ref] if self.ref not in self.types else [])
-        # whole GPU types carved into slices that the cluster does not also hold whole
+        # MIG slices: their observations carry slice costs (behaviour.with_slice_costs)
         self.has_slices = any(mig.is_slice_name(t) for t in self.types)
-        self.carved = sorted({mig.parent_name(t) for t in self.types if mig.is_slice_name(t)} - set(self.types))
         self._prof_ids: dict = {}
         self._obs_cache: dict = {}
         self.jobs = []
@@ -228,11 +227,9 @@ class Simulator(GpuRates):
             prof_obs = ({t: self.truth.observe(j.prof, t, "profiled", j.gpus) for t in self.types}
                         if told == "profiled" else None)
             if self.has_slices:   # MIG slices: told how much slower than the whole GPU (Observation.slice_cost)
-                whole = {p: self.truth.observe(j.prof, p, first, j.gpus) for p in self.carved}
-                obs = with_slice_costs(obs, whole)
+                obs = with_slice_costs(obs)
                 if prof_obs is not None:
-                    prof_obs = with_slice_costs(prof_obs, {p: self.truth.observe(j.prof, p, "profiled", j.gpus)
-                                                           for p in self.carved})
+                    prof_obs = with_slice_costs(prof_obs)
             c = self._obs_cache[key] = (beh, obs, prof_obs)
         j.beh, j.obs = c[0], c[1]
         tj = j.tj

@@ -23,7 +23,8 @@ on a small slice takes it and leaves whole GPUs free, a compute-bound one goes t
 (shared or not) unless none is free. Between whole GPUs of different types the score does not
 weigh their speeds (an empty K80 costs what an empty V100 does). A slice on which the job is told to run more
 than ``1 + max_slice_cost`` times slower than on the whole GPU (default 1: twice) is not allowed:
-a long job that would take it because every whole GPU is busy waits for a whole GPU instead. With ``consolidate = 1`` a job shares a GPU whenever sharing pays and adds less than one
+a long job that would take it because every whole GPU is busy waits for a whole GPU instead (the
+costs are told only where the cluster also has the GPU whole: on a cluster of slices they are 0). With ``consolidate = 1`` a job shares a GPU whenever sharing pays and adds less than one
 whole slowdown, even when empty GPUs are free: light jobs are packed together and whole GPUs stay
 free for gang-scheduled multi-GPU jobs; with 0 it shares only when no empty GPU is free.
 
