@@ -138,9 +138,8 @@ def why(opts: list[Option]) -> list[str]:
                 parts.append(f"time-sliced and under MPS alike (x{ts.slowdown:.2f}): its kernels rarely overlap "
                              f"a neighbour's")
         if mg is not None:
-            whole_step = mg.step_time_s  # the slice's own step
             ref = min((o for o in (ts, mp) if o is not None), key=lambda o: o.step_time_s, default=mg)
-            parts.append(f"on the {mig.split(mg.gpu)[1]} slice it runs alone at {whole_step * 1e3:.1f} ms a step "
+            parts.append(f"on the {mig.split(mg.gpu)[1]} slice it runs alone at {mg.step_time_s * 1e3:.1f} ms a step "
                          f"(shared: {ref.step_time_s * 1e3:.1f} ms) for {mig.weight(mg.gpu):.2g} of the GPU")
         lines.append(f"sharing one {gpu}: {pick.mode} is cheapest per run; " + "; ".join(parts))
     return lines

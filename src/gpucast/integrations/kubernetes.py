@@ -202,6 +202,12 @@ def mig_resource(gpu: str) -> str | None:
     return mig.profile(*mig.split(gpu)).resource_name
 
 
+def _in_mode(share: GpuShare, slice_resource: str | None, sharing: str) -> bool:
+    """Whether the share is spelled in a sharing mode other than HAMi's (not for a MIG slice, which
+    has its own resource, nor for a planned gang, which gets whole GPUs)."""
+    return slice_resource is None and sharing != "hami" and not share.planned
+
+
 def container_patch(index: int, container: dict, share: GpuShare,
                     slice_resource: str | None = None, sharing: str = "hami") -> tuple[list[dict], list[str]]:
     """JSON-patch operations that write ``share`` into container ``index``, and warnings.
@@ -215,7 +221,7 @@ def container_patch(index: int, container: dict, share: GpuShare,
     want = hami_limits(share)
     warnings = []
     gpus = limits.get(GPU, (requests or {}).get(GPU))
-    if slice_resource is None and sharing != "hami" and not share.planned:
+    if _in_mode(share, slice_resource, sharing):
         spelled = k8s_sharing.spell(share, sharing, int(gpus) if gpus is not None else share.gpus)
         ops = _write(base, res, limits, requests, spelled.limits, spelled.drop)
         return ops + k8s_sharing.env_ops(index, container, spelled.env), spelled.warnings
@@ -331,7 +337,7 @@ def mutate(review: dict, predict_fn: Callable | None = None) -> dict:
              MODEL_VERSION_ANNOTATION: prediction.model_version}
     if share.whole_nodes:
         notes.update({NODES_ANNOTATION: str(share.nodes), GPUS_PER_NODE_ANNOTATION: str(pod_gpus(share))})
-    if slice_resource is None and sharing != "hami" and not share.planned:
+    if _in_mode(share, slice_resource, sharing):
         # pod-level requests of the mode (Run:ai's gpu-fraction), once per pod
         spelled = k8s_sharing.spell(share, sharing, share.gpus)
         notes.update(spelled.annotations)
