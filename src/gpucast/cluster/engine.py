@@ -74,7 +74,12 @@ keeps 100,000 jobs on 2,048 GPUs fast without changing a single float of the res
   skipping the holes that jobs leaving from its front left behind, O(queue) on a long queue);
 * the co-location solves (:mod:`gpucast.cluster.timeshare`) are remembered per set of job
   timelines, and the iteration of the rule both worlds use is one fused pass per round, the same
-  float operations in the same order.
+  float operations in the same order, compiled by Numba where it is installed
+  (:mod:`gpucast.cluster.timeshare_kernel`);
+* a placement scores every GPU state its job has not been scored on in one pass
+  (``Policy._scores``): ``gpucast`` and ``oracle`` solve the sets those scores need in one call
+  (``timeshare.slowdowns_many``), and renumbering the index's states keeps the scores known for
+  the states that remain.
 
 The out-of-memory check belongs to a placement: it carries the job's placement number
 (``seq``), not its rate version, so re-rates of the job before the check (another job arriving

@@ -175,6 +175,24 @@ def shared_slowdowns(timelines: Sequence, job_types: Sequence[str | None] | None
     return timeshare.slowdowns(timelines, timeshare.world())
 
 
+def shared_slowdowns_many(sets: Sequence[tuple[Sequence, Sequence[str | None] | None]],
+                          gpu: str | None = None) -> list[list[float]]:
+    """:func:`shared_slowdowns` of each ``(timelines, job types)`` in ``sets`` on ``gpu``: the
+    co-location model's sets solved together (:func:`gpucast.cluster.timeshare.slowdowns_many`)."""
+    out: list = [None] * len(sets)
+    model, where = [], []
+    for k, (timelines, types) in enumerate(sets):
+        m = measured_pair(len(timelines), types, gpu)
+        if m is not None:
+            out[k] = m
+        else:
+            model.append(timelines)
+            where.append(k)
+    for k, sd in zip(where, timeshare.slowdowns_many(model, timeshare.world())):
+        out[k] = sd
+    return out
+
+
 def measured_pair(n: int, job_types: Sequence[str | None] | None, gpu: str | None) -> list[float] | None:
     """The measured slowdowns :func:`shared_slowdowns` answers with for ``n`` jobs of these
     types on ``gpu``, or ``None`` where it answers with the co-location model (always under MPS,

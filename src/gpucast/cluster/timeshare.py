@@ -62,6 +62,11 @@ neighbour catching up in its own host gaps, the estimator's step with its kernel
 measured RTX 3090 pairs refute it (launch-bound EfficientNet, whose simulated step does not
 lengthen until its kernels are three times slower, loses 7-18 % beside busy neighbours).
 
+How it is solved: fixed-point iteration, damped (:func:`_plain`); time slices with the "held"
+stretch (both worlds the simulator runs in) in a fused pass that Numba compiles where it is
+installed (:mod:`gpucast.cluster.timeshare_kernel`, ``gpucast[fast]``; the same numbers to the last
+bit), and :func:`slowdowns_many` solves many sets in one call.
+
 Two sets of constants, one per generation of measurement. :data:`CURRENT` (the default, and the
 simulator's ``measured-pairs`` world) is fitted on measured pairs of real training scripts on an
 RTX 3090 (``benchmarks/colocation_current.py``, :mod:`gpucast.cluster.timeshare_pairs`) with each
@@ -86,6 +91,8 @@ import json
 import math
 from dataclasses import dataclass, fields, replace
 from typing import Sequence
+
+from gpucast.cluster import timeshare_kernel
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,6 +357,37 @@ def slowdowns(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: str
     return list(_solve(jobs, c if c is not None else _ACTIVE[0], mode or _MODE[0])[0])
 
 
+def slowdowns_many(sets: Sequence[Sequence[JobTimeline]], c: Constants | None = None,
+                   mode: str | None = None) -> list[list[float]]:
+    """:func:`slowdowns` of each set of jobs in ``sets`` (each set one GPU's jobs), the same
+    numbers to the last bit: the sets the compiled solve covers
+    (:mod:`gpucast.cluster.timeshare_kernel`) are solved in one call, which spends the
+    interpreter's overhead once (a placement asks for hundreds at a time), the rest one by one."""
+    c = c if c is not None else _ACTIVE[0]
+    mode = mode or _MODE[0]
+    out: list = [None] * len(sets)
+    batch, where = [], []
+    jit = mode == "timeslice" and _by_held(c) and timeshare_kernel.available()
+    for k, jobs in enumerate(sets):
+        n = len(jobs)
+        if n <= 1:
+            out[k] = [1.0] * n
+        elif jit:
+            order = sorted(range(n), key=lambda i: _key(jobs[i]))
+            batch.append(tuple(jobs[i] for i in order))
+            where.append((k, order))
+        else:
+            out[k] = list(_solve(jobs, c, mode)[0])
+    if batch:
+        for (k, order), (sd, _want) in zip(where, timeshare_kernel.solve(batch, c, _ITERATIONS, _TOLERANCE,
+                                                                          _HELD_CAP)):
+            res = [0.0] * len(order)
+            for pos, i in enumerate(order):
+                res[i] = sd[pos]
+            out[k] = res
+    return out
+
+
 def _key(j: JobTimeline) -> tuple:
     return (j.step_s, j.busy_s, j.gaps, j.mem_bound, j.hidden_s, -1.0 if j.syncs is None else j.syncs)
 
@@ -381,6 +419,8 @@ def _plain(jobs: tuple, c: Constants, mode: str, fused: bool = True) -> tuple:
     tests compare it with)."""
     if mode not in ("timeslice", "mps"):
         raise ValueError(f"unknown sharing mode {mode!r} (timeslice, mps)")
+    if fused and mode == "timeslice" and _by_held(c) and timeshare_kernel.available():
+        return timeshare_kernel.solve([jobs], c, _ITERATIONS, _TOLERANCE, _HELD_CAP)[0]
     n = len(jobs)
     step = [max(j.step_s, 1e-12) for j in jobs]
     busy = [min(max(j.busy_s, 0.0), s) for j, s in zip(jobs, step)]

@@ -76,6 +76,7 @@ class Policy:
         self._eqs: dict = {}      # id(observation) -> (observation, its _eq)
         self._eqk: dict = {}      # score_key -> its _eq
         self._eqn = itertools.count()
+        self._eq_epoch = 0        # how many times _eqs started again (what remembers _eq values checks it)
 
     def params(self) -> dict:
         """The policy's parameters (class attributes that are plain values)."""
@@ -94,6 +95,14 @@ class Policy:
         """Cost of putting ``job`` on ``gpu`` (lower is better), ``None`` if not allowed.
         Base: exclusive GPUs, first-fit (the GPU index)."""
         return float(gpu.index) if not gpu.jobs else None
+
+    def _scores(self, job_obs, reps) -> list:
+        """:meth:`score` of ``job_obs``'s job on each GPU of ``reps`` (``(GpuOccupancy, job
+        count)``: one per class a placement has not scored yet), ``None`` where it is not allowed
+        (a GPU holding ``max_jobs_per_gpu`` jobs included). A policy may work them out together
+        (:meth:`gpucast.cluster.policies.gpucast.GpucastPolicy._scores`: the same numbers)."""
+        cap = self.max_jobs_per_gpu
+        return [None if n >= cap else self.score(g, obs_for(job_obs, g.gpu_type)) for g, n in reps]
 
     def predicted_slowdowns(self, gpu: GpuOccupancy, job: Observation) -> list[float]:
         """Slowdowns this policy expects for ``gpu``'s jobs and then ``job`` if it joined."""
@@ -289,6 +298,7 @@ class Policy:
             return hit[1]
         if len(self._eqs) >= self._EQ_MAX:     # many observations (a long-lived service): start
             self._eqs, self._eqk = {}, {}      # again; the counter goes on, so no int is reused
+            self._eq_epoch += 1
         k = self.score_key(obs)
         if k is None:
             e = next(self._eqn)
@@ -310,6 +320,7 @@ class Policy:
             return hit[1]
         if len(self._eqs) >= self._EQ_MAX:
             self._eqs, self._eqk = {}, {}
+            self._eq_epoch += 1
         e = tuple((t, self._eq(o)) for t, o in job_obs.items())
         self._eqs[id(job_obs)] = (job_obs, e)
         return e
@@ -329,7 +340,10 @@ class Policy:
         self._cls[i] = c
 
     def _rebuild_classes(self) -> None:
-        self._classes, self._crep, self._tabs = {}, [], {}
+        """Number again only the classes some GPU is in now; the score tables keep what they
+        know of those (a class's score reads only its key), so no placement solves them again."""
+        old = self._classes
+        self._classes, self._crep = {}, []
         for i in range(len(self._static)):
             _idx, gt, mem, _nd = self._static[i]
             key = (gt, mem, tuple(map(self._eq, self._jobs[i])))
@@ -337,6 +351,16 @@ class Policy:
                 self._classes[key] = len(self._crep)
                 self._crep.append((GpuOccupancy(*self._static[i], tuple(self._jobs[i])), len(self._jobs[i])))
             self._cls[i] = self._classes[key]
+        # new class id -> its old id (-1: a class no GPU was in before)
+        was = np.array([old.get(k, -1) for k in self._classes], dtype=np.int64)
+        keep = was >= 0
+        size = max(64, 2 * len(self._crep))
+        for jk, (obs, val, st, capped) in list(self._tabs.items()):
+            nval, nst, ncap = np.zeros(size), np.zeros(size, dtype=np.int8), np.full(size, _INF)
+            idx = np.flatnonzero(keep & (was < len(st)))
+            w = was[idx]
+            nval[idx], nst[idx], ncap[idx] = val[w], st[w], capped[w]
+            self._tabs[jk] = [obs, nval, nst, ncap]
 
     def _table(self, job):
         """``[observation, score, state, score or +inf]`` by class id for ``job``, filled for
@@ -355,10 +379,9 @@ class Policy:
         cls = self._cls
         s = st.take(cls)
         if np.count_nonzero(s) != len(s):
-            cap = self.max_jobs_per_gpu
-            for c in np.unique(cls[s == 0]).tolist():
-                g, n = self._crep[c]
-                sc = None if n >= cap else self.score(g, obs_for(job.obs, g.gpu_type))
+            todo = np.unique(cls[s == 0]).tolist()
+            crep = self._crep
+            for c, sc in zip(todo, self._scores(job.obs, [crep[c] for c in todo])):
                 if sc is None:
                     st[c] = 2
                 else:

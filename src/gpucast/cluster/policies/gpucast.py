@@ -81,11 +81,12 @@ during a run is not modelled (the truth is one peak per job).
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from statistics import NormalDist
 
 from gpucast.cluster import timeshare
 from gpucast.cluster.errors import Z80
-from gpucast.cluster.policies.base import Policy
+from gpucast.cluster.policies.base import Policy, obs_for
 
 # z of the upper end of the memory interval a policy is told: a two-sided 80 % interval
 # (gpucast.cluster.truth.Truth.intervals; the conformal level gpucast calibrate writes).
@@ -160,18 +161,16 @@ class GpucastPolicy(Policy):
 
     _MEMO_MAX = 1 << 18
 
-    def _remembered(self, obs: tuple, gpu_type):
+    def _remembered(self, obs: tuple, gpu_type, keyed=None):
         """:meth:`_slowdowns` of ``obs`` on ``gpu_type``, remembered by the set of the
         observations' :meth:`~gpucast.cluster.policies.base.Policy._eq` (what the slowdowns read of
         each, or its identity: placement asks for the same few sets again and again; an ``_eq``
         is never reused for another key, and observations with one ``_eq`` give the solve the same
-        inputs)."""
+        inputs; ``keyed``: :meth:`_memo_key`'s answer for ``obs``, where the caller has it)."""
         memo = self.__dict__.get("_sd_memo")
         if memo is None:
             memo = self._sd_memo = {}
-        eqs = list(map(self._eq, obs))
-        order = sorted(range(len(obs)), key=eqs.__getitem__)   # one entry per set, any order
-        key = (gpu_type, tuple([eqs[i] for i in order]))
+        key, order = self._memo_key(obs, gpu_type) if keyed is None else keyed
         sd = memo.get(key)
         if sd is None:
             if len(memo) >= self._MEMO_MAX:
@@ -182,10 +181,73 @@ class GpucastPolicy(Policy):
             out[i] = sd[k]
         return out
 
+    def _memo_key(self, obs: tuple, gpu_type):
+        """The key :meth:`_remembered` files ``obs``'s slowdowns under, and the order it solves
+        them in (by ``_eq``: one entry per set, whatever the order of its jobs)."""
+        eqs = list(map(self._eq, obs))
+        order = sorted(range(len(obs)), key=eqs.__getitem__)
+        return (gpu_type, tuple([eqs[i] for i in order])), order
+
+    def _slowdowns_many(self, sets: list, gpu_type) -> list:
+        """:meth:`_slowdowns` of each tuple of observations in ``sets``, solved together
+        (:func:`gpucast.cluster.timeshare.slowdowns_many`: the same numbers to the last bit)."""
+        return timeshare.slowdowns_many([[o.timeline(upper=self.cautious) for o in obs] for obs in sets])
+
+    def _scores(self, job_obs, reps) -> list:
+        """:meth:`score` on every GPU of ``reps`` at once: the sets the scores need that are not
+        remembered yet are solved in one call (:meth:`_slowdowns_many`), then each score is
+        :meth:`_cost`, as :meth:`score` works it out (the same sets, the same numbers). Only where
+        the subclass's slowdowns have that batch form and it does not change :meth:`score`."""
+        if (type(self).score is not GpucastPolicy.score
+                or type(self)._slowdowns_many is not _BATCHED.get(type(self)._slowdowns)):
+            return super()._scores(job_obs, reps)
+        memo = self.__dict__.get("_sd_memo")
+        if memo is None:
+            memo = self._sd_memo = {}
+        cap, max_cost = self.max_jobs_per_gpu, self.max_slice_cost
+        out: list = []
+        todo: dict = {}           # gpu type -> {memo key: observations in solve order}
+        for g, n in reps:
+            if n >= cap:
+                out.append(None)
+                continue
+            job = obs_for(job_obs, g.gpu_type)
+            if job.slice_cost > max_cost:
+                out.append(None)
+            elif n == 0:
+                out.append(job.slice_cost)
+            else:
+                pre = self._resident(g)
+                if pre[1] + self.memory_bound(job) > g.memory_bytes:
+                    out.append(None)
+                    continue
+                if pre[3] is None:
+                    key, order = self._memo_key(g.jobs, g.gpu_type)
+                    if key not in memo:
+                        todo.setdefault(g.gpu_type, {}).setdefault(key, tuple(g.jobs[i] for i in order))
+                keyed = self._joined_key(pre, job, g.gpu_type)
+                if keyed[0] not in memo:
+                    obs = g.jobs + (job,)
+                    todo.setdefault(g.gpu_type, {}).setdefault(keyed[0], tuple(obs[i] for i in keyed[1]))
+                out.append((g, pre, job, keyed))
+        for gpu_type, sets in todo.items():
+            if len(memo) + len(sets) >= self._MEMO_MAX:
+                memo.clear()
+            for key, sd in zip(sets, self._slowdowns_many(list(sets.values()), gpu_type)):
+                memo[key] = sd
+        for k, x in enumerate(out):
+            if type(x) is tuple:
+                g, pre, job, keyed = x
+                if pre[3] is None:
+                    pre[3] = self._remembered(g.jobs, g.gpu_type)
+                out[k] = self._cost(pre, job, self._remembered(g.jobs + (job,), g.gpu_type, keyed))
+        return out
+
     def _resident(self, gpu):
         """What :meth:`score` reads of a GPU's own jobs whoever joins them, remembered per tuple
         of jobs (the score index asks with one occupancy per GPU state): ``[jobs, their summed
-        memory bounds, their weights, their slowdowns together (None until asked)]``."""
+        memory bounds, their weights, their slowdowns together (None until asked), their
+        :meth:`_memo_key` as :meth:`_joined_key` keeps it (None until asked)]``."""
         memo = self.__dict__.get("_res_memo")
         if memo is None:
             memo = self._res_memo = {}
@@ -196,8 +258,22 @@ class GpucastPolicy(Policy):
         if len(memo) >= self._MEMO_MAX:
             memo.clear()
         hit = memo[(id(jobs), gpu.gpu_type)] = [
-            jobs, sum(self.memory_bound(o) for o in jobs), [o.gpus if self.weigh_gangs else 1 for o in jobs], None]
+            jobs, sum(self.memory_bound(o) for o in jobs), [o.gpus if self.weigh_gangs else 1 for o in jobs], None,
+            None]
         return hit
+
+    def _joined_key(self, pre, job, gpu_type):
+        """:meth:`_memo_key` of ``pre``'s jobs (a :meth:`_resident` entry) and ``job`` after them,
+        from the residents' sorted ``_eq`` values remembered on the entry: ``job``'s goes in after
+        any equal one, where the stable sort of :meth:`_memo_key` puts the last job."""
+        rk = pre[4]
+        if rk is None or rk[0] != self._eq_epoch:
+            (_t, eqs), order = self._memo_key(pre[0], gpu_type)
+            rk = pre[4] = (self._eq_epoch, eqs, order)
+        _e, eqs, order = rk
+        je = self._eq(job)
+        pos = bisect_right(eqs, je)
+        return (gpu_type, eqs[:pos] + (je,) + eqs[pos:]), order[:pos] + [len(order)] + order[pos:]
 
     def score(self, gpu, job):
         if job.slice_cost > self.max_slice_cost:
@@ -208,12 +284,21 @@ class GpucastPolicy(Policy):
         mem = pre[1] + self.memory_bound(job)
         if mem > gpu.memory_bytes:
             return None
+        if pre[3] is None:
+            pre[3] = self._remembered(gpu.jobs, gpu.gpu_type)
+        return self._cost(pre, job, self._remembered(gpu.jobs + (job,), gpu.gpu_type,
+                                                     self._joined_key(pre, job, gpu.gpu_type)))
+
+    def _cost(self, pre, job, after):
+        """:meth:`score` of ``job`` joining the jobs of ``pre`` (a :meth:`_resident` entry with
+        their slowdowns together), given the slowdowns of all of them then (``job``'s last)."""
         w, before = pre[2], pre[3]
-        if before is None:
-            before = pre[3] = self._remembered(gpu.jobs, gpu.gpu_type)
-        after = self._remembered(gpu.jobs + (job,), gpu.gpu_type)
         harm = sum(k * (1.0 / b - 1.0 / a) for k, b, a in zip(w, before, after[:-1]))
         if 1.0 / after[-1] - harm < self.min_gain:
             return None
         cost = sum(k * (a - b) for k, b, a in zip(w, before, after[:-1])) + after[-1] - 1.0
         return cost - self.consolidate + job.slice_cost
+
+
+# _slowdowns -> the _slowdowns_many that solves the same sets together (what _scores may use)
+_BATCHED = {GpucastPolicy._slowdowns: GpucastPolicy._slowdowns_many}

@@ -7,6 +7,7 @@ packing with this placement rule, not an optimal scheduler.
 from __future__ import annotations
 
 from gpucast.cluster import interference
+from gpucast.cluster.policies import gpucast as _gpucast
 from gpucast.cluster.policies.gpucast import GpucastPolicy
 
 
@@ -18,6 +19,11 @@ class OraclePolicy(GpucastPolicy):
         types = [o.job_type if o.gpus == 1 else None for o in obs]
         return interference.shared_slowdowns([o.timeline() for o in obs], types, gpu_type)
 
+    def _slowdowns_many(self, sets, gpu_type):
+        return interference.shared_slowdowns_many(
+            [([o.timeline() for o in obs], [o.job_type if o.gpus == 1 else None for o in obs]) for obs in sets],
+            gpu_type)
+
     def score_key(self, obs):
         """The memory bound, the true timeline and what picks a measured pair (the job type of a
         one-GPU job), and the GPU count with ``weigh_gangs``: all :meth:`score` reads."""
@@ -25,3 +31,6 @@ class OraclePolicy(GpucastPolicy):
             return None
         return (self.memory_bound(obs), obs.timeline(), obs.job_type if obs.gpus == 1 else None,
                 obs.gpus if self.weigh_gangs else 0)
+
+
+_gpucast._BATCHED[OraclePolicy._slowdowns] = OraclePolicy._slowdowns_many
