@@ -373,7 +373,7 @@ def slowdowns_many(sets: Sequence[Sequence[JobTimeline]], c: Constants | None = 
         if n <= 1:
             out[k] = [1.0] * n
         elif jit:
-            order = sorted(range(n), key=lambda i: _key(jobs[i]))
+            order = _canonical(jobs)
             batch.append(tuple(jobs[i] for i in order))
             where.append((k, order))
         else:
@@ -388,6 +388,11 @@ def slowdowns_many(sets: Sequence[Sequence[JobTimeline]], c: Constants | None = 
     return out
 
 
+def _canonical(jobs: Sequence[JobTimeline]) -> list[int]:
+    """The order a set of jobs is solved in, whatever order they came in (by :func:`_key`)."""
+    return sorted(range(len(jobs)), key=lambda i: _key(jobs[i]))
+
+
 def _key(j: JobTimeline) -> tuple:
     return (j.step_s, j.busy_s, j.gaps, j.mem_bound, j.hidden_s, -1.0 if j.syncs is None else j.syncs)
 
@@ -396,7 +401,7 @@ def _solve(jobs: Sequence[JobTimeline], c: Constants, mode: str) -> tuple[tuple,
     """:func:`_cached` on the jobs in a canonical order (the model does not care which job was
     placed first), answered in the caller's order: one solve per set of jobs, not per ordering."""
     n = len(jobs)
-    order = sorted(range(n), key=lambda i: _key(jobs[i]))
+    order = _canonical(jobs)
     sd, want = _cached(tuple(jobs[i] for i in order), c, mode)
     out_sd, out_want = [0.0] * n, [0.0] * n
     for k, i in enumerate(order):

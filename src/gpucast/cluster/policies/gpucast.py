@@ -204,7 +204,7 @@ class GpucastPolicy(Policy):
         memo = self.__dict__.get("_sd_memo")
         if memo is None:
             memo = self._sd_memo = {}
-        cap, max_cost = self.max_jobs_per_gpu, self.max_slice_cost
+        cap = self.max_jobs_per_gpu
         out: list = []
         todo: dict = {}           # gpu type -> {memo key: observations in solve order}
         for g, n in reps:
@@ -212,24 +212,19 @@ class GpucastPolicy(Policy):
                 out.append(None)
                 continue
             job = obs_for(job_obs, g.gpu_type)
-            if job.slice_cost > max_cost:
-                out.append(None)
-            elif n == 0:
-                out.append(job.slice_cost)
-            else:
-                pre = self._resident(g)
-                if pre[1] + self.memory_bound(job) > g.memory_bytes:
-                    out.append(None)
-                    continue
-                if pre[3] is None:
-                    key, order = self._memo_key(g.jobs, g.gpu_type)
-                    if key not in memo:
-                        todo.setdefault(g.gpu_type, {}).setdefault(key, tuple(g.jobs[i] for i in order))
-                keyed = self._joined_key(pre, job, g.gpu_type)
-                if keyed[0] not in memo:
-                    obs = g.jobs + (job,)
-                    todo.setdefault(g.gpu_type, {}).setdefault(keyed[0], tuple(obs[i] for i in keyed[1]))
-                out.append((g, pre, job, keyed))
+            val, pre = self._checked(g, job)
+            if pre is None:
+                out.append(val)
+                continue
+            if pre[3] is None:
+                key, order = self._memo_key(g.jobs, g.gpu_type)
+                if key not in memo:
+                    todo.setdefault(g.gpu_type, {}).setdefault(key, tuple(g.jobs[i] for i in order))
+            keyed = self._joined_key(pre, job, g.gpu_type)
+            if keyed[0] not in memo:
+                obs = g.jobs + (job,)
+                todo.setdefault(g.gpu_type, {}).setdefault(keyed[0], tuple(obs[i] for i in keyed[1]))
+            out.append((g, pre, job, keyed))
         for gpu_type, sets in todo.items():
             if len(memo) + len(sets) >= self._MEMO_MAX:
                 memo.clear()
@@ -275,15 +270,23 @@ class GpucastPolicy(Policy):
         pos = bisect_right(eqs, je)
         return (gpu_type, eqs[:pos] + (je,) + eqs[pos:]), order[:pos] + [len(order)] + order[pos:]
 
-    def score(self, gpu, job):
+    def _checked(self, gpu, job):
+        """What :meth:`score` decides before any slowdown: ``(its answer, None)`` where that is
+        all (a slice too slow, an empty GPU, memory that does not fit), else ``(None, the GPU's
+        :meth:`_resident` entry)``."""
         if job.slice_cost > self.max_slice_cost:
-            return None             # a MIG slice this much slower than its whole GPU: wait for another
+            return None, None       # a MIG slice this much slower than its whole GPU: wait for another
         if not gpu.jobs:
-            return job.slice_cost   # alone: nothing to protect (an over-large job fails in the engine)
+            return job.slice_cost, None   # alone: nothing to protect (an over-large job fails in the engine)
         pre = self._resident(gpu)
-        mem = pre[1] + self.memory_bound(job)
-        if mem > gpu.memory_bytes:
-            return None
+        if pre[1] + self.memory_bound(job) > gpu.memory_bytes:
+            return None, None
+        return None, pre
+
+    def score(self, gpu, job):
+        val, pre = self._checked(gpu, job)
+        if pre is None:
+            return val
         if pre[3] is None:
             pre[3] = self._remembered(gpu.jobs, gpu.gpu_type)
         return self._cost(pre, job, self._remembered(gpu.jobs + (job,), gpu.gpu_type,
