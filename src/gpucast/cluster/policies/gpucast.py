@@ -197,9 +197,9 @@ class GpucastPolicy(Policy):
         """:meth:`score` on every GPU of ``reps`` at once: the sets the scores need that are not
         remembered yet are solved in one call (:meth:`_slowdowns_many`), then each score is
         :meth:`_cost`, as :meth:`score` works it out (the same sets, the same numbers). Only where
-        the subclass's slowdowns have that batch form and it does not change :meth:`score`."""
-        if (type(self).score is not GpucastPolicy.score
-                or type(self)._slowdowns_many is not _BATCHED.get(type(self)._slowdowns)):
+        the class that defines the slowdowns defines their batch form too and :meth:`score` is this one."""
+        if type(self).score is not GpucastPolicy.score or _owner(type(self), "_slowdowns") is not _owner(
+                type(self), "_slowdowns_many"):
             return super()._scores(job_obs, reps)
         memo = self.__dict__.get("_sd_memo")
         if memo is None:
@@ -216,15 +216,16 @@ class GpucastPolicy(Policy):
             if pre is None:
                 out.append(val)
                 continue
+            own = None
             if pre[3] is None:
-                key, order = self._memo_key(g.jobs, g.gpu_type)
-                if key not in memo:
-                    todo.setdefault(g.gpu_type, {}).setdefault(key, tuple(g.jobs[i] for i in order))
+                own = self._memo_key(g.jobs, g.gpu_type)
+                if own[0] not in memo:
+                    todo.setdefault(g.gpu_type, {}).setdefault(own[0], tuple(g.jobs[i] for i in own[1]))
             keyed = self._joined_key(pre, job, g.gpu_type)
             if keyed[0] not in memo:
                 obs = g.jobs + (job,)
                 todo.setdefault(g.gpu_type, {}).setdefault(keyed[0], tuple(obs[i] for i in keyed[1]))
-            out.append((g, pre, job, keyed))
+            out.append((g, pre, job, own, keyed))
         for gpu_type, sets in todo.items():
             if len(memo) + len(sets) >= self._MEMO_MAX:
                 memo.clear()
@@ -232,9 +233,9 @@ class GpucastPolicy(Policy):
                 memo[key] = sd
         for k, x in enumerate(out):
             if type(x) is tuple:
-                g, pre, job, keyed = x
+                g, pre, job, own, keyed = x
                 if pre[3] is None:
-                    pre[3] = self._remembered(g.jobs, g.gpu_type)
+                    pre[3] = self._remembered(g.jobs, g.gpu_type, own)
                 out[k] = self._cost(pre, job, self._remembered(g.jobs + (job,), g.gpu_type, keyed))
         return out
 
@@ -303,5 +304,7 @@ class GpucastPolicy(Policy):
         return cost - self.consolidate + job.slice_cost
 
 
-# _slowdowns -> the _slowdowns_many that solves the same sets together (what _scores may use)
-_BATCHED = {GpucastPolicy._slowdowns: GpucastPolicy._slowdowns_many}
+def _owner(cls, name: str):
+    """The class in ``cls``'s MRO that defines ``name`` (a ``_slowdowns_many`` is the batch form of
+    the ``_slowdowns`` beside it only when one class defines both)."""
+    return next(k for k in cls.__mro__ if name in vars(k))

@@ -7,7 +7,6 @@ packing with this placement rule, not an optimal scheduler.
 from __future__ import annotations
 
 from gpucast.cluster import interference
-from gpucast.cluster.policies import gpucast as _gpucast
 from gpucast.cluster.policies.gpucast import GpucastPolicy
 
 
@@ -32,5 +31,3 @@ class OraclePolicy(GpucastPolicy):
         return (self.memory_bound(obs), obs.timeline(), obs.job_type if obs.gpus == 1 else None,
                 obs.gpus if self.weigh_gangs else 0)
 
-
-_gpucast._BATCHED[OraclePolicy._slowdowns] = OraclePolicy._slowdowns_many
