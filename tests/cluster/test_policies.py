@@ -134,6 +134,28 @@ def test_gang_prefers_one_node_then_spreads():
     assert gang(cands, 5) is None
 
 
+def test_the_node_table_gang_rule_is_the_sorted_rule():
+    # _gang_np with per (nodes of equal size in GPU order: a node-by-GPU table) against the
+    # sorted rule and against gang(): same GPUs, same order, on random scores with many ties,
+    # random feasibility (from nearly nothing to everything) and gangs of 2 to 9.
+    import numpy as np
+
+    from gpucast.cluster.policies.base import _gang_np
+
+    rng = np.random.default_rng(3)
+    for _ in range(400):
+        per, nodes = int(rng.choice([2, 4, 8])), int(rng.integers(1, 12))
+        n = per * nodes
+        scores = rng.choice([0.0, -1.0, 0.25, 0.5, 1.0], n) + rng.choice([0.0, 1e-3 * rng.random()], n)
+        feasible = rng.random(n) < rng.choice([0.1, 0.5, 0.9, 1.0])
+        gidx, gnode = np.arange(n, dtype=np.int64) * 3 + 5, np.repeat(np.arange(nodes, dtype=np.int64) * 2, per)
+        k = int(rng.integers(2, 10))
+        table = _gang_np(scores, feasible, gidx, gnode, k, per)
+        assert table == _gang_np(scores, feasible, gidx, gnode, k)
+        cands = [(float(scores[i]), int(gidx[i]), int(gnode[i])) for i in range(n) if feasible[i]]
+        assert table == gang(cands, k)
+
+
 class _Job:
     def __init__(self, o, gpus=1, ooms=0):
         self.obs, self.gpus, self.ooms = {"v100-16gb": o}, gpus, ooms

@@ -114,3 +114,24 @@ def test_many_sets_at_once_are_each_set_alone(jit, monkeypatch):
             assert [len(x) for x in many] == [len(s) for s in sets]
             for jobs, got in zip(sets, many):
                 assert got == timeshare.slowdowns(jobs, c, mode), jobs
+
+
+@pytest.mark.parametrize("world", ["measured-pairs", "gavel"])
+def test_a_gpu_state_in_one_call_is_the_solve_and_nvmls_reading(world, monkeypatch):
+    # timeshare.shared_state (the engine's new shared GPU states): the slowdowns of slowdowns()
+    # and the reading of gpu_util_pct(), in the jobs' own order, from the compiled call and from
+    # Python alike.
+    c = timeshare.WORLDS[world].with_(stretch="held")
+    for jobs in _random_sets(17, 800):
+        sd, util = timeshare.shared_state(jobs, c, "timeslice")
+        with monkeypatch.context() as m:
+            m.setitem(timeshare_kernel._STATE, "ok", False)
+            timeshare._cached.cache_clear()
+            py_sd = timeshare.slowdowns(jobs, c, "timeslice")
+            py_util = timeshare.gpu_util_pct(jobs, c, "timeslice")
+            assert timeshare.shared_state(jobs, c, "timeslice") == (py_sd, py_util)
+        timeshare._cached.cache_clear()
+        if BITWISE:
+            assert (sd, util) == (py_sd, py_util), jobs
+        else:
+            assert sd == pytest.approx(py_sd, rel=1e-12) and util == pytest.approx(py_util, rel=1e-12)

@@ -77,9 +77,15 @@ keeps 100,000 jobs on 2,048 GPUs fast without changing a single float of the res
   float operations in the same order, compiled by Numba where it is installed
   (:mod:`gpucast.cluster.timeshare_kernel`);
 * a placement scores every GPU state its job has not been scored on in one pass
-  (``Policy._scores``): ``gpucast`` and ``oracle`` solve the sets those scores need in one call
-  (``timeshare.slowdowns_many``), and renumbering the index's states keeps the scores known for
-  the states that remain.
+  (``Policy._class_scores``): with Numba, ``gpucast`` and ``oracle`` hand the whole score of those
+  states to one compiled call (:func:`gpucast.cluster.timeshare_kernel.scores`, from what they
+  keep per state: job count, each job's row of what the score reads, the residents' slowdowns),
+  without it they solve the sets those scores need in one call (``timeshare.slowdowns_many``); and
+  renumbering the index's states keeps the scores known for the states that remain;
+* a new shared GPU state's slowdowns and NVML reading are one compiled call
+  (:func:`gpucast.cluster.timeshare.shared_state`);
+* a gang's one-node rule works on a node-by-GPU table where every node has as many GPUs
+  (``policies.base._gang_np``), not on a sort of the whole cluster.
 
 The out-of-memory check belongs to a placement: it carries the job's placement number
 (``seq``), not its rate version, so re-rates of the job before the check (another job arriving

@@ -118,7 +118,12 @@ class GpuRates:
             for g in multi:
                 jobs = on[g]
                 gt = gtype[g]
-                if all(x.rate == x.terms[g] for x in jobs):   # every job here at this GPU's pace
+                paced = True                                   # every job here at this GPU's pace
+                for x in jobs:
+                    if x.rate != x.terms[g]:
+                        paced = False
+                        break
+                if paced:
                     if len(jobs) == 1:
                         c = min(100.0, jobs[0].beh[gt].util_pct)
                     else:
@@ -139,20 +144,15 @@ class GpuRates:
     def _shared_state(jobs, gt):
         """Rate terms of the jobs sharing one GPU of type ``gt`` and the GPU's utilization."""
         bs = [x.beh[gt] for x in jobs]
-        utils = [b.util_pct for b in bs]
         types = ([x.prof.job_type if x.gpus == 1 else None for x in jobs] if len(jobs) == 2 else None)
-        tls = [b.timeline() for b in bs]
-        # interference.shared_slowdowns, with the co-location model solved once for the
-        # slowdowns and NVML's reading both (timeshare.slowdowns and timeshare.gpu_util_pct)
-        sd_model, want = timeshare._solve(tls, timeshare.world(), timeshare.mode())
-        model = list(sd_model)
-        s = interference.measured_pair(len(tls), types, gt)
-        if s is None:
-            s = model
-        rs = tuple([1.0 / (b.step_time_s * sd) for b, sd in zip(bs, s)])
-        if s == model:   # the co-location model: NVML's reading of the shared GPU
-            return rs, timeshare._util_pct(tls, sd_model, want)
-        return rs, min(100.0, sum([u / sd for u, sd in zip(utils, s)]))   # a measured pair
+        # interference.shared_slowdowns: a measured pair, else the co-location model solved once
+        # for the slowdowns and NVML's reading both (timeshare.shared_state)
+        s = interference.measured_pair(len(bs), types, gt)
+        if s is not None:
+            rs = tuple([1.0 / (b.step_time_s * sd) for b, sd in zip(bs, s)])
+            return rs, min(100.0, sum([b.util_pct / sd for b, sd in zip(bs, s)]))
+        s, util = timeshare.shared_state([b.timeline() for b in bs], timeshare.world(), timeshare.mode())
+        return tuple([1.0 / (b.step_time_s * sd) for b, sd in zip(bs, s)]), util
 
     def _record(self, t):
         # self.total is a running sum of per-GPU readings: float drift may carry it a few ulps

@@ -347,6 +347,21 @@ def world_name() -> str:
     return _WORLD_NAME[0]
 
 
+def predicting() -> Constants:
+    """The constants gpucast's policies predict with (:func:`set_constants`)."""
+    return _ACTIVE[0]
+
+
+def compiled_scores(c: Constants, mode: str | None = None):
+    """:func:`gpucast.cluster.timeshare_kernel.scores` with the solve settings of :func:`slowdowns`
+    under constants ``c``, or ``None`` where :func:`slowdowns_many` would not take the compiled
+    solve for ``c`` and ``mode`` (MPS, the "want" stretch, Numba missing): the caller works in Python."""
+    if (mode or _MODE[0]) != "timeslice" or not _by_held(c) or not timeshare_kernel.available():
+        return None
+    return functools.partial(timeshare_kernel.scores, c=c, iterations=_ITERATIONS, tolerance=_TOLERANCE,
+                             held_cap=_HELD_CAP)
+
+
 def slowdowns(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: str | None = None) -> list[float]:
     """Each job's step time when sharing one GPU over its solo step time (>= 1); ``c``: the
     constants (default: :func:`set_constants`'s, :data:`FITTED` unless changed); ``mode``: the
@@ -679,6 +694,19 @@ def gpu_util_pct(jobs: Sequence[JobTimeline], c: Constants | None = None, mode: 
         return 0.0
     sd, want = _solve(jobs, c if c is not None else _ACTIVE[0], mode or _MODE[0])
     return _util_pct(jobs, sd, want)
+
+
+def shared_state(jobs: Sequence[JobTimeline], c: Constants | None = None,
+                 mode: str | None = None) -> tuple[list[float], float]:
+    """:func:`slowdowns` and :func:`gpu_util_pct` of two or more jobs sharing one GPU, from one
+    solve (the simulator's engine asks for both whenever a GPU's set of jobs changes); in one
+    compiled call where :func:`slowdowns_many` would take the compiled solve (the same numbers)."""
+    c = c if c is not None else _ACTIVE[0]
+    mode = mode or _MODE[0]
+    if mode == "timeslice" and _by_held(c) and timeshare_kernel.available():
+        return timeshare_kernel.state(jobs, c, _ITERATIONS, _TOLERANCE, _HELD_CAP)
+    sd, want = _solve(jobs, c, mode)
+    return list(sd), _util_pct(jobs, sd, want)
 
 
 def _util_pct(jobs: Sequence[JobTimeline], sd, want) -> float:

@@ -84,7 +84,9 @@ import math
 from bisect import bisect_right
 from statistics import NormalDist
 
-from gpucast.cluster import timeshare
+import numpy as np
+
+from gpucast.cluster import interference, timeshare, timeshare_kernel
 from gpucast.cluster.errors import Z80
 from gpucast.cluster.policies.base import Policy, obs_for
 
@@ -130,6 +132,7 @@ class GpucastPolicy(Policy):
         super().__init__(**params)
         _z(self.memory_risk)          # an impossible risk level fails when the policy is made
         self._bounds: dict = {}       # id(observation) -> (observation, its memory bound)
+        self._class_epoch = 0         # classes renumbered so far (what _class_rows keeps per class checks it)
 
     def memory_bound(self, obs) -> float:
         """:func:`memory_bound` of ``obs`` at this policy's ``memory_risk`` (remembered per
@@ -239,6 +242,173 @@ class GpucastPolicy(Policy):
                 out[k] = self._cost(pre, job, self._remembered(g.jobs + (job,), g.gpu_type, keyed))
         return out
 
+    # ---- the compiled score fill (gpucast.cluster.timeshare_kernel.scores): the same scores
+    #
+    # Each kind of observation (its _eq) is one row of a table of what the score reads of it
+    # (_solve_inputs, its memory bound and weight); a GPU state is its jobs' rows and _eq numbers.
+
+    def _solve_inputs(self, obs):
+        """What :meth:`_slowdowns` reads of one observation: the timeline it solves on and the
+        Gavel job type that picks a measured pair (``None``: the co-location model answers)."""
+        return obs.timeline(upper=self.cautious), None
+
+    def _solve_constants(self):
+        """The co-location constants :meth:`_slowdowns` solves with, and whether Gavel's measured
+        pairs answer before them (:func:`gpucast.cluster.interference.measured_pair`)."""
+        return timeshare.predicting(), False
+
+    def _compiled_fill(self):
+        """``(the compiled fill, its constants' use of measured pairs)`` where :meth:`_scores` can
+        hand the whole score to :func:`gpucast.cluster.timeshare_kernel.scores`, else ``None``:
+        the score, its checks, cost and memory bound are this class's, the class that defines
+        :meth:`_slowdowns` defines what it reads (:meth:`_solve_inputs`, :meth:`_solve_constants`)
+        and what an ``_eq`` stands for (:meth:`score_key`), and the compiled solve covers the
+        constants and sharing mode."""
+        cls = type(self)
+        ok = _FILL_CLASSES.get(cls)
+        if ok is None:
+            own = _owner(cls, "_slowdowns")
+            ok = _FILL_CLASSES[cls] = (
+                cls.score is GpucastPolicy.score and cls._scores is GpucastPolicy._scores
+                and cls._cost is GpucastPolicy._cost and cls._checked is GpucastPolicy._checked
+                and cls.memory_bound is GpucastPolicy.memory_bound
+                and own is _owner(cls, "_solve_inputs") is _owner(cls, "_solve_constants") is _owner(cls, "score_key"))
+        if not ok or self.__dict__.get("_no_fill"):
+            return None
+        c, pairs = self._solve_constants()
+        hit = self.__dict__.get("_fill")        # (constants, mode, kernel on, the fill) of the last call
+        mode, on = timeshare.mode(), timeshare_kernel.available()
+        if hit is None or hit[0] is not c or hit[1] != mode or hit[2] != on:
+            hit = self._fill = (c, mode, on, timeshare.compiled_scores(c))
+        return None if hit[3] is None else (hit[3], pairs)
+
+    def _row(self, obs) -> tuple[int, int]:
+        """``obs``'s row in the score table and its ``_eq`` (a row is added for a new ``_eq``)."""
+        e = self._eq(obs)
+        tab = self._rows
+        r = tab[0].get(e)
+        if r is None:
+            tl, jtype = self._solve_inputs(obs)
+            if jtype is None:
+                t = -1
+            else:
+                t = tab[4].setdefault(jtype, len(tab[4]))
+            rw = timeshare_kernel.row(tl, self.memory_bound(obs), obs.gpus if self.weigh_gangs else 1, t)
+            if not all(map(math.isfinite, (rw[0], rw[1], rw[2], rw[3], rw[5], rw[6], rw[7], rw[8]))):
+                self._no_fill = True       # Python's sort and comparisons of NaN: leave it to Python
+            r = tab[0][e] = len(tab[1])
+            tab[1].append(rw)
+            tab[2] = None
+        return r, e
+
+    def _pair_table(self, gpu_type):
+        """Gavel's measured slowdowns on ``gpu_type`` by the row table's job-type numbers
+        (``[a, b]`` -> ``(a's, b's)``, NaN where not measured)."""
+        types = self._rows[4]
+        cache = self.__dict__.setdefault("_pairs", {})
+        hit = cache.get(gpu_type)
+        if hit is not None and hit[0] == (self._rows[3], len(types)):
+            return hit[1]
+        arr = np.full((max(1, len(types)), max(1, len(types)), 2), np.nan)
+        for (a, b), (sa, sb) in interference.measured_pair_slowdowns(gpu_type).items():
+            if a in types and b in types:
+                arr[types[a], types[b]] = (sa, sb)
+        cache[gpu_type] = ((self._rows[3], len(types)), arr)
+        return arr
+
+    def _class_scores(self, job_obs, todo):
+        """:meth:`Policy._class_scores` by the compiled fill where :meth:`_compiled_fill` allows it:
+        the classes' job counts, rows and ``_eq`` numbers are kept per class id (worked out once
+        per class), and the classes of each GPU type are scored in one call."""
+        fill = self._compiled_fill()
+        if fill is None:
+            return super()._class_scores(job_obs, todo)
+        fill, use_pairs = fill
+        tab = self.__dict__.get("_rows")
+        if tab is None or len(tab[1]) >= self._EQ_MAX:
+            # [_eq -> row, rows, their array (None: not built), the table's epoch, job type -> number]
+            tab = self._rows = [{}, [], None, -1 if tab is None else tab[3] + 1, {}]
+        cl = self._class_rows(todo, fill)
+        if cl is None:                   # a row Python compares differently (NaN): Python scores
+            return super()._class_scores(job_obs, todo)
+        nres, rows, eqs, gmem, gtype, types, before, bknown = cl
+        sc = np.full(len(todo), np.nan)
+        one = len(types) == 1
+        for t, gpu_type in enumerate(types):
+            sel = None if one else np.flatnonzero(gtype[todo] == t)
+            if sel is not None and not len(sel):
+                continue
+            job = obs_for(job_obs, gpu_type)
+            if job.slice_cost > self.max_slice_cost:
+                continue        # a MIG slice this much slower than its whole GPU: not allowed anywhere
+            jrow, jeq = self._row(job)
+            if self.__dict__.get("_no_fill"):
+                return super()._class_scores(job_obs, todo)
+            if tab[2] is None:
+                tab[2] = np.array(tab[1], dtype=np.float64)
+            ids = todo if one else todo[sel]
+            got = fill(tab[2], nres, rows, eqs, gmem, before, bknown, ids, jrow, jeq,
+                       self._pair_table(gpu_type) if use_pairs else _NO_PAIRS, use_pairs, self.max_jobs_per_gpu,
+                       self.min_gain, self.consolidate, job.slice_cost)
+            if one:
+                sc = got
+            else:
+                sc[sel] = got
+        ok = ~np.isnan(sc)
+        return sc, ok
+
+    def _class_rows(self, todo, fill):
+        """Per class id of the score index: job count, the jobs' rows and ``_eq`` numbers in
+        placement order, GPU memory and GPU type's number, filled for the classes of ``todo`` not
+        known yet (all again after the ``_eq`` or row table starts again, the classes are
+        renumbered or the fill's constants change); the GPU types by number; and the jobs'
+        slowdowns together and whether they are known (the fill works them out once per class).
+        ``None`` where a row is not one the compiled fill may take."""
+        epoch = (self._eq_epoch, self._rows[3], self._class_epoch, fill.keywords["c"])
+        cl = self.__dict__.get("_cl")
+        size = len(self._crep)
+        width = max(1, self.max_jobs_per_gpu - 1)
+        if cl is None or cl["epoch"] != epoch:
+            cl = self._cl = {"epoch": epoch, "known": np.zeros(0, dtype=bool), "types": {}}
+        if len(cl["known"]) < size:
+            n = max(64, 2 * size)
+            old = len(cl["known"])
+            for name, dt, shape in (("known", bool, ()), ("nres", np.int64, ()), ("rows", np.int64, (width,)),
+                                    ("eqs", np.int64, (width,)), ("gmem", np.float64, ()), ("gtype", np.int64, ()),
+                                    ("before", np.float64, (width,)), ("bknown", bool, ())):
+                arr = np.zeros((n,) + shape, dtype=dt)
+                if old:
+                    arr[:old] = cl[name]
+                cl[name] = arr
+        known = cl["known"]
+        new = todo[~known[todo]]
+        if len(new):
+            crep, types = self._crep, cl["types"]
+            nres, rows, eqs, gmem, gtype = cl["nres"], cl["rows"], cl["eqs"], cl["gmem"], cl["gtype"]
+            for c in new.tolist():
+                g, n = crep[c]
+                nres[c] = n
+                gmem[c] = float(g.memory_bytes)
+                gtype[c] = types.setdefault(g.gpu_type, len(types))
+                if 0 < n <= width:
+                    got = [self._row(o) for o in g.jobs]
+                    rows[c, :n] = [r for r, _e in got]
+                    eqs[c, :n] = [e for _r, e in got]
+            if self.__dict__.get("_no_fill") or cl["epoch"][:3] != (self._eq_epoch, self._rows[3], self._class_epoch):
+                self._cl = None
+                return None
+            known[new] = True
+        return (cl["nres"], cl["rows"], cl["eqs"], cl["gmem"], cl["gtype"], list(cl["types"]), cl["before"],
+                cl["bknown"])
+
+    def _rebuild_classes(self) -> None:
+        super()._rebuild_classes()
+        self._class_epoch += 1          # class ids renumbered: what _class_rows keeps is stale
+
+    def attach(self, gpus) -> None:
+        super().attach(gpus)
+        self._class_epoch += 1
+
     def _resident(self, gpu):
         """What :meth:`score` reads of a GPU's own jobs whoever joins them, remembered per tuple
         of jobs (the score index asks with one occupancy per GPU state): ``[jobs, their summed
@@ -302,6 +472,10 @@ class GpucastPolicy(Policy):
             return None
         cost = sum(k * (a - b) for k, b, a in zip(w, before, after[:-1])) + after[-1] - 1.0
         return cost - self.consolidate + job.slice_cost
+
+
+_NO_PAIRS = np.full((1, 1, 2), np.nan)
+_FILL_CLASSES: dict = {}     # policy class -> whether its scores are GpucastPolicy's (_compiled_fill)
 
 
 def _owner(cls, name: str):

@@ -6,7 +6,7 @@ packing with this placement rule, not an optimal scheduler.
 
 from __future__ import annotations
 
-from gpucast.cluster import interference
+from gpucast.cluster import interference, timeshare
 from gpucast.cluster.policies.gpucast import GpucastPolicy
 
 
@@ -22,6 +22,12 @@ class OraclePolicy(GpucastPolicy):
         return interference.shared_slowdowns_many(
             [([o.timeline() for o in obs], [o.job_type if o.gpus == 1 else None for o in obs]) for obs in sets],
             gpu_type)
+
+    def _solve_inputs(self, obs):
+        return obs.timeline(), (obs.job_type if obs.gpus == 1 else None)
+
+    def _solve_constants(self):
+        return timeshare.world(), True
 
     def score_key(self, obs):
         """The memory bound, the true timeline and what picks a measured pair (the job type of a
