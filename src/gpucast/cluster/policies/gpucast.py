@@ -258,7 +258,7 @@ class GpucastPolicy(Policy):
         return timeshare.predicting(), False
 
     def _compiled_fill(self):
-        """``(the compiled fill, its constants' use of measured pairs)`` where :meth:`_scores` can
+        """``(the compiled fill, its constants' use of measured pairs)`` where :meth:`_class_scores` can
         hand the whole score to :func:`gpucast.cluster.timeshare_kernel.scores`, else ``None``:
         the score, its checks, cost and memory bound are this class's, the class that defines
         :meth:`_slowdowns` defines what it reads (:meth:`_solve_inputs`, :meth:`_solve_constants`)
