@@ -154,6 +154,23 @@ def test_actors_hold_their_share(cluster, shares):
     launcher.release()
 
 
+def mps_limits() -> dict:
+    import os
+
+    return {k: os.environ.get(k) for k in ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")}
+
+
+def test_under_mps_a_shared_task_runs_with_its_limits(cluster, shares):
+    # mps=True: the MPS client limits reach the task's environment (where an MPS daemon would read
+    # them at CUDA's start); the large job, given a whole GPU, runs without limits.
+    launcher = gray.Launcher(GPU, mps=True, num_cpus=0.5)
+    small, large = ray.get([launcher.submit(SMALL, mps_limits), launcher.submit(LARGE, mps_limits)], timeout=180)
+    mib = -(-shares["small"].memory_bytes // 2**20)
+    assert small == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(round(shares["small"].share * 100)),
+                     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={mib}M"}
+    assert large == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": None, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": None}
+
+
 # ------------------------------------------------------------------ the translation, by hand
 def _pred(util=30.0, mem_hi=2**30, **kw) -> Prediction:
     return made_prediction(util, mem_hi, **kw)
@@ -183,6 +200,18 @@ def test_options_merge_and_refuse_num_gpus():
         gray.options_for(p, num_gpus=1)
     with pytest.raises(ValueError, match="num_gpus"):
         gray.Launcher(GPU, num_gpus=1)
+
+
+def test_mps_limits_only_for_a_fraction_of_one_gpu():
+    shared = gray.options_for(_pred(util=30.0, mem_hi=2**30), mps=True)["runtime_env"]["env_vars"]
+    assert shared["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"            # the 0.40 share, in percent
+    assert shared["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={-(-2**30 * 11 // 10 // 2**20)}M"   # 1.1 GiB, in MiB
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in gray.env_vars(_pred(util=30.0))       # mps off: none
+    for whole in (_pred(util=95.0), _pred(util=10.0, gpus=2)):           # exclusive; Ray's whole GPUs
+        assert not any(k.startswith("CUDA_MPS") for k in gray.env_vars(whole, mps=True))
+    opts = gray.ray_options({"model": "x"}, GPU, predict_fn=lambda job, gpu: _pred(util=30.0), mps=True,
+                            runtime_env={"env_vars": {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100"}})
+    assert opts["runtime_env"]["env_vars"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"   # gpucast's limit wins
 
 
 # ------------------------------------------------------------------ parallel plans: placement groups

@@ -9,10 +9,10 @@ mode's requests:
   ``nvidia.com/gpumem``. Volcano's vGPU scheduler reads the same keys as ``volcano.sh/vgpu-*``:
   not spelled here.
 * ``mps`` — the NVIDIA device plugin's MPS sharing (``sharing.mps.replicas``): one replica,
-  ``nvidia.com/gpu: 1`` per GPU, and the client's limits in its environment from the MPS
-  documentation: ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` = the share in percent (the SMs its kernels
-  may use: :mod:`gpucast.cluster.mps`) and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` = ``0=<MiB>M`` per
-  visible device (its memory). A client may lower the thread percentage its replica was given,
+  ``nvidia.com/gpu: 1`` per GPU, and the client's limits in its environment
+  (:func:`gpucast.integrations.resources.mps_env`): ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` = the
+  share in percent (the SMs its kernels may use: :mod:`gpucast.cluster.mps`) and
+  ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` = ``0=<MiB>M`` per visible device (its memory). A client may lower the thread percentage its replica was given,
   not raise it.
 * ``timeslice`` — the device plugin's time-slicing replicas: one replica per GPU,
   ``nvidia.com/gpu: 1``; time-slicing has no per-client limit to set (nothing caps a job's memory:
@@ -28,10 +28,9 @@ whole GPUs, and the webhook warns. MIG slices are requested by their own resourc
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from gpucast.integrations.resources import GpuShare
+from gpucast.integrations.resources import GpuShare, mps_env
 
 SHARING_ANNOTATION = "gpucast.ai/sharing"
 MODES = ("hami", "mps", "timeslice", "runai")
@@ -39,11 +38,8 @@ DEFAULT = "hami"
 
 GPU = "nvidia.com/gpu"
 HAMI_KEYS = ("nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores")
-MPS_THREADS = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-MPS_MEMORY = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 RUNAI_FRACTION = "gpu-fraction"
 RUNAI_SCHEDULER = "runai-scheduler"
-MIB = 2**20
 
 
 @dataclass
@@ -79,11 +75,9 @@ def spell(share: GpuShare, mode: str, gpus: int) -> Spelling:
             out.warnings.append(f"gpucast: the job needs whole GPUs; on a node pool shared by {mode} replicas "
                                 f"{GPU}: {gpus} is {gpus} replica(s), not whole GPUs: run it on an unshared pool")
         return out
-    pct = int(round(share.share * 100))
     if mode == "mps":
         out.limits[GPU] = str(gpus)
-        mib = math.ceil(share.memory_bytes / MIB)
-        out.env = {MPS_THREADS: str(pct), MPS_MEMORY: ",".join(f"{i}={mib}M" for i in range(gpus))}
+        out.env = mps_env(share, gpus)
     elif mode == "timeslice":
         out.limits[GPU] = str(gpus)
     else:   # runai

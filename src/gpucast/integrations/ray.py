@@ -28,9 +28,20 @@ can read them, for example to cap its allocator with
 ``torch.cuda.set_per_process_memory_fraction``. No custom Ray resource is requested: one that
 the cluster does not declare would leave the task pending forever.
 
-Not done here: Ray does not enforce the fractions (a job may use more than its share; pair it
-with MPS or a memory cap), and the GPU type is the one predicted for. Pinning it to nodes with
-that GPU (``accelerator_type``) is the caller's choice, passed through ``options``.
+**MPS** (``mps=True`` on :func:`options_for`, :func:`ray_options`, :class:`Launcher`,
+:func:`launch`): Ray does not enforce the fractions (a job may use more than its share); where the
+nodes run NVIDIA's MPS control daemon (the operator's choice: ``nvidia-cuda-mps-control -d``), a
+shared job's task also gets the MPS client limits that enforce its share
+(:func:`gpucast.integrations.resources.mps_env`: ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, its share
+of the SMs, and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` on device 0, the one GPU Ray makes visible to
+it), the spelling of the Kubernetes MPS mode. A job given whole GPUs gets none. Without a daemon,
+CUDA ignores them. How much slower a job runs at a thread limit is
+:func:`gpucast.cluster.mps.slowdowns`' question (``gpucast advise`` answers it).
+
+Not done here: without MPS nothing enforces a fraction (pair it with a memory cap), and the GPU
+type is the one predicted for. Pinning it to nodes with that GPU (``accelerator_type``) is the
+caller's choice, passed through ``options``. MIG slices are not a Ray resource: a cluster that
+carves them declares its own resources, which a caller passes through ``options``.
 """
 
 from __future__ import annotations
@@ -38,7 +49,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from gpucast.integrations.resources import GpuShare, gpu_share
+from gpucast.integrations.resources import GpuShare, gpu_share, mps_env
 
 ENV_VARS = ("GPUCAST_SHARE", "GPUCAST_GPU", "GPUCAST_GPU_MEMORY_BYTES", "GPUCAST_UTIL_PCT", "GPUCAST_MODEL_VERSION")
 
@@ -80,22 +91,27 @@ def placement_group(prediction_or_share, **options):
     return make(p["bundles"], strategy=p["strategy"], **options)
 
 
-def env_vars(prediction_or_share) -> dict[str, str]:
-    """gpucast's numbers for the job, as ``runtime_env`` environment variables (strings)."""
+def env_vars(prediction_or_share, mps: bool = False) -> dict[str, str]:
+    """gpucast's numbers for the job, as ``runtime_env`` environment variables (strings); with
+    ``mps``, the MPS client limits of a job that shares a GPU (module docstring)."""
     s = _share(prediction_or_share)
-    return {"GPUCAST_SHARE": f"{num_gpus(s):g}", "GPUCAST_GPU": s.gpu, "GPUCAST_GPU_MEMORY_BYTES": str(s.memory_bytes),
-            "GPUCAST_UTIL_PCT": f"{s.util_pct:g}", "GPUCAST_MODEL_VERSION": s.model_version}
+    out = {"GPUCAST_SHARE": f"{num_gpus(s):g}", "GPUCAST_GPU": s.gpu, "GPUCAST_GPU_MEMORY_BYTES": str(s.memory_bytes),
+           "GPUCAST_UTIL_PCT": f"{s.util_pct:g}", "GPUCAST_MODEL_VERSION": s.model_version}
+    if mps and num_gpus(s) < 1.0:          # a fraction of one GPU (whole GPUs: nothing to limit)
+        out.update(mps_env(s, 1))
+    return out
 
 
-def options_for(prediction_or_share, **options) -> dict:
+def options_for(prediction_or_share, *, mps: bool = False, **options) -> dict:
     """Ray ``.options(...)`` for an already made prediction (or share): ``num_gpus`` and the
-    ``runtime_env`` variables, merged into ``options`` (your ``runtime_env`` keys and
-    ``env_vars`` are kept; ``num_gpus`` is gpucast's and cannot be overridden)."""
+    ``runtime_env`` variables (with ``mps``, a shared job's MPS limits), merged into ``options``
+    (your ``runtime_env`` keys and ``env_vars`` are kept; ``num_gpus`` is gpucast's and cannot be
+    overridden)."""
     if "num_gpus" in options:
         raise ValueError("num_gpus is set by gpucast from the prediction; do not pass it")
     s = _share(prediction_or_share)
     runtime_env = dict(options.pop("runtime_env", None) or {})
-    runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **env_vars(s)}
+    runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **env_vars(s, mps)}
     return {**options, "num_gpus": num_gpus(s), "runtime_env": runtime_env}
 
 
@@ -105,12 +121,14 @@ def _default_predict(job, gpu):
     return predict(job, gpu)
 
 
-def ray_options(job, gpu: str = "a100-80gb", *, predict_fn: Callable | None = None, **options) -> dict:
+def ray_options(job, gpu: str = "a100-80gb", *, predict_fn: Callable | None = None, mps: bool = False,
+                **options) -> dict:
     """Predict ``job`` (a :class:`~gpucast.job.Job`, a job-spec dict or a zoo name) on ``gpu``
     and return the Ray options that place it: ``{"num_gpus": ..., "runtime_env": {"env_vars":
-    {...}}}`` plus ``options``. ``predict_fn(job, gpu)`` defaults to :func:`gpucast.api.predict`."""
+    {...}}}`` plus ``options`` (``mps``: see :func:`options_for`). ``predict_fn(job, gpu)``
+    defaults to :func:`gpucast.api.predict`."""
     prediction = (predict_fn or _default_predict)(job, gpu)
-    return options_for(prediction, **options)
+    return options_for(prediction, mps=mps, **options)
 
 
 @dataclass
@@ -153,11 +171,12 @@ class Launcher:
     """
 
     def __init__(self, gpu: str = "a100-80gb", *, as_actors: bool = False, predict_fn: Callable | None = None,
-                 **options):
+                 mps: bool = False, **options):
         if "num_gpus" in options:
             raise ValueError("num_gpus is set by gpucast from each job's prediction; do not pass it")
         self.gpu = gpu
         self.as_actors = as_actors
+        self.mps = mps
         self.options = options
         self._predict = predict_fn or _default_predict
         self._cache: dict = {}
@@ -173,7 +192,7 @@ class Launcher:
         key = _key(j)
         if key not in self._cache:
             share = _share(self._predict(j, self.gpu))
-            self._cache[key] = options_for(share, **self.options)
+            self._cache[key] = options_for(share, mps=self.mps, **self.options)
             if share.whole_nodes:
                 self._spans.add(key)
         return self._cache[key]
@@ -220,10 +239,11 @@ class Launcher:
 
 
 def launch(jobs: Iterable[Sequence], gpu: str = "a100-80gb", *, as_actors: bool = False,
-           predict_fn: Callable | None = None, **options) -> list:
+           predict_fn: Callable | None = None, mps: bool = False, **options) -> list:
     """Submit ``(job_spec, fn, args)`` triples to the running Ray cluster, each with the
-    ``num_gpus`` gpucast sizes for it on ``gpu``; returns their ObjectRefs in order (``ray.get``
-    them). With ``as_actors`` each job runs in its own actor, which holds its share until it is
-    released; :class:`Launcher` keeps the handles (``launch`` returns only the refs, and the
-    actors end once their ``run`` call is done and the refs are collected)."""
-    return Launcher(gpu, as_actors=as_actors, predict_fn=predict_fn, **options).submit_all(jobs)
+    ``num_gpus`` gpucast sizes for it on ``gpu`` (``mps``: and a shared job's MPS limits); returns
+    their ObjectRefs in order (``ray.get`` them). With ``as_actors`` each job runs in its own
+    actor, which holds its share until it is released; :class:`Launcher` keeps the handles
+    (``launch`` returns only the refs, and the actors end once their ``run`` call is done and the
+    refs are collected)."""
+    return Launcher(gpu, as_actors=as_actors, predict_fn=predict_fn, mps=mps, **options).submit_all(jobs)

@@ -24,6 +24,13 @@ that node's ``gpus`` GPUs, as a data-parallel job does. The translations spell t
 and the per-node GPUs in their units (Slurm ``--nodes``/``--exclusive``, one Kubernetes pod per
 node, a Ray placement group of one bundle per node).
 
+Under NVIDIA MPS a share can also be enforced in the client's environment (:func:`mps_env`, from
+NVIDIA's MPS documentation): ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` = the share in percent (the SMs
+its kernels may use: :mod:`gpucast.cluster.mps`) and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` =
+``<device>=<MiB>M`` per visible device (its memory). The Kubernetes MPS mode
+(:mod:`gpucast.integrations.k8s_sharing`) and Ray (:mod:`gpucast.integrations.ray`, ``mps=True``)
+spell it so.
+
 Not modelled: interference between the jobs that end up sharing (the placement policies in
 ``gpucast.cluster`` use the co-location model; these translations only size requests), MIG.
 """
@@ -41,6 +48,10 @@ MEMORY_HEADROOM = 0.10
 # Shares are rounded up to this step (Ray accepts 0.0001; HAMi percent; Slurm shards are coarse).
 GRANULARITY = 0.05
 MIN_SHARE = GRANULARITY
+# An MPS client's limits (NVIDIA, "Multi-Process Service", environment variables of a client).
+MPS_THREADS = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+MPS_MEMORY = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+MIB = 2**20
 
 
 @dataclass(frozen=True)
@@ -100,3 +111,14 @@ def gpu_share(prediction, *, util_margin_pct: float = UTIL_MARGIN_PCT, memory_he
                     exclusive=exclusive, util_pct=prediction.gpu_util_pct, model_version=prediction.model_version,
                     held_pct=min(held, prediction.gpu_util_pct), nodes=nodes, gpus_per_node=per_node,
                     whole_nodes=nodes > 1, planned=gang)
+
+
+def mps_env(share: GpuShare, devices: int = 1) -> dict[str, str]:
+    """The MPS client limits that enforce ``share`` on each of ``devices`` visible GPUs (numbered
+    from 0 in the client's view): its share of the SMs in percent and its memory in MiB (rounded
+    up). Empty for an exclusive job (whole GPUs: nothing to limit)."""
+    if share.exclusive:
+        return {}
+    mib = math.ceil(share.memory_bytes / MIB)
+    return {MPS_THREADS: str(int(round(share.share * 100))),
+            MPS_MEMORY: ",".join(f"{i}={mib}M" for i in range(devices))}
