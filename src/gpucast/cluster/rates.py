@@ -149,9 +149,9 @@ class GpuRates:
         # for the slowdowns and NVML's reading both (timeshare.shared_state)
         s = interference.measured_pair(len(bs), types, gt)
         if s is not None:
-            rs = tuple([1.0 / (b.step_time_s * sd) for b, sd in zip(bs, s)])
-            return rs, min(100.0, sum([b.util_pct / sd for b, sd in zip(bs, s)]))
-        s, util = timeshare.shared_state([b.timeline() for b in bs], timeshare.world(), timeshare.mode())
+            util = min(100.0, sum([b.util_pct / sd for b, sd in zip(bs, s)]))
+        else:
+            s, util = timeshare.shared_state([b.timeline() for b in bs], timeshare.world(), timeshare.mode())
         return tuple([1.0 / (b.step_time_s * sd) for b, sd in zip(bs, s)]), util
 
     def _record(self, t):

@@ -281,6 +281,12 @@ def _by_held(c: Constants) -> bool:
     return c.stretch == "held"
 
 
+def _jit(c: Constants, mode: str) -> bool:
+    """Whether sets under ``c`` and ``mode`` are solved by :mod:`gpucast.cluster.timeshare_kernel`
+    (time slices with the "held" stretch, Numba available); everything else is solved in Python."""
+    return mode == "timeslice" and _by_held(c) and timeshare_kernel.available()
+
+
 def _waits(gaps: float, syncs: float | None) -> float:
     """Returns from idle per step at which a job can be held up by a neighbour's slice: at its
     host syncs (at least one) when they are known, never more than its gaps."""
@@ -356,7 +362,7 @@ def compiled_scores(c: Constants, mode: str | None = None):
     """:func:`gpucast.cluster.timeshare_kernel.scores` with the solve settings of :func:`slowdowns`
     under constants ``c``, or ``None`` where :func:`slowdowns_many` would not take the compiled
     solve for ``c`` and ``mode`` (MPS, the "want" stretch, Numba missing): the caller works in Python."""
-    if (mode or _MODE[0]) != "timeslice" or not _by_held(c) or not timeshare_kernel.available():
+    if not _jit(c, mode or _MODE[0]):
         return None
     return functools.partial(timeshare_kernel.scores, c=c, iterations=_ITERATIONS, tolerance=_TOLERANCE,
                              held_cap=_HELD_CAP)
@@ -382,7 +388,7 @@ def slowdowns_many(sets: Sequence[Sequence[JobTimeline]], c: Constants | None = 
     mode = mode or _MODE[0]
     out: list = [None] * len(sets)
     batch, where = [], []
-    jit = mode == "timeslice" and _by_held(c) and timeshare_kernel.available()
+    jit = _jit(c, mode)
     for k, jobs in enumerate(sets):
         n = len(jobs)
         if n <= 1:
@@ -439,7 +445,7 @@ def _plain(jobs: tuple, c: Constants, mode: str, fused: bool = True) -> tuple:
     tests compare it with)."""
     if mode not in ("timeslice", "mps"):
         raise ValueError(f"unknown sharing mode {mode!r} (timeslice, mps)")
-    if fused and mode == "timeslice" and _by_held(c) and timeshare_kernel.available():
+    if fused and _jit(c, mode):
         return timeshare_kernel.solve([jobs], c, _ITERATIONS, _TOLERANCE, _HELD_CAP)[0]
     n = len(jobs)
     step = [max(j.step_s, 1e-12) for j in jobs]
@@ -703,7 +709,7 @@ def shared_state(jobs: Sequence[JobTimeline], c: Constants | None = None,
     compiled call where :func:`slowdowns_many` would take the compiled solve (the same numbers)."""
     c = c if c is not None else _ACTIVE[0]
     mode = mode or _MODE[0]
-    if mode == "timeslice" and _by_held(c) and timeshare_kernel.available():
+    if _jit(c, mode):
         return timeshare_kernel.state(jobs, c, _ITERATIONS, _TOLERANCE, _HELD_CAP)
     sd, want = _solve(jobs, c, mode)
     return list(sd), _util_pct(jobs, sd, want)
