@@ -6,15 +6,21 @@ times the cluster's capacity offered). Rows: ``slot`` (one job per whole GPU, FI
 backfilling: the baseline), then the ``gpucast`` policy with the jobs on one GPU time-sliced
 (CUDA's default; the device plugin's time-slicing replicas), under MPS (kernels of different jobs
 at once, no context switch), and under MPS with some nodes carved into a static MIG layout (each
-slice a GPU of its own, one-GPU jobs only; ``gpucast simulate --mig-layout``). The truth and the
-policy use the same mode (``gpucast simulate --colocation-mode``); the co-location world is
+slice a GPU of its own, one-GPU jobs only; ``gpucast simulate --mig-layout``), and with nodes
+that differ in mode, as operators label them: some nodes under MPS, unlimited or as the device
+plugin's MPS replicas run it (at most N jobs a GPU, each limited to 1/N of the SMs, alone too,
+one-GPU jobs only; ``--mps-nodes``, ``--mps-replicas``), the rest time-sliced, with or without a
+carved node: there the ``gpucast`` policy puts each job where its predicted cost under that GPU's
+mode is lowest. The truth and the policy read each GPU's mode; the co-location world is
 ``measured-pairs``; gpucast's measured prediction error. Columns: queued-period utilization (the
 cluster's NVML utilization while a job waits, a carved GPU counted as its slices' shares), its
 change over ``slot``, mean and p99 JCT, mean queueing delay, makespan.
 
-The MPS model's constants are the time-slicing fit's (no measured MPS pairs here), so MPS rows are
-the model's consequence, not a measurement; MIG slices are the analytic slices of
-:mod:`gpucast.mig`. Re-partitioning during the run is not simulated: each layout is static.
+The MPS model's constants are the time-slicing fit's (no measured MPS pairs here; the DRAM
+sharing of kernels on SMs kept apart by limits is a closed form, :mod:`gpucast.cluster.mps`), so
+MPS rows are the model's consequence, not a measurement; MIG slices are the analytic slices of
+:mod:`gpucast.mig`. Re-partitioning and switching a node's mode during the run are not simulated:
+each layout is static. A cluster of MPS replicas only is not a row: its multi-GPU jobs could not run.
 
     .venv/bin/python benchmarks/sharing_modes.py [--gpus 64] [--heavy 3] [--limit N]
 """
@@ -31,16 +37,23 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GPU = "a100-80gb"
-# (label, policy, sharing mode, MIG layout of the carved nodes, carved nodes)
+LAYOUT = "3g.40gb,2g.20gb,2g.20gb"
+# (label, policy, sharing mode, MIG layout of the carved nodes, carved nodes, MPS nodes, their replicas)
 CONFIGS = [
-    ("slot, whole GPUs", "slot", "timeslice", None, None),
-    ("gpucast, time-slicing only", "gpucast", "timeslice", None, None),
-    ("gpucast, MPS", "gpucast", "mps", None, None),
-    ("gpucast, MPS + 1 node of 3g.40gb,2g.20gb,2g.20gb", "gpucast", "mps", "3g.40gb,2g.20gb,2g.20gb", 1),
-    ("gpucast, MPS + 1 node of 3g.40gb*2", "gpucast", "mps", "3g.40gb*2", 1),
-    ("gpucast, MPS + 2 nodes of 3g.40gb,2g.20gb,2g.20gb", "gpucast", "mps", "3g.40gb,2g.20gb,2g.20gb", 2),
-    ("gpucast, time-slicing + 1 node of 3g.40gb,2g.20gb,2g.20gb", "gpucast", "timeslice",
-     "3g.40gb,2g.20gb,2g.20gb", 1),
+    ("slot, whole GPUs", "slot", "timeslice", None, None, None, None),
+    ("gpucast, time-slicing only", "gpucast", "timeslice", None, None, None, None),
+    ("gpucast, MPS", "gpucast", "mps", None, None, None, None),
+    (f"gpucast, MPS + 1 node of {LAYOUT}", "gpucast", "mps", LAYOUT, 1, None, None),
+    ("gpucast, MPS + 1 node of 3g.40gb*2", "gpucast", "mps", "3g.40gb*2", 1, None, None),
+    (f"gpucast, MPS + 2 nodes of {LAYOUT}", "gpucast", "mps", LAYOUT, 2, None, None),
+    (f"gpucast, time-slicing + 1 node of {LAYOUT}", "gpucast", "timeslice", LAYOUT, 1, None, None),
+    ("gpucast, nodes by mode: 2 MPS (2 replicas), 6 time-sliced", "gpucast", "timeslice", None, None, 2, 2),
+    ("gpucast, nodes by mode: 2 MPS (4 replicas), 6 time-sliced", "gpucast", "timeslice", None, None, 2, 4),
+    ("gpucast, nodes by mode: 2 MPS (unlimited), 6 time-sliced", "gpucast", "timeslice", None, None, 2, None),
+    (f"gpucast, nodes by mode: 1 MIG ({LAYOUT}), 2 MPS (4 replicas), 5 time-sliced", "gpucast", "timeslice",
+     LAYOUT, 1, 2, 4),
+    (f"gpucast, nodes by mode: 1 MIG ({LAYOUT}), 2 MPS (unlimited), 5 time-sliced", "gpucast", "timeslice",
+     LAYOUT, 1, 2, None),
 ]
 
 
@@ -65,26 +78,29 @@ def main(argv=None) -> int:
     loads = [("own", None), (f"{args.heavy:g}", args.heavy)]
     rows, raw = [], []
     work = [(ln, lv, c) for ln, lv in loads for c in CONFIGS]
-    for load_name, load, (label, policy, mode, layout, nodes) in track(work, description="simulating",
-                                                                       transient=True):
+    for load_name, load, (label, policy, mode, layout, nodes, mps_nodes, replicas) in track(
+            work, description="simulating", transient=True):
         tr = cl.load_trace(base, gpus=args.gpus, load=load) if load is not None else base
-        spec = cl.ClusterSpec.build(GPU, args.gpus, 8, layout, nodes)
+        spec = cl.ClusterSpec.build(GPU, args.gpus, 8, layout, nodes, mps_nodes, replicas)
         t0 = time.perf_counter()
         res = cl.simulate(tr, spec, policy, sharing=mode)
         wall = time.perf_counter() - t0
         s = metrics.summarize(res)
         rows.append((load_name, label, s, wall))
         raw.append({"load": load_name, "config": label, "policy": policy, "sharing": mode, "mig_layout": layout,
-                    "mig_nodes": nodes, "wall_s": wall, **{k: v for k, v in s.items() if not isinstance(v, dict)}})
+                    "mig_nodes": nodes, "mps_nodes": mps_nodes, "mps_replicas": replicas, "wall_s": wall, **{k: v for k, v in s.items() if not isinstance(v, dict)}})
 
     lines = ["## Sharing modes: time-slicing, MPS and MIG layouts (pai-mix on A100-80GB)", "",
              f"Command: `python benchmarks/sharing_modes.py --gpus {args.gpus} --heavy {args.heavy:g}"
              + (f" --limit {args.limit}" if args.limit else "") + "`. "
              f"{len(base.jobs)} jobs of pai-mix on {args.gpus} x {GPU} (nodes of 8), co-location world "
              "measured-pairs, gpucast's measured prediction error, seed 0. Simulated (the MPS rows use the "
-             "co-location model's MPS mode with the time-slicing fit's constants; MIG slices are gpucast.mig's "
-             "analytic slices): not measurements. Utilization: the cluster's NVML utilization over the queued "
-             "period (while some job waits), a carved GPU counted as its slices' shares.", ""]
+             "co-location model's MPS mode with the time-slicing fit's constants, MPS replicas gpucast.cluster.mps's "
+             "SM limits; MIG slices are gpucast.mig's analytic slices): not measurements. Utilization: the "
+             "cluster's NVML utilization over the queued period (while some job waits), a carved GPU counted as "
+             "its slices' shares. \"Nodes by mode\": each node's GPUs shared in its own mode, the gpucast policy "
+             "placing each job where its predicted cost under that mode is lowest; a GPU of MPS replicas or a "
+             "MIG slice takes one-GPU jobs only.", ""]
     for load_name, _ in loads:
         sel = [r for r in rows if r[0] == load_name]
         slot = next(s for ln, lab, s, _ in sel if lab.startswith("slot"))

@@ -146,6 +146,17 @@ def register(app: typer.Typer, cli) -> None:
                           "`gpucast gpus --mig`); each slice takes one-GPU jobs, multi-GPU jobs go to whole GPUs."),
                  mig_nodes: Optional[int] = typer.Option(None, "--mig-nodes",
                                                          help="With --mig-layout: how many nodes are carved."),
+                 mps_nodes: Optional[int] = typer.Option(
+                     None, "--mps-nodes",
+                     help="This many nodes of whole GPUs (after the carved ones) share their GPUs through MPS, "
+                          "the others by --colocation-mode (as operators label nodes with the device plugin's "
+                          "MPS or time-slicing config); the gpucast policy then places each job where its "
+                          "predicted cost is lowest, under that GPU's mode."),
+                 mps_replicas: Optional[int] = typer.Option(
+                     None, "--mps-replicas", min=1,
+                     help="With --mps-nodes: MPS as the NVIDIA device plugin's sharing.mps.replicas runs it, at "
+                          "most this many jobs per GPU, each limited to 1/N of the SMs "
+                          "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), alone too. Default: no limit."),
                  sweep: Optional[List[str]] = typer.Option(
                      None, "--sweep", metavar="AXIS=V1,V2,...",
                      help="Sweep an axis (repeat for more; every combination runs, each under every policy): "
@@ -176,7 +187,7 @@ def register(app: typer.Typer, cli) -> None:
 
         if sweep or workers is not None or ray_address is not None or markdown_out is not None:
             return run_sweep(cli, sweep or [], trace=trace, gpus=gpus, gpu_type=gpu_type, gpus_per_node=gpus_per_node,
-                             mig_layout=mig_layout, mig_nodes=mig_nodes,
+                             mig_layout=mig_layout, mig_nodes=mig_nodes, mps_nodes=mps_nodes, mps_replicas=mps_replicas,
                              policies=policies, seed=seed, error_sigma=error_sigma, limit=limit, load=load,
                              report=report, json_out=json_out, markdown_out=markdown_out, env_file=env_file,
                              colocation=colocation, workers=workers, ray_address=ray_address,
@@ -189,7 +200,7 @@ def register(app: typer.Typer, cli) -> None:
             # Reserve the output files before any work: an unwritable one fails here, not after the run.
             outs = reserve_outputs((report, "--report"), (json_out, "--json"))
             try:
-                spec = cl.ClusterSpec.build(gpu_type, gpus, gpus_per_node, mig_layout, mig_nodes)
+                spec = cl.ClusterSpec.build(gpu_type, gpus, gpus_per_node, mig_layout, mig_nodes, mps_nodes, mps_replicas)
                 env = cli._environment(env_file)
                 jobs = _load_trace(cl, trace, gpus, limit, load, env, cli.err)
                 check_gangs(cl, jobs, spec, names)
@@ -215,7 +226,8 @@ def register(app: typer.Typer, cli) -> None:
         trace_name = (results[0].result.params or {}).get("trace", trace) if results else trace
         es = (results[0].result.params or {}).get("error_sigma", {}) if results else {}
         carved = (f" ({'all' if mig_nodes is None else mig_nodes} nodes carved into MIG {mig_layout})"
-                  if mig_layout else "")
+                  if mig_layout else "") + (f" ({mps_nodes} nodes under MPS" + (f", {mps_replicas} replicas" if mps_replicas else "") + ")"
+                     if mps_nodes else "")
         title = (f"gpucast simulate: {n_jobs} jobs (trace {trace_name}) on {gpus} x {gpu_type}{carved}, seed {seed}, "
                  f"error sigma util {es.get('util', 0):.3g} / memory {es.get('memory', 0):.3g} / "
                  f"step {es.get('step', 0):.3g}, co-location world {colocation}, sharing {colocation_mode}")
@@ -353,7 +365,8 @@ def _jsonable(obj):
 
 def run_sweep(cli, specs, *, trace, gpus, gpu_type, gpus_per_node, policies, seed, error_sigma, limit, load,
               report, json_out, markdown_out, env_file, colocation, workers, ray_address,
-              sharing="timeslice", mig_layout=None, mig_nodes=None) -> None:
+              sharing="timeslice", mig_layout=None, mig_nodes=None, mps_nodes=None,
+              mps_replicas=None) -> None:
     """``simulate --sweep``: check everything (axes, values, traces, gangs, output files) before
     any run, then run the sweep (:mod:`gpucast.cluster.sweep`) with a progress bar and print,
     and optionally write, its one table."""
@@ -380,11 +393,12 @@ def run_sweep(cli, specs, *, trace, gpus, gpu_type, gpus_per_node, policies, see
             if ray_address is not None:
                 connected[0] = sw.connect(ray_address.strip())   # an unreachable cluster fails before any work
             for g in axes.get("gpus", [gpus]):
-                cl.ClusterSpec.build(gpu_type, g, gpus_per_node, mig_layout, mig_nodes)
+                cl.ClusterSpec.build(gpu_type, g, gpus_per_node, mig_layout, mig_nodes, mps_nodes, mps_replicas)
             env = cli._environment(env_file)
             base = sw.Base(trace=trace, gpus=gpus, gpu_type=gpu_type, gpus_per_node=gpus_per_node,
                            policies=tuple(names), seed=seed, error_sigma=error_sigma, limit=limit, load=load,
-                           colocation=colocation, env=env, mig_layout=mig_layout, mig_nodes=mig_nodes,
+                           colocation=colocation, env=env, mig_layout=mig_layout, mig_nodes=mig_nodes, mps_nodes=mps_nodes,
+                           mps_replicas=mps_replicas,
                            params=(("sharing", sharing),) if sharing != "timeslice" else ())
             pts = sw.points(base, axes)
             with _bar(cli.err) as bar:

@@ -59,3 +59,14 @@ def test_overlap_and_bad_limits():
             mps.slowdowns([job, job], [bad, 0.5])
     with pytest.raises(ValueError, match="2 jobs but 1"):
         mps.slowdowns([job, job], [0.5])
+
+
+def test_kernels_on_sms_kept_apart_still_share_dram():
+    """Two jobs that do nothing but saturate DRAM, each on its own half of the SMs: each gets half
+    the bandwidth, so each runs twice as slow (the fair-share closed form); compute-bound ones on
+    their halves do not slow each other at all (beyond each one's own limit)."""
+    memory = JobTimeline(0.1, 0.1, 1, mem_bound=1.0)
+    assert mps.slowdowns([memory, memory], [0.5, 0.5]) == pytest.approx([2.0, 2.0])
+    compute = JobTimeline(0.1, 0.1, 1, mem_bound=0.0)
+    assert mps.slowdowns([compute, compute], [0.5, 0.5]) == pytest.approx([2.0, 2.0])   # the limit's own x2
+    assert mps.slowdowns([compute, memory], [0.5, 0.5]) == pytest.approx([2.0, 1.0])

@@ -53,21 +53,21 @@ def _pool(rng: random.Random, gpu_type: str, n: int) -> list:
     return out
 
 
-def _cluster(rng, pools, cap: int, gpus: int = 160) -> list:
+def _cluster(rng, pools, cap: int, gpus: int = 160, modes=(None,)) -> list:
     out = []
     for i in range(gpus):
         t = TYPES[i % 2]
         n = rng.choice(range(cap + 2))
         jobs = tuple(rng.choice(pools[t]) for _ in range(n))
         mem = rng.choice((16 * GiB, 40 * GiB, 8 * GiB))
-        out.append(GpuOccupancy(i, t, mem, i // 8, jobs))
+        out.append(GpuOccupancy(i, t, mem, i // 8, jobs, rng.choice(modes)))
     return out
 
 
-def _check(policy, seed: int):
+def _check(policy, seed: int, modes=(None,)):
     rng = random.Random(seed)
     pools = {t: _pool(rng, t, 30) for t in TYPES}
-    gpus = _cluster(rng, pools, policy.max_jobs_per_gpu)
+    gpus = _cluster(rng, pools, policy.max_jobs_per_gpu, modes=modes)
     policy.attach(gpus)
     assert policy._compiled_fill() is not None
     seen = 0
@@ -94,6 +94,38 @@ def test_the_compiled_fill_scores_as_score_does(cls, params):
     _check(cls(**params), seed=zlib.crc32(repr((cls.__name__, sorted(params))).encode()))
 
 
+@pytest.mark.parametrize("cls", [GpucastPolicy, OraclePolicy])
+def test_gpus_shared_in_different_modes_score_as_score_does(cls):
+    """Some GPUs time-sliced, some under MPS, some in the run's mode: the time-sliced ones by the
+    compiled fill, the MPS ones in Python, each as :meth:`score` says for that GPU's mode."""
+    _check(cls(), seed=7, modes=(None, "timeslice", "mps"))
+
+
+def test_a_gpus_own_mode_scores_as_the_run_in_that_mode_does():
+    """A GPU marked MPS in a time-sliced run scores as an unmarked GPU does in an MPS run (and
+    the reverse), so the per-GPU mode is the run's mode, only for that GPU."""
+    rng = random.Random(3)
+    pools = {t: _pool(rng, t, 30) for t in TYPES}
+    gpus = [g for g in _cluster(rng, pools, 4, gpus=60) if 0 < len(g.jobs) < 4]
+    differ = 0
+    for own, run in (("mps", "timeslice"), ("timeslice", "mps")):
+        for g in gpus:
+            job = rng.choice(pools[g.gpu_type])
+            got = GpucastPolicy().score(replace(g, mode=own), job)
+            try:
+                timeshare.set_mode(own)
+                want = GpucastPolicy().score(g, job)
+            finally:
+                timeshare.set_mode(None)
+            assert got == want
+            try:
+                timeshare.set_mode(run)
+                differ += GpucastPolicy().score(g, job) != want
+            finally:
+                timeshare.set_mode(None)
+    assert differ > 10          # the two modes do score these states differently
+
+
 def test_the_oracle_fill_answers_with_measured_pairs():
     # Two single-GPU Gavel jobs on a V100: the measured pair decides, not the model (so a fill that
     # ignored the pairs would score these differently from score()).
@@ -118,7 +150,7 @@ def test_policies_that_change_the_score_take_python():
             return super()._cost(pre, job, after)
 
     class OwnSlowdowns(GpucastPolicy):
-        def _slowdowns(self, obs, gpu_type):
+        def _slowdowns(self, obs, gpu_type, mode=None):
             return [1.0] * len(obs)
 
     assert GpucastPolicy()._compiled_fill() is not None and OraclePolicy()._compiled_fill() is not None

@@ -299,6 +299,29 @@ def test_place_answers_what_choose_gpu_answers(client):
     assert len(got["occupants"]) == len(state[index].jobs) + 1
 
 
+def test_place_reads_each_gpus_sharing_mode(client):
+    """A GPU of MPS replicas costs a job alone its SM limit and holds at most N jobs: the answer is
+    choose_gpu's with each GPU's mode, and differs from the one with every GPU time-sliced."""
+    big = {"workload": "resnet50", "batch_size": 64}
+    body = {"gpus": [{"gpu_type": "a100-80gb", "sharing": "mps:4"}, {"gpu_type": "a100-80gb", "sharing": "timeslice"}],
+            "job": big, "policy": "gpucast"}
+    r = client.post("/v1/place", json=body)
+    assert r.status_code == 200, r.text
+    j = Job("resnet50", batch_size=64)
+    o = _obs(j, "a100-80gb")
+    mem = get_gpu("a100-80gb").memory_bytes
+    state = [GpuOccupancy(0, "a100-80gb", mem, mode="mps:4"), GpuOccupancy(1, "a100-80gb", mem, mode="timeslice")]
+    index, slowdowns = choose_gpu(make_policy("gpucast"), state, {"a100-80gb": o})
+    assert r.json()["gpu"] == index == 1       # alone under a quarter of the SMs would cost it
+    assert make_policy("gpucast").score(state[0], o) > 0.0
+    plain = client.post("/v1/place", json={**body, "gpus": [{"gpu_type": "a100-80gb"}] * 2}).json()
+    assert plain["gpu"] == 0
+    small = {"workload": "mlp-small", "batch_size": 32}
+    full = client.post("/v1/place", json={"gpus": [{"gpu_type": "t4", "sharing": "mps:2", "jobs": [small, small]}],
+                                          "job": small, "policy": "gpucast"}).json()
+    assert full["gpu"] is None and "fewer on MPS replicas" in full["reason"]
+
+
 def test_place_with_nothing_free_is_200_with_a_reason(client):
     small = {"workload": "mlp-small", "batch_size": 32}
     r = client.post("/v1/place", json={"gpus": [{"gpu_type": "t4", "jobs": [small]}], "job": small,
@@ -315,6 +338,10 @@ def test_place_with_nothing_free_is_200_with_a_reason(client):
      "unknown zoo workload 'nope'"),
     ({"gpus": [{"gpu_type": "t4"}], "job": {"model": "module:evil:f"}}, "never accepts"),
     ({"gpus": [{"gpu_type": "t4"}]}, "field 'job': Field required"),
+    ({"gpus": [{"gpu_type": "t4", "sharing": "mig"}], "job": {"workload": "mlp-small"}},
+     "field 'gpus[0].sharing': unknown sharing mode 'mig' (timeslice, mps, mps:N)"),
+    ({"gpus": [{"gpu_type": "t4", "sharing": "mps:0"}], "job": {"workload": "mlp-small"}},
+     "MPS replicas must be a whole number of at least 1"),
 ])
 def test_place_refusals(client, body, words):
     r = client.post("/v1/place", json=body)

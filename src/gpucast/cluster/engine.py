@@ -101,7 +101,7 @@ from collections import Counter, OrderedDict, deque
 from itertools import chain, islice
 
 from gpucast import mig
-from gpucast.cluster import gangs
+from gpucast.cluster import gangs, mps
 from gpucast.cluster.behaviour import with_slice_costs
 from gpucast.cluster.policies.base import GpuOccupancy, Policy
 from gpucast.cluster.rates import ARRIVE, FINISH, OOM, PROFILED, GpuRates
@@ -172,6 +172,10 @@ class Simulator(GpuRates):
         self.gtype = [t for _, _, t in gl]
         self.gnode = [nd for _, nd, _ in gl]
         self.gweight = spec.weights()                  # a MIG slice's share of its GPU (1: whole)
+        # each GPU's sharing mode (spec.modes; None: the run's, timeshare.mode())
+        self.gmode = spec.gpu_modes()
+        # whether a job alone on the GPU runs at its solo speed (not under an MPS limit, "mps:N")
+        self.glone = [mps.replicas(m) is None for m in self.gmode]
         self.capacity = spec.physical_gpus             # whole GPUs: utilization's denominator
         caps = self.caps = {t: float(get_gpu(t).memory_bytes) for t in spec.gpu_types}
         self.gcap = [caps[t] for t in self.gtype]
@@ -197,7 +201,7 @@ class Simulator(GpuRates):
         self.pool = list(range(self.n - npool, self.n))
         self.pool_free = deque(self.pool)
         self.pq = deque()
-        policy.attach([GpuOccupancy(i, self.gtype[i], self.gcap[i], self.gnode[i])
+        policy.attach([GpuOccupancy(i, self.gtype[i], self.gcap[i], self.gnode[i], mode=self.gmode[i])
                        for i in range(self.n - npool)])
         # jobs and their profiles
         self.ref = spec.reference_gpu

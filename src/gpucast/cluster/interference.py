@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from gpucast.cluster import gavel, timeshare
+from gpucast.cluster import gavel, sharing, timeshare
 
 # Source: fit_report(gpu="v100-16gb") on Gavel's V100 pairs with gpucast analytic-0.1.0 utilizations
 # (as NVML reports them) of Gavel's jobs with their scripts' loaders and PyTorch 1.4 stack, the
@@ -164,41 +164,43 @@ def fit_report(gpu: str = "v100-16gb", utils: dict[str, float] | None = None) ->
 
 
 def shared_slowdowns(timelines: Sequence, job_types: Sequence[str | None] | None = None,
-                     gpu: str | None = None) -> list[float]:
+                     gpu: str | None = None, mode: str | None = None) -> list[float]:
     """Slowdowns of the jobs sharing one GPU: Gavel's measured pair slowdowns when exactly two
     single-GPU Gavel job types share a K80/P100/V100 and that pair was measured, else the
     co-location model on the jobs' timelines (:func:`gpucast.cluster.timeshare.slowdowns`).
-    Pass ``None`` as a job type for a job that is not a single-GPU Gavel job."""
-    m = measured_pair(len(timelines), job_types, gpu)
+    Pass ``None`` as a job type for a job that is not a single-GPU Gavel job. ``mode``: the GPU's
+    sharing mode (None: the one in force, :func:`gpucast.cluster.timeshare.set_mode`)."""
+    m = measured_pair(len(timelines), job_types, gpu, mode)
     if m is not None:
         return m
-    return timeshare.slowdowns(timelines, timeshare.world())
+    return sharing.slowdowns(timelines, timeshare.world(), mode)
 
 
 def shared_slowdowns_many(sets: Sequence[tuple[Sequence, Sequence[str | None] | None]],
-                          gpu: str | None = None) -> list[list[float]]:
+                          gpu: str | None = None, mode: str | None = None) -> list[list[float]]:
     """:func:`shared_slowdowns` of each ``(timelines, job types)`` in ``sets`` on ``gpu``: the
     co-location model's sets solved together (:func:`gpucast.cluster.timeshare.slowdowns_many`)."""
     out: list = [None] * len(sets)
     model, where = [], []
     for k, (timelines, types) in enumerate(sets):
-        m = measured_pair(len(timelines), types, gpu)
+        m = measured_pair(len(timelines), types, gpu, mode)
         if m is not None:
             out[k] = m
         else:
             model.append(timelines)
             where.append(k)
-    for k, sd in zip(where, timeshare.slowdowns_many(model, timeshare.world())):
+    for k, sd in zip(where, sharing.slowdowns_many(model, timeshare.world(), mode)):
         out[k] = sd
     return out
 
 
-def measured_pair(n: int, job_types: Sequence[str | None] | None, gpu: str | None) -> list[float] | None:
+def measured_pair(n: int, job_types: Sequence[str | None] | None, gpu: str | None,
+                  mode: str | None = None) -> list[float] | None:
     """The measured slowdowns :func:`shared_slowdowns` answers with for ``n`` jobs of these
     types on ``gpu``, or ``None`` where it answers with the co-location model (always under MPS,
-    :func:`gpucast.cluster.timeshare.set_mode`: Gavel's set does not say it ran MPS, and gpucast
-    reads its pairs as time-sliced, as every co-location measurement it has)."""
-    if timeshare._MODE[0] != "timeslice":
+    ``mode`` or else :func:`gpucast.cluster.timeshare.set_mode`'s: Gavel's set does not say it ran
+    MPS, and gpucast reads its pairs as time-sliced, as every co-location measurement it has)."""
+    if (mode or timeshare._MODE[0]) != "timeslice":
         return None
     if n == 2 and job_types is not None and gpu is not None and None not in job_types:
         m = measured_pair_slowdowns(gpu).get((job_types[0], job_types[1]))

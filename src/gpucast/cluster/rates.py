@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 
-from gpucast.cluster import interference, timeshare
+from gpucast.cluster import interference, sharing, timeshare
 
 __all__ = ["GpuRates", "FINISH", "OOM", "PROFILED", "ARRIVE"]
 
@@ -68,20 +68,22 @@ class GpuRates:
         contrib = self.contrib
         shared = self._shared
         gw = self.gweight
+        gm = self.gmode
+        lone = self.glone
         for g in gpus:
             jobs = on[g]
             gt = gtype[g]
             n = len(jobs)
-            if n == 1:
+            if n == 1 and lone[g]:
                 x = jobs[0]
                 b = x.beh[gt]
                 x.terms[g] = 1.0 / (b.step_time_s * 1.0)
                 c = min(100.0, b.util_pct)
             elif n:
-                key = (gt, tuple([id(x.beh) for x in jobs]))
+                key = (gt, gm[g], tuple([id(x.beh) for x in jobs]))
                 m = shared.get(key)
                 if m is None:
-                    m = shared[key] = self._shared_state(jobs, gt)
+                    m = shared[key] = self._shared_state(jobs, gt, gm[g])
                 rs, c = m
                 for x, r in zip(jobs, rs):
                     x.terms[g] = r
@@ -124,10 +126,10 @@ class GpuRates:
                         paced = False
                         break
                 if paced:
-                    if len(jobs) == 1:
+                    if len(jobs) == 1 and self.glone[g]:
                         c = min(100.0, jobs[0].beh[gt].util_pct)
                     else:
-                        c = shared[(gt, tuple([id(x.beh) for x in jobs]))][1]
+                        c = shared[(gt, self.gmode[g], tuple([id(x.beh) for x in jobs]))][1]
                 else:
                     c = 0.0
                     for x in jobs:
@@ -141,17 +143,18 @@ class GpuRates:
         self._record(t)
 
     @staticmethod
-    def _shared_state(jobs, gt):
-        """Rate terms of the jobs sharing one GPU of type ``gt`` and the GPU's utilization."""
+    def _shared_state(jobs, gt, mode=None):
+        """Rate terms of the jobs sharing one GPU of type ``gt`` in sharing mode ``mode`` (None: the
+        run's) and the GPU's utilization."""
         bs = [x.beh[gt] for x in jobs]
         types = ([x.prof.job_type if x.gpus == 1 else None for x in jobs] if len(jobs) == 2 else None)
         # interference.shared_slowdowns: a measured pair, else the co-location model solved once
-        # for the slowdowns and NVML's reading both (timeshare.shared_state)
-        s = interference.measured_pair(len(bs), types, gt)
+        # for the slowdowns and NVML's reading both (sharing.shared_state: timeshare's, or mps's for "mps:N")
+        s = interference.measured_pair(len(bs), types, gt, mode)
         if s is not None:
             util = min(100.0, sum([b.util_pct / sd for b, sd in zip(bs, s)]))
         else:
-            s, util = timeshare.shared_state([b.timeline() for b in bs], timeshare.world(), timeshare.mode())
+            s, util = sharing.shared_state([b.timeline() for b in bs], timeshare.world(), mode or timeshare.mode())
         return tuple([1.0 / (b.step_time_s * sd) for b, sd in zip(bs, s)]), util
 
     def _record(self, t):

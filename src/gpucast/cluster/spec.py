@@ -11,6 +11,16 @@ that takes one one-GPU job at a time (or shares it like any GPU: MPS and time-sl
 a slice), never part of a multi-GPU job (slices have no peer access). A slice counts as its share
 of the whole GPU in the cluster's utilization (:meth:`ClusterSpec.weights`). Re-partitioning a
 GPU while the simulation runs is not modelled.
+
+Nodes may differ in how their GPUs are shared, as operators configure it per node (the NVIDIA
+device plugin's per-node config label picks time-slicing or MPS replicas): ``modes`` names each
+node's sharing mode (:data:`gpucast.cluster.timeshare.MODES`, or ``"mps:N"``: MPS as the device
+plugin's ``sharing.mps.replicas: N`` runs it, at most N clients each limited to ``1 / N`` of the
+SMs, alone too, :mod:`gpucast.cluster.mps`; None: the run's mode, ``simulate(sharing=...)``);
+:meth:`ClusterSpec.with_mode` sets it on some nodes of whole GPUs. The truth and the policies read
+each GPU's mode; a GPU shared as MPS replicas takes one-GPU jobs only, as a MIG slice does (the
+device plugin refuses more than one replica to a request). A node's mode is fixed for the run: switching it
+(draining the node, restarting the MPS daemon) is not modelled.
 """
 
 from __future__ import annotations
@@ -22,8 +32,11 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class ClusterSpec:
     nodes: tuple[tuple[str, int], ...]   # (catalog GPU name, GPUs on the node), in GPU-index order
+    modes: tuple[str | None, ...] | None = None   # each node's sharing mode (None: the run's)
 
     def __post_init__(self):
+        from gpucast.cluster import mps
+        from gpucast.cluster.timeshare import MODES
         from gpucast.hardware import get_gpu
 
         if not self.nodes:
@@ -32,6 +45,12 @@ class ClusterSpec:
             get_gpu(gpu)  # raises on an unknown GPU name
             if int(n) < 1:
                 raise ValueError(f"a node needs at least one GPU, got {n}")
+        if self.modes is not None:
+            if len(self.modes) != len(self.nodes):
+                raise ValueError(f"{len(self.nodes)} nodes but {len(self.modes)} sharing modes")
+            for m in self.modes:
+                if m is not None and m not in MODES and mps.replicas(m) is None:
+                    raise ValueError(f"unknown sharing mode {m!r} ({', '.join(MODES)}, mps:N)")
 
     @classmethod
     def homogeneous(cls, gpu: str, n_gpus: int, gpus_per_node: int = 8) -> "ClusterSpec":
@@ -75,16 +94,44 @@ class ClusterSpec:
                 nodes.append((g, n))
         return cls(tuple(nodes))
 
+    def with_mode(self, mode: str, n_nodes: int) -> "ClusterSpec":
+        """This cluster with the first ``n_nodes`` nodes of whole GPUs (not MIG slices) sharing
+        their GPUs in ``mode`` (:data:`gpucast.cluster.timeshare.MODES` or ``"mps:N"``); the others
+        keep theirs."""
+        whole = [i for i, (g, _n) in enumerate(self.nodes) if ":" not in g]
+        k = int(n_nodes)
+        if not 0 <= k <= len(whole):
+            raise ValueError(f"--mps-nodes must be between 0 and the cluster's {len(whole)} nodes of whole "
+                             f"GPUs, got {k}")
+        modes = list(self.modes) if self.modes is not None else [None] * len(self.nodes)
+        for i in whole[:k]:
+            modes[i] = mode
+        return ClusterSpec(self.nodes, tuple(modes))
+
     @classmethod
     def build(cls, gpu: str, n_gpus: int, gpus_per_node: int = 8, mig_layout: str | None = None,
-              mig_nodes: int | None = None) -> "ClusterSpec":
+              mig_nodes: int | None = None, mps_nodes: int | None = None,
+              mps_replicas: int | None = None) -> "ClusterSpec":
         """``gpucast simulate``'s cluster: :meth:`homogeneous`, or :meth:`partitioned` when a MIG
-        layout is given."""
+        layout is given; ``mps_nodes``: that many nodes of whole GPUs (after the carved ones) share
+        their GPUs through MPS (:meth:`with_mode`), with ``mps_replicas`` clients at most each
+        limited to that share of the SMs (None: no limit)."""
         if mig_layout is None:
             if mig_nodes is not None:
                 raise ValueError("--mig-nodes goes with --mig-layout")
-            return cls.homogeneous(gpu, n_gpus, gpus_per_node)
-        return cls.partitioned(gpu, n_gpus, mig_layout, mig_nodes, gpus_per_node)
+            spec = cls.homogeneous(gpu, n_gpus, gpus_per_node)
+        else:
+            spec = cls.partitioned(gpu, n_gpus, mig_layout, mig_nodes, gpus_per_node)
+        if mps_replicas is not None and mps_nodes is None:
+            raise ValueError("--mps-replicas goes with --mps-nodes")
+        if mps_nodes is None:
+            return spec
+        return spec.with_mode("mps" if mps_replicas is None else f"mps:{int(mps_replicas)}", mps_nodes)
+
+    def gpu_modes(self) -> list[str | None]:
+        """Each GPU's sharing mode, in GPU-index order (None: the run's)."""
+        modes = self.modes if self.modes is not None else (None,) * len(self.nodes)
+        return [m for (_g, n), m in zip(self.nodes, modes) for _ in range(n)]
 
     def weights(self) -> list[float]:
         """Each GPU's share of a whole GPU, in GPU-index order (a MIG slice: its compute slices
@@ -100,9 +147,12 @@ class ClusterSpec:
 
     @property
     def max_job_gpus(self) -> int:
-        """The most GPUs one job can get: the whole (uncarved) GPUs, at least 1 (a MIG slice runs
-        one-GPU jobs only)."""
-        return max(1, sum(n for g, n in self.nodes if ":" not in g))
+        """The most GPUs one job can get: the whole (uncarved) GPUs not shared as MPS replicas, at
+        least 1 (a MIG slice and an ``"mps:N"`` GPU run one-GPU jobs only)."""
+        from gpucast.cluster import mps
+
+        modes = self.modes if self.modes is not None else (None,) * len(self.nodes)
+        return max(1, sum(n for (g, n), m in zip(self.nodes, modes) if ":" not in g and mps.replicas(m) is None))
 
     @property
     def n_gpus(self) -> int:

@@ -78,6 +78,8 @@ class Base:
     params: tuple = ()
     mig_layout: str | None = None     # MIG layout of the carved nodes' GPUs (ClusterSpec.partitioned)
     mig_nodes: int | None = None
+    mps_nodes: int | None = None      # nodes of whole GPUs that share them through MPS (ClusterSpec.with_mode)
+    mps_replicas: int | None = None   # their MPS replicas (each client limited to 1/N; None: no limit)
 
 
 @dataclass(frozen=True)
@@ -271,7 +273,8 @@ def prepare(base: Base, pts: list[Point], progress=None) -> Shared:
 def _spec(base: Base, gpus: int):
     from gpucast.cluster.spec import ClusterSpec
 
-    return ClusterSpec.build(base.gpu_type, gpus, base.gpus_per_node, base.mig_layout, base.mig_nodes)
+    return ClusterSpec.build(base.gpu_type, gpus, base.gpus_per_node, base.mig_layout, base.mig_nodes, base.mps_nodes,
+                             base.mps_replicas)
 
 
 def run_point(point: Point, shared: Shared, trace=None) -> tuple[dict, float, float]:

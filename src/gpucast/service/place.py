@@ -35,6 +35,7 @@ async def place(req: dict, predictor: Predictor, settings: Settings) -> dict:
     except ValueError as exc:
         raise ServiceError(422, f"field 'policy': {exc}") from None
     types = [gpu_name(g["gpu_type"]) for g in gpus]
+    modes = [_mode(g.get("sharing"), i) for i, g in enumerate(gpus)]
     new_job = job_from_spec(req["job"], settings)
     running = [[job_from_spec(j, settings) for j in g["jobs"]] for g in gpus]
 
@@ -48,17 +49,17 @@ async def place(req: dict, predictor: Predictor, settings: Settings) -> dict:
         return Observation.from_prediction(entries[(job.key, t)].prediction, job)
 
     state = [GpuOccupancy(index=i, gpu_type=t, memory_bytes=float(get_gpu(t).memory_bytes), node=g["node"],
-                          jobs=tuple(obs(j, t) for j in jobs))
-             for i, (g, t, jobs) in enumerate(zip(gpus, types, running))]
+                          jobs=tuple(obs(j, t) for j in jobs), mode=m)
+             for i, (g, t, jobs, m) in enumerate(zip(gpus, types, running, modes))]
     new_obs = {t: obs(new_job, t) for t in set(types)}
     index, slowdowns = choose_gpu(policy, state, new_obs)
     out = {"gpu": index, "gpu_type": None, "policy": policy.name,
            "predicted_slowdowns": [round(s, 6) for s in slowdowns], "occupants": [], "reason": None}
     if index is None:
-        full = sum(len(g.jobs) >= policy.max_jobs_per_gpu for g in state)
+        full = sum(len(g.jobs) >= policy.cap(g) for g in state)
         out["reason"] = (f"policy {policy.name!r} allows no GPU for this job: {full} of {len(state)} GPUs hold its "
-                         f"maximum of {policy.max_jobs_per_gpu} job(s), the others fail its rule (memory upper "
-                         f"bounds that do not fit, or sharing that does not pay)")
+                         f"maximum of {policy.max_jobs_per_gpu} job(s) (fewer on MPS replicas), the others fail "
+                         f"its rule (memory upper bounds that do not fit, or sharing that does not pay)")
         return out
     g = state[index]
     out["gpu_type"] = g.gpu_type
@@ -66,3 +67,20 @@ async def place(req: dict, predictor: Predictor, settings: Settings) -> dict:
         out["occupants"].append({"workload": job.model, "job_key": job.key, "util_pct": o.util_pct,
                                  "memory_upper_bytes": o.memory_upper, "step_time_s": o.step_time_s})
     return out
+
+
+def _mode(name, i: int):
+    """A GPU's ``sharing`` field as the policies read it (None: time-slicing, the run's default)."""
+    from gpucast.cluster import mps
+    from gpucast.cluster.timeshare import MODES
+
+    if name is None:
+        return None
+    try:
+        ok = name in MODES or mps.replicas(name) is not None
+    except ValueError as exc:
+        raise ServiceError(422, f"field 'gpus[{i}].sharing': {exc}") from None
+    if not ok:
+        raise ServiceError(422, f"field 'gpus[{i}].sharing': unknown sharing mode {name!r} "
+                                f"({', '.join(MODES)}, mps:N)")
+    return name

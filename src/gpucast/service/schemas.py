@@ -232,6 +232,10 @@ class GpuState(BaseModel):
     gpu_type: str = Field(description="Catalog name of this GPU.")
     node: StrictInt = Field(0, description="Node of the GPU (the policies' gang rule reads it).")
     jobs: list[JobSpec] = Field(default_factory=list, description="Jobs running on it now.")
+    sharing: Optional[str] = Field(None, description="How its jobs share it: 'timeslice' (the default), 'mps' "
+                                                     "(MPS, no limits) or 'mps:N' (the device plugin's N MPS "
+                                                     "replicas: at most N one-GPU jobs, each limited to 1/N of "
+                                                     "the SMs, alone too).")
 
 
 class PlaceRequest(BaseModel):

@@ -31,19 +31,22 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from gpucast.cluster import gangs, timeshare
+from gpucast.cluster import gangs, mps, sharing
 from gpucast.cluster.behaviour import Observation
 
 
 @dataclass(frozen=True)
 class GpuOccupancy:
-    """One GPU as a policy sees it: its type, memory, node, and what it was told of its jobs."""
+    """One GPU as a policy sees it: its type, memory, node, what it was told of its jobs, and how
+    its jobs share it (``mode``: :data:`gpucast.cluster.timeshare.MODES` or ``"mps:N"``,
+    :mod:`gpucast.cluster.sharing`; None: the run's mode)."""
 
     index: int
     gpu_type: str
     memory_bytes: float
     node: int = 0
     jobs: tuple[Observation, ...] = ()
+    mode: str | None = None
 
 
 def obs_for(job_obs, gpu_type: str) -> Observation:
@@ -101,12 +104,17 @@ class Policy:
         count)``: one per class a placement has not scored yet), ``None`` where it is not allowed
         (a GPU holding ``max_jobs_per_gpu`` jobs included). A policy may work them out together
         (:meth:`gpucast.cluster.policies.gpucast.GpucastPolicy._scores`: the same numbers)."""
-        cap = self.max_jobs_per_gpu
-        return [None if n >= cap else self.score(g, obs_for(job_obs, g.gpu_type)) for g, n in reps]
+        return [None if n >= self.cap(g) else self.score(g, obs_for(job_obs, g.gpu_type)) for g, n in reps]
+
+    def cap(self, gpu: GpuOccupancy) -> int:
+        """The most jobs ``gpu`` may hold: ``max_jobs_per_gpu``, and at most N on a GPU shared as
+        ``"mps:N"`` (the device plugin's MPS replicas, :func:`gpucast.cluster.mps.replicas`)."""
+        k = mps.replicas(gpu.mode) if gpu.mode is not None else None
+        return self.max_jobs_per_gpu if k is None else min(self.max_jobs_per_gpu, k)
 
     def predicted_slowdowns(self, gpu: GpuOccupancy, job: Observation) -> list[float]:
         """Slowdowns this policy expects for ``gpu``'s jobs and then ``job`` if it joined."""
-        return timeshare.slowdowns([o.timeline() for o in gpu.jobs + (job,)])
+        return sharing.slowdowns([o.timeline() for o in gpu.jobs + (job,)], mode=gpu.mode)
 
     # ------------------------------------------------------------------ queue policy
 
@@ -122,6 +130,7 @@ class Policy:
         kept in GPU-index order."""
         gl = sorted(gpus, key=lambda g: g.index)
         self._static = [(g.index, g.gpu_type, g.memory_bytes, g.node) for g in gl]
+        self._gmode = [g.mode for g in gl]              # each GPU's sharing mode (None: the run's)
         self._jobs = [list(g.jobs) for g in gl]        # observations on each GPU, in placement order
         self._pos = {g.index: i for i, g in enumerate(gl)}
         self._gidx = np.array([g.index for g in gl], dtype=np.int64)
@@ -129,7 +138,7 @@ class Policy:
         self._count = np.array([len(g.jobs) for g in gl], dtype=np.int64)
         self._stops = 0          # capacity-freeing events so far
         self._failed: dict = {}  # (observation, gpus, exclusive) -> self._stops when it last failed
-        self._classes: dict = {}  # (type, memory, _eq of each job observation) -> class id
+        self._classes: dict = {}  # (type, memory, mode, _eq of each job observation) -> class id
         self._crep: list = []     # class id -> (a GpuOccupancy in that state, its job count)
         self._tabs: dict = {}     # _job_eq(job observation) -> its score table by class id (_table)
         self._cls = np.zeros(len(gl), dtype=np.int64)
@@ -148,8 +157,11 @@ class Policy:
         self._per_node = int(sizes[0]) if same else 0     # _gang_np's node table, where nodes are alike
         self._locked = np.zeros(len(gl), dtype=bool)
         self._nlocked = 0
-        # MIG slices (gpucast.mig) take one-GPU jobs only: slices have no peer access
-        self._slice = np.array([":" in g.gpu_type for g in gl], dtype=bool)
+        # MIG slices (gpucast.mig) take one-GPU jobs only: slices have no peer access; so do GPUs
+        # shared as MPS replicas ("mps:N"): the NVIDIA device plugin refuses a request for more
+        # than one replica there (release 0.15.0: sharing.mps.failRequestsGreaterThanOne = true)
+        self._slice = np.array([":" in g.gpu_type or (g.mode is not None and mps.replicas(g.mode) is not None)
+                                for g in gl], dtype=bool)
         self._whole = ~self._slice if self._slice.any() else None
         self._holds: dict = {}     # planned gang -> positions it holds while it runs
         self._pending: dict = {}   # planned gang -> positions to hold, from its placement
@@ -157,7 +169,8 @@ class Policy:
     @property
     def view(self) -> list[GpuOccupancy]:
         """The GPUs as the policy sees them now (built on demand)."""
-        return [GpuOccupancy(i, t, m, nd, tuple(jobs)) for (i, t, m, nd), jobs in zip(self._static, self._jobs)]
+        return [GpuOccupancy(i, t, m, nd, tuple(jobs), md)
+                for (i, t, m, nd), jobs, md in zip(self._static, self._jobs, self._gmode)]
 
     def on_start(self, job, gpu_indices: Iterable[int]) -> None:
         self._hold(job, gpu_indices)
@@ -271,11 +284,10 @@ class Policy:
             return _gang_np(val.take(cls), feasible, self._gidx, self._gnode, k, self._per_node)
         # a score that reads the GPU index: the plain rule over every GPU
         cands = []
-        cap = self.max_jobs_per_gpu
         locked = self._locked if self._nlocked else None
         slices = self._slice if k > 1 and self._whole is not None else None
         for i, g in enumerate(self.view):
-            if len(g.jobs) >= cap or (locked is not None and locked[i]) or (slices is not None and slices[i]):
+            if len(g.jobs) >= self.cap(g) or (locked is not None and locked[i]) or (slices is not None and slices[i]):
                 continue
             s = self.score(g, obs_for(job.obs, g.gpu_type))
             if s is not None:
@@ -284,8 +296,8 @@ class Policy:
 
     # ---- the score index (``score_uses_index = False``)
     #
-    # GPUs in the same state (type, memory, job observations that score alike in the same order:
-    # the same :meth:`score_key`, else the same objects) score alike, so each GPU carries a class
+    # GPUs in the same state (type, memory, sharing mode, job observations that score alike in the
+    # same order: the same :meth:`score_key`, else the same objects) score alike, so each GPU carries a class
     # id and each kind of job observation (its :meth:`score_key`) a table of scores by class,
     # filled the first time a class is seen with that kind. A placement is then a table lookup per
     # GPU and an argmin (numpy), not a call of ``score`` per GPU. Keying by what the score reads,
@@ -349,7 +361,7 @@ class Policy:
             ge = self._geq[i] = [ep, list(map(self._eq, jobs))]
             if ep != self._eq_epoch:           # the _eq table started again meanwhile
                 ge = self._geq[i] = [self._eq_epoch, list(map(self._eq, jobs))]
-        key = (gt, mem, tuple(ge[1]))
+        key = (gt, mem, self._gmode[i], tuple(ge[1]))
         c = self._classes.get(key)
         if c is None:
             if len(self._crep) >= self._MAX_CLASSES:
@@ -357,7 +369,7 @@ class Policy:
                 c = self._classes.get(key)
             if c is None:
                 c = self._classes[key] = len(self._crep)
-                self._crep.append((GpuOccupancy(*self._static[i], tuple(jobs)), len(jobs)))
+                self._crep.append((GpuOccupancy(*self._static[i], tuple(jobs), self._gmode[i]), len(jobs)))
         self._cls[i] = c
 
     def _rebuild_classes(self) -> None:
@@ -367,10 +379,11 @@ class Policy:
         self._classes, self._crep = {}, []
         for i in range(len(self._static)):
             _idx, gt, mem, _nd = self._static[i]
-            key = (gt, mem, tuple(map(self._eq, self._jobs[i])))
+            key = (gt, mem, self._gmode[i], tuple(map(self._eq, self._jobs[i])))
             if key not in self._classes:
                 self._classes[key] = len(self._crep)
-                self._crep.append((GpuOccupancy(*self._static[i], tuple(self._jobs[i])), len(self._jobs[i])))
+                self._crep.append((GpuOccupancy(*self._static[i], tuple(self._jobs[i]), self._gmode[i]),
+                                   len(self._jobs[i])))
             self._cls[i] = self._classes[key]
         # new class id -> its old id (-1: a class no GPU was in before)
         was = np.array([old.get(k, -1) for k in self._classes], dtype=np.int64)
@@ -492,7 +505,7 @@ def choose_gpu(policy: Policy, gpus_state: list[GpuOccupancy], job_obs: Observat
     """
     best = None
     for g in gpus_state:
-        if len(g.jobs) >= policy.max_jobs_per_gpu or any(o.node_gpus for o in g.jobs):
+        if len(g.jobs) >= policy.cap(g) or any(o.node_gpus for o in g.jobs):
             continue                     # full, or held by a planned gang (gpucast.cluster.gangs)
         if g.jobs and obs_for(job_obs, g.gpu_type).node_gpus:
             continue                     # a planned gang takes empty GPUs only

@@ -86,7 +86,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from gpucast.cluster import interference, timeshare, timeshare_kernel
+from gpucast.cluster import interference, mps, sharing, timeshare, timeshare_kernel
 from gpucast.cluster.errors import Z80
 from gpucast.cluster.policies.base import Policy, obs_for
 
@@ -146,8 +146,10 @@ class GpucastPolicy(Policy):
         self._bounds[id(obs)] = (obs, b)
         return b
 
-    def _slowdowns(self, obs, gpu_type) -> list[float]:
-        return timeshare.slowdowns([o.timeline(upper=self.cautious) for o in obs])
+    def _slowdowns(self, obs, gpu_type, mode=None) -> list[float]:
+        """The slowdowns of the jobs of ``obs`` together on a ``gpu_type`` shared in ``mode`` (None:
+        the run's)."""
+        return sharing.slowdowns([o.timeline(upper=self.cautious) for o in obs], mode=mode)
 
     def score_key(self, obs):
         """What :meth:`score` reads of an observation: its memory bound, the timeline the
@@ -160,12 +162,12 @@ class GpucastPolicy(Policy):
                 obs.slice_cost)
 
     def predicted_slowdowns(self, gpu, job):
-        return self._slowdowns(gpu.jobs + (job,), gpu.gpu_type)
+        return self._slowdowns(gpu.jobs + (job,), gpu.gpu_type, gpu.mode)
 
     _MEMO_MAX = 1 << 18
 
-    def _remembered(self, obs: tuple, gpu_type, keyed=None):
-        """:meth:`_slowdowns` of ``obs`` on ``gpu_type``, remembered by the set of the
+    def _remembered(self, obs: tuple, gpu_type, keyed=None, mode=None):
+        """:meth:`_slowdowns` of ``obs`` on ``gpu_type`` in ``mode``, remembered by the set of the
         observations' :meth:`~gpucast.cluster.policies.base.Policy._eq` (what the slowdowns read of
         each, or its identity: placement asks for the same few sets again and again; an ``_eq``
         is never reused for another key, and observations with one ``_eq`` give the solve the same
@@ -173,28 +175,28 @@ class GpucastPolicy(Policy):
         memo = self.__dict__.get("_sd_memo")
         if memo is None:
             memo = self._sd_memo = {}
-        key, order = self._memo_key(obs, gpu_type) if keyed is None else keyed
+        key, order = self._memo_key(obs, gpu_type, mode) if keyed is None else keyed
         sd = memo.get(key)
         if sd is None:
             if len(memo) >= self._MEMO_MAX:
                 memo.clear()
-            sd = memo[key] = self._slowdowns(tuple(obs[i] for i in order), gpu_type)
+            sd = memo[key] = self._slowdowns(tuple(obs[i] for i in order), gpu_type, mode)
         out = [0.0] * len(obs)
         for k, i in enumerate(order):
             out[i] = sd[k]
         return out
 
-    def _memo_key(self, obs: tuple, gpu_type):
-        """The key :meth:`_remembered` files ``obs``'s slowdowns under, and the order it solves
-        them in (by ``_eq``: one entry per set, whatever the order of its jobs)."""
+    def _memo_key(self, obs: tuple, gpu_type, mode=None):
+        """The key :meth:`_remembered` files ``obs``'s slowdowns under (on ``gpu_type`` in ``mode``),
+        and the order it solves them in (by ``_eq``: one entry per set, whatever the order of its jobs)."""
         eqs = list(map(self._eq, obs))
         order = sorted(range(len(obs)), key=eqs.__getitem__)
-        return (gpu_type, tuple([eqs[i] for i in order])), order
+        return ((gpu_type, mode), tuple([eqs[i] for i in order])), order
 
-    def _slowdowns_many(self, sets: list, gpu_type) -> list:
+    def _slowdowns_many(self, sets: list, gpu_type, mode=None) -> list:
         """:meth:`_slowdowns` of each tuple of observations in ``sets``, solved together
         (:func:`gpucast.cluster.timeshare.slowdowns_many`: the same numbers to the last bit)."""
-        return timeshare.slowdowns_many([[o.timeline(upper=self.cautious) for o in obs] for obs in sets])
+        return sharing.slowdowns_many([[o.timeline(upper=self.cautious) for o in obs] for obs in sets], mode=mode)
 
     def _scores(self, job_obs, reps) -> list:
         """:meth:`score` on every GPU of ``reps`` at once: the sets the scores need that are not
@@ -207,11 +209,10 @@ class GpucastPolicy(Policy):
         memo = self.__dict__.get("_sd_memo")
         if memo is None:
             memo = self._sd_memo = {}
-        cap = self.max_jobs_per_gpu
         out: list = []
-        todo: dict = {}           # gpu type -> {memo key: observations in solve order}
+        todo: dict = {}           # (gpu type, mode) -> {memo key: observations in solve order}
         for g, n in reps:
-            if n >= cap:
+            if n >= self.cap(g):
                 out.append(None)
                 continue
             job = obs_for(job_obs, g.gpu_type)
@@ -220,26 +221,27 @@ class GpucastPolicy(Policy):
                 out.append(val)
                 continue
             own = None
+            where = (g.gpu_type, g.mode)
             if pre[3] is None:
-                own = self._memo_key(g.jobs, g.gpu_type)
+                own = self._memo_key(g.jobs, g.gpu_type, g.mode)
                 if own[0] not in memo:
-                    todo.setdefault(g.gpu_type, {}).setdefault(own[0], tuple(g.jobs[i] for i in own[1]))
-            keyed = self._joined_key(pre, job, g.gpu_type)
+                    todo.setdefault(where, {}).setdefault(own[0], tuple(g.jobs[i] for i in own[1]))
+            keyed = self._joined_key(pre, job, g.gpu_type, g.mode)
             if keyed[0] not in memo:
                 obs = g.jobs + (job,)
-                todo.setdefault(g.gpu_type, {}).setdefault(keyed[0], tuple(obs[i] for i in keyed[1]))
+                todo.setdefault(where, {}).setdefault(keyed[0], tuple(obs[i] for i in keyed[1]))
             out.append((g, pre, job, own, keyed))
-        for gpu_type, sets in todo.items():
+        for (gpu_type, mode), sets in todo.items():
             if len(memo) + len(sets) >= self._MEMO_MAX:
                 memo.clear()
-            for key, sd in zip(sets, self._slowdowns_many(list(sets.values()), gpu_type)):
+            for key, sd in zip(sets, self._slowdowns_many(list(sets.values()), gpu_type, mode)):
                 memo[key] = sd
         for k, x in enumerate(out):
             if type(x) is tuple:
                 g, pre, job, own, keyed = x
                 if pre[3] is None:
-                    pre[3] = self._remembered(g.jobs, g.gpu_type, own)
-                out[k] = self._cost(pre, job, self._remembered(g.jobs + (job,), g.gpu_type, keyed))
+                    pre[3] = self._remembered(g.jobs, g.gpu_type, own, g.mode)
+                out[k] = self._cost(pre, job, self._remembered(g.jobs + (job,), g.gpu_type, keyed, g.mode))
         return out
 
     # ---- the compiled score fill (gpucast.cluster.timeshare_kernel.scores): the same scores
@@ -263,7 +265,7 @@ class GpucastPolicy(Policy):
         the score, its checks, cost and memory bound are this class's, the class that defines
         :meth:`_slowdowns` defines what it reads (:meth:`_solve_inputs`, :meth:`_solve_constants`)
         and what an ``_eq`` stands for (:meth:`score_key`), and the compiled solve covers the
-        constants and sharing mode."""
+        constants (under time-slicing: GPUs shared otherwise are scored in Python)."""
         cls = type(self)
         ok = _FILL_CLASSES.get(cls)
         if ok is None:
@@ -276,11 +278,11 @@ class GpucastPolicy(Policy):
         if not ok or self.__dict__.get("_no_fill"):
             return None
         c, pairs = self._solve_constants()
-        hit = self.__dict__.get("_fill")        # (constants, mode, kernel on, the fill) of the last call
-        mode, on = timeshare.mode(), timeshare_kernel.available()
-        if hit is None or hit[0] is not c or hit[1] != mode or hit[2] != on:
-            hit = self._fill = (c, mode, on, timeshare.compiled_scores(c))
-        return None if hit[3] is None else (hit[3], pairs)
+        hit = self.__dict__.get("_fill")        # (constants, kernel on, the fill) of the last call
+        on = timeshare_kernel.available()
+        if hit is None or hit[0] is not c or hit[1] != on:
+            hit = self._fill = (c, on, timeshare.compiled_scores(c, "timeslice"))
+        return None if hit[2] is None else (hit[2], pairs)
 
     def _row(self, obs) -> tuple[int, int]:
         """``obs``'s row in the score table and its ``_eq`` (a row is added for a new ``_eq``)."""
@@ -319,7 +321,8 @@ class GpucastPolicy(Policy):
     def _class_scores(self, job_obs, todo):
         """:meth:`Policy._class_scores` by the compiled fill where :meth:`_compiled_fill` allows it:
         the classes' job counts, rows and ``_eq`` numbers are kept per class id (worked out once
-        per class), and the classes of each GPU type are scored in one call."""
+        per class), and the classes of each GPU type are scored in one call (those of GPUs shared
+        otherwise than by time-slicing in Python)."""
         fill = self._compiled_fill()
         if fill is None:
             return super()._class_scores(job_obs, todo)
@@ -334,9 +337,19 @@ class GpucastPolicy(Policy):
         nres, rows, eqs, gmem, gtype, types, before, bknown = cl
         sc = np.full(len(todo), np.nan)
         one = len(types) == 1
-        for t, gpu_type in enumerate(types):
+        run_mode = timeshare.mode()
+        for t, (gpu_type, mode) in enumerate(types):
             sel = None if one else np.flatnonzero(gtype[todo] == t)
             if sel is not None and not len(sel):
+                continue
+            if (mode or run_mode) != "timeslice":            # MPS: the Python solve
+                ids = todo if one else todo[sel]
+                got, ok = super()._class_scores(job_obs, ids)
+                got[~ok] = np.nan
+                if one:
+                    sc = got
+                else:
+                    sc[sel] = got
                 continue
             job = obs_for(job_obs, gpu_type)
             if job.slice_cost > self.max_slice_cost:
@@ -361,8 +374,8 @@ class GpucastPolicy(Policy):
         """Per class id of the score index: job count, the jobs' rows and ``_eq`` numbers in
         placement order, GPU memory and GPU type's number, filled for the classes of ``todo`` not
         known yet (all again after the ``_eq`` or row table starts again, the classes are
-        renumbered or the fill's constants change); the GPU types by number; and the jobs'
-        slowdowns together and whether they are known (the fill works them out once per class).
+        renumbered or the fill's constants change); the (GPU type, sharing mode) pairs by number;
+        and the jobs' slowdowns together and whether they are known (the fill works them out once per class).
         ``None`` where a row is not one the compiled fill may take."""
         epoch = (self._eq_epoch, self._rows[3], self._class_epoch, fill.keywords["c"])
         cl = self.__dict__.get("_cl")
@@ -389,7 +402,7 @@ class GpucastPolicy(Policy):
                 g, n = crep[c]
                 nres[c] = n
                 gmem[c] = float(g.memory_bytes)
-                gtype[c] = types.setdefault(g.gpu_type, len(types))
+                gtype[c] = types.setdefault((g.gpu_type, g.mode), len(types))
                 if 0 < n <= width:
                     got = [self._row(o) for o in g.jobs]
                     rows[c, :n] = [r for r, _e in got]
@@ -418,28 +431,28 @@ class GpucastPolicy(Policy):
         if memo is None:
             memo = self._res_memo = {}
         jobs = gpu.jobs
-        hit = memo.get((id(jobs), gpu.gpu_type))
+        hit = memo.get((id(jobs), gpu.gpu_type, gpu.mode))
         if hit is not None and hit[0] is jobs:
             return hit
         if len(memo) >= self._MEMO_MAX:
             memo.clear()
-        hit = memo[(id(jobs), gpu.gpu_type)] = [
+        hit = memo[(id(jobs), gpu.gpu_type, gpu.mode)] = [
             jobs, sum(self.memory_bound(o) for o in jobs), [o.gpus if self.weigh_gangs else 1 for o in jobs], None,
             None]
         return hit
 
-    def _joined_key(self, pre, job, gpu_type):
+    def _joined_key(self, pre, job, gpu_type, mode=None):
         """:meth:`_memo_key` of ``pre``'s jobs (a :meth:`_resident` entry) and ``job`` after them,
         from the residents' sorted ``_eq`` values remembered on the entry: ``job``'s goes in after
         any equal one, where the stable sort of :meth:`_memo_key` puts the last job."""
         rk = pre[4]
         if rk is None or rk[0] != self._eq_epoch:
-            (_t, eqs), order = self._memo_key(pre[0], gpu_type)
+            (_w, eqs), order = self._memo_key(pre[0], gpu_type, mode)
             rk = pre[4] = (self._eq_epoch, eqs, order)
         _e, eqs, order = rk
         je = self._eq(job)
         pos = bisect_right(eqs, je)
-        return (gpu_type, eqs[:pos] + (je,) + eqs[pos:]), order[:pos] + [len(order)] + order[pos:]
+        return ((gpu_type, mode), eqs[:pos] + (je,) + eqs[pos:]), order[:pos] + [len(order)] + order[pos:]
 
     def _checked(self, gpu, job):
         """What :meth:`score` decides before any slowdown: ``(its answer, None)`` where that is
@@ -448,7 +461,11 @@ class GpucastPolicy(Policy):
         if job.slice_cost > self.max_slice_cost:
             return None, None       # a MIG slice this much slower than its whole GPU: wait for another
         if not gpu.jobs:
-            return job.slice_cost, None   # alone: nothing to protect (an over-large job fails in the engine)
+            # alone: nothing to protect (an over-large job fails in the engine); under an MPS
+            # limit ("mps:N") it pays its limit even alone
+            if gpu.mode is not None and mps.replicas(gpu.mode) is not None:
+                return job.slice_cost + self._remembered((job,), gpu.gpu_type, None, gpu.mode)[0] - 1.0, None
+            return job.slice_cost, None
         pre = self._resident(gpu)
         if pre[1] + self.memory_bound(job) > gpu.memory_bytes:
             return None, None
@@ -459,9 +476,9 @@ class GpucastPolicy(Policy):
         if pre is None:
             return val
         if pre[3] is None:
-            pre[3] = self._remembered(gpu.jobs, gpu.gpu_type)
+            pre[3] = self._remembered(gpu.jobs, gpu.gpu_type, None, gpu.mode)
         return self._cost(pre, job, self._remembered(gpu.jobs + (job,), gpu.gpu_type,
-                                                     self._joined_key(pre, job, gpu.gpu_type)))
+                                                     self._joined_key(pre, job, gpu.gpu_type, gpu.mode), gpu.mode))
 
     def _cost(self, pre, job, after):
         """:meth:`score` of ``job`` joining the jobs of ``pre`` (a :meth:`_resident` entry with

@@ -14,14 +14,14 @@ class OraclePolicy(GpucastPolicy):
     name = "oracle"
     told = "truth"
 
-    def _slowdowns(self, obs, gpu_type):
+    def _slowdowns(self, obs, gpu_type, mode=None):
         types = [o.job_type if o.gpus == 1 else None for o in obs]
-        return interference.shared_slowdowns([o.timeline() for o in obs], types, gpu_type)
+        return interference.shared_slowdowns([o.timeline() for o in obs], types, gpu_type, mode)
 
-    def _slowdowns_many(self, sets, gpu_type):
+    def _slowdowns_many(self, sets, gpu_type, mode=None):
         return interference.shared_slowdowns_many(
             [([o.timeline() for o in obs], [o.job_type if o.gpus == 1 else None for o in obs]) for obs in sets],
-            gpu_type)
+            gpu_type, mode)
 
     def _solve_inputs(self, obs):
         return obs.timeline(), (obs.job_type if obs.gpus == 1 else None)
