@@ -61,6 +61,56 @@ def _h(s):
     return "-" if s is None else f"{s / 3600:.1f}"
 
 
+def run_loads(base, gpus: int, heavy: float, configs, one):
+    """Each of ``configs`` at the trace's own load and at ``heavy`` x capacity (a progress bar):
+    ``one(trace, config) -> (SimResult, raw fields)``. Returns the loads, ``(load, label, summary,
+    wall s)`` rows and the raw rows."""
+    from rich.progress import track
+
+    import gpucast.cluster as cl
+    from gpucast.cluster import metrics
+
+    loads = [("own", None), (f"{heavy:g}", heavy)]
+    rows, raw = [], []
+    work = [(ln, lv, c) for ln, lv in loads for c in configs]
+    for load_name, load, config in track(work, description="simulating", transient=True):
+        tr = cl.load_trace(base, gpus=gpus, load=load) if load is not None else base
+        t0 = time.perf_counter()
+        res, fields = one(tr, config)
+        wall = time.perf_counter() - t0
+        s = metrics.summarize(res)
+        rows.append((load_name, config[0], s, wall))
+        raw.append({"load": load_name, "config": config[0], **fields, "wall_s": wall,
+                    **{k: v for k, v in s.items() if not isinstance(v, dict)}})
+    return loads, rows, raw
+
+
+def tables(loads, rows, header: str, cells) -> list[str]:
+    """One Markdown table per load: the configuration, then ``header``'s columns, a row per
+    configuration with ``cells(summary, wall s, util % queued, its change over slot)``."""
+    lines = []
+    for load_name, _ in loads:
+        sel = [r for r in rows if r[0] == load_name]
+        slot = next(s for ln, lab, s, _ in sel if lab.startswith("slot"))
+        n = header.count("|") + 1
+        lines += [f"Load: {'the mix' + chr(39) + 's own arrivals' if load_name == 'own' else load_name + ' x capacity'}", "",
+                  f"| configuration | {header} |", "|---|" + "---:|" * n]
+        for _, label, s, wall in sel:
+            q, q0 = s.get("gpu_util_queued_pct"), slot.get("gpu_util_queued_pct")
+            vs = "-" if label.startswith("slot") or q is None or not q0 else f"{100 * (q / q0 - 1):+.1f}%"
+            lines.append(f"| {label} | " + " | ".join(cells(s, wall, "-" if q is None else f"{q:.1f}", vs)) + " |")
+        lines.append("")
+    return lines
+
+
+def write(out: Path, lines: list, raw: list) -> None:
+    """The tables and the machine they ran on to ``out``, the raw rows beside it as JSON."""
+    lines = lines + [f"Machine: `nproc` = {os.cpu_count()}, Python {platform.python_version()} (CPU only).", ""]
+    out.write_text("\n".join(lines))
+    out.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=str) + "\n")
+    print("\n".join(lines))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=64)
@@ -69,26 +119,18 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS / "sharing_modes.md")
     args = ap.parse_args(argv)
 
-    from rich.progress import track
-
     import gpucast.cluster as cl
-    from gpucast.cluster import metrics
 
     base = cl.load_trace("pai-mix", gpus=args.gpus, limit=args.limit)
-    loads = [("own", None), (f"{args.heavy:g}", args.heavy)]
-    rows, raw = [], []
-    work = [(ln, lv, c) for ln, lv in loads for c in CONFIGS]
-    for load_name, load, (label, policy, mode, layout, nodes, mps_nodes, replicas) in track(
-            work, description="simulating", transient=True):
-        tr = cl.load_trace(base, gpus=args.gpus, load=load) if load is not None else base
+
+    def one(tr, config):
+        _label, policy, mode, layout, nodes, mps_nodes, replicas = config
         spec = cl.ClusterSpec.build(GPU, args.gpus, 8, layout, nodes, mps_nodes, replicas)
-        t0 = time.perf_counter()
-        res = cl.simulate(tr, spec, policy, sharing=mode)
-        wall = time.perf_counter() - t0
-        s = metrics.summarize(res)
-        rows.append((load_name, label, s, wall))
-        raw.append({"load": load_name, "config": label, "policy": policy, "sharing": mode, "mig_layout": layout,
-                    "mig_nodes": nodes, "mps_nodes": mps_nodes, "mps_replicas": replicas, "wall_s": wall, **{k: v for k, v in s.items() if not isinstance(v, dict)}})
+        return cl.simulate(tr, spec, policy, sharing=mode), {
+            "policy": policy, "sharing": mode, "mig_layout": layout, "mig_nodes": nodes, "mps_nodes": mps_nodes,
+            "mps_replicas": replicas}
+
+    loads, rows, raw = run_loads(base, args.gpus, args.heavy, CONFIGS, one)
 
     lines = ["## Sharing modes: time-slicing, MPS and MIG layouts (pai-mix on A100-80GB)", "",
              f"Command: `python benchmarks/sharing_modes.py --gpus {args.gpus} --heavy {args.heavy:g}"
@@ -101,23 +143,11 @@ def main(argv=None) -> int:
              "its slices' shares. \"Nodes by mode\": each node's GPUs shared in its own mode, the gpucast policy "
              "placing each job where its predicted cost under that mode is lowest; a GPU of MPS replicas or a "
              "MIG slice takes one-GPU jobs only.", ""]
-    for load_name, _ in loads:
-        sel = [r for r in rows if r[0] == load_name]
-        slot = next(s for ln, lab, s, _ in sel if lab.startswith("slot"))
-        lines += [f"Load: {'the mix' + chr(39) + 's own arrivals' if load_name == 'own' else load_name + ' x capacity'}", "",
-                  "| configuration | util % queued | vs slot | JCT mean h | JCT p99 h | queue mean h | makespan h | wall s |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
-        for _, label, s, wall in sel:
-            q, q0 = s.get("gpu_util_queued_pct"), slot.get("gpu_util_queued_pct")
-            vs = "-" if label.startswith("slot") or q is None or not q0 else f"{100 * (q / q0 - 1):+.1f}%"
-            lines.append(f"| {label} | {'-' if q is None else f'{q:.1f}'} | {vs} | {_h(s.get('jct_mean_s'))} | "
-                         f"{_h(s.get('jct_p99_s'))} | {_h(s.get('queue_delay_mean_s'))} | "
-                         f"{_h(s.get('makespan_s'))} | {wall:.1f} |")
-        lines.append("")
-    lines += [f"Machine: `nproc` = {os.cpu_count()}, Python {platform.python_version()} (CPU only).", ""]
-    args.out.write_text("\n".join(lines))
-    args.out.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=str) + "\n")
-    print("\n".join(lines))
+
+    lines += tables(loads, rows, "util % queued | vs slot | JCT mean h | JCT p99 h | queue mean h | makespan h | wall s",
+                    lambda s, wall, q, vs: [q, vs, _h(s.get("jct_mean_s")), _h(s.get("jct_p99_s")),
+                                            _h(s.get("queue_delay_mean_s")), _h(s.get("makespan_s")), f"{wall:.1f}"])
+    write(args.out, lines, raw)
     return 0
 
 

@@ -235,6 +235,13 @@ def register(app: typer.Typer, cli) -> None:
         for c in changes:
             if c["policy"] != BASELINE:
                 cli.console.print(f"{c['policy']}: {metrics.change_line(c)}", highlight=False, markup=False)
+        for sm in summaries:
+            if sm.get("services"):
+                met, wait = sm.get("service_slo_met_pct"), sm.get("service_wait_mean_s")
+                cli.console.print(f"{sm['policy']}: {sm['services']} inference services met their latency targets "
+                                  f"{'-' if met is None else f'{met:.1f}'} % of the time they served, waited "
+                                  f"{'-' if wait is None else f'{wait / 3600:.2f}'} h on average to start",
+                                  highlight=False, markup=False)
         wall = ", ".join(f"{r.policy} {r.wall_s:.1f} s" + (" (also fetches the predictions)" if i == 0 else "")
                          for i, r in enumerate(results))
         cli.console.print(f"wall time: {wall}; table times are hours of simulated time", highlight=False,

@@ -125,6 +125,9 @@ class Observation:
     # it was carved from (told step on the slice over told step on the whole GPU, minus 1); 0 for a
     # whole GPU or where a step is not told. Set by the simulator (:func:`with_slice_costs`).
     slice_cost: float = 0.0
+    # An inference service (a mix's ``services``): the latency it must keep per batch, seconds
+    # (its step on the GPU, shared or not); None for a job that runs to completion.
+    latency_s: float | None = None
 
     def timeline(self, upper: bool = False):
         """What this observation says of the job's timeline (:mod:`gpucast.cluster.timeshare`):

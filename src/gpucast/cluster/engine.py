@@ -42,6 +42,13 @@ What is modelled
   trace's ``duration_s`` or, for a trace that gives steps, those steps at the job's true solo
   step time on the reference GPU type (its solo run time there, as ``duration_s`` means). Only
   ``slot`` (EASY backfilling) reads it; the engine never stops a job at its limit.
+* **Inference services** (a mix's ``services``, ``TraceJob.latency_s``): a one-GPU job that
+  serves batches back to back for its lifetime (the trace's ``duration_s``) and then ends, slowed
+  or not: its work is seconds at one a second. Its latency is its true batch time now (solo step
+  on its GPU times its slowdown there); the seconds it serves with a latency over its target are
+  its ``late_s`` (``JobRecord``; :func:`gpucast.cluster.metrics.services`). Every policy is told
+  its target (``Observation.latency_s``). Request arrivals and queueing between batches are not
+  modelled.
 * **Placements.** ``placements`` records every placement of a job, in order:
   ``[start_s, end_s, job index, GPU indices]`` (``end_s`` is ``None`` while it runs; a job that
   failed with out-of-memory and restarted has one entry per run). Profiling runs are not in it.
@@ -98,6 +105,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter, OrderedDict, deque
+from dataclasses import replace
 from itertools import chain, islice
 
 from gpucast import mig
@@ -124,7 +132,8 @@ class SimJob:
 
     __slots__ = ("i", "tj", "prof", "gpus", "obs", "ooms", "restarts", "work", "done", "rate", "last_t",
                  "version", "alloc", "start_s", "finish_s", "run_start", "ckpt_work", "gpu_seconds",
-                 "seq", "types", "beh", "solo_s", "abandoned", "ran", "terms", "limit_s", "node_gpus")
+                 "seq", "types", "beh", "solo_s", "abandoned", "ran", "terms", "limit_s", "node_gpus",
+                 "slo", "lat", "lat_t", "late_s")
 
     def __init__(self, i, tj, prof):
         self.i, self.tj, self.prof, self.gpus = i, tj, prof, tj.gpus
@@ -143,6 +152,12 @@ class SimJob:
         self.ran = False
         self.terms = {}     # gpu -> 1 / (step time there * slowdown there), while placed
         self.limit_s = None  # the time limit a user would request (set on arrival)
+        # an inference service (tj.latency_s): its latency target, its batch time now (None while
+        # not placed) and since when, and the seconds its batches took longer than the target
+        self.slo = tj.latency_s
+        self.lat = None
+        self.lat_t = 0.0
+        self.late_s = 0.0
 
 
 def pool_size(policy: Policy, n_gpus: int) -> int:
@@ -232,7 +247,7 @@ class Simulator(GpuRates):
 
     def _prepare(self, j: SimJob):
         """Truth and observation of a job (cached per profile and size)."""
-        key = (j.prof, j.gpus)
+        key = (j.prof, j.gpus) if j.slo is None else (j.prof, j.gpus, j.slo)
         c = self._obs_cache.get(key)
         if c is None:
             beh = {t: self.truth.behaviour(j.prof, t, j.gpus) for t in self.beh_types}
@@ -245,9 +260,16 @@ class Simulator(GpuRates):
                 obs = with_slice_costs(obs)
                 if prof_obs is not None:
                     prof_obs = with_slice_costs(prof_obs)
+            if j.slo is not None:    # a service: every policy is told its latency target
+                obs = {t: replace(o, latency_s=j.slo) for t, o in obs.items()}
+                if prof_obs is not None:
+                    prof_obs = {t: replace(o, latency_s=j.slo) for t, o in prof_obs.items()}
             c = self._obs_cache[key] = (beh, obs, prof_obs)
         j.beh, j.obs = c[0], c[1]
         tj = j.tj
+        if j.slo is not None:    # a service serves for its lifetime: its work is seconds, at 1 a second
+            j.work = j.limit_s = float(tj.duration_s)
+            return
         j.work = float(tj.steps) if tj.steps is not None else tj.duration_s / j.beh[self.ref].step_time_s
         j.limit_s = tj.duration_s if tj.duration_s is not None else j.work * j.beh[self.ref].step_time_s
 
@@ -353,7 +375,7 @@ class Simulator(GpuRates):
             j.restarts += 1
         if j.start_s is None:
             j.start_s = t
-            j.solo_s = j.work * j.beh[self.gtype[alloc[0]]].step_time_s
+            j.solo_s = j.work if j.slo is not None else j.work * j.beh[self.gtype[alloc[0]]].step_time_s
         j.ran = True
         j.alloc = tuple(alloc)
         rec = [t, None, j.i, j.alloc]
@@ -383,6 +405,9 @@ class Simulator(GpuRates):
 
     def _release(self, j: SimJob, t):
         self._advance(j, t)
+        if j.slo is not None:
+            self._served(j, t)
+            j.lat = None
         j.gpu_seconds += (t - j.run_start) * len(j.alloc)
         alloc = j.alloc
         self._placed.pop(j.i)[1] = t
@@ -445,7 +470,7 @@ class Simulator(GpuRates):
         j.gpu_seconds += t - j.run_start
         self._rerate_pool(g, t)
         self.pool_free.append(g)
-        j.obs = self._obs_cache[(j.prof, j.gpus)][2]
+        j.obs = self._obs_cache[(j.prof, j.gpus) if j.slo is None else (j.prof, j.gpus, j.slo)][2]
         if self._too_big_everywhere(j):
             j.abandoned = True      # profiling saw it does not fit any GPU of the cluster
             j.ooms += 1
@@ -459,6 +484,8 @@ class Simulator(GpuRates):
         recs = []
         end = 0.0
         for j in self.jobs:
+            if j.solo_s is None and j.slo is not None:
+                j.solo_s = float(j.tj.duration_s)        # a service: its lifetime
             if j.solo_s is None:
                 beh = j.beh or {self.ref: self.truth.behaviour(j.prof, self.ref, j.gpus)}
                 work = j.work if j.work else (j.tj.steps if j.tj.steps is not None
@@ -468,6 +495,7 @@ class Simulator(GpuRates):
                 end = j.finish_s
             tj = j.tj
             recs.append(JobRecord(tj.job_id, tj.workload, tj.batch_size, tj.gpus, tj.arrival_s, j.start_s,
-                                  j.finish_s, j.solo_s, j.gpu_seconds, j.ooms, j.restarts))
+                                  j.finish_s, j.solo_s, j.gpu_seconds, j.ooms, j.restarts, j.slo,
+                                  j.late_s if j.slo is not None else None))
         return SimResult(self.policy.name, self.n, dict(self.spec.gpu_types), recs, list(self.timeline), end, {},
                          list(self.alloc_timeline), list(self.busy_intervals))

@@ -193,9 +193,13 @@ def binned_util(timeline: Sequence[tuple[float, float]], end_s: float, bins: int
 
 
 def job_arrays(records: Iterable) -> dict[str, np.ndarray]:
-    """Per-job JCT, queueing delay and slowdown arrays (finished / started jobs only)."""
+    """Per-job JCT, queueing delay and slowdown arrays (finished / started jobs only; inference
+    services, which end with their lifetime, not when their work is done, are not among them:
+    :func:`services`)."""
     jct, wait, slow = [], [], []
     for r in records:
+        if getattr(r, "latency_target_s", None) is not None:
+            continue
         if r.start_s is not None:
             wait.append(r.start_s - r.arrival_s)
         if r.finish_s is not None:
@@ -213,7 +217,7 @@ def summarize(result) -> dict:
     a = job_arrays(records)
     jct, wait, slow = a["jct"], a["queue_delay"], a["slowdown"]
     first_arrival = min((r.arrival_s for r in records), default=0.0)
-    finished = int(jct.size)
+    finished = sum(1 for r in records if r.finish_s is not None)
     started = sum(1 for r in records if r.start_s is not None)
     return dict(
         policy=result.policy,
@@ -240,7 +244,25 @@ def summarize(result) -> dict:
         oom_failures=int(sum(r.oom_failures for r in records)),
         restarts=int(sum(r.restarts for r in records)),
         gpu_hours=float(sum(r.gpu_seconds for r in records)) / 3600.0,
+        **services(records),
     )
+
+
+def services(records: Sequence) -> dict:
+    """Inference services' metrics (none when the run has no service): how many; the share of
+    their serving time in which their batches met their latency target (``service_slo_met_pct``:
+    100 x (1 - late seconds / served seconds), served seconds counted on their one GPU, time lost
+    to an out-of-memory failure included); their mean wait before they first served. A service
+    still waiting when the run ends has served nothing and counts only in the wait."""
+    svc = [r for r in records if getattr(r, "latency_target_s", None) is not None]
+    if not svc:
+        return {}
+    served = math.fsum(r.gpu_seconds for r in svc)
+    late = math.fsum(r.late_s or 0.0 for r in svc)
+    waits = [r.start_s - r.arrival_s for r in svc if r.start_s is not None]
+    return {"services": len(svc),
+            "service_slo_met_pct": 100.0 * (1.0 - late / served) if served > 0 else None,
+            "service_wait_mean_s": float(np.mean(waits)) if waits else None}
 
 
 def change_pct(value: Optional[float], base: Optional[float]) -> Optional[float]:

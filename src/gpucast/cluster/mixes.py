@@ -30,6 +30,13 @@ A mix is a small YAML file (the packaged ones: ``gpucast/data/mixes/philly-mix.y
         optimizer: adamw
         gpus: 32
         parallel: {sharding: fsdp-full, recompute: selective}
+    services:                    # optional: inference services with a latency target, named one by one
+      - id: resnet50-serving     # job id (default <mix name>-service<N>; -1, -2 ... per arrival)
+        arrival_s: [0, 3600]     # one service per arrival, seconds from the trace's start
+        duration_s: 86400        # how long it serves (its lifetime: it ends then, slowed or not)
+        latency_ms: 20           # the most a batch may take, on its GPU, shared or not
+        model: resnet50          # the rest are Job fields of a one-GPU job; mode is infer
+        batch_size: 8
 
 How a mix is drawn (:func:`build`, fixed by ``seed``):
 
@@ -58,6 +65,12 @@ prediction times the truth's error) or ``duration_s``. A gang needs ``gpus`` of 
 given in steps has no run time before it is predicted, so it counts no work in
 :func:`~gpucast.cluster.trace_formats.offered_load` (``--load``) nor in :func:`statistics`.
 
+Services are added as named too: each arrival is a one-GPU inference job (``mode: infer``, the
+default for a service) that serves batches back to back for ``duration_s`` and then ends, with
+``latency_ms``, the most one batch may take (the simulator and the ``gpucast`` policy read it:
+:mod:`gpucast.cluster.engine`). Its batch size and model say how much GPU it uses; request
+arrivals and queueing between batches are not modelled (a batch's time is its latency).
+
 Bad YAML raises :class:`MixError`: one line naming the file and the field.
 """
 
@@ -74,8 +87,9 @@ from gpucast.cluster.trace_formats import Trace, TraceError, TraceJob, load_name
 WINDOW = 0.04          # our choice: a candidate within 4 utilization points of the target value
 DEFAULT_CONCENTRATION = 3.0
 MIX_NAMES = ("philly-mix", "pai-mix", "llm-mix")
-_TOP_KEYS = {"name", "description", "trace", "gpu", "seed", "target", "workloads", "gangs"}
+_TOP_KEYS = {"name", "description", "trace", "gpu", "seed", "target", "workloads", "gangs", "services"}
 _GANG_KEYS = {"id", "arrival_s", "steps", "duration_s"}     # the rest of a gang entry are Job fields
+_SERVICE_KEYS = {"id", "arrival_s", "duration_s", "latency_ms"}   # the rest of a service entry are Job fields
 _NOT_DRAWN = ("gpus", "parallel")                           # fields a drawn workload may not set
 _TARGET_KEYS = {"mean", "median", "concentration", "source"}
 
@@ -97,6 +111,7 @@ class Mix:
     candidates: tuple        # ((fields dict as sorted items), weight)
     path: str = ""
     gangs: tuple = ()        # Gang entries, in file order
+    services: tuple = ()     # Service entries, in file order
 
     def beta(self) -> tuple[float, float]:
         """(a, b) of the target Beta distribution."""
@@ -122,6 +137,24 @@ class Gang:
         many = len(self.arrivals) > 1
         return [TraceJob(f"{self.id}-{n}" if many else self.id, float(t), f["model"], int(f["batch_size"]),
                          self.gpus, f["precision"], self.steps, self.duration_s, None, self.fields)
+                for n, t in enumerate(self.arrivals, 1)]
+
+
+@dataclass(frozen=True)
+class Service:
+    """One ``services`` entry of a mix: an inference service with a latency target, once per arrival."""
+
+    id: str
+    arrivals: tuple[float, ...]
+    duration_s: float
+    latency_s: float
+    fields: tuple            # Job fields as sorted items (mode infer among them)
+
+    def trace_jobs(self) -> list[TraceJob]:
+        f = dict(self.fields)
+        many = len(self.arrivals) > 1
+        return [TraceJob(f"{self.id}-{n}" if many else self.id, float(t), f["model"], int(f["batch_size"]), 1,
+                         f["precision"], None, self.duration_s, None, self.fields, self.latency_s)
                 for n, t in enumerate(self.arrivals, 1)]
 
 
@@ -245,7 +278,8 @@ def parse(d, where: str = "mix") -> Mix:
             cands.append((items, float(w) / len(combos)))
     name = str(d.get("name", Path(where).stem))
     return Mix(name, trace, gpu, seed, t.get("mean"), t.get("median"), float(k),
-               str(t.get("source", "")), tuple(cands), where, _parse_gangs(d.get("gangs", []), name, bad))
+               str(t.get("source", "")), tuple(cands), where, _parse_gangs(d.get("gangs", []), name, bad),
+               _parse_services(d.get("services", []), name, bad))
 
 
 def _number(v) -> bool:
@@ -261,15 +295,7 @@ def _parse_gangs(gangs, mix_name: str, bad) -> tuple:
     out, ids = [], set()
     for i, e in enumerate(gangs, 1):
         at = f"gangs[{i}]"
-        if not isinstance(e, dict) or "model" not in e:
-            bad(at, "must be a mapping of job fields with at least 'model'")
-        gid = e.get("id", f"{mix_name}-gang{i}")
-        if not isinstance(gid, str) or not gid.strip():
-            bad(f"{at}.id", "must be a non-empty string")
-        arr = e.get("arrival_s", 0.0)
-        arrivals = arr if isinstance(arr, list) else [arr]
-        if not arrivals or not all(_number(a) and a >= 0 for a in arrivals):
-            bad(f"{at}.arrival_s", f"must be seconds >= 0 or a non-empty list of them, got {arr!r}")
+        gid, arrivals = _named(e, at, f"{mix_name}-gang{i}", bad)
         if ("steps" in e) == ("duration_s" in e):
             bad(at, "give exactly one of 'steps' (optimizer steps) and 'duration_s'")
         work_key = "steps" if "steps" in e else "duration_s"
@@ -292,6 +318,48 @@ def _parse_gangs(gangs, mix_name: str, bad) -> tuple:
         items = tuple(sorted((key, getattr(job, key)) for key in keys))
         out.append(Gang(gid, tuple(float(a) for a in arrivals), float(work) if work_key == "steps" else None,
                         float(work) if work_key == "duration_s" else None, items, job.gpus))
+    return tuple(out)
+
+
+def _named(e, at: str, default_id: str, bad) -> tuple[str, list]:
+    """A named entry's (``gangs``, ``services``) id and arrivals, checked."""
+    if not isinstance(e, dict) or "model" not in e:
+        bad(at, "must be a mapping of job fields with at least 'model'")
+    eid = e.get("id", default_id)
+    if not isinstance(eid, str) or not eid.strip():
+        bad(f"{at}.id", "must be a non-empty string")
+    arr = e.get("arrival_s", 0.0)
+    arrivals = arr if isinstance(arr, list) else [arr]
+    if not arrivals or not all(_number(a) and a >= 0 for a in arrivals):
+        bad(f"{at}.arrival_s", f"must be seconds >= 0 or a non-empty list of them, got {arr!r}")
+    return eid, arrivals
+
+
+def _parse_services(services, mix_name: str, bad) -> tuple:
+    """The ``services`` entries (module docstring), validated."""
+    from gpucast.job import Job
+
+    if not isinstance(services, list):
+        bad("services", "must be a list of inference services")
+    out = []
+    for i, e in enumerate(services, 1):
+        at = f"services[{i}]"
+        sid, arrivals = _named(e, at, f"{mix_name}-service{i}", bad)
+        for key in ("duration_s", "latency_ms"):
+            if not _number(e.get(key)) or e[key] <= 0:
+                bad(f"{at}.{key}", f"must be a positive number, got {e.get(key)!r}")
+        f = {k: v for k, v in e.items() if k not in _SERVICE_KEYS}
+        f.setdefault("mode", "infer")
+        try:
+            job = Job.from_dict(f)
+        except Exception as err:  # noqa: BLE001 - Job's own one-line validation message
+            bad(at, str(err).splitlines()[0])
+        if job.gpus != 1 or job.parallel is not None or job.mode != "infer":
+            bad(at, "a service is a one-GPU inference job (gpus 1, no parallel group, mode infer)")
+        keys = set(f) | {"precision"}
+        items = tuple(sorted((key, getattr(job, key)) for key in keys))
+        out.append(Service(sid, tuple(float(a) for a in arrivals), float(e["duration_s"]),
+                           float(e["latency_ms"]) / 1e3, items))
     return tuple(out)
 
 
@@ -345,15 +413,18 @@ def build(mix: Mix | str, *, predictor=None, progress=None) -> Trace:
         f"mix {mix.name}: {len(mix.candidates)} candidates, target Beta(a={a:.3f}, b={b:.3f}) "
         f"({'mean' if mix.mean is not None else 'median'} {mix.mean if mix.mean is not None else mix.median}; "
         f"{mix.source}), seed {mix.seed}, predicted on {mix.gpu}"]
-    if mix.gangs:
+    for what, entries, how in (("gangs", mix.gangs, "named with their parallel plans"),
+                               ("services", mix.services, "named with their latency targets")):
+        if not entries:
+            continue
         taken = {j.job_id for j in out}
-        gang_jobs = [tj for g in mix.gangs for tj in g.trace_jobs()]
-        clash = next((tj.job_id for tj in gang_jobs if tj.job_id in taken), None)
+        named = [tj for g in entries for tj in g.trace_jobs()]
+        clash = next((tj.job_id for tj in named if tj.job_id in taken or sum(x.job_id == tj.job_id for x in named) > 1),
+                     None)
         if clash is not None:
-            raise MixError(f"{mix.path}: gangs: job id {clash!r} is also a job of trace {mix.trace!r}")
-        out = sorted(out + gang_jobs, key=lambda tj: tj.arrival_s)     # stable: the trace's order kept
-        notes.append(f"mix {mix.name}: {len(gang_jobs)} gang jobs ({len(mix.gangs)} entries) named with their "
-                     f"parallel plans, not drawn")
+            raise MixError(f"{mix.path}: {what}: job id {clash!r} is used twice (or by a job of trace {mix.trace!r})")
+        out = sorted(out + named, key=lambda tj: tj.arrival_s)     # stable: the trace's order kept
+        notes.append(f"mix {mix.name}: {len(named)} {what[:-1]} jobs ({len(entries)} entries) {how}, not drawn")
     return Trace(mix.name, out, source=f"mix:{mix.path}", notes=notes)
 
 

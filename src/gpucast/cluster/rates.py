@@ -108,6 +108,10 @@ class GpuRates:
                 multi.update(j.alloc)
             else:
                 rate = terms[j.alloc[0]]
+            if j.slo is not None:      # a service: its batch time is its latency; it serves its lifetime
+                self._served(j, t)
+                j.lat = 1.0 / rate
+                rate = 1.0
             j.rate = rate
             j.version += 1
             seq += 1
@@ -122,7 +126,7 @@ class GpuRates:
                 gt = gtype[g]
                 paced = True                                   # every job here at this GPU's pace
                 for x in jobs:
-                    if x.rate != x.terms[g]:
+                    if x.rate != x.terms[g] and x.slo is None:     # a service: one GPU, its own pace
                         paced = False
                         break
                 if paced:
@@ -134,7 +138,7 @@ class GpuRates:
                     c = 0.0
                     for x in jobs:
                         b = x.beh[gt]
-                        c += b.util_pct * b.step_time_s * x.rate
+                        c += b.util_pct * b.step_time_s * (x.rate if x.slo is None else x.terms[g])
                     c = min(100.0, c)
                 c *= gw[g]
                 total += c - contrib[g]
@@ -156,6 +160,14 @@ class GpuRates:
         else:
             s, util = sharing.shared_state([b.timeline() for b in bs], timeshare.world(), mode or timeshare.mode())
         return tuple([1.0 / (b.step_time_s * sd) for b, sd in zip(bs, s)]), util
+
+    @staticmethod
+    def _served(j, t):
+        """Count a service's time since its last change as late where its batches took longer
+        than its latency target (a relative 1e-9 spares the float noise of an exact fit)."""
+        if j.lat is not None and j.lat > j.slo * (1.0 + 1e-9):
+            j.late_s += t - j.lat_t
+        j.lat_t = t
 
     def _record(self, t):
         # self.total is a running sum of per-GPU readings: float drift may carry it a few ulps

@@ -18,7 +18,9 @@ class JobRecord:
     the time it completed (``None`` if it did not finish before the run ended).
     ``solo_duration_s`` is its true run time alone on the GPU type it (first) ran on, or on the
     cluster's first GPU type if it never ran. ``gpu_seconds`` sums, over its GPUs, the time they
-    were allocated to it, including work later lost to out-of-memory failures.
+    were allocated to it, including work later lost to out-of-memory failures. An inference
+    service (``latency_target_s`` set) runs for its lifetime (its ``solo_duration_s``) and counts
+    in ``late_s`` the seconds its batches took longer than its target.
     """
 
     job_id: str
@@ -32,6 +34,11 @@ class JobRecord:
     gpu_seconds: float
     oom_failures: int
     restarts: int
+    # An inference service: its latency target per batch, and the seconds it served with batches
+    # slower than that. Out of the repr, as the repr of a record of any other job stays what it
+    # was before services (tests/cluster/test_equivalence.py digests it).
+    latency_target_s: float | None = field(default=None, repr=False)
+    late_s: float | None = field(default=None, repr=False)
 
 
 @dataclass

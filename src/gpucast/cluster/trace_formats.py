@@ -81,6 +81,8 @@ class TraceJob:
     duration_s: float | None = None
     job_type: str | None = None   # Gavel job type when the job is one (keys measured data)
     fields: tuple = ()            # gpucast Job fields as sorted items (hashable)
+    latency_s: float | None = None  # an inference service: its latency target per batch (its duration_s
+                                    # is then its lifetime); None: a job that runs to completion
 
     @property
     def profile_key(self) -> tuple:

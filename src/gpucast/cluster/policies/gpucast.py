@@ -28,6 +28,17 @@ costs are told only where the cluster also has the GPU whole: on a cluster of sl
 whole slowdown, even when empty GPUs are free: light jobs are packed together and whole GPUs stay
 free for gang-scheduled multi-GPU jobs; with 0 it shares only when no empty GPU is free.
 
+**Sharing modes and services.** A GPU's slowdowns are solved in its own sharing mode
+(:class:`~gpucast.cluster.policies.base.GpuOccupancy` ``mode``: time-slicing, MPS, or MPS
+replicas ``"mps:N"``, :mod:`gpucast.cluster.sharing`): on replicas a job alone costs its SM limit
+(its slowdown there minus one) and at most N jobs share the GPU. An inference service
+(:attr:`~gpucast.cluster.behaviour.Observation.latency_s`) is never placed where its told step
+times its predicted slowdown would exceed its latency target, nor is a job placed beside a
+service where the service's would (``respect_latency``, on by default; off, services are placed
+like any job). Alone on a whole GPU without a limit a service is always allowed (nothing there
+would do better); on a slice or under a limit it must meet its target alone. A run with services
+scores in Python (the compiled fill has no latency rule).
+
 How it trades utilization against JCT: ``min_gain`` is the knob; at 0 (the default) any net
 gain shares a GPU (more jobs running, each slower: utilization up, the shared jobs' run times
 longer); higher values share only where the jobs hardly meet (JCT of running jobs protected,
@@ -127,6 +138,7 @@ class GpucastPolicy(Policy):
     consolidate = 1.0
     memory_risk = DEFAULT_MEMORY_RISK
     max_slice_cost = 1.0     # our choice: a slice at most twice as slow as its whole GPU (see the docstring)
+    respect_latency = True   # keep inference services within their latency targets (see the docstring)
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -153,13 +165,14 @@ class GpucastPolicy(Policy):
 
     def score_key(self, obs):
         """What :meth:`score` reads of an observation: its memory bound, the timeline the
-        slowdowns are solved on and, with ``weigh_gangs``, its GPU count (see
+        slowdowns are solved on, with ``weigh_gangs`` its GPU count, its MIG slice cost, and a
+        service's latency target and told step (see
         :meth:`Policy.score_key`). ``None`` (identity) for a subclass that changes the score or the
         slowdowns without saying what they read."""
         if type(self).score is not GpucastPolicy.score or type(self)._slowdowns is not GpucastPolicy._slowdowns:
             return None
         return (self.memory_bound(obs), obs.timeline(upper=self.cautious), obs.gpus if self.weigh_gangs else 0,
-                obs.slice_cost)
+                obs.slice_cost, obs.latency_s, obs.step_time_s if obs.latency_s is not None else None)
 
     def predicted_slowdowns(self, gpu, job):
         return self._slowdowns(gpu.jobs + (job,), gpu.gpu_type, gpu.mode)
@@ -290,6 +303,8 @@ class GpucastPolicy(Policy):
         tab = self._rows
         r = tab[0].get(e)
         if r is None:
+            if obs.latency_s is not None and self.respect_latency:
+                self._no_fill = True       # a service's latency target: the compiled score has none
             tl, jtype = self._solve_inputs(obs)
             if jtype is None:
                 t = -1
@@ -436,9 +451,10 @@ class GpucastPolicy(Policy):
             return hit
         if len(memo) >= self._MEMO_MAX:
             memo.clear()
+        services = [(k, o) for k, o in enumerate(jobs) if o.latency_s is not None]
         hit = memo[(id(jobs), gpu.gpu_type, gpu.mode)] = [
             jobs, sum(self.memory_bound(o) for o in jobs), [o.gpus if self.weigh_gangs else 1 for o in jobs], None,
-            None]
+            None, services or None]
         return hit
 
     def _joined_key(self, pre, job, gpu_type, mode=None):
@@ -463,9 +479,14 @@ class GpucastPolicy(Policy):
         if not gpu.jobs:
             # alone: nothing to protect (an over-large job fails in the engine); under an MPS
             # limit ("mps:N") it pays its limit even alone
+            alone = 1.0
             if gpu.mode is not None and mps.replicas(gpu.mode) is not None:
-                return job.slice_cost + self._remembered((job,), gpu.gpu_type, None, gpu.mode)[0] - 1.0, None
-            return job.slice_cost, None
+                alone = self._remembered((job,), gpu.gpu_type, None, gpu.mode)[0]
+            elif job.latency_s is None or job.slice_cost == 0.0 or not self.respect_latency:
+                return job.slice_cost, None        # (a service alone on a whole GPU: nothing does better)
+            if job.latency_s is not None and self.respect_latency and _late(job, alone):
+                return None, None                  # a service this slice or limit makes miss its target
+            return job.slice_cost + alone - 1.0, None
         pre = self._resident(gpu)
         if pre[1] + self.memory_bound(job) > gpu.memory_bytes:
             return None, None
@@ -484,11 +505,22 @@ class GpucastPolicy(Policy):
         """:meth:`score` of ``job`` joining the jobs of ``pre`` (a :meth:`_resident` entry with
         their slowdowns together), given the slowdowns of all of them then (``job``'s last)."""
         w, before = pre[2], pre[3]
+        if self.respect_latency:
+            if pre[5] is not None and any(_late(o, after[k]) for k, o in pre[5]):
+                return None                 # a service here would miss its latency target
+            if job.latency_s is not None and _late(job, after[-1]):
+                return None
         harm = sum(k * (1.0 / b - 1.0 / a) for k, b, a in zip(w, before, after[:-1]))
         if 1.0 / after[-1] - harm < self.min_gain:
             return None
         cost = sum(k * (a - b) for k, b, a in zip(w, before, after[:-1])) + after[-1] - 1.0
         return cost - self.consolidate + job.slice_cost
+
+
+def _late(obs, slowdown: float) -> bool:
+    """Whether a service (``obs.latency_s``) told step ``obs.step_time_s`` would miss its latency
+    target at ``slowdown`` (a step not told: it cannot be said, so not)."""
+    return obs.step_time_s is not None and obs.step_time_s * slowdown > obs.latency_s
 
 
 _NO_PAIRS = np.full((1, 1, 2), np.nan)

@@ -31,9 +31,11 @@ class OraclePolicy(GpucastPolicy):
 
     def score_key(self, obs):
         """The memory bound, the true timeline and what picks a measured pair (the job type of a
-        one-GPU job), and the GPU count with ``weigh_gangs``: all :meth:`score` reads."""
+        one-GPU job), the GPU count with ``weigh_gangs``, the MIG slice cost, and a service's
+        latency target and step: all :meth:`score` reads."""
         if type(self).score is not GpucastPolicy.score or type(self)._slowdowns is not OraclePolicy._slowdowns:
             return None
         return (self.memory_bound(obs), obs.timeline(), obs.job_type if obs.gpus == 1 else None,
-                obs.gpus if self.weigh_gangs else 0)
+                obs.gpus if self.weigh_gangs else 0, obs.slice_cost, obs.latency_s,
+                obs.step_time_s if obs.latency_s is not None else None)
 
