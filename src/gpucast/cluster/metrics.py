@@ -198,7 +198,7 @@ def job_arrays(records: Iterable) -> dict[str, np.ndarray]:
     :func:`services`)."""
     jct, wait, slow = [], [], []
     for r in records:
-        if getattr(r, "latency_target_s", None) is not None:
+        if r.latency_target_s is not None:
             continue
         if r.start_s is not None:
             wait.append(r.start_s - r.arrival_s)
@@ -254,7 +254,7 @@ def services(records: Sequence) -> dict:
     100 x (1 - late seconds / served seconds), served seconds counted on their one GPU, time lost
     to an out-of-memory failure included); their mean wait before they first served. A service
     still waiting when the run ends has served nothing and counts only in the wait."""
-    svc = [r for r in records if getattr(r, "latency_target_s", None) is not None]
+    svc = [r for r in records if r.latency_target_s is not None]
     if not svc:
         return {}
     served = math.fsum(r.gpu_seconds for r in svc)

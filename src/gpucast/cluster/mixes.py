@@ -417,10 +417,14 @@ def build(mix: Mix | str, *, predictor=None, progress=None) -> Trace:
                                ("services", mix.services, "named with their latency targets")):
         if not entries:
             continue
-        taken = {j.job_id for j in out}
+        seen = {j.job_id for j in out}
         named = [tj for g in entries for tj in g.trace_jobs()]
-        clash = next((tj.job_id for tj in named if tj.job_id in taken or sum(x.job_id == tj.job_id for x in named) > 1),
-                     None)
+        clash = None
+        for tj in named:
+            if tj.job_id in seen:
+                clash = tj.job_id
+                break
+            seen.add(tj.job_id)
         if clash is not None:
             raise MixError(f"{mix.path}: {what}: job id {clash!r} is used twice (or by a job of trace {mix.trace!r})")
         out = sorted(out + named, key=lambda tj: tj.arrival_s)     # stable: the trace's order kept

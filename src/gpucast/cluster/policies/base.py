@@ -109,7 +109,7 @@ class Policy:
     def cap(self, gpu: GpuOccupancy) -> int:
         """The most jobs ``gpu`` may hold: ``max_jobs_per_gpu``, and at most N on a GPU shared as
         ``"mps:N"`` (the device plugin's MPS replicas, :func:`gpucast.cluster.mps.replicas`)."""
-        k = mps.replicas(gpu.mode) if gpu.mode is not None else None
+        k = mps.replicas(gpu.mode)
         return self.max_jobs_per_gpu if k is None else min(self.max_jobs_per_gpu, k)
 
     def predicted_slowdowns(self, gpu: GpuOccupancy, job: Observation) -> list[float]:
@@ -160,8 +160,7 @@ class Policy:
         # MIG slices (gpucast.mig) take one-GPU jobs only: slices have no peer access; so do GPUs
         # shared as MPS replicas ("mps:N"): the NVIDIA device plugin refuses a request for more
         # than one replica there (release 0.15.0: sharing.mps.failRequestsGreaterThanOne = true)
-        self._slice = np.array([":" in g.gpu_type or (g.mode is not None and mps.replicas(g.mode) is not None)
-                                for g in gl], dtype=bool)
+        self._slice = np.array([":" in g.gpu_type or mps.replicas(g.mode) is not None for g in gl], dtype=bool)
         self._whole = ~self._slice if self._slice.any() else None
         self._holds: dict = {}     # planned gang -> positions it holds while it runs
         self._pending: dict = {}   # planned gang -> positions to hold, from its placement

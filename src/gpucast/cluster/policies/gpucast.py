@@ -480,7 +480,7 @@ class GpucastPolicy(Policy):
             # alone: nothing to protect (an over-large job fails in the engine); under an MPS
             # limit ("mps:N") it pays its limit even alone
             alone = 1.0
-            if gpu.mode is not None and mps.replicas(gpu.mode) is not None:
+            if mps.replicas(gpu.mode) is not None:
                 alone = self._remembered((job,), gpu.gpu_type, None, gpu.mode)[0]
             elif job.latency_s is None or job.slice_cost == 0.0 or not self.respect_latency:
                 return job.slice_cost, None        # (a service alone on a whole GPU: nothing does better)
