@@ -3,6 +3,8 @@ engine's lifetime and late-time accounting, the gpucast policy's latency rule, t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -112,6 +114,19 @@ def test_the_policy_keeps_services_within_their_targets():
     roomy = _obs("svc", 40.0, latency=0.05)
     assert pol.score(GpuOccupancy(0, GPU, 80 * GiB, 0, (roomy,)), hot) is not None
     assert pol.score_key(svc) != pol.score_key(_obs("svc", 40.0))
+
+
+def test_a_cautious_policy_reads_a_services_step_at_its_upper_end():
+    """A service whose point step leaves room for a neighbour but whose told interval does not:
+    the cautious policy (the default) keeps the neighbour away, an uncautious one lets it in."""
+    hot = _obs("hot", 95.0)
+    roomy = _obs("svc", 40.0, latency=0.05)
+    sd = GpucastPolicy().predicted_slowdowns(GpuOccupancy(0, GPU, 80 * GiB, 0, (roomy,)), hot)[0]
+    wide = replace(roomy, step_interval=(0.005, 0.05 / sd * 1.01))     # its upper end x slowdown: late
+    gpu = GpuOccupancy(0, GPU, 80 * GiB, 0, (wide,))
+    assert GpucastPolicy().score(gpu, hot) is None
+    assert GpucastPolicy(cautious=False).score(gpu, hot) is not None
+    assert GpucastPolicy().score_key(wide) != GpucastPolicy().score_key(roomy)
 
 
 def test_service_metrics_from_records():

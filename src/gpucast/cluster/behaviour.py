@@ -128,6 +128,9 @@ class Observation:
     # An inference service (a mix's ``services``): the latency it must keep per batch, seconds
     # (its step on the GPU, shared or not); None for a job that runs to completion.
     latency_s: float | None = None
+    # The told step's 80 % interval (None: not told); the gpucast policy keeps a service's
+    # latency by its upper end (``cautious``).
+    step_interval: tuple[float, float] | None = None
 
     def timeline(self, upper: bool = False):
         """What this observation says of the job's timeline (:mod:`gpucast.cluster.timeshare`):
@@ -169,7 +172,9 @@ class Observation:
                    util_interval=tuple(prediction.gpu_util_interval),
                    memory_bytes=float(prediction.memory_peak_bytes),
                    memory_interval=tuple(float(x) for x in prediction.memory_interval),
-                   step_time_s=prediction.step_time_s, gaps=float(max(prediction.gpu_idle_gaps, 0)),
+                   step_time_s=prediction.step_time_s,
+                   step_interval=tuple(float(x) for x in prediction.step_time_interval),
+                   gaps=float(max(prediction.gpu_idle_gaps, 0)),
                    mem_bound=_mem_bound(prediction), held_pct=prediction.gpu_held_pct,
                    syncs=float(prediction.gpu_syncs), node_gpus=node_gpus(spec, gpus))
 

@@ -278,15 +278,19 @@ class Truth:
             return Observation(**base)
         if told == "prediction":
             e = self.estimate(profile, gpu)
+            from gpucast.cluster.errors import Z80
+
             ui, mi = self.intervals(e)
+            fs = math.exp(Z80 * self.errors.sigma("step"))     # the step's 80 % interval, as intervals()
             return Observation(**base, util_pct=e.util_pct, util_interval=ui,
                                memory_bytes=e.memory_bytes, memory_interval=mi,
-                               step_time_s=e.step_time_s, gaps=e.gaps, mem_bound=e.mem_bound,
+                               step_time_s=e.step_time_s, step_interval=(e.step_time_s / fs, e.step_time_s * fs),
+                               gaps=e.gaps, mem_bound=e.mem_bound,
                                held_pct=e.held, syncs=e.syncs)
         if told in ("truth", "profiled"):
             b = self.behaviour(profile, gpu, gpus)
             return Observation(**base, util_pct=b.util_pct, util_interval=(b.util_pct, b.util_pct),
                                memory_bytes=b.memory_bytes, memory_interval=(b.memory_bytes, b.memory_bytes),
-                               step_time_s=b.step_time_s, gaps=b.gaps, mem_bound=b.mem_bound,
-                               held_pct=b.held_pct, syncs=b.syncs)
+                               step_time_s=b.step_time_s, step_interval=(b.step_time_s, b.step_time_s),
+                               gaps=b.gaps, mem_bound=b.mem_bound, held_pct=b.held_pct, syncs=b.syncs)
         raise ValueError(f"unknown observation kind {told!r} (nothing, prediction, profiled, truth)")

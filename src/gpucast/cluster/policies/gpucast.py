@@ -33,9 +33,9 @@ free for gang-scheduled multi-GPU jobs; with 0 it shares only when no empty GPU 
 replicas ``"mps:N"``, :mod:`gpucast.cluster.sharing`): on replicas a job alone costs its SM limit
 (its slowdown there minus one) and at most N jobs share the GPU. An inference service
 (:attr:`~gpucast.cluster.behaviour.Observation.latency_s`) is never placed where its told step
-times its predicted slowdown would exceed its latency target, nor is a job placed beside a
-service where the service's would (``respect_latency``, on by default; off, services are placed
-like any job). Alone on a whole GPU without a limit a service is always allowed (nothing there
+(the upper end of its 80 % interval with ``cautious``) times its predicted slowdown would exceed
+its latency target, nor is a job placed beside a service where the service's would
+(``respect_latency``, on by default; off, services are placed like any job). Alone on a whole GPU without a limit a service is always allowed (nothing there
 would do better); on a slice or under a limit it must meet its target alone. A run with services
 scores in Python (the compiled fill has no latency rule).
 
@@ -166,13 +166,14 @@ class GpucastPolicy(Policy):
     def score_key(self, obs):
         """What :meth:`score` reads of an observation: its memory bound, the timeline the
         slowdowns are solved on, with ``weigh_gangs`` its GPU count, its MIG slice cost, and a
-        service's latency target and told step (see
+        service's latency target and told step and its interval (see
         :meth:`Policy.score_key`). ``None`` (identity) for a subclass that changes the score or the
         slowdowns without saying what they read."""
         if type(self).score is not GpucastPolicy.score or type(self)._slowdowns is not GpucastPolicy._slowdowns:
             return None
         return (self.memory_bound(obs), obs.timeline(upper=self.cautious), obs.gpus if self.weigh_gangs else 0,
-                obs.slice_cost, obs.latency_s, obs.step_time_s if obs.latency_s is not None else None)
+                obs.slice_cost, obs.latency_s,
+                (obs.step_time_s, obs.step_interval) if obs.latency_s is not None else None)
 
     def predicted_slowdowns(self, gpu, job):
         return self._slowdowns(gpu.jobs + (job,), gpu.gpu_type, gpu.mode)
@@ -470,6 +471,13 @@ class GpucastPolicy(Policy):
         pos = bisect_right(eqs, je)
         return ((gpu_type, mode), eqs[:pos] + (je,) + eqs[pos:]), order[:pos] + [len(order)] + order[pos:]
 
+    def _late(self, obs, slowdown: float) -> bool:
+        """Whether a service (``obs.latency_s``) would miss its latency target at ``slowdown``: its
+        told step, at the upper end of the step's interval with ``cautious`` (a step not told: it
+        cannot be said, so not)."""
+        step = obs.step_interval[1] if self.cautious and obs.step_interval is not None else obs.step_time_s
+        return step is not None and step * slowdown > obs.latency_s
+
     def _checked(self, gpu, job):
         """What :meth:`score` decides before any slowdown: ``(its answer, None)`` where that is
         all (a slice too slow, an empty GPU, memory that does not fit), else ``(None, the GPU's
@@ -484,7 +492,7 @@ class GpucastPolicy(Policy):
                 alone = self._remembered((job,), gpu.gpu_type, None, gpu.mode)[0]
             elif job.latency_s is None or job.slice_cost == 0.0 or not self.respect_latency:
                 return job.slice_cost, None        # (a service alone on a whole GPU: nothing does better)
-            if job.latency_s is not None and self.respect_latency and _late(job, alone):
+            if job.latency_s is not None and self.respect_latency and self._late(job, alone):
                 return None, None                  # a service this slice or limit makes miss its target
             return job.slice_cost + alone - 1.0, None
         pre = self._resident(gpu)
@@ -506,21 +514,15 @@ class GpucastPolicy(Policy):
         their slowdowns together), given the slowdowns of all of them then (``job``'s last)."""
         w, before = pre[2], pre[3]
         if self.respect_latency:
-            if pre[5] is not None and any(_late(o, after[k]) for k, o in pre[5]):
+            if pre[5] is not None and any(self._late(o, after[k]) for k, o in pre[5]):
                 return None                 # a service here would miss its latency target
-            if job.latency_s is not None and _late(job, after[-1]):
+            if job.latency_s is not None and self._late(job, after[-1]):
                 return None
         harm = sum(k * (1.0 / b - 1.0 / a) for k, b, a in zip(w, before, after[:-1]))
         if 1.0 / after[-1] - harm < self.min_gain:
             return None
         cost = sum(k * (a - b) for k, b, a in zip(w, before, after[:-1])) + after[-1] - 1.0
         return cost - self.consolidate + job.slice_cost
-
-
-def _late(obs, slowdown: float) -> bool:
-    """Whether a service (``obs.latency_s``) told step ``obs.step_time_s`` would miss its latency
-    target at ``slowdown`` (a step not told: it cannot be said, so not)."""
-    return obs.step_time_s is not None and obs.step_time_s * slowdown > obs.latency_s
 
 
 _NO_PAIRS = np.full((1, 1, 2), np.nan)

@@ -37,5 +37,5 @@ class OraclePolicy(GpucastPolicy):
             return None
         return (self.memory_bound(obs), obs.timeline(), obs.job_type if obs.gpus == 1 else None,
                 obs.gpus if self.weigh_gangs else 0, obs.slice_cost, obs.latency_s,
-                obs.step_time_s if obs.latency_s is not None else None)
+                (obs.step_time_s, obs.step_interval) if obs.latency_s is not None else None)
 
