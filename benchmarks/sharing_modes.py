@@ -19,8 +19,8 @@ change over ``slot``, mean and p99 JCT, mean queueing delay, makespan.
 The MPS model's constants are the time-slicing fit's (no measured MPS pairs here; the DRAM
 sharing of kernels on SMs kept apart by limits is a closed form, :mod:`gpucast.cluster.mps`), so
 MPS rows are the model's consequence, not a measurement; MIG slices are the analytic slices of
-:mod:`gpucast.mig`. Re-partitioning and switching a node's mode during the run are not simulated:
-each layout is static. A cluster of MPS replicas only is not a row: its multi-GPU jobs could not run.
+:mod:`gpucast.mig`. Switching a node's sharing mode during the run is not simulated; MIG nodes are
+static or re-partitioned whole on demand (the last rows). A cluster of MPS replicas only is not a row: its multi-GPU jobs could not run.
 
     .venv/bin/python benchmarks/sharing_modes.py [--gpus 64] [--heavy 3] [--limit N]
 """
@@ -38,7 +38,8 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 GPU = "a100-80gb"
 LAYOUT = "3g.40gb,2g.20gb,2g.20gb"
-# (label, policy, sharing mode, MIG layout of the carved nodes, carved nodes, MPS nodes, their replicas)
+# (label, policy, sharing mode, MIG layout of the carved nodes, carved nodes, MPS nodes, their replicas
+#  [, carved nodes re-partitioned on demand, a policy parameter])
 CONFIGS = [
     ("slot, whole GPUs", "slot", "timeslice", None, None, None, None),
     ("gpucast, time-slicing only", "gpucast", "timeslice", None, None, None, None),
@@ -54,6 +55,12 @@ CONFIGS = [
      LAYOUT, 1, 2, 4),
     (f"gpucast, nodes by mode: 1 MIG ({LAYOUT}), 2 MPS (unlimited), 5 time-sliced", "gpucast", "timeslice",
      LAYOUT, 1, 2, None),
+    (f"gpucast, 1 node of {LAYOUT} re-partitioned on demand (drain + 60 s)", "gpucast", "timeslice", LAYOUT, 1,
+     None, None, True),
+    (f"gpucast, 2 nodes of {LAYOUT} re-partitioned on demand (drain + 60 s)", "gpucast", "timeslice", LAYOUT, 2,
+     None, None, True),
+    (f"gpucast, 2 nodes of {LAYOUT} re-partitioned on demand, empty nodes only", "gpucast", "timeslice", LAYOUT,
+     2, None, None, True, {"drain_busy_nodes": False}),
 ]
 
 
@@ -124,11 +131,13 @@ def main(argv=None) -> int:
     base = cl.load_trace("pai-mix", gpus=args.gpus, limit=args.limit)
 
     def one(tr, config):
-        _label, policy, mode, layout, nodes, mps_nodes, replicas = config
-        spec = cl.ClusterSpec.build(GPU, args.gpus, 8, layout, nodes, mps_nodes, replicas)
-        return cl.simulate(tr, spec, policy, sharing=mode), {
-            "policy": policy, "sharing": mode, "mig_layout": layout, "mig_nodes": nodes, "mps_nodes": mps_nodes,
-            "mps_replicas": replicas}
+        _label, policy, mode, layout, nodes, mps_nodes, replicas, *rest = config
+        dynamic, params = (rest + [False, {}][len(rest):])[:2]
+        spec = cl.ClusterSpec.build(GPU, args.gpus, 8, layout, nodes, mps_nodes, replicas, dynamic)
+        res = cl.simulate(tr, spec, policy, sharing=mode, **params)
+        return res, {"policy": policy, "sharing": mode, "mig_layout": layout, "mig_nodes": nodes,
+                     "mps_nodes": mps_nodes, "mps_replicas": replicas, "mig_dynamic": dynamic, "params": params,
+                     "mig_repartitions": res.params.get("mig_repartitions")}
 
     loads, rows, raw = run_loads(base, args.gpus, args.heavy, CONFIGS, one)
 
@@ -142,7 +151,10 @@ def main(argv=None) -> int:
              "cluster's NVML utilization over the queued period (while some job waits), a carved GPU counted as "
              "its slices' shares. \"Nodes by mode\": each node's GPUs shared in its own mode, the gpucast policy "
              "placing each job where its predicted cost under that mode is lowest; a GPU of MPS replicas or a "
-             "MIG slice takes one-GPU jobs only.", ""]
+             "MIG slice takes one-GPU jobs only. \"Re-partitioned on demand\": the carved nodes start carved; when "
+             "jobs that want whole GPUs wait, gpucast drains one (no new jobs on its slices, running ones finish; "
+             "or only a node already empty), it is reconfigured for 60 s, then its whole GPUs open "
+             "(gpucast.cluster.repartition).", ""]
 
     lines += tables(loads, rows, "util % queued | vs slot | JCT mean h | JCT p99 h | queue mean h | makespan h | wall s",
                     lambda s, wall, q, vs: [q, vs, _h(s.get("jct_mean_s")), _h(s.get("jct_p99_s")),

@@ -141,11 +141,21 @@ def register(app: typer.Typer, cli) -> None:
                                                           "--gpu-type a100-80gb:3g.40gb."),
                  mig_layout: Optional[str] = typer.Option(
                      None, "--mig-layout", metavar="PROFILE,PROFILE,...",
-                     help="Carve the GPUs of the first --mig-nodes nodes (default: all) into this static MIG "
-                          "layout, e.g. 3g.40gb,2g.20gb,2g.20gb or 1g.10gb*7 (profiles of --gpu-type: "
+                     help="Carve the GPUs of the first --mig-nodes nodes (default: all) into this MIG layout "
+                          "(static unless --mig-dynamic), e.g. 3g.40gb,2g.20gb,2g.20gb or 1g.10gb*7 (profiles of --gpu-type: "
                           "`gpucast gpus --mig`); each slice takes one-GPU jobs, multi-GPU jobs go to whole GPUs."),
                  mig_nodes: Optional[int] = typer.Option(None, "--mig-nodes",
                                                          help="With --mig-layout: how many nodes are carved."),
+                 mig_dynamic: bool = typer.Option(
+                     False, "--mig-dynamic",
+                     help="With --mig-layout: the carved nodes start carved and may be re-partitioned whole "
+                          "when jobs that want whole GPUs wait (the gpucast and oracle policies ask for it): "
+                          "the node drains (no new jobs on its slices; running ones finish), is reconfigured "
+                          "for --mig-reconfig-s, then its whole GPUs open."),
+                 mig_reconfig_s: Optional[float] = typer.Option(
+                     None, "--mig-reconfig-s", min=0.0,
+                     help="With --mig-dynamic: seconds a node takes to be reconfigured once drained (default 60, "
+                          "our choice)."),
                  mps_nodes: Optional[int] = typer.Option(
                      None, "--mps-nodes",
                      help="This many nodes of whole GPUs (after the carved ones) share their GPUs through MPS, "
@@ -188,6 +198,7 @@ def register(app: typer.Typer, cli) -> None:
         if sweep or workers is not None or ray_address is not None or markdown_out is not None:
             return run_sweep(cli, sweep or [], trace=trace, gpus=gpus, gpu_type=gpu_type, gpus_per_node=gpus_per_node,
                              mig_layout=mig_layout, mig_nodes=mig_nodes, mps_nodes=mps_nodes, mps_replicas=mps_replicas,
+                             mig_dynamic=mig_dynamic, mig_reconfig_s=mig_reconfig_s,
                              policies=policies, seed=seed, error_sigma=error_sigma, limit=limit, load=load,
                              report=report, json_out=json_out, markdown_out=markdown_out, env_file=env_file,
                              colocation=colocation, workers=workers, ray_address=ray_address,
@@ -196,11 +207,14 @@ def register(app: typer.Typer, cli) -> None:
         def check():
             check_base(gpus=gpus, gpus_per_node=gpus_per_node, limit=limit, load=load, error_sigma=error_sigma,
                        colocation=colocation, sharing=colocation_mode)
+            if mig_reconfig_s is not None and not mig_dynamic:
+                raise ValueError("--mig-reconfig-s goes with --mig-dynamic")
             names = parse_policies(policies, list(cl.POLICIES))
             # Reserve the output files before any work: an unwritable one fails here, not after the run.
             outs = reserve_outputs((report, "--report"), (json_out, "--json"))
             try:
-                spec = cl.ClusterSpec.build(gpu_type, gpus, gpus_per_node, mig_layout, mig_nodes, mps_nodes, mps_replicas)
+                spec = cl.ClusterSpec.build(gpu_type, gpus, gpus_per_node, mig_layout, mig_nodes, mps_nodes, mps_replicas,
+                                            mig_dynamic)
                 env = cli._environment(env_file)
                 jobs = _load_trace(cl, trace, gpus, limit, load, env, cli.err)
                 check_gangs(cl, jobs, spec, names)
@@ -215,7 +229,8 @@ def register(app: typer.Typer, cli) -> None:
         set_environment(env)
         try:
             results = run_policies(cl, jobs, spec, names, cli.err, seed=seed, error_sigma=error_sigma,
-                                   colocation=colocation, sharing=colocation_mode)
+                                   colocation=colocation, sharing=colocation_mode,
+                                   **({"mig_reconfig_s": mig_reconfig_s} if mig_reconfig_s is not None else {}))
         finally:
             set_environment(None)
         from gpucast.cluster import metrics
@@ -225,8 +240,8 @@ def register(app: typer.Typer, cli) -> None:
         n_jobs = summaries[0]["jobs"] if summaries else 0
         trace_name = (results[0].result.params or {}).get("trace", trace) if results else trace
         es = (results[0].result.params or {}).get("error_sigma", {}) if results else {}
-        carved = (f" ({'all' if mig_nodes is None else mig_nodes} nodes carved into MIG {mig_layout})"
-                  if mig_layout else "") + (f" ({mps_nodes} nodes under MPS" + (f", {mps_replicas} replicas" if mps_replicas else "") + ")"
+        carved = (f" ({'all' if mig_nodes is None else mig_nodes} nodes carved into MIG {mig_layout}"
+                  + (", re-partitioned on demand" if mig_dynamic else "") + ")" if mig_layout else "") + (f" ({mps_nodes} nodes under MPS" + (f", {mps_replicas} replicas" if mps_replicas else "") + ")"
                      if mps_nodes else "")
         title = (f"gpucast simulate: {n_jobs} jobs (trace {trace_name}) on {gpus} x {gpu_type}{carved}, seed {seed}, "
                  f"error sigma util {es.get('util', 0):.3g} / memory {es.get('memory', 0):.3g} / "
@@ -235,6 +250,12 @@ def register(app: typer.Typer, cli) -> None:
         for c in changes:
             if c["policy"] != BASELINE:
                 cli.console.print(f"{c['policy']}: {metrics.change_line(c)}", highlight=False, markup=False)
+        for r in results:
+            reps = (r.result.params or {}).get("mig_repartitions")
+            if reps:
+                waits = ", ".join(f"{(end - start) / 3600:.1f} h" for start, end, _k in reps)
+                cli.console.print(f"{r.policy}: re-partitioned {len(reps)} MIG node(s) whole (drain and "
+                                  f"reconfiguration: {waits})", highlight=False, markup=False)
         for sm in summaries:
             if sm.get("services"):
                 met, wait = sm.get("service_slo_met_pct"), sm.get("service_wait_mean_s")
@@ -373,7 +394,7 @@ def _jsonable(obj):
 def run_sweep(cli, specs, *, trace, gpus, gpu_type, gpus_per_node, policies, seed, error_sigma, limit, load,
               report, json_out, markdown_out, env_file, colocation, workers, ray_address,
               sharing="timeslice", mig_layout=None, mig_nodes=None, mps_nodes=None,
-              mps_replicas=None) -> None:
+              mps_replicas=None, mig_dynamic=False, mig_reconfig_s=None) -> None:
     """``simulate --sweep``: check everything (axes, values, traces, gangs, output files) before
     any run, then run the sweep (:mod:`gpucast.cluster.sweep`) with a progress bar and print,
     and optionally write, its one table."""
@@ -393,6 +414,8 @@ def run_sweep(cli, specs, *, trace, gpus, gpu_type, gpus_per_node, policies, see
             raise ValueError("--ray-address is empty: give 'auto', 'host:port', 'ray://host:port' or 'local'")
         check_base(gpus=gpus, gpus_per_node=gpus_per_node, limit=limit, load=load, error_sigma=error_sigma,
                    colocation=colocation, sharing=sharing)
+        if mig_reconfig_s is not None and not mig_dynamic:
+            raise ValueError("--mig-reconfig-s goes with --mig-dynamic")
         axes = sw.parse_axes(specs, list(cl.POLICIES))
         names = axes.get("policy") or parse_policies(policies, list(cl.POLICIES))
         outs = reserve_outputs((json_out, "--json"), (markdown_out, "--markdown"))
@@ -400,13 +423,14 @@ def run_sweep(cli, specs, *, trace, gpus, gpu_type, gpus_per_node, policies, see
             if ray_address is not None:
                 connected[0] = sw.connect(ray_address.strip())   # an unreachable cluster fails before any work
             for g in axes.get("gpus", [gpus]):
-                cl.ClusterSpec.build(gpu_type, g, gpus_per_node, mig_layout, mig_nodes, mps_nodes, mps_replicas)
+                cl.ClusterSpec.build(gpu_type, g, gpus_per_node, mig_layout, mig_nodes, mps_nodes, mps_replicas, mig_dynamic)
             env = cli._environment(env_file)
             base = sw.Base(trace=trace, gpus=gpus, gpu_type=gpu_type, gpus_per_node=gpus_per_node,
                            policies=tuple(names), seed=seed, error_sigma=error_sigma, limit=limit, load=load,
                            colocation=colocation, env=env, mig_layout=mig_layout, mig_nodes=mig_nodes, mps_nodes=mps_nodes,
-                           mps_replicas=mps_replicas,
-                           params=(("sharing", sharing),) if sharing != "timeslice" else ())
+                           mps_replicas=mps_replicas, mig_dynamic=mig_dynamic,
+                           params=((("sharing", sharing),) if sharing != "timeslice" else ())
+                           + ((("mig_reconfig_s", mig_reconfig_s),) if mig_reconfig_s is not None else ()))
             pts = sw.points(base, axes)
             with _bar(cli.err) as bar:
                 shared = sw.prepare(base, pts, progress=bar)

@@ -22,7 +22,7 @@ from gpucast.cluster.spec import ClusterSpec
 from gpucast.cluster.traces import Trace, TraceError, TraceJob, load_trace, synthetic
 from gpucast.cluster.truth import Observation, Truth
 
-_ENGINE_PARAMS = ("checkpoint_s", "oom_after_s", "max_oom_failures")
+_ENGINE_PARAMS = ("checkpoint_s", "oom_after_s", "max_oom_failures", "mig_reconfig_s")
 _TRUTH_PARAMS = ("predictor", "use_gavel", "measurements_dir")
 
 
@@ -68,13 +68,14 @@ def simulate(trace, cluster_spec, policy_name: str, *, seed: int = 0, error_sigm
         if sharing is not None:
             timeshare.set_mode(sharing)
         res = Simulator(tr, spec, policy, truth, progress=progress, **eng).run()
+        extra = dict(res.params)      # what the engine reports of the run (MIG re-partitions)
         world, mode = timeshare.world_name(), timeshare.mode()
     finally:
         timeshare._ACTIVE[1], timeshare._WORLD_NAME[0], timeshare._MODE[0] = before
     sim_defaults = {"checkpoint_s": 1800.0, "oom_after_s": 60.0, "max_oom_failures": 3}
     res.params = {"seed": seed, "error_sigma": truth.errors.as_dict(), "trace": tr.name, "n_jobs": len(tr.jobs),
                   "colocation": world, "sharing": mode,
-                  "trace_notes": list(tr.notes), **sim_defaults, **eng,
+                  "trace_notes": list(tr.notes), **sim_defaults, **eng, **extra,
                   "policy_params": policy.params(),
                   **({"predictor": getattr(tru["predictor"], "__name__", "custom")} if "predictor" in tru else {})}
     return res

@@ -61,6 +61,10 @@ What is modelled
   kernels at the rate it really runs), which is ``util_j / slowdown_j`` on its slowest GPU. Cluster utilization is
   the mean over all GPUs (profiling pool included), recorded as a step function at each change.
 
+MIG nodes that may be re-partitioned (``ClusterSpec.faces``) are drained and reconfigured when
+the policy's waiting jobs want whole GPUs: :mod:`gpucast.cluster.repartition` (its events come
+after finishes, OOM checks and profiling at the same instant).
+
 What is not modelled: preemption and migration by the policy, job priorities, network and
 storage, failures other than OOM, the time a placement decision takes.
 
@@ -113,6 +117,7 @@ from gpucast.cluster import gangs, mps
 from gpucast.cluster.behaviour import with_slice_costs
 from gpucast.cluster.policies.base import GpuOccupancy, Policy
 from gpucast.cluster.rates import ARRIVE, FINISH, OOM, PROFILED, GpuRates
+from gpucast.cluster.repartition import DEFAULT_RECONFIG_S, Repartition
 from gpucast.cluster.result import JobRecord, SimResult
 from gpucast.cluster.spec import ClusterSpec
 from gpucast.cluster.trace_formats import Trace
@@ -167,13 +172,17 @@ def pool_size(policy: Policy, n_gpus: int) -> int:
     return policy.profiling_gpus if policy.profiling_gpus is not None else max(1, n_gpus // 64)
 
 
-class Simulator(GpuRates):
+class Simulator(GpuRates, Repartition):
     """One run of a trace through a policy on a cluster (see the module docstring); the rates and
-    utilization are :class:`~gpucast.cluster.rates.GpuRates`'s."""
+    utilization are :class:`~gpucast.cluster.rates.GpuRates`'s, re-partitioning MIG nodes
+    :class:`~gpucast.cluster.repartition.Repartition`'s."""
+
+    RECONFIG = 4        # event kind: a re-partitioned node's whole GPUs open (after FINISH .. PROFILED)
 
     def __init__(self, trace: Trace, spec: ClusterSpec, policy: Policy, truth: Truth, *,
                  checkpoint_s: float = DEFAULT_CHECKPOINT_S, oom_after_s: float = DEFAULT_OOM_AFTER_S,
-                 max_oom_failures: int = DEFAULT_MAX_OOM_FAILURES, progress=None):
+                 max_oom_failures: int = DEFAULT_MAX_OOM_FAILURES, mig_reconfig_s: float = DEFAULT_RECONFIG_S,
+                 progress=None):
         from gpucast.hardware import get_gpu
 
         if checkpoint_s <= 0:
@@ -218,6 +227,7 @@ class Simulator(GpuRates):
         self.pq = deque()
         policy.attach([GpuOccupancy(i, self.gtype[i], self.gcap[i], self.gnode[i], mode=self.gmode[i])
                        for i in range(self.n - npool)])
+        self._init_groups(spec, self.n - npool, mig_reconfig_s)
         # jobs and their profiles
         self.ref = spec.reference_gpu
         self.types = list(spec.gpu_types)
@@ -312,6 +322,8 @@ class Simulator(GpuRates):
                         self._check_oom(j, t)
                 elif kind == _PROFILED:
                     self._profiled(j, t)
+                else:
+                    self._reconfigured(v, t)
             while ai < na and arrivals[ai] == t:
                 j = jobs[order[ai]]
                 ai += 1
@@ -344,7 +356,7 @@ class Simulator(GpuRates):
         event per rate behind). The order of the remaining events is unchanged, and no time with
         only superseded events changes anything, so results are the same; the heap stays small."""
         heap = self.heap
-        heap[:] = [e for e in heap if e[1] == _PROFILED or (e[3].alloc and e[4] == (e[3].seq if e[1] == _OOM
+        heap[:] = [e for e in heap if e[1] >= _PROFILED or (e[3].alloc and e[4] == (e[3].seq if e[1] == _OOM
                                                                                  else e[3].version))]
         heapq.heapify(heap)
         return heap
@@ -367,6 +379,8 @@ class Simulator(GpuRates):
                     self._start(j, alloc, t)
                     placed = True
             if not placed:
+                if self.groups:
+                    self._repartition(t, window)
                 return
 
     def _start(self, j: SimJob, alloc, t):
@@ -418,6 +432,8 @@ class Simulator(GpuRates):
         j.terms = {}
         j.version += 1
         self._rerate(set(alloc), t)
+        if self.draining is not None and self.draining[2] is None:    # a MIG node draining: empty now?
+            self._drained(t)
 
     def _finish(self, j: SimJob, t):
         j.done = j.work
@@ -497,5 +513,6 @@ class Simulator(GpuRates):
             recs.append(JobRecord(tj.job_id, tj.workload, tj.batch_size, tj.gpus, tj.arrival_s, j.start_s,
                                   j.finish_s, j.solo_s, j.gpu_seconds, j.ooms, j.restarts, j.slo,
                                   j.late_s if j.slo is not None else None))
-        return SimResult(self.policy.name, self.n, dict(self.spec.gpu_types), recs, list(self.timeline), end, {},
+        params = {"mig_repartitions": [list(r) for r in self.repartitions]} if self.groups else {}
+        return SimResult(self.policy.name, self.n, dict(self.spec.gpu_types), recs, list(self.timeline), end, params,
                          list(self.alloc_timeline), list(self.busy_intervals))

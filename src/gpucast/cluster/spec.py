@@ -9,8 +9,9 @@ A GPU type may be a MIG slice (``a100-80gb:3g.40gb``, :mod:`gpucast.mig`): :meth
 carves the GPUs of some nodes into a static layout, each slice a GPU of the simulated cluster
 that takes one one-GPU job at a time (or shares it like any GPU: MPS and time-slicing work inside
 a slice), never part of a multi-GPU job (slices have no peer access). A slice counts as its share
-of the whole GPU in the cluster's utilization (:meth:`ClusterSpec.weights`). Re-partitioning a
-GPU while the simulation runs is not modelled.
+of the whole GPU in the cluster's utilization (:meth:`ClusterSpec.weights`). A carved node may
+instead keep both its faces (``faces``, ``partitioned(..., dynamic=True)``): it starts carved and
+the simulator re-partitions it whole on demand (:mod:`gpucast.cluster.repartition`).
 
 Nodes may differ in how their GPUs are shared, as operators configure it per node (the NVIDIA
 device plugin's per-node config label picks time-slicing or MPS replicas): ``modes`` names each
@@ -33,6 +34,9 @@ from dataclasses import dataclass
 class ClusterSpec:
     nodes: tuple[tuple[str, int], ...]   # (catalog GPU name, GPUs on the node), in GPU-index order
     modes: tuple[str | None, ...] | None = None   # each node's sharing mode (None: the run's)
+    # A node the policy may re-partition (partitioned(..., dynamic=True)): its two faces are node
+    # entries, (group, 1) for each carved entry and (group, 0) for the whole one; None: a fixed node
+    faces: tuple[tuple[int, int] | None, ...] | None = None
 
     def __post_init__(self):
         from gpucast.cluster import mps
@@ -45,6 +49,8 @@ class ClusterSpec:
             get_gpu(gpu)  # raises on an unknown GPU name
             if int(n) < 1:
                 raise ValueError(f"a node needs at least one GPU, got {n}")
+        if self.faces is not None and len(self.faces) != len(self.nodes):
+            raise ValueError(f"{len(self.nodes)} nodes but {len(self.faces)} faces")
         if self.modes is not None:
             if len(self.modes) != len(self.nodes):
                 raise ValueError(f"{len(self.nodes)} nodes but {len(self.modes)} sharing modes")
@@ -72,10 +78,13 @@ class ClusterSpec:
 
     @classmethod
     def partitioned(cls, gpu: str, n_gpus: int, layout: str, mig_nodes: int | None = None,
-                    gpus_per_node: int = 8) -> "ClusterSpec":
+                    gpus_per_node: int = 8, dynamic: bool = False) -> "ClusterSpec":
         """``n_gpus`` GPUs of type ``gpu`` on nodes of ``gpus_per_node``, the GPUs of the first
         ``mig_nodes`` nodes (None: all) each carved into the MIG ``layout`` (:func:`gpucast.mig.layout`,
-        e.g. ``"3g.40gb,2g.20gb,2g.20gb"``): those nodes hold the slices, one node entry per profile."""
+        e.g. ``"3g.40gb,2g.20gb,2g.20gb"``): those nodes hold the slices, one node entry per profile.
+        ``dynamic``: each carved node is followed by an entry of its whole GPUs, its other face
+        (``faces``): it starts carved and the policy may re-partition it whole (the engine drains
+        and reconfigures it: :mod:`gpucast.cluster.engine`)."""
         from gpucast import mig
 
         whole = cls.homogeneous(gpu, n_gpus, gpus_per_node)
@@ -87,12 +96,18 @@ class ClusterSpec:
         for p in profiles:
             counts[p.full_name] = counts.get(p.full_name, 0) + 1
         nodes: list[tuple[str, int]] = []
+        faces: list = []
         for i, (g, n) in enumerate(whole.nodes):
             if i < k:
                 nodes += [(name, c * n) for name, c in counts.items()]
+                faces += [(i, 1)] * len(counts)
+                if dynamic:
+                    nodes.append((g, n))
+                    faces.append((i, 0))
             else:
                 nodes.append((g, n))
-        return cls(tuple(nodes))
+                faces.append(None)
+        return cls(tuple(nodes), faces=tuple(faces) if dynamic else None)
 
     def with_mode(self, mode: str, n_nodes: int) -> "ClusterSpec":
         """This cluster with the first ``n_nodes`` nodes of whole GPUs (not MIG slices) sharing
@@ -106,22 +121,23 @@ class ClusterSpec:
         modes = list(self.modes) if self.modes is not None else [None] * len(self.nodes)
         for i in whole[:k]:
             modes[i] = mode
-        return ClusterSpec(self.nodes, tuple(modes))
+        return ClusterSpec(self.nodes, tuple(modes), self.faces)
 
     @classmethod
     def build(cls, gpu: str, n_gpus: int, gpus_per_node: int = 8, mig_layout: str | None = None,
               mig_nodes: int | None = None, mps_nodes: int | None = None,
-              mps_replicas: int | None = None) -> "ClusterSpec":
+              mps_replicas: int | None = None, mig_dynamic: bool = False) -> "ClusterSpec":
         """``gpucast simulate``'s cluster: :meth:`homogeneous`, or :meth:`partitioned` when a MIG
         layout is given; ``mps_nodes``: that many nodes of whole GPUs (after the carved ones) share
         their GPUs through MPS (:meth:`with_mode`), with ``mps_replicas`` clients at most each
-        limited to that share of the SMs (None: no limit)."""
+        limited to that share of the SMs (None: no limit); ``mig_dynamic``: the carved nodes may be
+        re-partitioned whole by the policy (:meth:`partitioned`)."""
         if mig_layout is None:
-            if mig_nodes is not None:
-                raise ValueError("--mig-nodes goes with --mig-layout")
+            if mig_nodes is not None or mig_dynamic:
+                raise ValueError(f"{'--mig-nodes' if mig_nodes is not None else '--mig-dynamic'} goes with --mig-layout")
             spec = cls.homogeneous(gpu, n_gpus, gpus_per_node)
         else:
-            spec = cls.partitioned(gpu, n_gpus, mig_layout, mig_nodes, gpus_per_node)
+            spec = cls.partitioned(gpu, n_gpus, mig_layout, mig_nodes, gpus_per_node, mig_dynamic)
         if mps_replicas is not None and mps_nodes is None:
             raise ValueError("--mps-replicas goes with --mps-nodes")
         if mps_nodes is None:
@@ -142,8 +158,17 @@ class ClusterSpec:
 
     @property
     def physical_gpus(self) -> float:
-        """Whole GPUs the cluster holds (its slices summed by their shares)."""
-        return math.fsum(self.weights())
+        """Whole GPUs the cluster holds (its slices summed by their shares; a node that may be
+        re-partitioned counted once, by its whole face)."""
+        from gpucast import mig
+
+        faces = self.faces if self.faces is not None else (None,) * len(self.nodes)
+        return math.fsum(n * mig.weight(g) for (g, n), f in zip(self.nodes, faces) if f is None or f[1] == 0)
+
+    def gpu_faces(self) -> list[tuple[int, int] | None]:
+        """Each GPU's (group, face) of a node that may be re-partitioned (``faces``), else None."""
+        faces = self.faces if self.faces is not None else (None,) * len(self.nodes)
+        return [f for (_g, n), f in zip(self.nodes, faces) for _ in range(n)]
 
     @property
     def max_job_gpus(self) -> int:

@@ -65,6 +65,7 @@ class Policy:
     lookahead = 1              # how many waiting jobs (in queue order) a pass considers
     profiling_gpus = 0         # GPUs reserved for profiling (profiling policy only)
     profile_s = 0.0
+    drain_busy_nodes = True    # re-partitioning may drain a MIG node with jobs (False: only an empty one)
     score_uses_index = True    # False: score depends only on the GPU's type, memory and jobs,
                                # so the simulator may reuse it across GPUs in the same state
 
@@ -231,6 +232,25 @@ class Policy:
         if commit:
             self._pending[job] = hold
         return self._gidx[run].tolist()
+
+    def switch_off(self, gpu_indices, off: bool) -> None:
+        """Take GPUs out of placement (``off``) or give them back: the faces of a MIG node being
+        re-partitioned (:mod:`gpucast.cluster.repartition`). Giving GPUs back frees capacity, so
+        the failures :meth:`place` remembers are forgotten, as when a job stops."""
+        pos = np.array([self._pos[g] for g in gpu_indices], dtype=np.int64)
+        if not len(pos):
+            return
+        changed = int((self._locked[pos] != off).sum())
+        self._locked[pos] = off
+        self._nlocked += changed if off else -changed
+        if not off:
+            self._stops += 1
+
+    def wants_whole(self, window: list) -> bool:
+        """Whether the jobs of a window that could not be placed want whole GPUs that a carved MIG
+        node could give if re-partitioned (:mod:`gpucast.cluster.repartition`). Base: never (the
+        cluster's layout is left as it is)."""
+        return False
 
     def gang_fits(self, job) -> bool:
         """Whether a planned gang could start now (nothing is placed)."""

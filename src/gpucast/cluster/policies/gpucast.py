@@ -471,6 +471,21 @@ class GpucastPolicy(Policy):
         pos = bisect_right(eqs, je)
         return ((gpu_type, mode), eqs[:pos] + (je,) + eqs[pos:]), order[:pos] + [len(order)] + order[pos:]
 
+    def wants_whole(self, window: list) -> bool:
+        """A waiting job wants whole GPUs: it needs several, or it is allowed on no slice (told more
+        than ``1 + max_slice_cost`` times slower there, or a service its slice would make late)."""
+        for job in window:
+            if job.gpus > 1:
+                return True
+            obs = job.obs
+            if isinstance(obs, dict):
+                sliced = [o for t, o in obs.items() if ":" in t]
+                if sliced and all(o.slice_cost > self.max_slice_cost
+                                  or (o.latency_s is not None and self.respect_latency and self._late(o, 1.0))
+                                  for o in sliced):
+                    return True
+        return False
+
     def _late(self, obs, slowdown: float) -> bool:
         """Whether a service (``obs.latency_s``) would miss its latency target at ``slowdown``: its
         told step, at the upper end of the step's interval with ``cautious`` (a step not told: it
