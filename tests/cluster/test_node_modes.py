@@ -124,6 +124,17 @@ def test_the_policy_counts_the_limit_a_lone_job_pays_and_the_replica_cap():
     assert pol.place(type("J", (), {"gpus": 1, "obs": cool, "ooms": 0})()) is None   # ... the cap does not
 
 
+@pytest.mark.parametrize("name", ["packing", "horus", "profiling", "gpucast"])
+def test_every_sharing_policy_keeps_to_the_replica_cap(name):
+    """A GPU of 2 MPS replicas holding two jobs takes no third, whatever the policy (the device
+    plugin would have no replica left to give); the time-sliced GPU beside it does."""
+    job = _obs("small", 5.0)
+    pol = cl.make_policy(name)
+    pol.attach([_gpu(0, "mps:2", (job, job)), _gpu(1, None, (job, job))])
+    ask = type("J", (), {"gpus": 1, "obs": job, "ooms": 0})()
+    assert pol.place(ask) == [1]
+
+
 def test_the_policy_places_a_job_where_its_gpus_mode_costs_least():
     """Two GPUs holding the same compute-bound job, one time-sliced and one under MPS replicas:
     each job goes where the co-location model, solved in that GPU's mode, says it costs less."""

@@ -40,6 +40,7 @@ class PackingPolicy(Policy):
         self._mem = [m for _i, _t, m, _nd in self._static]
         self._used = [0.0] * n
         self._n = [len(j) for j in self._jobs]       # jobs per GPU (a list: cheaper to read than numpy)
+        self._caps = [self.cap(g) for g in self.view]  # the most jobs each GPU takes (MPS replicas: fewer)
         self._free = np.array(self._mem, dtype=float)
         self._needs: dict = {}     # id(job observation) -> (memory it needs on every GPU, the observation)
         for i in range(n):
@@ -52,7 +53,7 @@ class PackingPolicy(Policy):
         self._run_hi = np.array(starts[1:] + [n], dtype=np.int64)
 
     def _refresh(self, i):
-        self._free[i] = self._mem[i] - self._used[i] if self._n[i] < self.max_jobs_per_gpu else NEG
+        self._free[i] = self._mem[i] - self._used[i] if self._n[i] < self._caps[i] else NEG
 
     # The base hooks' bookkeeping (observations per GPU, counts) and this policy's, in one pass.
     def on_start(self, job, gpu_indices):
