@@ -132,7 +132,8 @@ def main(argv=None) -> int:
 
     def one(tr, config):
         _label, policy, mode, layout, nodes, mps_nodes, replicas, *rest = config
-        dynamic, params = (rest + [False, {}][len(rest):])[:2]
+        dynamic = rest[0] if rest else False
+        params = rest[1] if len(rest) > 1 else {}
         spec = cl.ClusterSpec.build(GPU, args.gpus, 8, layout, nodes, mps_nodes, replicas, dynamic)
         res = cl.simulate(tr, spec, policy, sharing=mode, **params)
         return res, {"policy": policy, "sharing": mode, "mig_layout": layout, "mig_nodes": nodes,

@@ -358,27 +358,22 @@ class GpucastPolicy(Policy):
             sel = None if one else np.flatnonzero(gtype[todo] == t)
             if sel is not None and not len(sel):
                 continue
+            ids = todo if one else todo[sel]
             if (mode or run_mode) != "timeslice":            # MPS: the Python solve
-                ids = todo if one else todo[sel]
                 got, ok = super()._class_scores(job_obs, ids)
                 got[~ok] = np.nan
-                if one:
-                    sc = got
-                else:
-                    sc[sel] = got
-                continue
-            job = obs_for(job_obs, gpu_type)
-            if job.slice_cost > self.max_slice_cost:
-                continue        # a MIG slice this much slower than its whole GPU: not allowed anywhere
-            jrow, jeq = self._row(job)
-            if self.__dict__.get("_no_fill"):
-                return super()._class_scores(job_obs, todo)
-            if tab[2] is None:
-                tab[2] = np.array(tab[1], dtype=np.float64)
-            ids = todo if one else todo[sel]
-            got = fill(tab[2], nres, rows, eqs, gmem, before, bknown, ids, jrow, jeq,
-                       self._pair_table(gpu_type) if use_pairs else _NO_PAIRS, use_pairs, self.max_jobs_per_gpu,
-                       self.min_gain, self.consolidate, job.slice_cost)
+            else:
+                job = obs_for(job_obs, gpu_type)
+                if job.slice_cost > self.max_slice_cost:
+                    continue    # a MIG slice this much slower than its whole GPU: not allowed anywhere
+                jrow, jeq = self._row(job)
+                if self.__dict__.get("_no_fill"):
+                    return super()._class_scores(job_obs, todo)
+                if tab[2] is None:
+                    tab[2] = np.array(tab[1], dtype=np.float64)
+                got = fill(tab[2], nres, rows, eqs, gmem, before, bknown, ids, jrow, jeq,
+                           self._pair_table(gpu_type) if use_pairs else _NO_PAIRS, use_pairs, self.max_jobs_per_gpu,
+                           self.min_gain, self.consolidate, job.slice_cost)
             if one:
                 sc = got
             else:
