@@ -20,7 +20,10 @@ The MPS model's constants are the time-slicing fit's (no measured MPS pairs here
 sharing of kernels on SMs kept apart by limits is a closed form, :mod:`gpucast.cluster.mps`), so
 MPS rows are the model's consequence, not a measurement; MIG slices are the analytic slices of
 :mod:`gpucast.mig`. Switching a node's sharing mode during the run is not simulated; MIG nodes are
-static or re-partitioned whole on demand (the last rows). A cluster of MPS replicas only is not a row: its multi-GPU jobs could not run.
+static or re-partitioned on demand (the last rows: whole, and carved where no waiting job needs
+several GPUs). A cluster of MPS replicas only is not a row: its multi-GPU jobs could not run. A
+second table runs the one-GPU jobs of the mix with one job per GPU or slice, the setting where a
+MIG slice adds room: static layouts against nodes carved on demand.
 
     .venv/bin/python benchmarks/sharing_modes.py [--gpus 64] [--heavy 3] [--limit N]
 """
@@ -61,6 +64,25 @@ CONFIGS = [
      None, None, True),
     (f"gpucast, 2 nodes of {LAYOUT} re-partitioned on demand, empty nodes only", "gpucast", "timeslice", LAYOUT,
      2, None, None, True, {"drain_busy_nodes": False}),
+    (f"gpucast, 2 nodes of {LAYOUT} starting whole, carved on demand", "gpucast", "timeslice", LAYOUT, 2,
+     None, None, True, {}, "whole"),
+]
+# The one-GPU jobs of pai-mix, one job per GPU or slice (max_jobs_per_gpu = 1): the setting MIG is for
+EXCLUSIVE = {"max_jobs_per_gpu": 1}
+ONE_GPU_CONFIGS = [
+    ("slot, whole GPUs", "slot", "timeslice", None, None, None, None),
+    ("gpucast, time-slicing (up to 4 jobs a GPU)", "gpucast", "timeslice", None, None, None, None),
+    ("gpucast, one job a GPU", "gpucast", "timeslice", None, None, None, None, False, EXCLUSIVE),
+    (f"gpucast, one job a GPU or slice, 2 nodes of {LAYOUT}", "gpucast", "timeslice", LAYOUT, 2, None, None,
+     False, EXCLUSIVE),
+    ("gpucast, one job a GPU or slice, 2 nodes of 1g.10gb*7", "gpucast", "timeslice", "1g.10gb*7", 2, None, None,
+     False, EXCLUSIVE),
+    (f"gpucast, one job a GPU or slice, 2 nodes of {LAYOUT} carved on demand", "gpucast", "timeslice", LAYOUT, 2,
+     None, None, True, EXCLUSIVE, "whole"),
+    ("gpucast, one job a GPU or slice, 2 nodes of 1g.10gb*7 carved on demand", "gpucast", "timeslice", "1g.10gb*7",
+     2, None, None, True, EXCLUSIVE, "whole"),
+    ("gpucast, one job a GPU or slice, all nodes of 1g.10gb*7 carved on demand", "gpucast", "timeslice",
+     "1g.10gb*7", None, None, None, True, EXCLUSIVE, "whole"),
 ]
 
 
@@ -127,6 +149,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import gpucast.cluster as cl
+    from gpucast.cluster.trace_formats import Trace
 
     base = cl.load_trace("pai-mix", gpus=args.gpus, limit=args.limit)
 
@@ -134,13 +157,16 @@ def main(argv=None) -> int:
         _label, policy, mode, layout, nodes, mps_nodes, replicas, *rest = config
         dynamic = rest[0] if rest else False
         params = rest[1] if len(rest) > 1 else {}
-        spec = cl.ClusterSpec.build(GPU, args.gpus, 8, layout, nodes, mps_nodes, replicas, dynamic)
+        start = rest[2] if len(rest) > 2 else "carved"
+        spec = cl.ClusterSpec.build(GPU, args.gpus, 8, layout, nodes, mps_nodes, replicas, dynamic, start)
         res = cl.simulate(tr, spec, policy, sharing=mode, **params)
         return res, {"policy": policy, "sharing": mode, "mig_layout": layout, "mig_nodes": nodes,
-                     "mps_nodes": mps_nodes, "mps_replicas": replicas, "mig_dynamic": dynamic, "params": params,
-                     "mig_repartitions": res.params.get("mig_repartitions")}
+                     "mps_nodes": mps_nodes, "mps_replicas": replicas, "mig_dynamic": dynamic, "mig_start": start,
+                     "params": params, "mig_repartitions": res.params.get("mig_repartitions")}
 
     loads, rows, raw = run_loads(base, args.gpus, args.heavy, CONFIGS, one)
+    one_gpu = Trace("pai-mix, one-GPU jobs", [j for j in base.jobs if j.gpus == 1])
+    _loads, rows1, raw1 = run_loads(one_gpu, args.gpus, args.heavy, ONE_GPU_CONFIGS, one)
 
     lines = ["## Sharing modes: time-slicing, MPS and MIG layouts (pai-mix on A100-80GB)", "",
              f"Command: `python benchmarks/sharing_modes.py --gpus {args.gpus} --heavy {args.heavy:g}"
@@ -155,12 +181,26 @@ def main(argv=None) -> int:
              "MIG slice takes one-GPU jobs only. \"Re-partitioned on demand\": the carved nodes start carved; when "
              "jobs that want whole GPUs wait, gpucast drains one (no new jobs on its slices, running ones finish; "
              "or only a node already empty), it is reconfigured for 60 s, then its whole GPUs open "
-             "(gpucast.cluster.repartition).", ""]
+             "(gpucast.cluster.repartition); \"starting whole, carved on demand\": the other way (gpucast carves "
+             "only where no waiting job needs several GPUs: on this mix one always does).", ""]
 
-    lines += tables(loads, rows, "util % queued | vs slot | JCT mean h | JCT p99 h | queue mean h | makespan h | wall s",
-                    lambda s, wall, q, vs: [q, vs, _h(s.get("jct_mean_s")), _h(s.get("jct_p99_s")),
-                                            _h(s.get("queue_delay_mean_s")), _h(s.get("makespan_s")), f"{wall:.1f}"])
-    write(args.out, lines, raw)
+    header = "util % queued | vs slot | JCT mean h | JCT p99 h | queue mean h | makespan h | wall s"
+
+    def cells(s, wall, q, vs):
+        return [q, vs, _h(s.get("jct_mean_s")), _h(s.get("jct_p99_s")), _h(s.get("queue_delay_mean_s")),
+                _h(s.get("makespan_s")), f"{wall:.1f}"]
+
+    lines += tables(loads, rows, header, cells)
+    lines += ["### One job per GPU or slice: the one-GPU jobs of pai-mix", "",
+              f"The {len(one_gpu.jobs)} one-GPU jobs of the same mix (the multi-GPU ones left out) on the same "
+              "cluster; \"one job a GPU or slice\": gpucast with max_jobs_per_gpu = 1, where a MIG slice takes a job "
+              "a whole GPU would otherwise hold alone. \"Carved on demand\": the nodes start whole and gpucast "
+              "carves one when no waiting job needs several GPUs and more jobs wait than the node's whole GPUs could "
+              "hold, each getting more done on its slices (its own slowdowns and slice costs); the node whose jobs are expected to "
+              "end first (start + time limit) drains, is reconfigured for 60 s, and keeps its face at least an "
+              "hour. \"-\" utilization: no job ever waited.", ""]
+    lines += tables(loads, rows1, header, cells)
+    write(args.out, lines, raw + [{"trace": "one-GPU jobs", **r} for r in raw1])
     return 0
 
 

@@ -148,10 +148,19 @@ def register(app: typer.Typer, cli) -> None:
                                                          help="With --mig-layout: how many nodes are carved."),
                  mig_dynamic: bool = typer.Option(
                      False, "--mig-dynamic",
-                     help="With --mig-layout: the carved nodes start carved and may be re-partitioned whole "
-                          "when jobs that want whole GPUs wait (the gpucast and oracle policies ask for it): "
-                          "the node drains (no new jobs on its slices; running ones finish), is reconfigured "
-                          "for --mig-reconfig-s, then its whole GPUs open."),
+                     help="With --mig-layout: the carved nodes start carved (--mig-start) and are "
+                          "re-partitioned whole when jobs that want whole GPUs wait, or carved again when "
+                          "jobs that would run on a slice wait (the gpucast and oracle policies ask for it): "
+                          "the node drains (no new jobs on it; running ones finish), is reconfigured for "
+                          "--mig-reconfig-s, then its other face opens."),
+                 mig_start: str = typer.Option(
+                     "carved", "--mig-start", metavar="carved|whole",
+                     help="With --mig-dynamic: the face the re-partitionable nodes start with (whole: they are "
+                          "carved only when the policy wants slices)."),
+                 mig_hold_s: Optional[float] = typer.Option(
+                     None, "--mig-hold-s", min=0.0,
+                     help="With --mig-dynamic: seconds a node keeps a face it opened before it may be "
+                          "re-partitioned again (default 3600, our choice; 0: none)."),
                  mig_reconfig_s: Optional[float] = typer.Option(
                      None, "--mig-reconfig-s", min=0.0,
                      help="With --mig-dynamic: seconds a node takes to be reconfigured once drained (default 60, "
@@ -198,7 +207,8 @@ def register(app: typer.Typer, cli) -> None:
         if sweep or workers is not None or ray_address is not None or markdown_out is not None:
             return run_sweep(cli, sweep or [], trace=trace, gpus=gpus, gpu_type=gpu_type, gpus_per_node=gpus_per_node,
                              mig_layout=mig_layout, mig_nodes=mig_nodes, mps_nodes=mps_nodes, mps_replicas=mps_replicas,
-                             mig_dynamic=mig_dynamic, mig_reconfig_s=mig_reconfig_s,
+                             mig_dynamic=mig_dynamic, mig_reconfig_s=mig_reconfig_s, mig_start=mig_start,
+                             mig_hold_s=mig_hold_s,
                              policies=policies, seed=seed, error_sigma=error_sigma, limit=limit, load=load,
                              report=report, json_out=json_out, markdown_out=markdown_out, env_file=env_file,
                              colocation=colocation, workers=workers, ray_address=ray_address,
@@ -207,14 +217,13 @@ def register(app: typer.Typer, cli) -> None:
         def check():
             check_base(gpus=gpus, gpus_per_node=gpus_per_node, limit=limit, load=load, error_sigma=error_sigma,
                        colocation=colocation, sharing=colocation_mode)
-            if mig_reconfig_s is not None and not mig_dynamic:
-                raise ValueError("--mig-reconfig-s goes with --mig-dynamic")
+            check_dynamic(mig_dynamic, mig_reconfig_s, mig_hold_s)
             names = parse_policies(policies, list(cl.POLICIES))
             # Reserve the output files before any work: an unwritable one fails here, not after the run.
             outs = reserve_outputs((report, "--report"), (json_out, "--json"))
             try:
                 spec = cl.ClusterSpec.build(gpu_type, gpus, gpus_per_node, mig_layout, mig_nodes, mps_nodes, mps_replicas,
-                                            mig_dynamic)
+                                            mig_dynamic, mig_start)
                 env = cli._environment(env_file)
                 jobs = _load_trace(cl, trace, gpus, limit, load, env, cli.err)
                 check_gangs(cl, jobs, spec, names)
@@ -230,7 +239,7 @@ def register(app: typer.Typer, cli) -> None:
         try:
             results = run_policies(cl, jobs, spec, names, cli.err, seed=seed, error_sigma=error_sigma,
                                    colocation=colocation, sharing=colocation_mode,
-                                   **({"mig_reconfig_s": mig_reconfig_s} if mig_reconfig_s is not None else {}))
+                                   **engine_params(mig_reconfig_s, mig_hold_s))
         finally:
             set_environment(None)
         from gpucast.cluster import metrics
@@ -241,7 +250,7 @@ def register(app: typer.Typer, cli) -> None:
         trace_name = (results[0].result.params or {}).get("trace", trace) if results else trace
         es = (results[0].result.params or {}).get("error_sigma", {}) if results else {}
         carved = (f" ({'all' if mig_nodes is None else mig_nodes} nodes carved into MIG {mig_layout}"
-                  + (", re-partitioned on demand" if mig_dynamic else "") + ")" if mig_layout else "") + (f" ({mps_nodes} nodes under MPS" + (f", {mps_replicas} replicas" if mps_replicas else "") + ")"
+                  + (f", re-partitioned on demand from {mig_start}" if mig_dynamic else "") + ")" if mig_layout else "") + (f" ({mps_nodes} nodes under MPS" + (f", {mps_replicas} replicas" if mps_replicas else "") + ")"
                      if mps_nodes else "")
         title = (f"gpucast simulate: {n_jobs} jobs (trace {trace_name}) on {gpus} x {gpu_type}{carved}, seed {seed}, "
                  f"error sigma util {es.get('util', 0):.3g} / memory {es.get('memory', 0):.3g} / "
@@ -253,9 +262,9 @@ def register(app: typer.Typer, cli) -> None:
         for r in results:
             reps = (r.result.params or {}).get("mig_repartitions")
             if reps:
-                waits = ", ".join(f"{(end - start) / 3600:.1f} h" for start, end, _k in reps)
-                cli.console.print(f"{r.policy}: re-partitioned {len(reps)} MIG node(s) whole (drain and "
-                                  f"reconfiguration: {waits})", highlight=False, markup=False)
+                waits = ", ".join(f"{face} {(end - start) / 3600:.1f} h" for start, end, _k, face in reps)
+                cli.console.print(f"{r.policy}: re-partitioned {len(reps)} MIG node(s) (the face opened, after "
+                                  f"its drain and reconfiguration: {waits})", highlight=False, markup=False)
         for sm in summaries:
             if sm.get("services"):
                 met, wait = sm.get("service_slo_met_pct"), sm.get("service_wait_mean_s")
@@ -386,6 +395,18 @@ def check_base(*, gpus, gpus_per_node, limit, load, error_sigma, colocation, sha
         raise ValueError(f"unknown --colocation-mode {sharing!r}; choose from {', '.join(MODES)}{hint}")
 
 
+def check_dynamic(mig_dynamic, mig_reconfig_s, mig_hold_s) -> None:
+    """The re-partitioning options go with --mig-dynamic."""
+    for name, v in (("--mig-reconfig-s", mig_reconfig_s), ("--mig-hold-s", mig_hold_s)):
+        if v is not None and not mig_dynamic:
+            raise ValueError(f"{name} goes with --mig-dynamic")
+
+
+def engine_params(mig_reconfig_s, mig_hold_s) -> dict:
+    """The re-partitioning options given, as the engine's parameters."""
+    return {k: v for k, v in (("mig_reconfig_s", mig_reconfig_s), ("mig_hold_s", mig_hold_s)) if v is not None}
+
+
 def _jsonable(obj):
     """``obj`` with anything json cannot write turned into its string."""
     return json.loads(json.dumps(obj, default=str))
@@ -394,7 +415,7 @@ def _jsonable(obj):
 def run_sweep(cli, specs, *, trace, gpus, gpu_type, gpus_per_node, policies, seed, error_sigma, limit, load,
               report, json_out, markdown_out, env_file, colocation, workers, ray_address,
               sharing="timeslice", mig_layout=None, mig_nodes=None, mps_nodes=None,
-              mps_replicas=None, mig_dynamic=False, mig_reconfig_s=None) -> None:
+              mps_replicas=None, mig_dynamic=False, mig_reconfig_s=None, mig_start="carved", mig_hold_s=None) -> None:
     """``simulate --sweep``: check everything (axes, values, traces, gangs, output files) before
     any run, then run the sweep (:mod:`gpucast.cluster.sweep`) with a progress bar and print,
     and optionally write, its one table."""
@@ -414,8 +435,7 @@ def run_sweep(cli, specs, *, trace, gpus, gpu_type, gpus_per_node, policies, see
             raise ValueError("--ray-address is empty: give 'auto', 'host:port', 'ray://host:port' or 'local'")
         check_base(gpus=gpus, gpus_per_node=gpus_per_node, limit=limit, load=load, error_sigma=error_sigma,
                    colocation=colocation, sharing=sharing)
-        if mig_reconfig_s is not None and not mig_dynamic:
-            raise ValueError("--mig-reconfig-s goes with --mig-dynamic")
+        check_dynamic(mig_dynamic, mig_reconfig_s, mig_hold_s)
         axes = sw.parse_axes(specs, list(cl.POLICIES))
         names = axes.get("policy") or parse_policies(policies, list(cl.POLICIES))
         outs = reserve_outputs((json_out, "--json"), (markdown_out, "--markdown"))
@@ -423,14 +443,15 @@ def run_sweep(cli, specs, *, trace, gpus, gpu_type, gpus_per_node, policies, see
             if ray_address is not None:
                 connected[0] = sw.connect(ray_address.strip())   # an unreachable cluster fails before any work
             for g in axes.get("gpus", [gpus]):
-                cl.ClusterSpec.build(gpu_type, g, gpus_per_node, mig_layout, mig_nodes, mps_nodes, mps_replicas, mig_dynamic)
+                cl.ClusterSpec.build(gpu_type, g, gpus_per_node, mig_layout, mig_nodes, mps_nodes, mps_replicas, mig_dynamic,
+                                     mig_start)
             env = cli._environment(env_file)
             base = sw.Base(trace=trace, gpus=gpus, gpu_type=gpu_type, gpus_per_node=gpus_per_node,
                            policies=tuple(names), seed=seed, error_sigma=error_sigma, limit=limit, load=load,
                            colocation=colocation, env=env, mig_layout=mig_layout, mig_nodes=mig_nodes, mps_nodes=mps_nodes,
-                           mps_replicas=mps_replicas, mig_dynamic=mig_dynamic,
+                           mps_replicas=mps_replicas, mig_dynamic=mig_dynamic, mig_start=mig_start,
                            params=((("sharing", sharing),) if sharing != "timeslice" else ())
-                           + ((("mig_reconfig_s", mig_reconfig_s),) if mig_reconfig_s is not None else ()))
+                           + tuple(engine_params(mig_reconfig_s, mig_hold_s).items()))
             pts = sw.points(base, axes)
             with _bar(cli.err) as bar:
                 shared = sw.prepare(base, pts, progress=bar)

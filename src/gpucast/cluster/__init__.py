@@ -22,7 +22,7 @@ from gpucast.cluster.spec import ClusterSpec
 from gpucast.cluster.traces import Trace, TraceError, TraceJob, load_trace, synthetic
 from gpucast.cluster.truth import Observation, Truth
 
-_ENGINE_PARAMS = ("checkpoint_s", "oom_after_s", "max_oom_failures", "mig_reconfig_s")
+_ENGINE_PARAMS = ("checkpoint_s", "oom_after_s", "max_oom_failures", "mig_reconfig_s", "mig_hold_s")
 _TRUTH_PARAMS = ("predictor", "use_gavel", "measurements_dir")
 
 
@@ -43,7 +43,8 @@ def simulate(trace, cluster_spec, policy_name: str, *, seed: int = 0, error_sigm
     (:data:`gpucast.cluster.timeshare.MODES`: ``timeslice``, CUDA's default time-slicing, or
     ``mps``, NVIDIA MPS; None: the one in force, ``timeslice`` unless changed).
     ``progress(done_jobs, total_jobs)`` is called as jobs end. Other keyword
-    parameters go to the engine (``checkpoint_s``, ``oom_after_s``, ``max_oom_failures``), the
+    parameters go to the engine (``checkpoint_s``, ``oom_after_s``, ``max_oom_failures``,
+    ``mig_reconfig_s``, ``mig_hold_s``), the
     truth (``predictor``, ``use_gavel``, ``measurements_dir``) or the policy (e.g.
     ``max_jobs_per_gpu``, ``lookahead``, ``min_gain``, ``profiling_gpus``, ``profile_s``).
     """

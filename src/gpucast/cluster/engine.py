@@ -117,7 +117,7 @@ from gpucast.cluster import gangs, mps
 from gpucast.cluster.behaviour import with_slice_costs
 from gpucast.cluster.policies.base import GpuOccupancy, Policy
 from gpucast.cluster.rates import ARRIVE, FINISH, OOM, PROFILED, GpuRates
-from gpucast.cluster.repartition import DEFAULT_RECONFIG_S, Repartition
+from gpucast.cluster.repartition import DEFAULT_HOLD_S, DEFAULT_RECONFIG_S, Repartition
 from gpucast.cluster.result import JobRecord, SimResult
 from gpucast.cluster.spec import ClusterSpec
 from gpucast.cluster.trace_formats import Trace
@@ -177,12 +177,12 @@ class Simulator(GpuRates, Repartition):
     utilization are :class:`~gpucast.cluster.rates.GpuRates`'s, re-partitioning MIG nodes
     :class:`~gpucast.cluster.repartition.Repartition`'s."""
 
-    RECONFIG = 4        # event kind: a re-partitioned node's whole GPUs open (after FINISH .. PROFILED)
+    RECONFIG = 4        # event kind: a re-partitioned node's other face opens (after FINISH .. PROFILED)
 
     def __init__(self, trace: Trace, spec: ClusterSpec, policy: Policy, truth: Truth, *,
                  checkpoint_s: float = DEFAULT_CHECKPOINT_S, oom_after_s: float = DEFAULT_OOM_AFTER_S,
                  max_oom_failures: int = DEFAULT_MAX_OOM_FAILURES, mig_reconfig_s: float = DEFAULT_RECONFIG_S,
-                 progress=None):
+                 mig_hold_s: float = DEFAULT_HOLD_S, progress=None):
         from gpucast.hardware import get_gpu
 
         if checkpoint_s <= 0:
@@ -227,7 +227,7 @@ class Simulator(GpuRates, Repartition):
         self.pq = deque()
         policy.attach([GpuOccupancy(i, self.gtype[i], self.gcap[i], self.gnode[i], mode=self.gmode[i])
                        for i in range(self.n - npool)])
-        self._init_groups(spec, self.n - npool, mig_reconfig_s)
+        self._init_groups(spec, self.n - npool, mig_reconfig_s, mig_hold_s)
         # jobs and their profiles
         self.ref = spec.reference_gpu
         self.types = list(spec.gpu_types)

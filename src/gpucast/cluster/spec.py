@@ -10,8 +10,9 @@ carves the GPUs of some nodes into a static layout, each slice a GPU of the simu
 that takes one one-GPU job at a time (or shares it like any GPU: MPS and time-slicing work inside
 a slice), never part of a multi-GPU job (slices have no peer access). A slice counts as its share
 of the whole GPU in the cluster's utilization (:meth:`ClusterSpec.weights`). A carved node may
-instead keep both its faces (``faces``, ``partitioned(..., dynamic=True)``): it starts carved and
-the simulator re-partitions it whole on demand (:mod:`gpucast.cluster.repartition`).
+instead keep both its faces (``faces``, ``partitioned(..., dynamic=True)``): it starts carved (or
+whole: ``start_whole``) and the simulator re-partitions it either way on demand
+(:mod:`gpucast.cluster.repartition`).
 
 Nodes may differ in how their GPUs are shared, as operators configure it per node (the NVIDIA
 device plugin's per-node config label picks time-slicing or MPS replicas): ``modes`` names each
@@ -29,6 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+STARTS = ("carved", "whole")   # the face a node that may be re-partitioned starts with
+
 
 @dataclass(frozen=True)
 class ClusterSpec:
@@ -37,6 +40,7 @@ class ClusterSpec:
     # A node the policy may re-partition (partitioned(..., dynamic=True)): its two faces are node
     # entries, (group, 1) for each carved entry and (group, 0) for the whole one; None: a fixed node
     faces: tuple[tuple[int, int] | None, ...] | None = None
+    start_whole: bool = False    # the nodes with two faces start with their whole GPUs open (else carved)
 
     def __post_init__(self):
         from gpucast.cluster import mps
@@ -51,6 +55,8 @@ class ClusterSpec:
                 raise ValueError(f"a node needs at least one GPU, got {n}")
         if self.faces is not None and len(self.faces) != len(self.nodes):
             raise ValueError(f"{len(self.nodes)} nodes but {len(self.faces)} faces")
+        if self.start_whole and self.faces is None:
+            raise ValueError("--mig-start goes with --mig-dynamic")
         if self.modes is not None:
             if len(self.modes) != len(self.nodes):
                 raise ValueError(f"{len(self.nodes)} nodes but {len(self.modes)} sharing modes")
@@ -78,15 +84,17 @@ class ClusterSpec:
 
     @classmethod
     def partitioned(cls, gpu: str, n_gpus: int, layout: str, mig_nodes: int | None = None,
-                    gpus_per_node: int = 8, dynamic: bool = False) -> "ClusterSpec":
+                    gpus_per_node: int = 8, dynamic: bool = False, start: str = "carved") -> "ClusterSpec":
         """``n_gpus`` GPUs of type ``gpu`` on nodes of ``gpus_per_node``, the GPUs of the first
         ``mig_nodes`` nodes (None: all) each carved into the MIG ``layout`` (:func:`gpucast.mig.layout`,
         e.g. ``"3g.40gb,2g.20gb,2g.20gb"``): those nodes hold the slices, one node entry per profile.
         ``dynamic``: each carved node is followed by an entry of its whole GPUs, its other face
-        (``faces``): it starts carved and the policy may re-partition it whole (the engine drains
-        and reconfigures it: :mod:`gpucast.cluster.engine`)."""
+        (``faces``): it starts ``start`` ("carved" or "whole") and the policy may re-partition it
+        either way (the engine drains and reconfigures it: :mod:`gpucast.cluster.repartition`)."""
         from gpucast import mig
 
+        if start not in STARTS:
+            raise ValueError(f"unknown --mig-start {start!r}; choose from {', '.join(STARTS)}")
         whole = cls.homogeneous(gpu, n_gpus, gpus_per_node)
         profiles = mig.layout(gpu, layout)
         k = len(whole.nodes) if mig_nodes is None else int(mig_nodes)
@@ -107,7 +115,7 @@ class ClusterSpec:
             else:
                 nodes.append((g, n))
                 faces.append(None)
-        return cls(tuple(nodes), faces=tuple(faces) if dynamic else None)
+        return cls(tuple(nodes), faces=tuple(faces) if dynamic else None, start_whole=dynamic and start == "whole")
 
     def with_mode(self, mode: str, n_nodes: int) -> "ClusterSpec":
         """This cluster with the first ``n_nodes`` nodes of whole GPUs (not MIG slices) sharing
@@ -121,23 +129,29 @@ class ClusterSpec:
         modes = list(self.modes) if self.modes is not None else [None] * len(self.nodes)
         for i in whole[:k]:
             modes[i] = mode
-        return ClusterSpec(self.nodes, tuple(modes), self.faces)
+        return ClusterSpec(self.nodes, tuple(modes), self.faces, self.start_whole)
 
     @classmethod
     def build(cls, gpu: str, n_gpus: int, gpus_per_node: int = 8, mig_layout: str | None = None,
               mig_nodes: int | None = None, mps_nodes: int | None = None,
-              mps_replicas: int | None = None, mig_dynamic: bool = False) -> "ClusterSpec":
+              mps_replicas: int | None = None, mig_dynamic: bool = False,
+              mig_start: str = "carved") -> "ClusterSpec":
         """``gpucast simulate``'s cluster: :meth:`homogeneous`, or :meth:`partitioned` when a MIG
         layout is given; ``mps_nodes``: that many nodes of whole GPUs (after the carved ones) share
         their GPUs through MPS (:meth:`with_mode`), with ``mps_replicas`` clients at most each
         limited to that share of the SMs (None: no limit); ``mig_dynamic``: the carved nodes may be
-        re-partitioned whole by the policy (:meth:`partitioned`)."""
+        re-partitioned by the policy, starting ``mig_start`` (:meth:`partitioned`)."""
         if mig_layout is None:
             if mig_nodes is not None or mig_dynamic:
                 raise ValueError(f"{'--mig-nodes' if mig_nodes is not None else '--mig-dynamic'} goes with --mig-layout")
+        if mig_start not in STARTS:
+            raise ValueError(f"unknown --mig-start {mig_start!r}; choose from {', '.join(STARTS)}")
+        if mig_start != "carved" and not mig_dynamic:
+            raise ValueError("--mig-start goes with --mig-dynamic")
+        if mig_layout is None:
             spec = cls.homogeneous(gpu, n_gpus, gpus_per_node)
         else:
-            spec = cls.partitioned(gpu, n_gpus, mig_layout, mig_nodes, gpus_per_node, mig_dynamic)
+            spec = cls.partitioned(gpu, n_gpus, mig_layout, mig_nodes, gpus_per_node, mig_dynamic, mig_start)
         if mps_replicas is not None and mps_nodes is None:
             raise ValueError("--mps-replicas goes with --mps-nodes")
         if mps_nodes is None:

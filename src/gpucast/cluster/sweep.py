@@ -80,7 +80,8 @@ class Base:
     mig_nodes: int | None = None
     mps_nodes: int | None = None      # nodes of whole GPUs that share them through MPS (ClusterSpec.with_mode)
     mps_replicas: int | None = None   # their MPS replicas (each client limited to 1/N; None: no limit)
-    mig_dynamic: bool = False         # the carved nodes may be re-partitioned whole (gpucast.cluster.repartition)
+    mig_dynamic: bool = False         # the carved nodes may be re-partitioned (gpucast.cluster.repartition)
+    mig_start: str = "carved"         # the face they start with (ClusterSpec.partitioned)
 
 
 @dataclass(frozen=True)
@@ -275,7 +276,7 @@ def _spec(base: Base, gpus: int):
     from gpucast.cluster.spec import ClusterSpec
 
     return ClusterSpec.build(base.gpu_type, gpus, base.gpus_per_node, base.mig_layout, base.mig_nodes, base.mps_nodes,
-                             base.mps_replicas, base.mig_dynamic)
+                             base.mps_replicas, base.mig_dynamic, base.mig_start)
 
 
 def run_point(point: Point, shared: Shared, trace=None) -> tuple[dict, float, float]:

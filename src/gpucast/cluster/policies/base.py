@@ -110,8 +110,16 @@ class Policy:
     def cap(self, gpu: GpuOccupancy) -> int:
         """The most jobs ``gpu`` may hold: ``max_jobs_per_gpu``, and at most N on a GPU shared as
         ``"mps:N"`` (the device plugin's MPS replicas, :func:`gpucast.cluster.mps.replicas`)."""
-        k = mps.replicas(gpu.mode)
+        return self._cap(gpu.mode)
+
+    def _cap(self, mode) -> int:
+        """:meth:`cap` of a GPU shared in ``mode``."""
+        k = mps.replicas(mode)
         return self.max_jobs_per_gpu if k is None else min(self.max_jobs_per_gpu, k)
+
+    def room(self, gpu_indices) -> int:
+        """How many jobs these GPUs may hold together (:meth:`cap` each)."""
+        return sum(self._cap(self._gmode[self._pos[g]]) for g in gpu_indices)
 
     def predicted_slowdowns(self, gpu: GpuOccupancy, job: Observation) -> list[float]:
         """Slowdowns this policy expects for ``gpu``'s jobs and then ``job`` if it joined."""
@@ -250,6 +258,12 @@ class Policy:
         """Whether the jobs of a window that could not be placed want whole GPUs that a carved MIG
         node could give if re-partitioned (:mod:`gpucast.cluster.repartition`). Base: never (the
         cluster's layout is left as it is)."""
+        return False
+
+    def wants_slices(self, waiting, whole, sliced) -> bool:
+        """Whether to carve a whole MIG node (asked after :meth:`wants_whole` when a pass placed
+        nothing): ``waiting``, the waiting jobs in queue order (an iterator), ``whole`` and
+        ``sliced``, the node's GPU indices on either face. Base: never."""
         return False
 
     def gang_fits(self, job) -> bool:
