@@ -78,14 +78,14 @@ class Repartition:
         pol = self.policy
         for leave in (CARVED, WHOLE):
             nodes = [k for k, f in self.face.items() if f == leave and t - self.opened[k] >= self.hold_s]
-            if not nodes:
+            if not nodes or (leave == CARVED and not pol.wants_whole(window)):
                 continue
             k = min(nodes, key=lambda k: self._drain_order(k, leave, t))
             if not pol.drain_busy_nodes and any(self.on[g] for g in self.groups[k][leave]):
                 continue
             faces = self.groups[k]
-            if pol.wants_whole(window) if leave == CARVED else pol.wants_slices(
-                    chain(self.requeued.values(), self.queue.values()), faces[WHOLE], faces[CARVED]):
+            if leave == CARVED or pol.wants_slices(chain(self.requeued.values(), self.queue.values()),
+                                                   faces[WHOLE], faces[CARVED]):
                 break
         else:
             return
@@ -99,11 +99,8 @@ class Repartition:
         by its start and the time limit its user gave (``limit_s``, as a backfilling scheduler
         reads it; one past its limit: now; none given: never), then the one running the fewest."""
         jobs = {id(j): j for g in self.groups[k][face] for j in self.on[g]}.values()
-        end = max((t if j.limit_s is None or j.run_start + j.limit_s < t else j.run_start + j.limit_s
-                   for j in jobs), default=t)
-        if any(j.limit_s is None for j in jobs):
-            end = float("inf")
-        return end, len(jobs), k
+        ends = [float("inf") if j.limit_s is None else max(t, j.run_start + j.limit_s) for j in jobs]
+        return max(ends, default=t), len(ends), k
 
     def _drained(self, t) -> None:
         """Once the draining node is empty, its reconfiguration starts (the event at its end)."""
