@@ -35,6 +35,15 @@ def advise(job, gpus=None, **options):
     return _advise(job, gpus, **options)
 
 
+def pack(jobs, gpu="a100-80gb", config=None, env=None):
+    """Several one-GPU jobs on one GPU: time-slicing, HAMi core limits, MPS, MPS replicas or a MIG
+    layout, each job's slowdown and which keeps the most of their speed, and why: a
+    :class:`~gpucast.advisor.pack.Packing` (see :func:`gpucast.advisor.pack.pack`)."""
+    from gpucast.advisor.pack import pack as _pack
+
+    return _pack(jobs, gpu, config, env)
+
+
 def load_environment(path):
     """A calibrated Environment from a ``gpucast calibrate`` file (pass it as ``env=``); see
     :func:`gpucast.learn.artifacts.load_environment`. Messages about the file's version go to
@@ -49,4 +58,5 @@ def load_environment(path):
     return env
 
 
-__all__ = ["Job", "JobError", "Prediction", "predict", "explain", "advise", "load_environment", "__version__"]
+__all__ = ["Job", "JobError", "Prediction", "predict", "explain", "advise", "pack", "load_environment",
+           "__version__"]

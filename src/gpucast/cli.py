@@ -493,6 +493,9 @@ _register_probe_commands(app, sys.modules[__name__])
 from gpucast.cli_advise import register as _register_advise_commands  # noqa: E402
 
 _register_advise_commands(app, sys.modules[__name__])
+from gpucast.cli_pack import register as _register_pack_command  # noqa: E402
+
+_register_pack_command(app, sys.modules[__name__])
 
 
 def _click_exceptions():

@@ -33,7 +33,7 @@ def test_the_modes_slowdowns_are_the_models(small):
     s = gpu_share(pred)
     ts = next(o for o in small.options if o.gpu == "a100-80gb" and o.mode == "timeslice")
     mp = next(o for o in small.options if o.gpu == "a100-80gb" and o.mode == "mps")
-    tl = sharing._timeline(pred)
+    tl = sharing.timeline(pred)
     want_ts = timeshare.throttled([tl], [timeshare.slowdowns([tl, tl], timeshare.CURRENT, "timeslice")[0]], [s.share])[0]
     want_mps = mps.slowdowns([tl, tl], [s.share, s.share], timeshare.CURRENT)[0]
     assert ts.share == mp.share == s.share

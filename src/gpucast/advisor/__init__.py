@@ -12,6 +12,9 @@ For a job with a ``parallel`` group, or with ``plans=True``, the options are par
 instead (:mod:`gpucast.advisor.plans`): GPU type x count (beyond one node) x sharding x tensor x
 pipeline x recompute x micro-batch, the global batch kept; prices, the front and the
 recommendation apply to them unchanged.
+
+Several one-GPU jobs that would share one GPU: :func:`gpucast.advisor.pack.pack` (every sharing
+mode and the best MIG layout for the set, which keeps the most of their speed and why).
 """
 
 from __future__ import annotations

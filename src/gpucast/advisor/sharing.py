@@ -19,7 +19,8 @@ demanding as the job itself is the cautious assumption for the two shared modes 
 slows it less). :func:`why` names the mode that runs the job fastest per dollar for each GPU and
 says what decided it. Not modelled: MPS's and time-slicing's memory limits' enforcement (HAMi
 and MPS both cap memory; the option's capacity is its share of the GPU's memory), MIG
-re-partitioning, a neighbour of another kind than the job.
+re-partitioning, a neighbour of another kind than the job (several jobs of their own kinds on one
+GPU: :mod:`gpucast.advisor.pack`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ MAX_SHARE = 0.5     # a share above half a GPU leaves no room for a neighbour: o
 MODES = ("timeslice", "mps", "mig")
 
 
-def _timeline(pred):
+def timeline(pred):
     from gpucast.cluster import timeshare
 
     return timeshare.JobTimeline.from_util(pred.gpu_util_pct, pred.step_time_s, max(1.0, float(pred.gpu_idle_gaps)),
@@ -42,7 +43,7 @@ def timesliced(pred, share: float | None) -> float:
     """The job's slowdown time-sliced next to a copy of itself, under a HAMi core limit of ``share``."""
     from gpucast.cluster import timeshare
 
-    tl = _timeline(pred)
+    tl = timeline(pred)
     s = timeshare.slowdowns([tl, tl], timeshare.CURRENT, "timeslice")[0]
     return max(1.0, timeshare.throttled([tl], [s], [share])[0])
 
@@ -51,7 +52,7 @@ def under_mps(pred, share: float | None) -> float:
     """The job's slowdown under MPS next to a copy of itself, both limited to ``share`` of the SMs."""
     from gpucast.cluster import mps, timeshare
 
-    tl = _timeline(pred)
+    tl = timeline(pred)
     return max(1.0, mps.slowdowns([tl, tl], [share, share], timeshare.CURRENT)[0])
 
 

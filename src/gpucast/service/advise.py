@@ -39,12 +39,18 @@ MAX_PLANS = 400
 
 
 class Advisor:
+    """``/v1/advise``'s answers through the keyed cache (a subclass answers another request the same
+    way: :class:`gpucast.service.pack.Packer`)."""
+
+    NAME, WHAT = "gpucast-advise", "advice"
+
     def __init__(self, settings: Settings, metrics):
         self.settings = settings
         self.metrics = metrics
         self._cache: KeyedFutures[str, tuple[bytes, ServiceError | None]] = KeyedFutures(
-            CACHE_SIZE, 2, name="gpucast-advise", max_pending=settings.max_pending,
-            busy=lambda n: ServiceError(429, "too many advice requests computing at once (max_pending); retry later"))
+            CACHE_SIZE, 2, name=self.NAME, max_pending=settings.max_pending,
+            busy=lambda n: ServiceError(429, f"too many {self.WHAT} requests computing at once (max_pending); "
+                                             f"retry later"))
 
     def close(self) -> None:
         self._cache.close()
@@ -64,22 +70,11 @@ class Advisor:
                              .encode()).hexdigest()
         return key, job, dict(search, gpu=gpus)
 
-    def _compute(self, job, search: dict) -> tuple[bytes, ServiceError | None]:
-        from gpucast.advisor import advise
-        from gpucast.advisor.prices import packaged, parse
-
+    def _compute(self, job, search) -> tuple[bytes, ServiceError | None]:
+        """:meth:`_answer`'s JSON bytes, or the 422 its input earns; timed."""
         t0 = time.perf_counter()
         try:
-            prices = search.pop("prices")
-            if isinstance(prices, list):
-                entries = [{k: v for k, v in e.items() if v is not None} for e in prices]
-                prices = parse(entries, "field 'prices'", "request")
-            elif isinstance(prices, str) and prices not in packaged():  # never a path on the server
-                raise ServiceError(422, f"field 'prices': {prices!r} is not a packaged price table "
-                                        f"({', '.join(packaged())}); or send the entries")
-            gpus = search.pop("gpu")
-            advice = advise(job, gpus, prices=prices, env=self.settings.environment, **search)
-            return json.dumps(advice.to_dict(), separators=(",", ":")).encode(), None
+            return json.dumps(self._answer(job, search), separators=(",", ":")).encode(), None
         except ServiceError as exc:
             return b"", exc
         except _input_errors() as exc:
@@ -87,13 +82,31 @@ class Advisor:
         finally:
             self.metrics.prediction_seconds.observe(time.perf_counter() - t0)
 
+    def _answer(self, job, search: dict) -> dict:
+        """The advice (:func:`gpucast.advisor.advise`) as a dict."""
+        from gpucast.advisor import advise
+        from gpucast.advisor.prices import packaged, parse
+
+        prices = search.pop("prices")
+        if isinstance(prices, list):
+            entries = [{k: v for k, v in e.items() if v is not None} for e in prices]
+            prices = parse(entries, "field 'prices'", "request")
+        elif isinstance(prices, str) and prices not in packaged():  # never a path on the server
+            raise ServiceError(422, f"field 'prices': {prices!r} is not a packaged price table "
+                                    f"({', '.join(packaged())}); or send the entries")
+        gpus = search.pop("gpu")
+        return advise(job, gpus, prices=prices, env=self.settings.environment, **search).to_dict()
+
+    def _subject(self, job) -> str:
+        return f"advice for {job.model}"
+
     async def answer(self, body: dict) -> bytes:
         key, job, search = self._request(body)
         hit = self._cache.cached(key)
         if hit is None:
             limit = self.settings.prediction_timeout_s
             hit = await within(limit, self._cache.get(key, self._compute, job, search), lambda: ServiceError(
-                408, f"advice for {job.model} did not finish within {limit:g} s (prediction_timeout_s); it keeps "
+                408, f"{self._subject(job)} did not finish within {limit:g} s (prediction_timeout_s); it keeps "
                      f"running and a retry is answered from the cache once it is done"))
         body_bytes, error = hit
         if error is not None:

@@ -1,7 +1,8 @@
 """The HTTP service: ``create_app(settings) -> FastAPI``, a thin shell over ``gpucast.api``.
 
 Routes: ``POST /v1/predict`` (a job spec as JSON), ``POST /v1/predict/onnx`` (an uploaded ONNX
-file and form fields), ``POST /v1/advise`` (cost-benefit advice, :mod:`gpucast.service.advise`), ``POST /v1/place`` (the simulator's placement rule on a live cluster's
+file and form fields), ``POST /v1/advise`` (cost-benefit advice, :mod:`gpucast.service.advise`), ``POST /v1/pack`` (several
+jobs on one GPU in every sharing mode, :mod:`gpucast.service.pack`), ``POST /v1/place`` (the simulator's placement rule on a live cluster's
 state), ``POST /v1/admission/mutate`` (the Kubernetes/HAMi webhook of
 ``gpucast.integrations.kubernetes``, mounted when that module is importable), ``GET /v1/gpus``,
 ``GET /v1/zoo``, ``GET /healthz``, ``GET /metrics`` (Prometheus), and the OpenAPI schema at
@@ -35,6 +36,7 @@ from gpucast.service.fastpath import SCOPE_KEY, CachedAnswers
 from gpucast.service.jobs import gpu_names, job_from_spec, refuse_code
 from gpucast.service.limits import BodyLimit, Settings
 from gpucast.service.metrics import Metrics, RequestMetrics
+from gpucast.service.pack import Packer
 from gpucast.service.place import place as _place
 from gpucast.service.uploads import check_and_keep, save_upload
 
@@ -76,6 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = Metrics()
     predictor = Predictor(settings, metrics)
     advisor = Advisor(settings, metrics)
+    packer = Packer(settings, metrics)
     static: dict[str, bytes] = {}
 
     @asynccontextmanager
@@ -84,6 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         predictor.close()
         advisor.close()
+        packer.close()
 
     app = FastAPI(title="gpucast", version=__version__, lifespan=lifespan,
                   description="Predicts a deep-learning job's GPU utilization, peak memory and step time from its "
@@ -166,6 +170,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def advise(req: schemas.AdviseRequest) -> Response:
         """Which GPU type, how many, what batch size and precision, and whether to share: time and cost per epoch."""
         return Response(await advisor.answer(req.model_dump()), media_type=JSON)
+
+    @app.post("/v1/pack", response_model=None, tags=["advise"],
+              responses={200: {"description": "Every arrangement of the jobs on the GPU (time-slicing, HAMi core "
+                                              "limits, MPS, MPS replicas, the best MIG layout) with each job's "
+                                              "slowdown, the best one and why (gpucast.advisor.pack.Packing)."},
+                         **_errors(408, 413, 422, 429)})
+    async def pack(req: schemas.PackRequest) -> Response:
+        """Several one-GPU jobs on one GPU: which sharing mode or MIG layout keeps the most of their speed."""
+        return Response(await packer.answer(req.model_dump()), media_type=JSON)
 
     @app.post("/v1/place", response_model=schemas.PlaceResponse, tags=["place"], responses=_errors(408, 413, 422, 429))
     async def place(req: schemas.PlaceRequest):

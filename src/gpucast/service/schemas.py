@@ -179,6 +179,18 @@ class AdviseRequest(JobSpec):
     budget_usd: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="USD for the whole run.")
 
 
+class PackRequest(BaseModel):
+    """Several one-GPU jobs and the whole GPU they would share (gpucast.advisor.pack)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"jobs": [{"workload": "mlp-small"}, {"workload": "resnet50", "batch_size": 64},
+                               {"workload": "bert-base", "batch_size": 16, "precision": "amp-bf16"}],
+                      "gpu": "a100-80gb"}]})
+
+    jobs: list[JobSpec] = Field(..., description="2 to 7 one-GPU jobs, each as /v1/predict takes one.")
+    gpu: str = Field("a100-80gb", description="The whole GPU (a catalog name) they share.")
+
+
 class Prediction(BaseModel):
     """The fields of :class:`gpucast.prediction.Prediction`."""
 
