@@ -19,6 +19,7 @@ from gpucast.cli import app
 from gpucast.cli_pack import parse_job
 from gpucast.cluster import mps, timeshare
 from gpucast.hardware import get_gpu
+from gpucast.job import Job as gpucast_job
 
 GPU = "a100-80gb"
 JOBS = ["mlp-small", "resnet50:64", "mobilenet-v2:32"]
@@ -125,3 +126,15 @@ def test_the_cli_prints_the_table_json_and_one_line_errors():
         lines = bad.output.strip().splitlines()
         assert bad.exit_code == 2 and len(lines) == 1, bad.output
         assert line is None and lines[0].startswith("error: unknown GPU 'a100-80'") or lines[0] == line
+
+
+def test_a_job_argument_is_a_zoo_spec_or_a_job_file(tmp_path):
+    f = tmp_path / "job.yaml"
+    f.write_text("model: mlp-small\nbatch_size: 16\nprecision: amp-bf16\n")
+    assert parse_job(str(f)) == gpucast_job("mlp-small", batch_size=16, precision="amp-bf16")
+    assert parse_job("bert-base:16:amp-bf16") == gpucast_job("bert-base", batch_size=16, precision="amp-bf16")
+    assert parse_job("resnet50") == gpucast_job("resnet50")
+    for bad, words in [("resnet50:1:fp32:x", "give MODEL[:BATCH[:PRECISION]]"), (":8", "give MODEL"),
+                       (str(tmp_path / "missing.yaml"), "cannot read job file")]:
+        with pytest.raises(Exception, match=words.replace("[", r"\[").replace("]", r"\]")):
+            parse_job(bad)
