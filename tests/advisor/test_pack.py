@@ -114,7 +114,7 @@ def test_the_cli_prints_the_table_json_and_one_line_errors():
     out = json.loads(r.stdout)
     assert [j["job"] for j in out["jobs"]] == ["mlp-small b32 fp32", "resnet18 b64 fp32"]
     assert out["best"] in {a["mode"] for a in out["arrangements"]} and out["gpu"] == "h100"
-    assert get_gpu("h100").memory_bytes == out["gpu_memory_bytes"]
+    assert get_gpu("h100").memory_bytes == out["gpu_memory_bytes"] and out["model_version"].startswith("analytic-")
     t = CliRunner().invoke(app, ["pack", "mlp-small", "resnet18:64:amp-bf16"])
     assert t.exit_code == 0, t.output
     assert "resnet18 b64 amp-bf16" in t.output and "best: " in t.output and "* " in t.output

@@ -85,9 +85,10 @@ class Packing:
     arrangements: tuple[Arrangement, ...]
     best: int | None
     why: tuple[str, ...]
+    model_version: str = ""      # gpucast.api.model_version of the predictions
 
     def to_dict(self) -> dict:
-        return {"gpu": self.gpu, "jobs": [{"job": lab, "solo_step_s": s, "memory_bytes": m}
+        return {"gpu": self.gpu, "model_version": self.model_version, "jobs": [{"job": lab, "solo_step_s": s, "memory_bytes": m}
                                           for lab, s, m in zip(self.labels, self.solo_step_s, self.memory_bytes)],
                 "gpu_memory_bytes": self.gpu_memory_bytes,
                 "arrangements": [a.to_dict() for a in self.arrangements],
@@ -108,7 +109,7 @@ def pack(jobs: Sequence, gpu: str = "a100-80gb", config=None, env=None,
     """Every arrangement of ``jobs`` (Jobs, zoo names or job dicts; one GPU each) on one whole
     ``gpu`` and the best (module docstring). ``progress(done, total)`` is called as predictions end."""
     from gpucast import mig
-    from gpucast.api import _as_job, explain
+    from gpucast.api import _as_job, explain, model_version
     from gpucast.hardware import get_gpu
 
     js = [_as_job(j) for j in jobs]
@@ -142,7 +143,7 @@ def pack(jobs: Sequence, gpu: str = "a100-80gb", config=None, env=None,
     labels = tuple(label(j) for j in js)
     return Packing(spec.name, labels, tuple(p.step_time_s for p in whole),
                    tuple(int(p.memory_peak_bytes) for p in whole), int(spec.memory_bytes), tuple(arrangements), best,
-                   tuple(why(arrangements, best, labels, spec.name, bool(profs))))
+                   tuple(why(arrangements, best, labels, spec.name, bool(profs))), model_version(env))
 
 
 def _shared(whole, gpu_memory: float):
