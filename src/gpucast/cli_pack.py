@@ -5,8 +5,8 @@ cli_module)`` at its end). Each JOB is a zoo workload with an optional batch siz
 ``MODEL[:BATCH[:PRECISION]]`` (``resnet50:64``, ``bert-base:16:amp-bf16``), or a job file
 (``.yaml``/``.yml``/``.json``, as ``--job`` takes). Prints one row per arrangement (time-slicing,
 with HAMi core limits, MPS, MPS replicas, the best MIG layout) with each job's slowdown, the jobs'
-total progress and whether their memory fits, the MIG slice of each job, and why the best one
-wins; ``--json`` for tools. Bad input (a job, a GPU, a count) is one ``error:`` line and exit 2.
+total progress and whether their memory fits, the MIG slice of each job, why the best one wins and
+its Kubernetes requests; ``--json`` for tools (every arrangement's requests). Bad input (a job, a GPU, a count) is one ``error:`` line and exit 2.
 """
 
 from __future__ import annotations
@@ -72,6 +72,12 @@ def register(app: typer.Typer, cli) -> None:
         cli.console.print(table(result))
         for line in result.why:
             cli.console.print(line, highlight=False, markup=False)
+        if result.best is not None:
+            b = result.arrangements[result.best]
+            cli.console.print(f"Kubernetes, {b.detail}: the GPU: {b.node}", highlight=False, markup=False)
+            for lab, req in zip(result.labels, b.requests):
+                cli.console.print(f"  {lab}: " + ", ".join(f"{k}: {v}" for k, v in req.items()), highlight=False,
+                                  markup=False)
 
 
 def table(result):

@@ -118,6 +118,7 @@ def test_the_cli_prints_the_table_json_and_one_line_errors():
     t = CliRunner().invoke(app, ["pack", "mlp-small", "resnet18:64:amp-bf16"])
     assert t.exit_code == 0, t.output
     assert "resnet18 b64 amp-bf16" in t.output and "best: " in t.output and "* " in t.output
+    assert "Kubernetes, " in t.output and "nvidia.com/" in t.output
     for args, line in [(["pack", "resnet50:x", "mlp-small"],
                         "error: job 'resnet50:x': the batch size 'x' is not a whole number"),
                        (["pack", "mlp-small", "resnet18", "--gpu", "a100-80"], None),
@@ -138,3 +139,23 @@ def test_a_job_argument_is_a_zoo_spec_or_a_job_file(tmp_path):
                        (str(tmp_path / "missing.yaml"), "cannot read job file")]:
         with pytest.raises(Exception, match=words.replace("[", r"\[").replace("]", r"\]")):
             parse_job(bad)
+
+
+def test_each_arrangement_carries_its_kubernetes_requests(packed):
+    """Every job gets one device-plugin GPU in the shared modes (HAMi: cores 100/N and its peak in
+    MiB), its slice's resource under MIG, and the GPU's configuration is named."""
+    from gpucast.integrations import k8s_pack
+
+    by = {a.mode: a for a in packed.arrangements}
+    n = len(JOBS)
+    for mode in ("timeslice", "mps", "mps:3"):
+        assert by[mode].requests == ({"nvidia.com/gpu": "1"},) * n
+    assert "3 replicas" in by["timeslice"].node and "sharing.mps" in by["mps:3"].node
+    assert [r["nvidia.com/gpucores"] for r in by["timeslice+hami"].requests] == ["33"] * n
+    assert [int(r["nvidia.com/gpumem"]) for r in by["timeslice+hami"].requests] == [
+        math.ceil(m / 2**20) for m in packed.memory_bytes]
+    assert by["mig"].requests == tuple({f"nvidia.com/mig-{s}": "1"} for s in by["mig"].slices)
+    with pytest.raises(ValueError, match="^unknown arrangement 'mig2'$"):
+        k8s_pack.requests("mig2", GPU, [1, 2])
+    with pytest.raises(ValueError, match="needs each job's slice"):
+        k8s_pack.requests("mig", GPU, [1, 2])

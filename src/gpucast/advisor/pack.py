@@ -23,7 +23,8 @@ Each arrangement is scored by the jobs' **total progress**, the sum of 1 / slowd
 worth of their solo whole-GPU speed the set keeps together (above 1 sharing beats running them one
 after another; N: no job slowed); ties go to the lower worst slowdown. An arrangement whose memory
 does not fit (the predicted peaks summed over the GPU's memory; under MIG each job's over its
-slice's) is listed, not chosen. :func:`why` says which is best and what decided it.
+slice's) is listed, not chosen. :func:`why` says which is best and what decided it; each arrangement
+carries its Kubernetes requests (:mod:`gpucast.integrations.k8s_pack`).
 
 Not modelled: phases of a job that change over its run (the slowdowns are steady state), two jobs
 in one MIG slice, MIG placement rules beyond the totals, HAMi's memory limits (``gpumem``), a
@@ -33,7 +34,7 @@ limiter lending idle capacity to a busy neighbour.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations_with_replacement
 from typing import Callable, Sequence
 
@@ -56,6 +57,8 @@ class Arrangement:
     slowdowns: tuple[float, ...]
     memory_fits: bool
     slices: tuple[str, ...] | None = None
+    requests: tuple = ()     # each job's Kubernetes container limits (gpucast.integrations.k8s_pack)
+    node: str = ""                      # the GPU's configuration for them
 
     @property
     def progress(self) -> float:
@@ -69,7 +72,8 @@ class Arrangement:
     def to_dict(self) -> dict:
         return {"mode": self.mode, "detail": self.detail, "slowdowns": list(self.slowdowns),
                 "progress": self.progress, "worst_slowdown": self.worst, "memory_fits": self.memory_fits,
-                **({"slices": list(self.slices)} if self.slices is not None else {})}
+                **({"slices": list(self.slices)} if self.slices is not None else {}),
+                "requests": list(self.requests), "node": self.node}
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,7 @@ def pack(jobs: Sequence, gpu: str = "a100-80gb", config=None, env=None,
     from gpucast import mig
     from gpucast.api import _as_job, explain, model_version
     from gpucast.hardware import get_gpu
+    from gpucast.integrations import k8s_pack
 
     js = [_as_job(j) for j in jobs]
     if not 2 <= len(js) <= MAX_JOBS:
@@ -138,6 +143,10 @@ def pack(jobs: Sequence, gpu: str = "a100-80gb", config=None, env=None,
     best_mig = _best_layout(spec.name, profs, whole, on_slice)
     if best_mig is not None:
         arrangements.append(best_mig)
+    mem = [int(p.memory_peak_bytes) for p in whole]
+    for i, a in enumerate(arrangements):
+        reqs, node = k8s_pack.requests(a.mode, spec.name, mem, a.slices)
+        arrangements[i] = replace(a, requests=tuple(reqs), node=node)
     fitting = [i for i, a in enumerate(arrangements) if a.memory_fits]
     best = max(fitting, key=lambda i: _rank(arrangements[i])) if fitting else None
     labels = tuple(label(j) for j in js)
