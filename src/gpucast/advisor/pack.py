@@ -231,6 +231,9 @@ def why(arrangements: Sequence[Arrangement], best: int | None, labels: Sequence[
                        "jobs run at once, no context switches")
         elif abs(mp.progress - ts.progress) <= 1e-3:
             out.append(f"MPS and time-slicing alike ({ts.progress:.2f}): the jobs' kernels rarely overlap")
+        else:
+            out.append(f"time-slicing keeps {ts.progress:.2f} against MPS's {mp.progress:.2f}: under MPS the jobs' "
+                       "concurrent kernels compete for the SMs and memory bandwidth")
     if hami is not None and ts is not None and hami.progress < ts.progress - 1e-3:
         out.append(f"HAMi core limits cost {ts.progress - hami.progress:.2f}: each job is held to its share of the "
                    "time even while the others idle")
