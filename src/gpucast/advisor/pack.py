@@ -185,26 +185,24 @@ def _best_layout(gpu: str, profs, whole, on_slice) -> Arrangement | None:
     from gpucast.hardware import get_gpu
 
     n = len(whole)
+    # each job's 1 / slowdown (at most 1) and memory fit on each profile, once
+    gain_by = np.array([[min(1.0, w.step_time_s / on_slice[p.name][i].step_time_s) for p in profs]
+                        for i, w in enumerate(whole)])
+    fit_by = np.array([[on_slice[p.name][i].memory_peak_bytes <= get_gpu(p.full_name).memory_bytes for p in profs]
+                       for i in range(n)])
     best = None
-    for combo in combinations_with_replacement(profs, n):
-        text = ",".join(p.name for p in combo)
+    for combo in combinations_with_replacement(range(len(profs)), n):
+        text = ",".join(profs[c].name for c in combo)
         try:
             mig.layout(gpu, text)
         except mig.LayoutError:
             continue
-        gain = np.empty((n, n))
-        fit = np.empty((n, n), dtype=bool)
-        for k, p in enumerate(combo):
-            cap = get_gpu(p.full_name).memory_bytes
-            for i, w in enumerate(whole):
-                s = on_slice[p.name][i]
-                gain[i, k] = min(1.0, w.step_time_s / s.step_time_s)   # 1 / slowdown (at most 1)
-                fit[i, k] = s.memory_peak_bytes <= cap
+        gain, fit = gain_by[:, combo], fit_by[:, combo]
         # a job that does not fit a slice takes it only when nothing else is left: progress first
         # among fitting assignments (a large penalty per misfit), then the progress itself
         rows, cols = linear_sum_assignment(gain - n * 10.0 * ~fit, maximize=True)
         a = Arrangement("mig", f"MIG {text}", tuple(1.0 / gain[i, k] for i, k in zip(rows, cols)),
-                        bool(fit[rows, cols].all()), tuple(combo[k].name for k in cols))
+                        bool(fit[rows, cols].all()), tuple(profs[combo[k]].name for k in cols))
         if best is None or (a.memory_fits, *_rank(a)) > (best.memory_fits, *_rank(best)):
             best = a
     return best

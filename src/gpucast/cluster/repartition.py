@@ -61,7 +61,7 @@ class Repartition:
         for g, f in enumerate(spec.gpu_faces()[:n_gpus]):
             if f is not None:
                 self.groups.setdefault(f[0], {WHOLE: [], CARVED: []})[f[1]].append(g)
-        start = WHOLE if getattr(spec, "start_whole", False) else CARVED
+        start = WHOLE if spec.start_whole else CARVED
         self.face = {k: start for k in self.groups}    # each node's open face (None while it drains)
         self.opened = {k: -self.hold_s for k in self.groups}    # when it opened (the start face: free to leave)
         self.draining = None          # [group, drain start, reconfiguration start (None while jobs remain), face to open]
@@ -71,8 +71,7 @@ class Repartition:
 
     def _repartition(self, t, window) -> None:
         """A pass that placed nothing: start draining a node whose other face the waiting jobs want
-        (the node running the fewest jobs on its open face; with ``drain_busy_nodes`` off, only an
-        empty one)."""
+        (the first by :meth:`_drain_order`; with ``drain_busy_nodes`` off, only an empty one)."""
         if self.draining is not None or not self.groups:
             return
         pol = self.policy
