@@ -181,6 +181,26 @@ def test_a_remembered_value_is_computed_once_per_parts(cache):
     assert [f.name for f in (cache.parent / disk_cache.MEMO_SUBDIR).iterdir()] == ["thing.json"]
 
 
+def test_concurrent_processes_remembering_one_name_leave_whole_files(cache):
+    # Four processes write the same memo name over and over (other parts each time, so each call
+    # writes) while this one reads it: every read is a whole file of one writer, never half of one.
+    code = ("import sys\nfrom gpucast import disk_cache\nw = int(sys.argv[1])\n"
+            "for i in range(60):\n    disk_cache.remembered('thing', [w, i], lambda: {'who': w, 'pad': 'x' * 20000})\n")
+    env = {**os.environ, "GPUCAST_CACHE_DIR": str(cache.parent)}
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(w)], env=env) for w in range(4)]
+    path, seen = cache.parent / disk_cache.MEMO_SUBDIR / "thing.json", set()
+    while any(p.poll() is None for p in procs):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            continue
+        assert doc["value"]["pad"] == "x" * 20000
+        seen.add(doc["value"]["who"])
+    assert [p.wait(timeout=TIMEOUT_S) for p in procs] == [0] * 4
+    assert seen <= {0, 1, 2, 3}
+    assert [f.name for f in path.parent.iterdir()] == ["thing.json"]  # no temporary file left
+
+
 @pytest.mark.parametrize("text", ["", "{not json", "[]", '{"format": 1, "key": "other", "value": 1}'])
 def test_a_corrupt_remembered_value_is_recomputed(cache, text):
     memo = cache.parent / disk_cache.MEMO_SUBDIR

@@ -132,7 +132,8 @@ def _with_surroundings(job, data_source: Optional[str], sets: Optional[List[str]
 
 def _run(fn):
     """Turn expected failures into one error line and exit code 2 (bad input, including a model
-    whose capture fails: its code or shapes are the input)."""
+    whose capture fails: its code or shapes are the input); a capture that failed inside gpucast
+    or a library (:mod:`gpucast.faults`) is one line and exit code 1."""
     from gpucast.job import JobError
 
     try:
@@ -142,6 +143,10 @@ def _run(fn):
         # `gpucast gpus` and `gpucast zoo` never need (a CaptureError implies it is loaded).
         tracer = sys.modules.get("gpucast.graph.tracer")
         if tracer is not None and isinstance(exc, tracer.CaptureError):
+            from gpucast.faults import is_input_error
+
+            if not is_input_error(exc):  # gpucast's fault (gpucast.faults), not the input's: exit 1
+                _fail(f"{exc} (inside gpucast, not your input's fault; please report it)", code=1)
             _fail(str(exc), code=2)
         if not isinstance(exc, (JobError, ValueError, KeyError, FileNotFoundError)):
             raise

@@ -330,6 +330,25 @@ def test_predictor_failure_is_denied_with_500():
     assert r["status"]["message"] == "gpucast: prediction failed: cache backend down"
 
 
+def test_a_capture_failure_is_the_pods_400_unless_gpucast_broke():
+    from gpucast.graph.tracer import CaptureError
+
+    def failing(cause):
+        def predict(spec, gpu):
+            try:
+                raise cause
+            except Exception as exc:
+                raise CaptureError(f"building the model failed: {type(exc).__name__}: {exc}") from exc
+        return predict
+
+    review = make_review(make_pod(job_annotations(SMALL)))
+    shapes = hook.mutate(review, failing(RuntimeError("mat1 and mat2 shapes cannot be multiplied")))["response"]
+    assert shapes["status"]["code"] == 400, shapes["status"]
+    broke = hook.mutate(review, failing(AttributeError("module 'transformers' has no attribute 'AutoConfig'")))
+    assert broke["response"]["status"]["code"] == 500, broke["response"]["status"]
+    assert broke["response"]["status"]["message"].startswith("gpucast: prediction failed: building the model failed")
+
+
 def test_escape_is_rfc6901():
     assert hook.escape("nvidia.com/gpumem") == "nvidia.com~1gpumem"
     assert hook.escape("a~/b") == "a~0~1b"          # ~ first, then /

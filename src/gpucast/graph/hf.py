@@ -34,6 +34,8 @@ import json
 import os
 from pathlib import Path
 
+from gpucast import imports
+from gpucast.faults import internal_cause
 from gpucast.job import JobError
 from gpucast.model_sources import Built, Source, register
 
@@ -45,9 +47,9 @@ _ATTN = "gpucast_sdpa"
 
 
 def _import_model_types() -> dict[str, str]:
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
-    return dict(CONFIG_MAPPING_NAMES)
+    # imports.load takes the import lock only while the module is not yet imported, so the
+    # service's event loop, making a job from a config, waits for no other thread's build after that.
+    return dict(imports.load("transformers.models.auto.configuration_auto").CONFIG_MAPPING_NAMES)
 
 
 def _auto_digest() -> str | None:
@@ -97,9 +99,8 @@ def _model_types() -> dict[str, str]:
 
 
 def _import_defaults(model_type: str) -> dict:
-    import transformers
-
-    return transformers.AutoConfig.for_model(model_type).to_diff_dict()
+    with imports.LOCK:
+        return imports.load("transformers").AutoConfig.for_model(model_type).to_diff_dict()
 
 
 def _defaults(model_type: str) -> dict:
@@ -141,11 +142,7 @@ def resolve_config(config) -> dict:
         data = _defaults(model_type)
         data["model_type"] = model_type
         return _check(data, config)
-    try:
-        from transformers import PretrainedConfig
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        PretrainedConfig = ()
-    if isinstance(config, PretrainedConfig):
+    if isinstance(config, imports.load("transformers").PretrainedConfig):
         return _check(config.to_diff_dict() | {"model_type": config.model_type}, type(config).__name__)
     raise JobError(f"hf config must be a config.json path, a dict, a PretrainedConfig or a name, "
                    f"got {type(config).__name__}")
@@ -163,8 +160,8 @@ def _check(data: dict, origin: str) -> dict:
 
 
 def _model_class(cfg):
-    import transformers
-    from transformers.models.auto import modeling_auto as ma
+    transformers = imports.load("transformers")
+    ma = imports.load("transformers.models.auto.modeling_auto")
 
     for arch in cfg.architectures or ():
         cls = getattr(transformers, arch, None)
@@ -187,21 +184,21 @@ def _model_class(cfg):
 
 
 def _config(job):
-    import transformers
-
+    transformers = imports.load("transformers")
     data = json.loads(job.hf_config)
     data = {k: v for k, v in data.items() if k != "model_type"}
     try:
         return transformers.AutoConfig.for_model(json.loads(job.hf_config)["model_type"], **data)
-    except Exception as exc:  # a config transformers rejects
+    except Exception as exc:  # a config transformers rejects; gpucast's own faults are not the config's
+        if internal_cause(exc) is not None:
+            raise
         raise JobError(f"Hugging Face config for {job.model!r} is invalid: {str(exc).splitlines()[0]}") from None
 
 
 def _build(cfg):
-    import transformers
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    transformers.AttentionInterface.register(_ATTN, sdpa_attention_forward)
+    transformers = imports.load("transformers")
+    sdpa = imports.load("transformers.integrations.sdpa_attention")
+    transformers.AttentionInterface.register(_ATTN, sdpa.sdpa_attention_forward)
     cls = _model_class(cfg)
     cfg._attn_implementation = _ATTN
     try:

@@ -40,6 +40,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
+from gpucast import imports
 from gpucast.graph import rules
 from gpucast.graph.blocks import PRE, BlockWatch, activation_regions, find_blocks, heads_of
 from gpucast.graph.memory import MemoryTracker
@@ -62,7 +63,12 @@ _MAX_LIST_SHAPES = 4
 
 
 class CaptureError(RuntimeError):
-    """The model, its inputs or its step could not be traced; one line, names the stage."""
+    """The model, its inputs or its step could not be traced; one line, names the stage. The input's
+    fault unless its cause is gpucast's (:mod:`gpucast.faults`); ``user_code`` is True when it was
+    raised in a ``module:`` job's own code."""
+
+    input_error = True
+    user_code = False
 
 
 resolve = factories  # the job's model, input and loss factories (gpucast.zoo.factories)
@@ -261,19 +267,36 @@ def _stage(stage: str, fn, *args):
 
 def capture(job: Job) -> Trace:
     """Trace one step of ``job`` (see module docstring)."""
-    built = resolve(job)
-    with torch.device("meta"):
-        model = _stage("building the model", built.model_fn)
-        if not isinstance(model, torch.nn.Module):
-            raise CaptureError(f"building the model failed: model_fn returned {type(model).__name__}, not nn.Module")
-        model = model.to("meta")
-        if job.precision in PURE_DTYPES:
-            model = model.to(PURE_DTYPES[job.precision])
-        if job.adapter is not None:  # LoRA/QLoRA: frozen (4-bit) base weights, trainable adapters
-            from gpucast.graph.adapters import apply_adapter
+    try:
+        return _capture(job)
+    except CaptureError as exc:
+        exc.user_code = job.is_module
+        raise
 
-            model = _stage("adding the adapters", apply_adapter, model, job.adapter.resolved(), job.precision)
-        inputs = _stage("building the inputs", built.input_fn, job.batch_size)
+
+def _build(job: Job):
+    """The job's model and inputs on the meta device, built under the import lock
+    (:data:`gpucast.imports.LOCK`: a model's library modules are imported on first use)."""
+    with imports.LOCK:
+        built = resolve(job)
+        with torch.device("meta"):
+            model = _stage("building the model", built.model_fn)
+            if not isinstance(model, torch.nn.Module):
+                raise CaptureError(f"building the model failed: model_fn returned {type(model).__name__}, "
+                                   f"not nn.Module")
+            model = model.to("meta")
+            if job.precision in PURE_DTYPES:
+                model = model.to(PURE_DTYPES[job.precision])
+            if job.adapter is not None:  # LoRA/QLoRA: frozen (4-bit) base weights, trainable adapters
+                from gpucast.graph.adapters import apply_adapter
+
+                model = _stage("adding the adapters", apply_adapter, model, job.adapter.resolved(), job.precision)
+            inputs = _stage("building the inputs", built.input_fn, job.batch_size)
+    return built, model, inputs
+
+
+def _capture(job: Job) -> Trace:
+    built, model, inputs = _build(job)
     if isinstance(inputs, torch.Tensor):
         inputs = (inputs,)
     if not isinstance(inputs, (tuple, list)):

@@ -178,12 +178,9 @@ def read_annotations(annotations: dict) -> tuple[dict, str]:
 
 
 def _is_bad_input(exc: BaseException) -> bool:
-    import sys
+    from gpucast.faults import is_input_error
 
-    tracer = sys.modules.get("gpucast.graph.tracer")
-    if tracer is not None and isinstance(exc, tracer.CaptureError):
-        return True
-    return isinstance(exc, (ValueError, KeyError))
+    return is_input_error(exc)
 
 
 def _asks_for_gpu(container: dict) -> bool:

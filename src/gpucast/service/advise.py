@@ -23,7 +23,7 @@ import hashlib
 import json
 import time
 
-from gpucast.service.cache import ServiceError, _input_errors, _one_line
+from gpucast.service.cache import ServiceError, failure
 from gpucast.service.keyed import KeyedFutures, within
 from gpucast.service.jobs import gpu_names, job_from_spec
 from gpucast.service.limits import Settings
@@ -77,8 +77,11 @@ class Advisor:
             return json.dumps(self._answer(job, search), separators=(",", ":")).encode(), None
         except ServiceError as exc:
             return b"", exc
-        except _input_errors() as exc:
-            return b"", ServiceError(422, _one_line(exc))
+        except Exception as exc:  # noqa: BLE001 - a 422 is cached; a 500 (gpucast's fault) is raised, not cached
+            error = failure(exc, self._subject(job))
+            if error.status == 500:
+                raise error from None
+            return b"", error
         finally:
             self.metrics.prediction_seconds.observe(time.perf_counter() - t0)
 

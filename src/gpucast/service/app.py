@@ -10,8 +10,9 @@ state), ``POST /v1/admission/mutate`` (the Kubernetes/HAMi webhook of
 
 Every refusal is a 4xx with ``{"detail": "<one line>"}``: the limits are in
 :mod:`gpucast.service.limits`, what a job spec may hold in :mod:`gpucast.service.jobs`, the
-cache, its de-duplication and time limit in :mod:`gpucast.service.cache`. A 5xx means a bug in
-gpucast, never bad input.
+cache, its de-duplication and time limit in :mod:`gpucast.service.cache`. A 5xx means a fault in
+gpucast or a library it builds models with (:mod:`gpucast.faults` draws the line), never bad input:
+one line, logged with its traceback, not cached.
 """
 
 from __future__ import annotations
@@ -202,6 +203,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             except ServiceError as exc:
                 if exc.status == 408:
                     raise TimeoutError(exc.detail) from None
+                if exc.status >= 500:  # gpucast's fault, not the pod's: the webhook answers 500
+                    raise RuntimeError(exc.detail) from None
                 raise JobError(exc.detail) from None
             except ValueError as exc:  # pydantic's ValidationError and bad JSON are ValueErrors
                 raise JobError(" ".join(str(exc).split())) from None

@@ -7,7 +7,9 @@
   made once) is returned at once, on the event loop; no thread, no torch;
 * **in flight**: another request is computing the same key; this one awaits that future;
 * **new**: ``gpucast.api.predict`` runs in the pool; the answer (or the 422 it raised, so a
-  failing capture is not repeated) is cached.
+  failing capture is not repeated) is cached. A failure that is not the input's fault
+  (:mod:`gpucast.faults`: e.g. an ``AttributeError`` from a library) is a 500 with one line,
+  logged with its traceback and not cached.
 
 Captures run side by side in the pool's threads (``workers``): what a capture changes in
 PyTorch is per thread (dispatch and function modes; the SDPA routing of
@@ -24,14 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from dataclasses import dataclass
 
+from gpucast.faults import is_input_error
 from gpucast.job import Job
 from gpucast.service.keyed import KeyedFutures, within
 from gpucast.service.limits import Settings
 from gpucast.service.metrics import Metrics
 
+log = logging.getLogger("gpucast.service")
 
 class ServiceError(Exception):
     """A request the service answers with ``status`` and a one-line ``detail``."""
@@ -62,12 +67,15 @@ def _one_line(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-def _input_errors() -> tuple[type, ...]:
-    """Exceptions a prediction raises because of its input (a 422, not a server fault)."""
-    from gpucast.graph.tracer import CaptureError
-    from gpucast.job import JobError
-
-    return (JobError, CaptureError, ValueError, KeyError)
+def failure(exc: Exception, subject: str) -> ServiceError:
+    """The answer to a computation that raised ``exc``: a 422 with its one line when the input is
+    at fault (:func:`gpucast.faults.is_input_error`), else a 500 (gpucast's fault; logged with its
+    traceback, which never reaches the client)."""
+    if is_input_error(exc):
+        return ServiceError(422, _one_line(exc))
+    log.error("%s failed", subject, exc_info=exc)
+    return ServiceError(500, f"{subject} failed inside gpucast ({type(exc).__name__}: {_one_line(exc)}); not the "
+                             f"request's fault: it is logged, not cached, and a retry computes it again")
 
 
 class Predictor:
@@ -114,8 +122,11 @@ class Predictor:
             pred = api.predict(job, gpu, env=self.settings.environment)
             body = json.dumps(pred.to_dict(), separators=(",", ":")).encode()
             return Entry(prediction=pred, body=body)
-        except _input_errors() as exc:
-            return Entry(error=ServiceError(422, _one_line(exc)))
+        except Exception as exc:  # noqa: BLE001 - every failure is answered: 422 (cached) or 500 (raised, not cached)
+            error = failure(exc, f"prediction of {job.model} on {gpu}")
+            if error.status == 500:
+                raise error from None
+            return Entry(error=error)
         finally:
             self.metrics.prediction_seconds.observe(time.perf_counter() - t0)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 
+from gpucast import imports
 from gpucast.model_sources import Built, Source, factories, register as _register_source
 from gpucast.zoo.base import FAMILIES, SOURCES, Workload, WorkloadSpec, default_loss, first_tensor
 
@@ -39,11 +40,16 @@ def register(workload: Workload) -> Workload:
 
 
 def _load() -> None:
+    """Import the family modules (each registers its workloads) once, under the import lock
+    (:mod:`gpucast.imports`): a thread never reads a registry another thread is still filling."""
     global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        for mod in _FAMILY_MODULES:
-            importlib.import_module(f"gpucast.zoo.{mod}")
+    if _LOADED:
+        return
+    with imports.LOCK:
+        if not _LOADED:
+            for mod in _FAMILY_MODULES:
+                importlib.import_module(f"gpucast.zoo.{mod}")
+            _LOADED = True
 
 
 def workloads() -> list[Workload]:

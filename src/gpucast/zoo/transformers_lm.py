@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from gpucast import imports
 from gpucast.zoo import register
 from gpucast.zoo.base import Workload, WorkloadSpec, next_token_loss, token_input
 
@@ -28,10 +29,9 @@ def _hf(config_cls: str, model_cls: str, **config):
     are callables get the spec (for sizes that follow ``seq_len``)."""
 
     def model_fn(spec: WorkloadSpec):
-        import transformers
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        transformers.AttentionInterface.register(_ATTN, sdpa_attention_forward)
+        transformers = imports.load("transformers")
+        sdpa = imports.load("transformers.integrations.sdpa_attention")
+        transformers.AttentionInterface.register(_ATTN, sdpa.sdpa_attention_forward)
         kwargs = {k: (v(spec) if callable(v) else v) for k, v in config.items()}
         cfg = getattr(transformers, config_cls)(**kwargs)
         cfg._attn_implementation = _ATTN

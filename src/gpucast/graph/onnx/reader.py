@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpucast import imports
 from gpucast.job import JobError
 
 # Protobuf refuses to parse a message over 2 GiB (its int32 size limit); ONNX moves larger
@@ -86,7 +87,7 @@ def refuse_pickle(path: Path, head: bytes) -> None:
 
 def read(path: str | os.PathLike, *, max_bytes: int | None = None):
     """The file's ``onnx.ModelProto``, after the pickle, size and integrity checks."""
-    import onnx
+    onnx = imports.load("onnx")  # the first import of onnx, under the import lock (gpucast.imports)
     from google.protobuf.message import DecodeError
 
     path = Path(path)
