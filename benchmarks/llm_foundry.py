@@ -11,8 +11,9 @@ full where the row checkpoints, ``grad_accum`` as given (``MicroBatchSize * Grad
 the global batch in every row; a row where it is not is listed), ``roce-1600``. llm-foundry ran
 its Triton FlashAttention; transformers' own MPT class has only eager attention, while HF GPT-2's
 SDPA path, which gpucast captures as a fused flash-attention kernel, mirrors FlashAttention.
-Other differences: low-precision LayerNorm, a bf16 cross-entropy where the captured HF loss
-upcasts the logits to fp32 (more memory, a little more time), PyTorch 1.13 in the source's runs.
+Other differences: low-precision LayerNorm, PyTorch 1.13 in the source's runs. The loss is
+llm-foundry's default fused cross-entropy on the bf16 logits (``stack.loss = "fused"``,
+:mod:`gpucast.graph.lm_loss`), not transformers' fp32 upcast.
 
 What it reports, every number a prediction unless it says "measured":
 
@@ -222,16 +223,13 @@ def render(res: dict) -> str:
           f"Every measured row ran, so each should fit: **{mem['fit']}/{mem['rows']}** are predicted to fit "
           f"(`fits_in_memory`: peak <= {mem['capacity_gib']:.1f} GiB).", ""]
     if mem["not_fit"]:
-        L += ["Predicted not to fit: peak GiB (of it, activations; of those, what the head and loss save: the "
-              "captured HF loss keeps bf16 logits and an fp32 copy, ~6 bytes per token and vocabulary entry, where "
-              "llm-foundry's bf16 cross-entropy keeps ~2). The last figure is an analytic what-if, not a "
-              "prediction of the job as captured: the peak less the fp32 copy (4 bytes x micro-batch x sequence x "
-              "vocabulary, plus the allocator's overhead).", ""]
+        L += ["Predicted not to fit: peak GiB (of it, activations; of those, what the head and loss save: "
+              "llm-foundry's fused cross-entropy, `stack.loss = \"fused\"`, keeps the bf16 logits, ~2 bytes per token "
+              "and vocabulary entry).", ""]
         for x in mem["not_fit"]:
             L.append(f"- {x['row']}: {x['peak_gib']:.1f} GiB (activations {x['activations_gib']:.1f}, head and "
-                     f"loss {x['loss_gib']:.1f}; without the fp32 logits {x['bf16_loss_peak_gib']:.1f})")
-        L += ["", f"Without the fp32 copy of the logits (the what-if), {mem['fit_with_bf16_loss']}/{mem['rows']} "
-              "rows would fit.", ""]
+                     f"loss {x['loss_gib']:.1f})")
+        L += [""]
     L += ["## Findings", ""] + [f"- {n}" for n in res["findings"]] + [""]
     L += ["## Every row", "",
           "Predicted: `gpucast.predict` with the defaults in force. Ratio: predicted / measured tokens/s per GPU; "
@@ -336,7 +334,6 @@ def main(argv=None) -> int:
     from gpucast.estimate.comm import DEFAULT_COMM
     from gpucast.estimate.parallel import estimate_plan
     from gpucast.estimate.parallel.constants import DEFAULT_PARALLEL
-    from gpucast.graph.memory import FRAGMENTATION
     from gpucast.hardware import get_gpu
     from gpucast.learn import llm_foundry as lf
 
@@ -396,10 +393,8 @@ def main(argv=None) -> int:
                 est = estimate_plan(tr, r.job(), gpu, corners=False)
                 acts = est.memory.breakdown.get("activations", 0) / 2**30
                 loss = tr.layout.activations.get("post", 0) / 2**30 if tr.layout else math.nan
-            # analytic what-if: the peak without the loss's fp32 copy of the logits (llm-foundry's loss is bf16)
-            fp32_logits = 4.0 * r.micro_batch * r.seq_len * r.shape.vocab_size * (1 + FRAGMENTATION)
             not_fit.append({"row": r.label, "peak_gib": x["memory_bytes"] / 2**30, "activations_gib": acts,
-                            "loss_gib": loss, "bf16_loss_peak_gib": (x["memory_bytes"] - fp32_logits) / 2**30})
+                            "loss_gib": loss})
     per_row = []
     for i, r in enumerate(rows):
         x = in_force[i]
@@ -433,9 +428,7 @@ def main(argv=None) -> int:
                    "insample": {v: scores(insample[v], meas, masks) for v in VARIANTS},
                    "in_force": scores(pred_force, meas, masks)},
         "memory": {"rows": len(rows), "fit": int(sum(x["fits"] for x in in_force)),
-                   "capacity_gib": gpu.memory_bytes / 2**30, "not_fit": not_fit,
-                   "fit_with_bf16_loss": int(sum(x["fits"] for x in in_force))
-                   + sum(x["bf16_loss_peak_gib"] <= gpu.memory_bytes / 2**30 for x in not_fit)},
+                   "capacity_gib": gpu.memory_bytes / 2**30, "not_fit": not_fit},
         "findings": findings(rows, meas, held, folds, untuned),
         "per_row": per_row, "notes": notes,
     }

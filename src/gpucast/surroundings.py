@@ -191,6 +191,10 @@ def version_tuple(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in v.split("."))
 
 
+# How a language model's loss is computed (Stack.loss; gpucast.graph.lm_loss says what each holds).
+LM_LOSSES = ("upcast", "fused", "chunked")
+
+
 @dataclass(frozen=True)
 class Stack(_Spec):
     """The software stack and host the job runs on."""
@@ -201,8 +205,13 @@ class Stack(_Spec):
     lazy_loading: bool | None = None  # CUDA_MODULE_LOADING=LAZY (None: PyTorch >= 2.0 on CUDA >= 11.7)
     cpu_speed: float | None = None    # host single-thread speed relative to the reference core (1.0)
     cpu_cores: int | None = None      # cores the job's loader workers may use
+    # A language model's loss (gpucast.graph.lm_loss): "upcast" (fp32 logits, transformers' own;
+    # unset: the model source's own loss), "fused" (one kernel on logits in the compute dtype),
+    # "chunked" (the head and loss fused in chunks: the logits never held whole).
+    loss: str | None = None
 
     def __post_init__(self) -> None:
+        self._check("loss", self.loss is None or self.loss in LM_LOSSES, f"one of {', '.join(LM_LOSSES)}")
         for name in ("torch", "cuda"):
             v = getattr(self, name)
             if _is_num(v):  # YAML reads 2.4 as a float

@@ -59,6 +59,7 @@ def test_job_is_an_fsdp_plan(rows):
     r = next(r for r in rows if r.model == "13b" and r.gpus == 8 and r.seq_len == 2048)
     job = r.job()
     assert job.gpus == 8 and job.batch_size == 4 and job.precision == "bf16"
+    assert job.stack.loss == "fused"  # ComposerMPTCausalLM's default loss_fn: fused_crossentropy
     par = job.parallel
     assert (par.sharding, par.recompute, par.grad_accum, par.gpus_per_node, par.network) == \
         ("fsdp-full", "full", 16, 8, "roce-1600")

@@ -309,6 +309,13 @@ def _capture(job: Job) -> Trace:
     model.train(train)
     params = [p for p in model.parameters() if p.requires_grad]
     stack = (job.stack or Stack()).merged(DEFAULT_STACK)
+    loss_fn = built.loss_fn
+    if train and stack.loss in ("fused", "chunked"):  # the trainer's loss kernels (gpucast.graph.lm_loss)
+        from gpucast.graph import lm_loss
+        from gpucast.zoo.base import first_tensor
+
+        model, loss_fn = _stage("choosing the loss", lm_loss.replace, model, stack.loss, first_tensor,
+                                AMP_DTYPES.get(job.precision))
     optimizer = make_optimizer(job.optimizer, params, foreach=stack.foreach_optimizers) if train and params else None
     if optimizer is not None:
         _stage("initialising the optimizer", _warm_optimizer, optimizer, params)
@@ -344,7 +351,7 @@ def _capture(job: Job) -> Trace:
             with mirror:
                 out = _stage("the forward pass", model, *inputs)
                 rec.phase = "loss"
-                loss = _stage("the loss", built.loss_fn, out, inputs)
+                loss = _stage("the loss", loss_fn, out, inputs)
                 mirror.autocast_off()
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 raise CaptureError("the loss failed: loss_fn must return a scalar tensor")

@@ -19,11 +19,11 @@ learned position table of ``SeqLen x d_model`` and biases (``MPTConfig``'s defau
 GPT-2 has. What differs from what ran: llm-foundry ran its Triton FlashAttention kernel
 (``attn_impl: triton``; transformers' own MPT class has only eager attention, while HF GPT-2's
 SDPA path, which gpucast captures as one fused flash-attention kernel, mirrors FlashAttention),
-low-precision LayerNorm, and its cross-entropy on bf16 logits, where the loss gpucast captures
-for a Hugging Face language model upcasts the logits to fp32 as transformers' own loss does
-(:mod:`gpucast.graph.hf`: ~6 bytes per token and vocabulary entry saved for the backward instead
-of ~2, and the time to write and read them). The activation is the exact GELU in both (``gelu``, not GPT-2's usual
-``gelu_new``).
+and low-precision LayerNorm. The loss is what llm-foundry ran: ``ComposerMPTCausalLM``'s default
+``loss_fn: fused_crossentropy`` (flash-attn's fused cross-entropy on the bf16 logits), which the job
+asks for as ``stack.loss = "fused"`` (:mod:`gpucast.graph.lm_loss`; transformers' own loss, the
+capture's default, upcasts the logits to fp32: ~6 bytes per token and vocabulary entry held instead
+of ~2). The activation is the exact GELU in both (``gelu``, not GPT-2's usual ``gelu_new``).
 
 **Global batch**: the README says a global batch the micro-batch does not divide ends with a
 shorter micro-batch; in this table ``MicroBatchSize * GradAccum * GPUs == GlobalBatchSize`` in
@@ -127,7 +127,7 @@ class Row:
 
         return Job.from_hf_config(
             self.hf_config(), batch_size=self.micro_batch, seq_len=self.seq_len, precision="bf16",
-            optimizer="adamw", gpus=self.gpus,
+            optimizer="adamw", gpus=self.gpus, stack=dict(loss="fused"),
             parallel=dict(sharding="fsdp-full", recompute="full" if self.checkpointing else "none",
                           grad_accum=self.grad_accum, gpus_per_node=GPUS_PER_NODE, network=NETWORK))
 

@@ -62,6 +62,10 @@ class StackSpec(BaseModel):
     lazy_loading: Optional[bool] = None
     cpu_speed: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="Host single-thread speed, 1.0 = reference.")
     cpu_cores: Optional[StrictInt] = None
+    loss: Optional[Literal["upcast", "fused", "chunked"]] = Field(
+        None, description="A language model's loss: 'upcast' (fp32 logits, transformers' own), 'fused' (one kernel "
+                          "on logits in the compute dtype, llm-foundry's default), 'chunked' (head and loss fused "
+                          "in chunks, Liger-Kernel).")
 
 
 Sharding = Literal["ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "fsdp-hybrid"]
