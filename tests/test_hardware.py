@@ -133,7 +133,7 @@ def test_published_bandwidth_and_dense_tensor_rate(name, bandwidth_gbs, fp16_ten
 def test_fp32_rate_matches_cores_times_clock():
     # FP32 peak = SMs x FP32 lanes/SM x 2 (FMA) x boost clock; lanes/SM by architecture.
     lanes = {"kepler": 192, "pascal": 64, "volta": 64, "turing": 64, "ampere": None,
-             "ada": 128, "hopper": 128}
+             "ada": 128, "hopper": 128, "blackwell": 128}
     for spec in catalog().values():
         per_sm = lanes[spec.architecture]
         if spec.architecture == "ampere":  # GA100 has 64 FP32 lanes/SM, GA10x 128
@@ -153,8 +153,14 @@ def test_tensor_rates_are_dense_and_ordered():
         else:
             assert not spec.has_tensor_cores
             assert spec.fp16_tflops == spec.fp16_vector_tflops, spec.name
-        if spec.tf32_tflops is not None:  # TF32 is half the FP16 tensor rate
-            assert spec.tf32_tflops == pytest.approx(spec.fp16_tflops / 2, rel=0.02), spec.name
+        if spec.tf32_tflops is not None:  # TF32 is half the FP16 tensor rate (B200: 2.2 of 4.5 PF, rounded)
+            assert spec.tf32_tflops == pytest.approx(spec.fp16_tflops / 2, rel=0.025), spec.name
+        if spec.fp8_tflops is not None:  # FP8 twice the FP16 tensor rate, FP4 twice FP8 (GeForce: four times)
+            # (L40S: 733 against 2 x 362.05, as its datasheet prints them)
+            assert spec.fp8_tflops == pytest.approx(2 * spec.fp16_tflops, rel=0.015), spec.name
+        if spec.fp4_tflops is not None:
+            assert spec.fp4_tflops in (pytest.approx(2 * spec.fp8_tflops), pytest.approx(4 * spec.fp8_tflops)), \
+                spec.name
         if spec.bf16_tflops is not None:  # BF16 runs at the FP16 tensor rate
             assert spec.bf16_tflops == spec.fp16_tflops, spec.name
 
@@ -163,6 +169,19 @@ def test_a100_and_h100_sparse_figures_are_not_used():
     # NVIDIA's headline "with sparsity" numbers are 2x these; a dense catalog must not hold them.
     assert get_gpu("a100-80gb").fp16_tflops < 624
     assert get_gpu("h100").fp16_tflops < 1979
+
+
+def test_todays_gpus_are_in_the_catalog():
+    cat = catalog()
+    for name in ("b200", "gb200", "gh200", "l40s", "rtx-5090", "h100-pcie", "h100-nvl"):
+        assert name in cat, name
+    # FP8 from Ada/Hopper on, FP4 only on Blackwell; NVLink 5 on the data-center Blackwell parts
+    for spec in cat.values():
+        assert (spec.fp8_tflops is not None) == (_arch_at_least(spec, "ada") and spec.name not in ("a10",)), spec.name
+        assert (spec.fp4_tflops is not None) == (spec.architecture == "blackwell"), spec.name
+    assert cat["b200"].nvlink_generation == cat["gb200"].nvlink_generation == 5 and cat["b200"].nvlink_gbs == 1800
+    assert cat["b200"].memory_bandwidth_gbs > cat["h200"].memory_bandwidth_gbs > cat["h100"].memory_bandwidth_gbs
+    assert from_nvml_name("NVIDIA B200").name == "b200" and from_nvml_name("NVIDIA L40S").name == "l40s"
 
 
 def test_bf16_and_tf32_exist_exactly_from_ampere():
@@ -222,8 +241,34 @@ def test_peak_tflops_positive_and_monotone_in_tensor_cores(name, dtype):
     spec = catalog()[name]
     off, on = spec.peak_tflops(dtype, tensor_cores=False), spec.peak_tflops(dtype, True)
     assert 0 < off <= on
-    assert on <= spec.fp16_tflops  # nothing beats the FP16 tensor rate in this catalog
+    # nothing beats the FP16 tensor rate but the narrower formats (FP8 twice it, FP4 twice FP8)
+    assert on <= spec.fp16_tflops * {"fp8": 2, "fp4": 4}.get(dtype, 1) * 1.01  # datasheets round
     assert spec.peak_tflops("fp32", True) == spec.fp32_tflops  # fp32 never uses tensor cores
+
+
+def test_fp8_and_fp4_peaks_and_their_fallbacks():
+    h100, a100, l4 = get_gpu("h100"), get_gpu("a100-40gb"), get_gpu("l4")
+    assert h100.peak_tflops("fp8") == h100.fp8_tflops == pytest.approx(2 * h100.fp16_tflops, rel=0.01)
+    assert h100.peak_tflops("fp4") == h100.fp8_tflops                 # no FP4 on Hopper: the FP8 rate
+    assert a100.peak_tflops("fp8") == a100.peak_tflops("fp4") == a100.fp16_tflops  # no FP8 on Ampere
+    assert h100.peak_tflops("fp8", tensor_cores=False) == h100.fp16_vector_tflops
+    assert l4.peak_tflops("fp8") == l4.fp8_tflops
+    assert get_gpu("h100:1g.10gb").fp8_tflops == pytest.approx(h100.fp8_tflops * 16 / 132)  # a slice's share
+
+
+@pytest.mark.parametrize("field, value, arch, needle", [
+    ("fp8_tflops", 100.0, "ampere", "null on ampere"),
+    ("fp4_tflops", 100.0, "hopper", "null on hopper"),
+    ("fp8_tflops", -1.0, "hopper", "a positive number or null"),
+    ("nvlink_generation", 7, "hopper", "one of 1, 2, 3, 4, 5 or null"),
+])
+def test_fp8_fp4_and_nvlink_generation_are_checked(tmp_path, field, value, arch, needle):
+    spec = get_gpu("h100" if arch == "hopper" else "a100-40gb").to_dict()
+    spec.update(name="mine", nvml_names=[], **{field: value})
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match=needle):
+        load_spec_file(path)
 
 
 def test_peak_tflops_fallbacks():
@@ -409,6 +454,8 @@ def test_unknown_name_lists_close_matches():
         ("Tesla P100-PCIE-16GB", "p100"),
         ("NVIDIA GeForce RTX 4090", "rtx-4090"),
         ("NVIDIA L4", "l4"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA GH200 480GB", "gh200"),
         (b"NVIDIA A10", "a10"),                         # old pynvml returns bytes
         ("  nvidia h100 80gb hbm3 ", "h100"),
     ],
@@ -417,7 +464,7 @@ def test_from_nvml_name(nvml_name, name):
     assert from_nvml_name(nvml_name).name == name
 
 
-@pytest.mark.parametrize("nvml_name", ["NVIDIA H100 PCIe", "NVIDIA A10G", "NVIDIA A100 80GB PCIe",
+@pytest.mark.parametrize("nvml_name", ["NVIDIA H100 SXM5 64GB", "NVIDIA A10G", "NVIDIA A100 80GB PCIe",
                                        "Tesla P100-SXM2-16GB", "NVIDIA H200 NVL", ""])
 def test_from_nvml_name_other_variants_are_not_guessed(nvml_name):
     assert from_nvml_name(nvml_name) is None

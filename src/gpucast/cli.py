@@ -449,7 +449,8 @@ def gpus(as_json: bool = _JSON,
         print(json.dumps([s.to_dict() for s in specs], indent=2))
         return
     t = Table(title=f"GPU catalog ({len(specs)} GPUs, vendor datasheet figures; --mig: their MIG slices)")
-    for col in ("name", "architecture", "SMs", "FP32 TFLOPS", "TF32", "FP16 TC", "BF16", "memory GiB", "GB/s", "L2 MiB"):
+    for col in ("name", "architecture", "SMs", "FP32 TFLOPS", "TF32", "FP16 TC", "BF16", "FP8", "FP4", "memory GiB",
+                "GB/s", "L2 MiB"):
         t.add_column(col, justify="left" if col in ("name", "architecture") else "right")
 
     def f(v):
@@ -457,7 +458,8 @@ def gpus(as_json: bool = _JSON,
 
     for s in specs:
         t.add_row(s.name, s.architecture, str(s.sm_count), f(s.fp32_tflops), f(s.tf32_tflops), f(s.fp16_tflops),
-                  f(s.bf16_tflops), f"{s.memory_gib:.1f}", f(s.memory_bandwidth_gbs), f"{s.l2_bytes / 2**20:g}")
+                  f(s.bf16_tflops), f(s.fp8_tflops), f(s.fp4_tflops), f"{s.memory_gib:.1f}", f(s.memory_bandwidth_gbs),
+                  f"{s.l2_bytes / 2**20:g}")
     console.print(t)
 
 

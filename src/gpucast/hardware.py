@@ -1,9 +1,9 @@
 """The GPU catalog: what a GPU *is*, on paper.
 
 A :class:`GpuSpec` holds one GPU's vendor datasheet figures: SM count, boost clock, peak FP32 /
-TF32 / FP16 / BF16 rates, memory size and bandwidth, L2 size, host link, NVLink, board power, and
+TF32 / FP16 / BF16 rates (and FP8 / FP4 where the tensor cores have them), memory size and bandwidth, L2 size, host link, NVLink, board power, and
 the names NVML prints for it. The built-in catalog lives in ``gpucast/data/gpus.yaml`` (GPUs
-K80 to H200, each with its source); users add GPUs with a YAML or JSON file of the same fields.
+K80 to B200 and GB200, each with its source); users add GPUs with a YAML or JSON file of the same fields.
 
 What is modelled: datasheet peak figures. Tensor-core rates are dense (no 2:4 sparsity) and with
 FP32 accumulate, which is what frameworks use for training. ``memory_bytes`` is the total NVML
@@ -37,6 +37,8 @@ fp32     ``fp32_tflops``                             ``fp32_tflops``
 tf32     ``tf32_tflops``; ``fp32_tflops`` if None    ``fp32_tflops``
 fp16     ``fp16_tflops`` (vector rate if no TCs)     ``fp16_vector_tflops``
 bf16     ``bf16_tflops``; ``fp32_tflops`` if None    ``fp32_tflops`` (see below)
+fp8      ``fp8_tflops``; the fp16 row if None        the fp16 row
+fp4      ``fp4_tflops``; the fp8 row if None         the fp16 row
 =======  ==========================================  =================================
 
 BF16 off the tensor cores is given the FP32 rate: the catalog stores no vector-BF16 figure, and
@@ -82,7 +84,9 @@ ARCHITECTURES = ("kepler", "pascal", "volta", "turing", "ampere", "ada", "hopper
 # CUDA compute-capability majors per architecture: a spec whose two disagree has a typo.
 _CC_MAJORS = {"kepler": {3}, "pascal": {6}, "volta": {7}, "turing": {7}, "ampere": {8},
               "ada": {8}, "hopper": {9}, "blackwell": {10, 12}}
-DTYPES = ("fp32", "tf32", "fp16", "bf16")
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4")
+# NVLink generations by the architecture that introduced them (Pascal 1 ... Blackwell 5).
+NVLINK_GENERATIONS = (1, 2, 3, 4, 5)
 MIB, GIB = 2**20, 2**30
 
 # Optional fields of a spec file and what they default to.
@@ -96,6 +100,9 @@ DEFAULTS: dict[str, Any] = {
     "nvml_names": (),            # from_nvml_name() will not find it
     "source": "user spec (no source given)",
     "sustained_clock_mhz": None,  # holds its boost clock under load: clock_factor 1
+    "fp8_tflops": None,          # no FP8 tensor cores (before Ada/Hopper); fp8 runs at the fp16 rate
+    "fp4_tflops": None,          # no FP4 tensor cores (before Blackwell); fp4 runs at the fp8 rate
+    "nvlink_generation": None,   # unknown or no NVLink
 }
 # Accepted spellings of the two size fields: canonical field -> {file key: bytes per unit}.
 _SIZE_ALIASES = {
@@ -145,6 +152,9 @@ class GpuSpec:
     nvml_names: tuple[str, ...]
     source: str
     sustained_clock_mhz: float | None = None
+    fp8_tflops: float | None = None
+    fp4_tflops: float | None = None
+    nvlink_generation: int | None = None
 
     def __post_init__(self) -> None:
         for f, conv in (("compute_capability", tuple), ("nvml_names", tuple)):
@@ -191,6 +201,12 @@ class GpuSpec:
         """
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        if dtype in ("fp8", "fp4"):  # tensor-core only; a GPU without the format runs the next wider one
+            rate = self.fp4_tflops if dtype == "fp4" else None
+            rate = rate if rate is not None else self.fp8_tflops
+            if tensor_cores and rate is not None:
+                return rate
+            dtype = "fp16"
         if dtype == "fp16":
             if tensor_cores and self.has_tensor_cores:
                 return self.fp16_tflops
@@ -255,6 +271,17 @@ def _check(d: Mapping[str, Any]) -> None:
             raise _bad(f, "a positive number or null", v)
         if v is not None and pre_ampere:
             raise _bad(f, f"null on {arch} (no {f[:4].upper()} before ampere)", v)
+    for f, first in (("fp8_tflops", "ada"), ("fp4_tflops", "blackwell")):
+        v = d[f]
+        if v is not None and not (_is_num(v) and v > 0):
+            raise _bad(f, "a positive number or null", v)
+        if v is not None and ARCHITECTURES.index(arch) < ARCHITECTURES.index(first):
+            raise _bad(f, f"null on {arch} (no {f[:3].upper()} tensor cores before {first})", v)
+    if d["fp8_tflops"] is not None and d["fp4_tflops"] is not None and d["fp4_tflops"] < d["fp8_tflops"]:
+        raise _bad("fp4_tflops", f">= fp8_tflops ({d['fp8_tflops']})", d["fp4_tflops"])
+    v = d["nvlink_generation"]
+    if v is not None and v not in NVLINK_GENERATIONS:
+        raise _bad("nvlink_generation", f"one of {', '.join(map(str, NVLINK_GENERATIONS))} or null", v)
     v = d["sustained_clock_mhz"]
     if v is not None and not (_is_num(v) and v > 0):
         raise _bad("sustained_clock_mhz",
@@ -307,7 +334,8 @@ def _normalize(raw: Mapping[str, Any]) -> dict[str, Any]:
         d["compute_capability"] = tuple(cc)
     if isinstance(d["nvml_names"], list):
         d["nvml_names"] = tuple(d["nvml_names"])
-    for f in (*_POSITIVE_FLOATS, "nvlink_gbs", "tf32_tflops", "bf16_tflops", "sustained_clock_mhz"):
+    for f in (*_POSITIVE_FLOATS, "nvlink_gbs", "tf32_tflops", "bf16_tflops", "sustained_clock_mhz", "fp8_tflops",
+              "fp4_tflops"):
         if _is_num(d[f]):  # 125 and 125.0 are the same rate; keep one type
             d[f] = float(d[f])
     return d

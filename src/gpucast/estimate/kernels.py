@@ -88,6 +88,10 @@ def math_peak(gpu: GpuSpec, category: str, dtype: str, precision: str, cfg: Esti
     """
     if category not in _TENSOR_MATH:
         return gpu.sustained_tflops("fp32", tensor_cores=False) * 1e12
+    if dtype.startswith("float8"):  # torch.float8_e4m3fn / e5m2 operands (torch._scaled_mm)
+        return gpu.sustained_tflops("fp8") * 1e12
+    if dtype.startswith("float4"):
+        return gpu.sustained_tflops("fp4") * 1e12
     if dtype == "float16":
         return gpu.sustained_tflops("fp16") * 1e12
     if dtype == "bfloat16":

@@ -293,6 +293,9 @@ class GpuInfo(BaseModel):
     fp16_tflops: float
     bf16_tflops: Optional[float]
     tf32_tflops: Optional[float]
+    fp8_tflops: Optional[float] = Field(None, description="Dense FP8 tensor-core TFLOPS; null before Ada/Hopper.")
+    fp4_tflops: Optional[float] = Field(None, description="Dense FP4 tensor-core TFLOPS; null before Blackwell.")
+    nvlink_generation: Optional[int] = None
     sm_count: int
 
 
