@@ -21,7 +21,7 @@ from gpucast.hardware import get_gpu
 from gpucast.plan import parse_network
 
 A100 = get_gpu("a100-40gb")
-NO_LATENCY = DEFAULT_COMM.replace(intra_latency_s=0.0, net_latency_s=0.0)
+NO_LATENCY = DEFAULT_COMM.replace(intra_latency_s=0.0, net_latency_s=0.0, base_latency_s=0.0)
 GB = 1e9
 
 
@@ -81,7 +81,21 @@ def test_tree_beats_ring_at_64_nodes_for_a_small_message():
     tree = 2 * size / big + 2 * math.log2(k) * c.net_latency_s
     got = collective_time("all-reduce", size, Group(k, 1), links)
     assert got < ring / 5
-    assert got == pytest.approx(tree, rel=1e-6)
+    assert got == pytest.approx(c.base_latency_s + tree, rel=1e-6)  # and the call's fixed cost
+
+
+def test_a_small_collective_pays_the_calls_base_and_every_ring_step():
+    # NCCL's tuning model (src/graph/tuning.cc): latency = baseLat + (nsteps - nInterSteps) * intraLat
+    # + nInterSteps * interLat, its ring spanning every rank: an all-gather over 128 GPUs on 16 nodes
+    # takes 127 steps, 15 of them between nodes; one byte moves in no time.
+    c, links = DEFAULT_COMM, _links("ib-200/gpu")
+    got = collective_time("all-gather", 1, Group(128, 8), links)
+    assert got == pytest.approx(c.base_latency_s + 112 * c.intra_latency_s + 15 * c.net_latency_s, rel=1e-3)
+    two = collective_time("all-reduce", 1, Group(2, 8), links)
+    assert two == pytest.approx(c.base_latency_s + 2 * c.intra_latency_s, rel=1e-3)
+    # so 12 small calls cost 12 base latencies, one call of the same bytes only one
+    assert 12 * collective_time("all-gather", 1e3, Group(8, 8), links) > \
+        collective_time("all-gather", 12e3, Group(8, 8), links) + 11 * c.base_latency_s * 0.99
 
 
 def test_concurrent_groups_halve_the_network_bandwidth():

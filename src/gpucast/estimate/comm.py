@@ -7,7 +7,8 @@ latencies of :class:`CommConstants` (each cited where it is defined). ``S`` is `
 all-reduce the buffer each rank holds, for all-gather / reduce-scatter the *full* gathered buffer,
 for send-recv the bytes one rank sends to its peer.
 
-* ``n == 1`` or ``S <= 0``: 0 seconds.
+* ``n == 1`` or ``S <= 0``: 0 seconds. Otherwise every call pays NCCL's fixed cost once
+  (``base_latency_s``) on top of the forms below.
 * One node (``group.nodes == 1``), a ring over the ``r = n`` GPUs' intra-node links, each at
   ``b = intra_gbs * eff`` (``eff`` = ``nvlink_efficiency`` or ``pcie_efficiency``) and
   ``l = intra_latency_s`` per step:
@@ -27,10 +28,11 @@ for send-recv the bytes one rank sends to its peer.
   ``concurrent``, which the caller sets) and ``L = net_latency_s`` per step:
 
   ==============================  ==================================================================
-  all-reduce                      ``min(ring 2(k-1)/k * S / B + 2(k-1) * L,``
+  all-reduce                      ``min(ring max(intra, 2(k-1)/k * S / B) + 2((n-k) l + (k-1) L),``
                                   ``tree 2 * S / B + 2 * ceil(log2 k) * L)`` (NCCL's double binary
                                   tree; NCCL picks the faster)
-  all-gather, reduce-scatter      ``(k-1)/k * S / B + (k-1) * L`` (ring only, as in NCCL)
+  all-gather, reduce-scatter      ``max(intra, (k-1)/k * S / B) + (n-k) l + (k-1) L`` (ring only,
+                                  as in NCCL)
   send-recv                       ``S / B_gpu + L`` with no intra part, ``B_gpu = node_gbs *
                                   net_efficiency / max(1, ranks_per_node * concurrent)``: every
                                   GPU of a pipeline stage sends at once
@@ -40,10 +42,15 @@ for send-recv the bytes one rank sends to its peer.
 ``2(n-1)/n`` for all-reduce, ``(n-1)/n`` for all-gather / reduce-scatter, 1 for send-recv) that
 these formulas imply for large messages, for explanations.
 
-What is not modelled: NCCL's protocol choice (LL / LL128 / Simple) and its per-call base latency
-(``baseLat`` in NCCL's ``src/graph/tuning.cc``, ~4-10 us); the imperfect overlap of the intra-
-and inter-node phases (taken as perfect: the maximum of the two) and NCCL's flat rings, whose inter-node traffic is ``2(n-1)/n * S`` rather than
-``2(k-1)/k * S``; NVLS / SHARP in-network reductions and CollNet; message-size dependent
+The ring's latency is NCCL's flat ring's (``tuning.cc``: ``(nsteps - nInterSteps) * intraLat +
+nInterSteps * interLat``): a ring over ``n`` ranks on ``k`` nodes takes ``n - 1`` steps a pass, ``k - 1``
+of them across nodes, so a small-message collective over 128 GPUs pays ~127 steps, not the 15 of
+a node-level ring; its bandwidth stays the hierarchical form above.
+
+What is not modelled: NCCL's protocol choice (LL / LL128 / Simple: one latency per step and one
+base latency, the LL figures' order); the imperfect overlap of the intra- and inter-node phases
+(taken as perfect: the maximum of the two) and the flat ring's inter-node traffic, ``2(n-1)/n * S``
+rather than ``2(k-1)/k * S``; NVLS / SHARP in-network reductions and CollNet; message-size dependent
 efficiency (small messages reach a lower share of the link than the large-message efficiency);
 PCIe topologies that route rings through CPU root complexes or across sockets (often well below
 the per-GPU link); NVLink bridges that join only pairs of GPUs (``rtx-3090``: NVLink is assumed
@@ -106,13 +113,19 @@ class CommConstants(NamedConstants):
         "Order of magnitude of NCCL's per-step hardware latency across nodes "
         "(NVIDIA/nccl src/graph/tuning.cc, hwLat, NET: ring 2.7 / 4.0 / 9.6 us, tree 5.0 / 8.5 us "
         "for LL / LL128 / Simple).")
+    base_latency_s: float = _c(
+        6.6e-6, "s per call",
+        "NCCL's fixed cost of one collective call, whatever its size and ranks (NVIDIA/nccl "
+        "src/graph/tuning.cc, baseLat: ring 6.6 / 14.0 / 8.4 us, tree 6.8 / 14.0 us for LL / LL128 / "
+        "Simple): the ring's LL figure, the protocol NCCL picks for the small messages where this "
+        "cost matters.")
 
     def __post_init__(self) -> None:
         for name in ("nvlink_efficiency", "pcie_efficiency", "net_efficiency"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1):
                 raise ValueError(f"comm constant {name!r} must be in (0, 1], got {v!r}")
-        for name in ("intra_latency_s", "net_latency_s"):
+        for name in ("intra_latency_s", "net_latency_s", "base_latency_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 and math.isfinite(v)):
                 raise ValueError(f"comm constant {name!r} must be a finite number >= 0, got {v!r}")
@@ -213,17 +226,22 @@ def collective_time(kind: str, nbytes: float, group: Group, links: Links, consts
         return 0.0
     b = _intra_bw(links, c)
     if group.nodes == 1:
-        return _ring(kind, nbytes, group.n, b, c.intra_latency_s)
+        return c.base_latency_s + _ring(kind, nbytes, group.n, b, c.intra_latency_s)
     k = group.nodes
     if kind == "send-recv":
         per_gpu = links.node_gbs * 1e9 * c.net_efficiency / max(1, group.ranks_per_node * group.concurrent)
-        return nbytes / per_gpu + c.net_latency_s
-    intra = _ring(kind, nbytes, group.local, b, c.intra_latency_s)
+        return c.base_latency_s + nbytes / per_gpu + c.net_latency_s
+    # Bandwidth: each phase at its own links, pipelined in chunks (the slower one sets the pace).
+    # Latency: NCCL's ring spans all n ranks, n - 1 steps a pass, k - 1 of them between nodes.
     big = links.node_gbs * 1e9 * c.net_efficiency / group.concurrent
-    inter = _ring(kind, nbytes, k, big, c.net_latency_s)
+    intra = _ring(kind, nbytes, group.local, b, 0.0)
+    inter = _ring(kind, nbytes, k, big, 0.0)
+    passes = 2 if kind == "all-reduce" else 1
+    flat = passes * ((group.n - k) * c.intra_latency_s + (k - 1) * c.net_latency_s)
+    ring = max(intra, inter) + flat
     if kind == "all-reduce":
-        inter = min(inter, _tree(nbytes, k, big, c.net_latency_s))
-    return max(intra, inter)  # NCCL pipelines the phases in chunks: the slower one sets the pace
+        ring = min(ring, _tree(nbytes, k, big, c.net_latency_s))
+    return c.base_latency_s + ring
 
 
 def busbw_gbs(group: Group, links: Links, consts: CommConstants | None = None, kind: str = "all-reduce") -> float:
@@ -231,7 +249,7 @@ def busbw_gbs(group: Group, links: Links, consts: CommConstants | None = None, k
     dropped, ``busbw = S / time * factor`` with factor ``2(n-1)/n`` for all-reduce, ``(n-1)/n`` for
     all-gather / reduce-scatter and 1 for send-recv. ``inf`` for a group of one rank (nothing moves)."""
     _check_kind(kind)
-    c = (consts or DEFAULT_COMM).replace(intra_latency_s=0.0, net_latency_s=0.0)
+    c = (consts or DEFAULT_COMM).replace(intra_latency_s=0.0, net_latency_s=0.0, base_latency_s=0.0)
     n = group.n
     if n == 1:
         return math.inf
