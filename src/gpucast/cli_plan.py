@@ -37,3 +37,7 @@ def print_plan(console, p, gib) -> None:
     console.print(f"links: {pl['links']['intra']} inside a node; network {pl['links']['network']}; pipeline bubble "
                   f"{pl['bubble_fraction']:.1%} of the pipeline; model FLOPs: {pl['flops_convention']}",
                   highlight=False)
+    if pl.get("comm_calls"):
+        console.print(f"collectives: {pl['comm_calls']} NCCL calls a step, {pl['comm_fixed_s'] * 1e3:.2f} ms of fixed "
+                      f"costs (base latency and ring steps; hidden behind compute where the overlap allows)",
+                      highlight=False)

@@ -132,3 +132,15 @@ def test_invalid_inputs_raise_one_line():
         assert "\n" not in str(err.value)
     with pytest.raises(ValueError, match="all-reduce, all-gather, reduce-scatter, send-recv"):
         collective_time("all-to-all", GB, Group(8, 8), links)
+
+
+def test_call_latency_is_the_small_message_limit():
+    # One byte moves in no time: a call's fixed part is what a one-byte collective costs.
+    from gpucast.estimate.comm import call_latency
+
+    links = _links("ib-200/gpu")
+    for kind in COLLECTIVES:
+        for group in (Group(2, 8), Group(8, 8), Group(128, 8), Group(64, 1)):
+            assert call_latency(kind, group, links) == pytest.approx(collective_time(kind, 1, group, links),
+                                                                     rel=1e-3), (kind, group)
+    assert call_latency("all-gather", Group(1, 8), links) == 0.0

@@ -198,3 +198,24 @@ def test_sharding_a_model_without_blocks_still_answers():
     p = predict(Job(model="resnet50", batch_size=32, gpus=8, precision="amp-bf16",
                     parallel={"sharding": "zero2"}), "a100-80gb")
     assert p.plan["data"] == 8 and p.fits_in_memory and p.step_time_s > 0
+
+
+def test_the_plan_counts_each_collective_calls_fixed_costs():
+    # FSDP FULL_SHARD gathers each unit (a block) in the forward and again in the backward, and
+    # reduce-scatters its gradients once (PyTorch FSDP's docs): 3 calls per unit per micro-batch,
+    # each paying NCCL's base latency and its ring's steps over the 16 ranks of 2 nodes.
+    from gpucast.estimate.comm import Group, Links, call_latency
+    from gpucast.hardware import get_gpu
+    from gpucast.plan import parse_network
+
+    m, units = 2, SMALL["num_hidden_layers"]
+    par = {"sharding": "fsdp-full", "grad_accum": m, "gpus_per_node": 8, "network": "ib-200/gpu"}
+    pl = predict(_job(SMALL, gpus=16, parallel=par), "h100").plan
+    links = Links.of(get_gpu("h100"), parse_network("ib-200/gpu", 8))
+    group = Group(16, 8)
+    one = call_latency("all-gather", group, links) * 2 + call_latency("reduce-scatter", group, links)
+    assert pl["comm_calls"] == m * 3 * units
+    assert pl["comm_fixed_s"] == pytest.approx(m * units * one, rel=1e-9)
+    # one GPU: no collective, nothing fixed
+    alone = predict(_job(SMALL, gpus=1, parallel={"grad_accum": m}), "h100").plan
+    assert alone["comm_fixed_s"] == 0.0 and alone["comm_calls"] == 0

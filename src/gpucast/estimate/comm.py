@@ -71,7 +71,8 @@ if TYPE_CHECKING:  # the type only; nothing of plan runs here
     from gpucast.hardware import GpuSpec
     from gpucast.plan import Network
 
-__all__ = ["COLLECTIVES", "CommConstants", "DEFAULT_COMM", "Group", "Links", "busbw_gbs", "collective_time"]
+__all__ = ["COLLECTIVES", "CommConstants", "DEFAULT_COMM", "Group", "Links", "busbw_gbs", "call_latency",
+           "collective_time"]
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "send-recv")
 INTRA_KINDS = ("nvlink", "pcie")
@@ -242,6 +243,27 @@ def collective_time(kind: str, nbytes: float, group: Group, links: Links, consts
     if kind == "all-reduce":
         ring = min(ring, _tree(nbytes, k, big, c.net_latency_s))
     return c.base_latency_s + ring
+
+
+def call_latency(kind: str, group: Group, links: Links, consts: CommConstants | None = None) -> float:
+    """The fixed part of one call, whatever its size: NCCL's base latency plus its ring's (or, for an
+    all-reduce across nodes, the tree's, whichever is shorter) per-step latencies (the forms of
+    :func:`collective_time` without their bandwidth terms); 0 for a group of one rank."""
+    _check_kind(kind)
+    c = consts or DEFAULT_COMM
+    if group.n == 1:
+        return 0.0
+    passes = 2 if kind == "all-reduce" else 1
+    if kind == "send-recv":
+        lat = c.intra_latency_s if group.nodes == 1 else c.net_latency_s
+    elif group.nodes == 1:
+        lat = passes * (group.n - 1) * c.intra_latency_s
+    else:
+        k = group.nodes
+        lat = passes * ((group.n - k) * c.intra_latency_s + (k - 1) * c.net_latency_s)
+        if kind == "all-reduce":
+            lat = min(lat, 2 * math.ceil(math.log2(k)) * c.net_latency_s)
+    return c.base_latency_s + lat
 
 
 def busbw_gbs(group: Group, links: Links, consts: CommConstants | None = None, kind: str = "all-reduce") -> float:

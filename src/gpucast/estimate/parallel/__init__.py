@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucast.estimate import Estimate, _bottleneck, prepare
-from gpucast.estimate.comm import DEFAULT_COMM, CommConstants, Group, Links, collective_time
+from gpucast.estimate.comm import DEFAULT_COMM, CommConstants, Group, Links, call_latency, collective_time
 from gpucast.estimate.constants import EstimatorConfig
 from gpucast.estimate.environment import Environment
 from gpucast.estimate.loader import loader_cost
@@ -173,16 +173,22 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             re_busy = float(scaled[st.n_fwd:st.n_fwd + st.n_re].sum())
             fwd_busy = float(scaled[:st.n_fwd].sum())
             bwd_busy = max(0.0, tl.gpu_busy_s - fwd_busy)
-            tp_c = _tp_comm(st, lay, job, par, act_b, place, links, comm)
-            p2p = 2 * collective_time("send-recv", _act_bytes(lay, job, act_b) / t, place.pp, links, comm) if p > 1 else 0.0
-            dp_micro = _dp_micro(strat, st, gather_b, reduce_b, fwd_busy, bwd_busy, place, links, comm, consts, cfg)
-            per.append(dict(tl=tl, re=re_busy, tp=tp_c, p2p=p2p, dp=dp_micro, bwd=bwd_busy,
+            calls: list = []  # (count, kind, group) of the micro-batch's collectives, for their fixed costs
+            tp_c = _tp_comm(st, lay, job, par, act_b, place, links, comm, calls)
+            p2p = 0.0
+            if p > 1:
+                p2p = 2 * collective_time("send-recv", _act_bytes(lay, job, act_b) / t, place.pp, links, comm)
+                calls.append((2, "send-recv", place.pp))
+            dp_micro = _dp_micro(strat, st, gather_b, reduce_b, fwd_busy, bwd_busy, place, links, comm, consts, cfg,
+                                 calls)
+            per.append(dict(tl=tl, re=re_busy, tp=tp_c, p2p=p2p, dp=dp_micro, bwd=bwd_busy, calls=calls,
                             micro=tl.step_time_s + tp_c + p2p + dp_micro))
         slow = max(range(p), key=lambda i: per[i]["micro"])
         t_slow = per[slow]["micro"]
         pipe = (m + p - 1) * t_slow if p > 1 else m * per[0]["micro"]
         st = stages[slow]
-        dp_step = _dp_step(strat, st, gather_b, reduce_b, per[slow]["bwd"], place, links, comm, cfg)
+        step_calls: list = []
+        dp_step = _dp_step(strat, st, gather_b, reduce_b, per[slow]["bwd"], place, links, comm, cfg, step_calls)
         opt = 0.0
         opt_busy = 0.0
         if opt_sub is not None:
@@ -193,8 +199,9 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
                            env.idle_kernel_s)
             opt, opt_busy = otl.step_time_s, otl.gpu_busy_s
         step = pipe + dp_step + opt
+        fixed = m * _fixed(per[slow]["calls"], links, comm) + _fixed(step_calls, links, comm)
         return dict(per=per, slow=slow, step=step, pipe=pipe, dp_step=dp_step, opt=opt, opt_busy=opt_busy,
-                    bubble=(p - 1) * t_slow if p > 1 else 0.0)
+                    bubble=(p - 1) * t_slow if p > 1 else 0.0, fixed=fixed)
 
     base = compose()
     corners = [compose(k, h) for k in cfg.kernel_time_range for h in cfg.host_time_range] if corners else [base]
@@ -256,6 +263,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         "gpus": job.gpus, "gpus_per_node": par.gpus_per_node, "nodes": nodes, "network": par.network,
         "layers_per_stage": [int(s.blocks) for s in stages],
         "step_breakdown_s": breakdown,
+        "comm_fixed_s": base["fixed"],
+        "comm_calls": sum(n for n, _, _ in base["per"][slow]["calls"]) * m,
         "bubble_fraction": (p - 1) / (m + p - 1) if p > 1 else 0.0,
         "slowest_stage": slow, "busiest_memory_stage": busiest,
         "memory_per_stage_bytes": [mm.total_bytes for mm in mems],
@@ -327,18 +336,24 @@ def _act_bytes(lay, job: Job, act_b: int) -> float:
     return job.batch_size * lay.tokens * lay.hidden * act_b
 
 
+def _fixed(calls: list, links: Links, comm: CommConstants) -> float:
+    """NCCL's fixed costs of ``calls`` ((count, kind, group) each): base latency and ring steps."""
+    return sum(n * call_latency(kind, group, links, comm) for n, kind, group in calls)
+
+
 def _tp_comm(st: _Stage, lay, job: Job, par: Parallel, act_b: int, place: Placement, links: Links,
-             comm: CommConstants) -> float:
+             comm: CommConstants, calls: list) -> float:
     if par.tensor <= 1 or lay is None:
         return 0.0
     per_layer = 4 + (2 if par.recompute == "full" else 0)
     count = per_layer * st.blocks + (1 if st.k == 0 else 0)
     one = collective_time("all-reduce", _act_bytes(lay, job, act_b), place.tp, links, comm)
+    calls.append((count, "all-reduce", place.tp))
     return count * one
 
 
 def _dp_micro(strat, st: _Stage, gather_b, reduce_b, fwd_busy, bwd_busy, place: Placement, links: Links,
-              comm: CommConstants, consts: ParallelConstants, cfg: EstimatorConfig) -> float:
+              comm: CommConstants, consts: ParallelConstants, cfg: EstimatorConfig, calls: list) -> float:
     """Exposed per-micro-batch collectives of sharded gradients/weights (module docstring, step 2).
     FSDP and ZeRO-3 gather and reduce one unit (a block) at a time: one collective per unit, each
     paying its latency."""
@@ -350,6 +365,8 @@ def _dp_micro(strat, st: _Stage, gather_b, reduce_b, fwd_busy, bwd_busy, place: 
     units = max(st.blocks, 1)
 
     def per_unit(kind: str, nbytes: float, group: Group) -> float:
+        if nbytes > 0 and group.n > 1:
+            calls.append((units, kind, group))
         return units * collective_time(kind, nbytes / units, group, links, comm)
 
     exposed = 0.0
@@ -358,6 +375,8 @@ def _dp_micro(strat, st: _Stage, gather_b, reduce_b, fwd_busy, bwd_busy, place: 
         ag = per_unit("all-gather", weights, place.dp)
         exposed += max(ag / units, ag - consts.gather_overlap * fwd_busy)
         bwd_comm = ag if strat.gathers == "fwd+bwd" else 0.0
+        if strat.gathers == "fwd+bwd" and weights > 0:  # the backward gathers every unit again
+            calls.append((units, "all-gather", place.dp))
     if strat.grads_per_micro_batch:
         bwd_comm += per_unit("reduce-scatter", grads, place.dp)
         if strat.hybrid and place.dp_across.n > 1:
@@ -368,7 +387,7 @@ def _dp_micro(strat, st: _Stage, gather_b, reduce_b, fwd_busy, bwd_busy, place: 
 
 
 def _dp_step(strat, st: _Stage, gather_b, reduce_b, bwd_busy, place: Placement, links: Links,
-             comm: CommConstants, cfg: EstimatorConfig) -> float:
+             comm: CommConstants, cfg: EstimatorConfig, calls: list) -> float:
     """Exposed once-a-step collectives: DDP's all-reduce / ZeRO-1's reduce-scatter behind the last
     backward, ZeRO-1/2's all-gather of the updated weights."""
     if place.dp.n <= 1:
@@ -378,10 +397,12 @@ def _dp_step(strat, st: _Stage, gather_b, reduce_b, bwd_busy, place: Placement, 
     if not strat.grads_per_micro_batch:
         kind = strat.grad_collective
         c = collective_time(kind, grads, place.dp, links, comm)
+        calls.append((1, kind, place.dp))
         last_bucket = c * min(1.0, cfg.ddp_bucket_bytes / grads) if grads > 0 else 0.0
         out += max(last_bucket, c - cfg.comm_overlap * bwd_busy)
     if strat.gather_after_step:
         out += collective_time("all-gather", st.params.trainable * gather_b, place.dp, links, comm)
+        calls.append((1, "all-gather", place.dp))
     return out
 
 
