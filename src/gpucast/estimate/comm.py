@@ -213,6 +213,13 @@ def _tree(nbytes: float, k: int, bw: float, lat: float) -> float:
     return 2 * nbytes / bw + 2 * math.ceil(math.log2(k)) * lat
 
 
+def _flat_ring_latency(kind: str, group: Group, c: CommConstants) -> float:
+    """NCCL's flat ring over all ``n`` ranks on ``k`` nodes: ``n - 1`` steps a pass, ``k - 1`` of them between nodes."""
+    passes = 2 if kind == "all-reduce" else 1
+    k = group.nodes
+    return passes * ((group.n - k) * c.intra_latency_s + (k - 1) * c.net_latency_s)
+
+
 def _intra_bw(links: Links, c: CommConstants) -> float:
     eff = c.nvlink_efficiency if links.intra_kind == "nvlink" else c.pcie_efficiency
     return links.intra_gbs * 1e9 * eff
@@ -237,9 +244,7 @@ def collective_time(kind: str, nbytes: float, group: Group, links: Links, consts
     big = links.node_gbs * 1e9 * c.net_efficiency / group.concurrent
     intra = _ring(kind, nbytes, group.local, b, 0.0)
     inter = _ring(kind, nbytes, k, big, 0.0)
-    passes = 2 if kind == "all-reduce" else 1
-    flat = passes * ((group.n - k) * c.intra_latency_s + (k - 1) * c.net_latency_s)
-    ring = max(intra, inter) + flat
+    ring = max(intra, inter) + _flat_ring_latency(kind, group, c)
     if kind == "all-reduce":
         ring = min(ring, _tree(nbytes, k, big, c.net_latency_s))
     return c.base_latency_s + ring
@@ -253,16 +258,14 @@ def call_latency(kind: str, group: Group, links: Links, consts: CommConstants | 
     c = consts or DEFAULT_COMM
     if group.n == 1:
         return 0.0
-    passes = 2 if kind == "all-reduce" else 1
     if kind == "send-recv":
         lat = c.intra_latency_s if group.nodes == 1 else c.net_latency_s
     elif group.nodes == 1:
-        lat = passes * (group.n - 1) * c.intra_latency_s
+        lat = _ring(kind, 0.0, group.n, 1.0, c.intra_latency_s)
     else:
-        k = group.nodes
-        lat = passes * ((group.n - k) * c.intra_latency_s + (k - 1) * c.net_latency_s)
+        lat = _flat_ring_latency(kind, group, c)
         if kind == "all-reduce":
-            lat = min(lat, 2 * math.ceil(math.log2(k)) * c.net_latency_s)
+            lat = min(lat, _tree(0.0, group.nodes, 1.0, c.net_latency_s))
     return c.base_latency_s + lat
 
 

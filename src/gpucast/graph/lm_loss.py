@@ -40,8 +40,6 @@ import math
 import torch
 from torch import nn
 
-from gpucast.surroundings import LM_LOSSES as LOSSES  # noqa: F401 - the values of stack.loss
-
 
 class LossError(ValueError):
     """``stack.loss`` asks for something this model cannot do (one line)."""

@@ -200,8 +200,9 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             opt, opt_busy = otl.step_time_s, otl.gpu_busy_s
         step = pipe + dp_step + opt
         fixed = m * _fixed(per[slow]["calls"], links, comm) + _fixed(step_calls, links, comm)
+        n_calls = m * sum(n for n, _, _ in per[slow]["calls"]) + sum(n for n, _, _ in step_calls)
         return dict(per=per, slow=slow, step=step, pipe=pipe, dp_step=dp_step, opt=opt, opt_busy=opt_busy,
-                    bubble=(p - 1) * t_slow if p > 1 else 0.0, fixed=fixed)
+                    bubble=(p - 1) * t_slow if p > 1 else 0.0, fixed=fixed, n_calls=n_calls)
 
     base = compose()
     corners = [compose(k, h) for k in cfg.kernel_time_range for h in cfg.host_time_range] if corners else [base]
@@ -264,7 +265,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         "layers_per_stage": [int(s.blocks) for s in stages],
         "step_breakdown_s": breakdown,
         "comm_fixed_s": base["fixed"],
-        "comm_calls": sum(n for n, _, _ in base["per"][slow]["calls"]) * m,
+        "comm_calls": base["n_calls"],
         "bubble_fraction": (p - 1) / (m + p - 1) if p > 1 else 0.0,
         "slowest_stage": slow, "busiest_memory_stage": busiest,
         "memory_per_stage_bytes": [mm.total_bytes for mm in mems],
