@@ -44,7 +44,7 @@ page cache), distributed samplers.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 SOURCES = ("device", "memory", "images", "small-images", "tokens", "environment", "custom")
 CODE_FIELDS = ("dataset", "collate", "environment")  # FILE.py:FUNCTION references to a user's code
@@ -207,8 +207,10 @@ class Stack(_Spec):
     cpu_cores: int | None = None      # cores the job's loader workers may use
     # A language model's loss (gpucast.graph.lm_loss): "upcast" (fp32 logits, transformers' own;
     # unset: the model source's own loss), "fused" (one kernel on logits in the compute dtype),
-    # "chunked" (the head and loss fused in chunks: the logits never held whole).
-    loss: str | None = None
+    # "chunked" (the head and loss fused in chunks: the logits never held whole). Out of the repr:
+    # the simulator's truth draws each job's error from a hash of its fields' repr
+    # (gpucast.cluster.truth._unit_normal), and a new field there would redraw every job's error.
+    loss: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._check("loss", self.loss is None or self.loss in LM_LOSSES, f"one of {', '.join(LM_LOSSES)}")

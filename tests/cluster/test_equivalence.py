@@ -52,10 +52,6 @@ Two references:
   the Gavel cases' truth reads (their ``slot`` digests too), and its constants moved, and with
   them the current-GPU fit (``timeshare_current.json`` takes the Gavel fit's gap exponent and
   kernel share, and was refitted).
-  The Gavel cases' digests were regenerated once more (issue 37), deliberately and with no change
-  of behaviour: ``Stack`` gained its ``loss`` field, and :func:`fake_predictor` hashes the ``repr``
-  of the job types' fields, which now print it (with ``loss`` left out of the ``repr`` the old
-  digests matched bit for bit, every case and policy; the hand cases did not move).
   A change that moves any float of any record by one ulp, or the order of a tie, fails here.
   The Gavel cases use a fixed synthetic predictor (:func:`fake_predictor`), so they do not move
   when gpucast's analytic model changes; the truth still reads Gavel's measured data.
@@ -175,22 +171,22 @@ BEFORE = {
         'profiling': 'd75865896e84fcca216b',
     },
     'gavel-64': {
-        'slot': '23d61c77c14610d0158b',
-        'slot-fifo': '7d8b491cd94173821a60',
-        'packing': '80cf8849b3d64f832b86',
-        'horus': '0e0486da617d10415d06',
-        'gpucast': 'be928a31e5a01f33323d',
-        'oracle': '6bf52a22cd27c99ed9c7',
-        'profiling': '1aad13b259dede3324a6',
+        'slot': 'b9628b27310a8f0bfaf1',
+        'slot-fifo': 'ef4580ae3e34fc216d21',
+        'packing': 'd9efbc712212501ff6de',
+        'horus': '3f21b6bd13715db9b788',
+        'gpucast': 'db63db16c0646a03a15d',
+        'oracle': '630ec177896af5013dfc',
+        'profiling': 'a634ea3566462531efe0',
     },
     'gavel-mixed': {
-        'slot': '72c9b7ff8bb9e4cd3471',
-        'slot-fifo': 'fc1fbfd5bc54dbdfa8e1',
-        'packing': 'f1f1477f4df2dfb45754',
-        'horus': 'cf2169fe49edb3e1cdb1',
-        'gpucast': '536b630795ba4aa6faea',
-        'oracle': '9d887adbe4b27881d373',
-        'profiling': '65bba81314e600ed6f78',
+        'slot': 'bee3d47cd0f52f49fe2d',
+        'slot-fifo': '95e744b692dd3fa02657',
+        'packing': '8e9d6f9fa2cb5663eb12',
+        'horus': '6434920a03c2849e7aa6',
+        'gpucast': '9678bfac5256d1283f24',
+        'oracle': '72564d9503eb17f8b9da',
+        'profiling': 'cf6d216a6282e202a2da',
     },
 }
 
