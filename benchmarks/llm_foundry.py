@@ -303,8 +303,8 @@ def findings(rows, meas, held, folds, untuned) -> list[str]:
                    f"({gmr(held[WRITTEN][short], meas[short]):.2f}). Attention's share of the time grows with the "
                    "sequence, and the model costs a causal flash-attention kernel on the full s x s FLOPs "
                    "(torch.utils.flop_counter's formula ignores is_causal; the kernel skips the masked half) at "
-                   "attention_efficiency, GEMMs at matmul_efficiency; one kernel_time_factor moves both alike, so "
-                   "the trend stays. The slow attention it implies (0.55 of peak on twice the work) is close to "
+                   "the attention family's achieved fraction, GEMMs at theirs (gpucast.estimate.achieved); one "
+                   "kernel_time_factor moves both alike, so the trend stays. The slow attention it implies (0.55 of peak on twice the work) is close to "
                    "llm-foundry's 2023 Triton kernel on the smallest models, too slow for the larger ones.")
     for size in ("125m", "350m"):
         g = {r.gpus: i for i, r in enumerate(rows) if r.model == size and r.seq_len == 2048}

@@ -121,7 +121,7 @@ def _runs(f: dict[str, Path]) -> dict[str, list]:
         "help": ["--help"],
         "err_model": ["predict", "resnet5", "--gpu", "t4", "--json"],
         "err_gpu": ["predict", "resnet18-cifar", "--gpu", "t4", "--gpu", "t5", "--json"],
-        "err_precision": ["predict", "resnet18-cifar", "--precision", "fp8", "--json"],
+        "err_precision": ["predict", "resnet18-cifar", "--precision", "fp4", "--json"],
         "err_batch0": ["predict", "resnet18-cifar", "-b", "0", "--json"],
         "err_gpus0": ["predict", "resnet18-cifar", "--gpus", "0"],
         "err_shape": ["predict", "resnet18-cifar", "--input-shape", "3,x"],
@@ -308,7 +308,7 @@ def _assert_error(r: Result, *needles: str) -> str:
     ("err_model", ("'model'", "resnet5", "did you mean")),
     ("err_gpu", ("'t5'", "did you mean t4")),  # a valid first --gpu does not leave half an answer
     ("err_explain_gpu", ("'nope-gpu'",)),
-    ("err_precision", ("'precision'", "fp8")),
+    ("err_precision", ("'precision'", "fp4")),
     ("err_batch0", ("'batch_size'",)),  # 0 used to fall back silently to the default of 32
     ("err_gpus0", ("'gpus'",)),
     ("err_shape", ("'input_shape'", "3,x")),

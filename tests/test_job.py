@@ -187,7 +187,7 @@ INVALID = [
     ("batch_size", True),
     ("batch_size", 8.0),
     ("batch_size", MAX_BATCH_SIZE + 1),
-    ("precision", "fp8"),
+    ("precision", "fp4"),
     ("precision", "FP32"),
     ("mode", "eval"),
     ("optimizer", "lamb"),
@@ -257,10 +257,10 @@ def test_unknown_field_in_a_file(tmp_path):
 
 def test_invalid_value_in_a_file_names_the_field(tmp_path):
     path = tmp_path / "job.json"
-    path.write_text(json.dumps({"model": "resnet50", "precision": "fp8"}))
+    path.write_text(json.dumps({"model": "resnet50", "precision": "fp4"}))
     with pytest.raises(JobError) as e:
         Job.load(path)
-    _assert_one_line(e.value, "'precision'", "fp8")
+    _assert_one_line(e.value, "'precision'", "fp4")
 
 
 @pytest.mark.parametrize("name,text", [
@@ -378,7 +378,7 @@ def test_from_module_validates():
     with pytest.raises(JobError) as e:
         Job.from_module(_model_fn, None, batch_size=8, optimizer="sgd", precision="fp32", mode="train")
     _assert_one_line(e.value, "'input_fn'")
-    for field, value in (("batch_size", 0), ("precision", "fp8"), ("mode", "eval"), ("optimizer", "lamb")):
+    for field, value in (("batch_size", 0), ("precision", "fp4"), ("mode", "eval"), ("optimizer", "lamb")):
         kwargs = {**dict(batch_size=8, optimizer="sgd", precision="fp32", mode="train"), field: value}
         with pytest.raises(JobError) as e:
             Job.from_module(_model_fn, _input_fn, **kwargs)

@@ -176,6 +176,9 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
         notes.append(measured.note())
     if job.precision in ("amp-bf16", "bf16") and not spec.supports_bf16:
         notes.append(f"{spec.name} has no bf16 tensor cores: bf16 math is costed at the fp32 rate")
+    if job.precision == "fp8" and spec.fp8_tflops is None:
+        notes.append(f"{spec.name} has no FP8 tensor cores (Ada, Hopper and Blackwell have them; Transformer Engine "
+                     f"refuses fp8 elsewhere): its FP8 GEMMs are costed at the fp16 rate")
     if job.precision == "tf32" and spec.tf32_tflops is None:
         notes.append(f"{spec.name} has no tf32 tensor cores: tf32 runs as fp32")
     fits = est.memory.total_bytes <= spec.memory_bytes

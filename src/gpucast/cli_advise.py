@@ -180,7 +180,7 @@ def register(app: typer.Typer, cli) -> None:
                    share: bool = typer.Option(True, "--share/--no-share", help="Also offer a share of one GPU "
                                                                               "(MPS/MIG/HAMi/Ray) to small jobs."),
                    prices: Optional[str] = typer.Option(None, "--prices", help="Price table: a packaged name "
-                                                                              "(cloud-2024, gavel-2020) or a "
+                                                                              "(cloud-2024, cloud-2026, gavel-2020) or a "
                                                                               "YAML file of your own."),
                    provider: Optional[str] = typer.Option(None, "--provider", help="Only this provider's offers "
                                                                                   "(aws, gcp, azure, ...)."),

@@ -12,8 +12,10 @@ reports, i.e. what a profiler on that card sees. One figure is not a datasheet p
 board power limit (``tdp_w``), a published figure (a measurement by others, or the datasheet
 base clock that NVIDIA guarantees under the power limit), never one of ours; each catalog value
 cites its source in ``data/gpus.yaml``. :attr:`GpuSpec.clock_factor` is
-``min(1, sustained_clock_mhz / boost_clock_mhz)`` (1 when unset) and
-:meth:`GpuSpec.sustained_tflops` is the peak times that factor: the rate a time model should use. Memory bandwidth is not scaled:
+``min(1, sustained_clock_mhz / boost_clock_mhz)`` (1 when unset), :attr:`GpuSpec.tensor_clock_factor`
+the same against ``tensor_clock_mhz`` (optional: the clock NVIDIA computes the tensor peaks at
+where it is below the boost clock, as on Hopper and data-center Blackwell), and
+:meth:`GpuSpec.sustained_tflops` is the peak times the factor of its units: the rate a time model should use. Memory bandwidth is not scaled:
 the power limit throttles the SM clock, not the memory clock (published nvidia-smi samples of a
 power-capped RTX 3090 show the memory clock at its rated speed in every sample while the SM
 clock drops; cited in ``data/gpus.yaml``). The factor assumes the entry's peaks are computed at
@@ -103,6 +105,7 @@ DEFAULTS: dict[str, Any] = {
     "fp8_tflops": None,          # no FP8 tensor cores (before Ada/Hopper); fp8 runs at the fp16 rate
     "fp4_tflops": None,          # no FP4 tensor cores (before Blackwell); fp4 runs at the fp8 rate
     "nvlink_generation": None,   # unknown or no NVLink
+    "tensor_clock_mhz": None,    # tensor peaks computed at boost_clock_mhz
 }
 # Accepted spellings of the two size fields: canonical field -> {file key: bytes per unit}.
 _SIZE_ALIASES = {
@@ -155,6 +158,7 @@ class GpuSpec:
     fp8_tflops: float | None = None
     fp4_tflops: float | None = None
     nvlink_generation: int | None = None
+    tensor_clock_mhz: float | None = None
 
     def __post_init__(self) -> None:
         for f, conv in (("compute_capability", tuple), ("nvml_names", tuple)):
@@ -189,9 +193,19 @@ class GpuSpec:
             return 1.0
         return min(1.0, self.sustained_clock_mhz / self.boost_clock_mhz)
 
+    @property
+    def tensor_clock_factor(self) -> float:
+        """:attr:`clock_factor` for the tensor-core peaks: ``min(1, sustained_clock_mhz /
+        tensor_clock_mhz)`` where NVIDIA computes those peaks at a clock below the boost clock
+        (H100 SXM: 1,830 MHz, FlashAttention-3 paper, appendix C.1); the boost clock elsewhere."""
+        if self.sustained_clock_mhz is None:
+            return 1.0
+        return min(1.0, self.sustained_clock_mhz / (self.tensor_clock_mhz or self.boost_clock_mhz))
+
     def sustained_tflops(self, dtype: str, tensor_cores: bool = True) -> float:
         """:meth:`peak_tflops` at the sustained clock: the compute rate a time model should use."""
-        return self.peak_tflops(dtype, tensor_cores) * self.clock_factor
+        tensor = tensor_cores and self.has_tensor_cores and dtype != "fp32"
+        return self.peak_tflops(dtype, tensor_cores) * (self.tensor_clock_factor if tensor else self.clock_factor)
 
     def peak_tflops(self, dtype: str, tensor_cores: bool = True) -> float:
         """Datasheet peak TFLOPS a kernel computing in ``dtype`` can reach (module docstring).
@@ -286,6 +300,10 @@ def _check(d: Mapping[str, Any]) -> None:
     if v is not None and not (_is_num(v) and v > 0):
         raise _bad("sustained_clock_mhz",
                    "a positive number in MHz, or null (holds its boost clock)", v)
+    v = d["tensor_clock_mhz"]
+    if v is not None and not (_is_num(v) and 0 < v <= d["boost_clock_mhz"]):
+        raise _bad("tensor_clock_mhz", "a positive number in MHz up to boost_clock_mhz, or null "
+                   "(tensor peaks computed at the boost clock)", v)
     if d["fp16_vector_tflops"] > d["fp16_tflops"]:
         raise _bad("fp16_vector_tflops", f"<= fp16_tflops ({d['fp16_tflops']})",
                    d["fp16_vector_tflops"])
@@ -335,7 +353,7 @@ def _normalize(raw: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(d["nvml_names"], list):
         d["nvml_names"] = tuple(d["nvml_names"])
     for f in (*_POSITIVE_FLOATS, "nvlink_gbs", "tf32_tflops", "bf16_tflops", "sustained_clock_mhz", "fp8_tflops",
-              "fp4_tflops"):
+              "fp4_tflops", "tensor_clock_mhz"):
         if _is_num(d[f]):  # 125 and 125.0 are the same rate; keep one type
             d[f] = float(d[f])
     return d

@@ -34,7 +34,7 @@ from gpucast.surroundings import Data, Loop, SpecError, Stack
 # amp-*: torch.autocast over fp32 weights; bf16/fp16: the weights themselves in half precision
 # ("pure", as FSDP's MixedPrecision(param_dtype=...), DeepSpeed's and Megatron-LM's bf16 modes run the
 # model; a sharded optimizer keeps fp32 master weights, gpucast.estimate.parallel.sharding).
-PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp16")
+PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp16", "fp8")
 MODES = ("train", "infer")
 OPTIMIZERS = ("sgd", "adam", "adamw", "none")
 _SOURCE_FIELDS = ("model_digest", "hf_config")

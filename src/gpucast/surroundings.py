@@ -193,6 +193,9 @@ def version_tuple(v: str) -> tuple[int, ...]:
 
 # How a language model's loss is computed (Stack.loss; gpucast.graph.lm_loss says what each holds).
 LM_LOSSES = ("upcast", "fused", "chunked")
+# Fused attention kernels a stack can run (gpucast.estimate.achieved): PyTorch's SDPA flash kernel is
+# FlashAttention-2's in every release; "flash3": the flash-attn 3 package's Hopper kernels.
+ATTENTION_KERNELS = ("flash2", "flash3")
 
 
 @dataclass(frozen=True)
@@ -211,9 +214,14 @@ class Stack(_Spec):
     # the simulator's truth draws each job's error from a hash of its fields' repr
     # (gpucast.cluster.truth._unit_normal), and a new field there would redraw every job's error.
     loss: str | None = field(default=None, repr=False)
+    # The fused attention kernel (ATTENTION_KERNELS; unset: "flash2", PyTorch's own). Out of the repr
+    # for the same reason as loss.
+    attention: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._check("loss", self.loss is None or self.loss in LM_LOSSES, f"one of {', '.join(LM_LOSSES)}")
+        self._check("attention", self.attention is None or self.attention in ATTENTION_KERNELS,
+                    f"one of {', '.join(ATTENTION_KERNELS)}")
         for name in ("torch", "cuda"):
             v = getattr(self, name)
             if _is_num(v):  # YAML reads 2.4 as a float

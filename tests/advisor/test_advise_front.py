@@ -132,7 +132,7 @@ def test_precisions_are_only_those_the_gpu_runs():
     (dict(budget_usd=0), "budget must be a positive number"),
     (dict(epochs=float("nan")), "epochs must be a positive number"),
     (dict(samples_per_epoch=0), "samples per epoch must be a positive integer"),
-    (dict(precisions=["fp8"]), "unknown precision 'fp8'"),
+    (dict(precisions=["fp4"]), "unknown precision 'fp4'"),
     (dict(provider="ovh"), "no provider 'ovh'"),
     (dict(batches=[0]), "batch sizes must be positive"),
 ])

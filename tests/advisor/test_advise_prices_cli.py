@@ -30,6 +30,15 @@ def test_packaged_tables_name_catalog_gpus_with_sources_and_dates():
     assert {p.gpu: p.usd_per_gpu_hour for p in gavel.prices} == {"k80": 0.45, "p100": 1.46, "v100-16gb": 2.48}
 
 
+def test_the_2026_table_prices_the_gpus_2026_clusters_run():
+    t = load("cloud-2026")
+    assert {"h100", "h200", "b200", "gb200", "gh200", "l40s"} <= {p.gpu for p in t.prices}
+    assert all(p.as_of.startswith("2026") for p in t.prices)
+    # an instance price over its GPUs, where the offer names both
+    p5 = next(p for p in t.offers("h100", "aws"))
+    assert p5.usd_per_gpu_hour == pytest.approx(55.04 / 8)
+
+
 def test_the_cheapest_offer_is_used_unless_a_provider_is_chosen():
     t = load("cloud-2024")
     t4 = t.offers("t4")
@@ -112,7 +121,7 @@ def test_advise_with_a_price_file_of_ones_own(tmp_path):
     (["--budget", "-3"], "positive amount"),
     (["--counts", "1,two"], "--counts '1,two'"),
     (["--counts", "16"], "one node"),
-    (["--precisions", "fp8"], "unknown precision"),
+    (["--precisions", "fp4"], "unknown precision"),
     (["--keep-global-batch", "--batches", "48"], "does not divide"),
 ])
 def test_bad_advise_input_is_one_error_line_exit_2_and_writes_nothing(tmp_path, args, words):

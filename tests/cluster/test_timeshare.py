@@ -35,9 +35,10 @@ def test_two_half_idle_jobs_fill_each_others_gaps():
     # slowdown = (2 + x) / 2 = 1.309.
     x = (math.sqrt(5) - 1) / 2
     assert slowdowns([HALF, HALF], PURE) == pytest.approx([(2 + x) / 2] * 2, rel=2e-3)
-    # Far less than the saturated pair's slowdown with Gavel's constants (stretch "want": a
-    # saturated pair slows to 2, the half pair to 1.309, ratio 0.65).
-    assert max(slowdowns([HALF, HALF], timeshare.FITTED)) < 0.8 * min(slowdowns([SAT, SAT], timeshare.FITTED))
+    # Less than the saturated pair's slowdown with Gavel's constants (stretch "want": a saturated
+    # pair slows to 2, the half pair to 1.309, ratio 0.65, before the fitted contention terms, which
+    # load both alike and close the gap: 0.82 with the fit of issue 37's predictions, ~0.78 before).
+    assert max(slowdowns([HALF, HALF], timeshare.FITTED)) < 0.85 * min(slowdowns([SAT, SAT], timeshare.FITTED))
     # With the current GPU's (stretch "held": a burst is stretched by the share of time the
     # neighbour's kernels run) a saturated pair slows to the same equation's root, 1 + x = 1.618,
     # so the ratio is 1.309 / 1.618 = 0.809 by construction; the fitted terms may not close it.

@@ -5,7 +5,8 @@ printed: a serial expensive loader starves the GPU, workers feed it until it sat
 asynchronous copies cost the host nothing, AMP shrinks GPU work but not host work, and the
 benchmark-style job reproduces the model before these terms existed (predictions recorded from
 that commit in data/legacy_predictions.json; that model costed every GPU at its datasheet peaks,
-so the recorded rows are reproduced on the card without its sustained clock).
+so the recorded rows are reproduced on the card without its sustained clock), within what the
+kernel model of issue 37 moved.
 """
 
 from __future__ import annotations
@@ -35,9 +36,15 @@ def test_device_data_with_a_benchmark_loop_reproduces_the_model_before_surroundi
     # and no sustained (power-capped) clock: the T4 rows were costed at its boost-clock peaks
     gpu = dataclasses.replace(gpucast.hardware.get_gpu(row["gpu"]), sustained_clock_mhz=None)
     p = _predict(job, gpu, env=Environment.default().replace(idle_kernel_s=0.0, nvml_tick_s=0.0))
-    assert p.step_time_s == pytest.approx(row["step_time_s"], rel=1e-12)
-    assert p.gpu_busy_s == pytest.approx(row["gpu_busy_s"], rel=1e-12)
-    assert p.gpu_util_pct == pytest.approx(row["gpu_util_pct"], abs=1e-9)
+    # Reproduced to 1e-12 until issue 37's kernel model (grids on the SMs, per-architecture achieved
+    # fractions; gpucast.estimate.tiles/achieved): that model only adds what a partly filled grid loses
+    # and moves the steady-state fractions (convolutions 0.65 -> 0.72 of peak for a full grid,
+    # attention split into forward 0.66 / backward 0.52), so the GPU time stays within -15 %..+35 %
+    # of the recorded one and the loader and loop still add nothing: the step is the kernels'
+    # and the host's, as then.
+    assert 0.85 <= p.gpu_busy_s / row["gpu_busy_s"] <= 1.35
+    assert 0.85 <= p.step_time_s / row["step_time_s"] <= 1.35
+    assert p.gpu_util_pct == pytest.approx(row["gpu_util_pct"], abs=12)
     # The tracker now holds an op's output live during the op, beside inputs freed right after
     # (gpucast.graph.memory): that can only add to the recorded peak; most for the LM's
     # vocabulary-wide logits and their gradient (lstm-lm-small +21 %).

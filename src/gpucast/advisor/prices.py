@@ -2,7 +2,9 @@
 
 Packaged tables (``src/gpucast/data/prices/``): ``cloud-2024`` (the default: on-demand list prices
 of AWS, Google Cloud and Azure as their price pages showed them in 2024, per GPU-hour, labelled as
-examples that go stale) and ``gavel-2020`` (the GCP prices Gavel's cost policies used). A user's
+examples that go stale), ``cloud-2026`` (the GPUs of 2026 clusters: H100, H200, B200, GB200, GH200,
+L40S, H100 PCIe/NVL on AWS, GCP, Azure, Lambda and CoreWeave, as public records of their price pages
+showed them in 2026; no older GPUs) and ``gavel-2020`` (the GCP prices Gavel's cost policies used). A user's
 own file (on-prem amortized, spot, reserved) has the same format::
 
     format: 1

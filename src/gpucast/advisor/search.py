@@ -7,8 +7,10 @@
   (:func:`gpucast.advisor.prices.slice_price`).
 * **Precisions** a GPU runs: ``fp32`` everywhere; ``tf32`` where it has TF32 tensor cores;
   ``amp-fp16`` and ``fp16`` from compute capability 6.0 (Pascal: K80 has no FP16 arithmetic);
-  ``amp-bf16`` and ``bf16`` where it has BF16 tensor cores (Ampere on). Default: the job's own, ``fp32``, ``amp-fp16`` and
-  ``amp-bf16``, each where the GPU runs it.
+  ``amp-bf16`` and ``bf16`` where it has BF16 tensor cores (Ampere on); ``fp8`` (Transformer Engine's
+  recipe, :mod:`gpucast.graph.fp8`) where it has FP8 tensor cores (Ada, Hopper, Blackwell). Default:
+  the job's own, ``fp32``, ``amp-fp16`` and ``amp-bf16``, each where the GPU runs it (``fp8`` when
+  asked for, or when it is the job's).
 * **Batch sizes** per GPU: default the job's and 2x, 4x, 8x it (the largest of them that fits a GPU
   is that GPU's "largest that fits"); with ``keep_global_batch`` the job's global batch ``G`` (its
   batch x its GPUs) is kept: micro-batches ``G, G/2, G/4, G/8`` with the accumulation that makes
@@ -41,7 +43,7 @@ from gpucast.hardware import GpuSpec, get_gpu
 DEFAULT_COUNTS = (1, 2, 4, 8)
 MAX_GPUS = 8        # one node (the all-reduce is costed over the node's NVLink or PCIe)
 BATCH_FACTORS = (1, 2, 4, 8)
-PRECISION_ORDER = ("fp32", "tf32", "amp-fp16", "amp-bf16", "fp16", "bf16")
+PRECISION_ORDER = ("fp32", "tf32", "amp-fp16", "amp-bf16", "fp16", "bf16", "fp8")
 
 
 class AdviseError(ValueError):
@@ -72,6 +74,8 @@ def runs(spec: GpuSpec, precision: str) -> bool:
         return tuple(spec.compute_capability) >= (6, 0)
     if precision in ("amp-bf16", "bf16"):
         return spec.supports_bf16
+    if precision == "fp8":  # Transformer Engine runs FP8 on Ada, Hopper and Blackwell only
+        return spec.fp8_tflops is not None
     return False
 
 

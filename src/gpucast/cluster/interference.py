@@ -43,10 +43,11 @@ from gpucast.cluster import gavel, sharing, timeshare
 # Source: fit_report(gpu="v100-16gb") on Gavel's V100 pairs with gpucast analytic-0.1.0 utilizations
 # (as NVML reports them) of Gavel's jobs with their scripts' loaders and PyTorch 1.4 stack, the
 # environment refitted on the three shared sets (issue 18; refitted again after issue 25's
-# per-set hosts and library-only 1.x kernel factor, 2026-12-02; both coefficients kept
-# non-negative: B came out negative and is 0). RMSE 1.251 against 1.254 for a constant slowdown:
-# utilization alone explains little of Gavel's pair slowdowns.
-A = 1.1473
+# per-set hosts and library-only 1.x kernel factor, 2026-12-02, and after issue 37's kernel model,
+# 2026-12-04; both coefficients kept non-negative: B came out negative and is 0). RMSE 1.253
+# against 1.254 for a constant slowdown: utilization alone explains little of Gavel's pair
+# slowdowns.
+A = 1.1259
 B = 0.0
 
 

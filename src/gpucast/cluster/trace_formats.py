@@ -62,7 +62,7 @@ from gpucast.cluster import gavel
 
 DEFAULT_GAVEL_TRACE = "ee9e8c"  # 2,000 jobs, 1,025 of them multi-GPU (up to 32): the largest
                                 # and most multi-GPU of Gavel's packaged traces
-PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
+PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "fp8")
 
 
 class TraceError(ValueError):

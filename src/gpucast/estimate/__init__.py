@@ -111,6 +111,7 @@ class Prepared:
     surroundings: Surroundings
     kt: KernelTimes
     host: np.ndarray
+    scales: dict = field(default_factory=dict)  # family multipliers the kernel times were computed with
 
     def run(self, env: Environment, kernel_scale: float = 1.0, host_scale: float = 1.0
             ) -> tuple[Timeline, LoaderCost]:
@@ -135,9 +136,16 @@ def prepare(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | None
     cfg = config or DEFAULT
     env = env or Environment.default()
     sur = surroundings_of(job, trace)
-    if not sur.loop.cudnn_benchmark:
-        cfg = cfg.replace(conv_efficiency=cfg.conv_efficiency * env.cudnn_heuristic_efficiency)
-    return Prepared(trace, job, gpu, cfg, sur, kernel_times(trace, gpu, job.precision, cfg), host_times(trace, cfg))
+    scales = family_scales(sur, env)
+    kt = kernel_times(trace, gpu, job.precision, cfg, sur.stack, scales)
+    return Prepared(trace, job, gpu, cfg, sur, kt, host_times(trace, cfg), scales)
+
+
+def family_scales(sur: Surroundings, env: Environment) -> dict[str, float]:
+    """Multipliers of kernel families' achieved fractions the job's loop sets: without
+    ``cudnn.benchmark`` the convolutions run cuDNN's heuristic first choice
+    (``Environment.cudnn_heuristic_efficiency``)."""
+    return {} if sur.loop.cudnn_benchmark else {"conv": env.cudnn_heuristic_efficiency}
 
 
 def estimate(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | None = None,

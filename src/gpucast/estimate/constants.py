@@ -50,26 +50,19 @@ class EstimatorConfig(NamedConstants):
         "CUDA Graphs blog, 2019: ~2.5 us per small kernel without graphs).")
     kernel_floor_old_s: float = _c(
         4.5e-6, "s", "Same floor on Kepler/Pascal, whose launch path is slower (~4-5 us).")
-    matmul_efficiency: float = _c(
-        0.80, "fraction of peak",
-        "Large cuBLAS GEMMs reach 70-90% of tensor-core peak (NVIDIA Deep Learning Performance "
-        "Guide, 'Matrix Multiplication Background').")
-    conv_efficiency: float = _c(
-        0.65, "fraction of peak",
-        "cuDNN implicit-GEMM convolutions typically reach 55-75% of peak (NVIDIA DL Performance "
-        "Guide, 'Convolutional Layers').")
-    attention_efficiency: float = _c(
-        0.55, "fraction of peak",
-        "FlashAttention-2 forward+backward: 50-70% of A100 peak (Dao 2023, FlashAttention-2, "
-        "Fig. 4-7); older GPUs and memory-efficient attention lower.")
-    rnn_efficiency: float = _c(
-        0.45, "fraction of peak", "cuDNN RNN GEMMs are skinny (batch x hidden); ~40-50% of peak.")
-    other_efficiency: float = _c(0.50, "fraction of peak", "FLOP-counted ops of other kinds.")
+    tile_reuse_half: float = _c(
+        16.0, "operand elements",
+        "A GEMM tile's operand reuse w = m n / (m + n) (multiply-adds per loaded element per k step) at "
+        "which it runs at half the rate its reuse would allow (gpucast.estimate.tiles: rate w / (w + w0) "
+        "relative to the architecture's largest tile). 16 puts a 64x64 tile at 0.79 and a 128x128 at "
+        "0.95 of a 128x256's: larger tiles reuse more data and run faster (NVIDIA Deep Learning "
+        "Performance Guide, 'Matrix Multiplication Background', 'Tile Quantization'); an assumption "
+        "checked by benchmarks/kernel_checks.py against published GEMM throughputs.")
     compute_ramp_s: float = _c(
         3e-6, "s",
-        "Fixed time a math kernel loses filling and draining the SMs (first and last wave), on "
-        "top of its FLOPs at the efficient rate: small GEMMs run at a fraction of peak (a "
-        "1024^3 TF32 GEMM, ~17 us of math on an A100, takes ~20 us in cuBLAS benchmarks).")
+        "Fixed time a math kernel loses filling its SMs' pipelines and draining them (prologue and "
+        "epilogue), on top of its waves of tiles (gpucast.estimate.tiles): a few microseconds per "
+        "kernel, which is what keeps a small GEMM well below peak beside its partly filled wave.")
     bandwidth_efficiency: float = _c(
         0.85, "fraction of peak",
         "Streaming kernels reach 80-92% of DRAM peak (STREAM-like copy on V100/A100/H100, "

@@ -1,25 +1,33 @@
-"""GPU time of each op's kernels: a roofline with size-dependent efficiency and a floor.
+"""GPU time of each op's kernels: a roofline whose compute side knows the kernel's grid.
 
-For an op with ``F`` FLOPs, ``B`` bytes moved and ``k`` kernels on a GPU with ``S`` SMs:
+For an op with ``F`` FLOPs, ``B`` bytes moved and ``k`` kernels on a GPU (or MIG slice):
 
-* compute time ``F / (peak * e_cat) + ramp``: the peak rate of the op's math (tensor-core
-  FP16/BF16/TF32 or FP32 CUDA cores, see :func:`math_peak`) at the clock the card sustains under
-  its power limit (:meth:`GpuSpec.sustained_tflops`: the datasheet peak times
-  :attr:`GpuSpec.clock_factor`, below 1 on power-capped cards such as the 70 W T4 and 72 W L4,
-  1 elsewhere), a per-category efficiency ``e_cat``, and a fixed ``ramp`` (filling and draining
-  the SMs) that makes small GEMMs reach only part of peak;
-* memory time ``(B + h_B * S) / (bandwidth * e_bw)``, the same form for bandwidth. The
+* compute time ``F / (peak x a_fam x phi) + ramp``: the peak rate of the op's math (tensor-core
+  FP16/BF16/TF32/FP8 or FP32 CUDA cores, see :func:`math_peak`) at the clock the card sustains under
+  its power limit (:meth:`GpuSpec.sustained_tflops`: the datasheet peak times the card's clock
+  factor for those units); ``a_fam``, what the op's kernel family (GEMM, convolution, attention
+  forward or backward, RNN, other) reaches of it in steady state on this architecture with the
+  job's stack (:mod:`gpucast.estimate.achieved`, published figures); ``phi``, the share of that
+  steady state the op's grid reaches on this GPU's SMs: its tiles, their waves, the last wave's
+  partial fill, the tile's size, split-K (:mod:`gpucast.estimate.tiles`; 1 for ops the grid model
+  does not know); ``ramp``, the fixed time a math kernel loses filling and draining its pipelines;
+* memory time ``B / reach + r``: ``reach`` is the GPU's DRAM bandwidth at the streaming efficiency,
+  or less when the kernel has too few blocks to keep it busy (its blocks' share of the whole GPU's
+  SMs, Little's law; :func:`tiles.memory_fill`); ``r`` a fixed ramp of the *whole* GPU
+  (``half_bytes_per_sm`` x its SMs over its bandwidth: a latency, the same on its MIG slices). The
   bandwidth is the datasheet figure, not scaled by the clock factor: the power limit throttles
   the SM clock, while the memory clock stays at its rated speed (nvidia-smi samples of an RTX
   3090 held at its power cap: SM clock down, memory clock at its rated 9,501 MHz in every sample;
   ashalliants/ninfer-3090 PR #72, cited in ``data/gpus.yaml``);
 * kernel time ``max(compute, memory, k * floor)``.
 
-Which term wins labels the op compute-, memory- or latency-bound.
+Which term wins labels the op compute-, memory- or latency-bound. A tensor-parallel rank's ops
+(``split``) are costed at their narrower shapes, not as the whole op divided.
 
-Not modelled: L2 cache hits between kernels, wave quantisation, clock changes per kernel (one
-sustained clock for all compute, whatever power a kernel draws), thermal throttling, concurrent
-kernels on several streams, kernel fusion beyond what the trace shows.
+Not modelled: L2 cache hits between kernels, clock changes per kernel (one sustained clock for all
+compute, whatever power a kernel draws), thermal throttling, concurrent kernels on several streams,
+kernel fusion beyond what the trace shows; what the grid model leaves out is listed in
+:mod:`gpucast.estimate.tiles`.
 """
 
 from __future__ import annotations
@@ -28,9 +36,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpucast.estimate import tiles
+from gpucast.estimate.achieved import family_of, fractions
 from gpucast.estimate.constants import OLD_ARCHITECTURES, EstimatorConfig
 from gpucast.graph.trace import Trace
-from gpucast.hardware import GpuSpec
+from gpucast.hardware import GpuSpec, get_gpu
+from gpucast.mig import SEPARATOR, parent_name
 
 CATEGORIES = ("matmul", "conv", "attention", "rnn", "norm", "softmax", "elementwise", "reduction", "pool",
               "embedding", "loss", "copy", "memory", "optimizer", "view", "host", "other")
@@ -57,6 +68,7 @@ class OpArrays:
     sync: np.ndarray
     costed: np.ndarray
     library: np.ndarray  # the op's kernels are cuDNN/cuBLAS ones (LIBRARY_CATEGORIES)
+    family: np.ndarray  # object array: the op's kernel family (gpucast.estimate.achieved.family_of)
 
     @classmethod
     def of(cls, trace: Trace) -> "OpArrays":
@@ -75,6 +87,7 @@ class OpArrays:
             sync=np.fromiter((o.sync for o in ops), dtype=bool, count=len(ops)),
             costed=np.fromiter((o.costed for o in ops), dtype=bool, count=len(ops)),
             library=np.fromiter((o.category in LIBRARY_CATEGORIES for o in ops), dtype=bool, count=len(ops)),
+            family=np.array([family_of(o.category, o.op, o.dtype) for o in ops], dtype=object),
         )
         trace._arrays = arr
         return arr
@@ -100,11 +113,6 @@ def math_peak(gpu: GpuSpec, category: str, dtype: str, precision: str, cfg: Esti
     return gpu.sustained_tflops("tf32" if tf32 else "fp32", tensor_cores=tf32) * 1e12
 
 
-def efficiency(category: str, cfg: EstimatorConfig) -> float:
-    return {"matmul": cfg.matmul_efficiency, "conv": cfg.conv_efficiency,
-            "attention": cfg.attention_efficiency, "rnn": cfg.rnn_efficiency}.get(category, cfg.other_efficiency)
-
-
 @dataclass
 class KernelTimes:
     time: np.ndarray  # seconds per op on the GPU (0 for ops that launch nothing)
@@ -113,21 +121,85 @@ class KernelTimes:
     floor: np.ndarray
 
 
-def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfig) -> KernelTimes:
+def whole_gpu(gpu: GpuSpec) -> GpuSpec:
+    """The whole GPU a MIG slice is cut from (the GPU itself otherwise): the SMs and bandwidth that
+    a kernel's fixed memory ramp and its blocks' share of the bandwidth are counted against."""
+    if SEPARATOR not in gpu.name:
+        return gpu
+    try:
+        return get_gpu(parent_name(gpu.name))
+    except KeyError:
+        return gpu
+
+
+def _fills(trace: Trace, gpu: GpuSpec, arch_rate: np.ndarray, cfg: EstimatorConfig, split) -> tuple[np.ndarray, np.ndarray]:
+    """Per op: ``phi``, the share of its family's steady rate its grid reaches on ``gpu``
+    (:mod:`gpucast.estimate.tiles`; 1 for ops the grid model does not know), and the share of the
+    DRAM bandwidth its blocks reach."""
+    whole = whole_gpu(gpu)
+    sms, sms_whole = gpu.sm_count, whole.sm_count
+    reduce_s = 1.0 / (gpu.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency)
+    n = len(trace.ops)
+    phi = np.ones(n)
+    mfill = np.ones(n)
+    cache: dict = {}
+    for i, o in enumerate(trace.ops):
+        t = int(split[i]) if split is not None else 1
+        key = (o.op, o.shapes, o.out_shapes, o.category, t, arch_rate[i])
+        got = cache.get(key)
+        if got is None:
+            f, ctas = 1.0, 0
+            if o.flops > 0 and o.category in LIBRARY_CATEGORIES:
+                probs = tiles.gemm_problems(o.op, o.shapes, o.out_shapes)
+                if probs:
+                    if t > 1:
+                        probs = tiles.split_problem(probs, t)
+                    f = tiles.gemm_fill(probs, gpu.architecture, sms, cfg.tile_reuse_half, arch_rate[i] / sms,
+                                       reduce_s)
+                    ctas = tiles.gemm_ctas(probs)
+                else:
+                    att = tiles.attention_grid(o.op, o.shapes)
+                    if att is not None:
+                        ctas = max(1, att[0] // t)
+                        f = tiles.attention_fill(ctas, sms)
+            if ctas:
+                m = tiles.tiled_memory_fill(ctas, sms_whole)
+            else:
+                m = tiles.memory_fill(tiles.largest_numel(o.shapes, o.out_shapes) // t, sms_whole)
+            got = cache[key] = (f, m)
+        phi[i], mfill[i] = got
+    return phi, mfill
+
+
+def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfig, stack=None,
+                 scales: dict[str, float] | None = None, split: np.ndarray | None = None) -> KernelTimes:
+    """Per-op kernel times on ``gpu`` (module docstring). ``stack``: the job's software stack
+    (which attention kernel runs; None: the default); ``scales``: family -> multiplier of its
+    achieved fraction (cuDNN's heuristic choice without benchmark mode); ``split``: per-op
+    tensor-parallel degree (a rank runs ``1 / t`` of each split op, its GEMMs narrowed)."""
     a = OpArrays.of(trace)
-    peak = np.empty(len(a.flops))
-    eff = np.empty(len(a.flops))
+    n = len(a.flops)
+    peak = np.empty(n)
+    eff = np.empty(n)
+    frac = fractions(gpu.architecture, getattr(stack, "attention", None) if stack is not None else None)
+    scales = scales or {}
     cache: dict[tuple, tuple[float, float]] = {}
-    for i, (cat, dt) in enumerate(zip(a.category, a.dtype)):
-        key = (cat, dt)
+    for i, (cat, dt, fam) in enumerate(zip(a.category, a.dtype, a.family)):
+        key = (cat, dt, fam)
         val = cache.get(key)
         if val is None:
-            val = cache[key] = (math_peak(gpu, cat, dt, precision, cfg), efficiency(cat, cfg))
+            val = cache[key] = (math_peak(gpu, cat, dt, precision, cfg), frac[fam] * scales.get(fam, 1.0))
         peak[i], eff[i] = val
-    sms = gpu.sm_count
-    compute = np.where(a.flops > 0, a.flops / (peak * eff) + cfg.compute_ramp_s, 0.0)
+    div = np.ones(n) if split is None else np.asarray(split, dtype=np.float64)
+    flops, nbytes = a.flops / div, a.bytes / div
+    phi, mfill = _fills(trace, gpu, peak * eff, cfg, None if split is None else div)
+    whole = whole_gpu(gpu)
+    compute = np.where(flops > 0, flops / (peak * eff * phi) + cfg.compute_ramp_s, 0.0)
     bw = gpu.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency
-    memory = np.where(a.bytes > 0, (a.bytes + cfg.half_bytes_per_sm * sms) / bw, 0.0)
+    bw_whole = whole.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency
+    reach = np.minimum(bw, bw_whole * mfill)
+    ramp = cfg.half_bytes_per_sm * whole.sm_count / bw_whole
+    memory = np.where(nbytes > 0, nbytes / reach + ramp, 0.0)
     floor_s = cfg.kernel_floor_old_s if gpu.architecture in OLD_ARCHITECTURES else cfg.kernel_floor_s
     floor = a.kernels * floor_s
     launches = a.kernels > 0

@@ -13,7 +13,8 @@ allocated; a 7B-parameter model costs no memory), then runs one steady-state ste
 
 Precision ``bf16``/``fp16`` (pure half precision) casts the model's floating weights and inputs
 before the step, as FSDP's ``MixedPrecision(param_dtype=...)`` and DeepSpeed's/Megatron-LM's bf16
-modes run the model; ``amp-*`` runs fp32 weights under autocast.
+modes run the model; ``amp-*`` runs fp32 weights under autocast; ``fp8`` runs them under bf16
+autocast with the linear layers' GEMMs in FP8, as Transformer Engine does (``gpucast.graph.fp8``).
 
 Steady state: the optimizer's state (momentum, Adam moments) exists before the traced step,
 as it does from the second step of a real run; it is created beforehand by one untraced
@@ -53,7 +54,9 @@ from gpucast.zoo import factories
 
 aten = torch.ops.aten
 
-AMP_DTYPES = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
+# fp8: Transformer Engine's recipe runs the model under bf16 autocast, its linear layers in FP8
+# (gpucast.graph.fp8).
+AMP_DTYPES = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16, "fp8": torch.bfloat16}
 # Pure half precision: the model's floating weights and inputs are cast (no autocast).
 PURE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # GradScaler's default initial scale (torch.amp.GradScaler init_scale).
@@ -165,8 +168,10 @@ class _Recorder(TorchDispatchMode):
                 # cuDNN fuses a cell's gate arithmetic into one pointwise kernel.
                 kernels = 0 if self._rnn_fused_open else 1
                 self._rnn_fused_open = True
-        dtype = next((str(t.dtype).removeprefix("torch.") for t in outs + ins if t.is_floating_point()),
-                     str((outs + ins)[0].dtype).removeprefix("torch.") if (outs + ins) else "")
+        # the dtype the op computes in: its output's, but a scaled (FP8) GEMM's operands' (it writes bf16)
+        order = ins + outs if name == "_scaled_mm" else outs + ins
+        dtype = next((str(t.dtype).removeprefix("torch.") for t in order if t.is_floating_point()),
+                     str(order[0].dtype).removeprefix("torch.") if order else "")
         self.ops.append(OpRecord(
             index=len(self.ops), phase=self.phase, op=name, category=category,
             shapes=_shapes(args), out_shapes=tuple(tuple(t.shape) for t in outs[:_MAX_LIST_SHAPES]),
@@ -316,6 +321,11 @@ def _capture(job: Job) -> Trace:
 
         model, loss_fn = _stage("choosing the loss", lm_loss.replace, model, stack.loss, first_tensor,
                                 AMP_DTYPES.get(job.precision))
+    fp8_layers = None
+    if job.precision == "fp8":  # the linear layers' GEMMs as Transformer Engine runs them
+        from gpucast.graph import fp8, lm_loss
+
+        fp8_layers = _stage("converting the linear layers to FP8", fp8.apply, model, lm_loss.output_head(model))
     optimizer = make_optimizer(job.optimizer, params, foreach=stack.foreach_optimizers) if train and params else None
     if optimizer is not None:
         _stage("initialising the optimizer", _warm_optimizer, optimizer, params)
@@ -405,6 +415,10 @@ def _capture(job: Job) -> Trace:
     notes = []
     if job.precision == "amp-fp16":
         notes.append("amp-fp16: GradScaler's unscale and found_inf check are included")
+    if fp8_layers is not None:
+        notes.append(f"fp8: {fp8_layers} linear layers run their GEMMs in FP8 (Transformer Engine's recipe); "
+                     "everything else in bf16" if fp8_layers else
+                     "fp8: no linear layer with sizes that are multiples of 16: nothing runs in FP8 (bf16 throughout)")
     return Trace(
         job_key=job.key, model=job.model, mode=job.mode, precision=job.precision, batch_size=job.batch_size,
         ops=rec.ops, memory=memory, parameters=n_params,

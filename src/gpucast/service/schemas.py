@@ -13,7 +13,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
-Precision = Literal["fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp16"]
+Precision = Literal["fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp16", "fp8"]
 Mode = Literal["train", "infer"]
 Optimizer = Literal["sgd", "adam", "adamw", "none"]
 
@@ -66,6 +66,9 @@ class StackSpec(BaseModel):
         None, description="A language model's loss: 'upcast' (fp32 logits, transformers' own), 'fused' (one kernel "
                           "on logits in the compute dtype, llm-foundry's default), 'chunked' (head and loss fused "
                           "in chunks, Liger-Kernel).")
+    attention: Optional[Literal["flash2", "flash3"]] = Field(
+        None, description="The fused attention kernel: 'flash2' (PyTorch's SDPA flash kernel, the default) or "
+                          "'flash3' (the flash-attn 3 package's Hopper kernels).")
 
 
 Sharding = Literal["ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "fsdp-hybrid"]
@@ -175,7 +178,7 @@ class AdviseRequest(JobSpec):
     precisions: Optional[list[Precision]] = None
     share: bool = Field(True, description="Also offer a share of one GPU to small jobs.")
     prices: Optional[Union[str, list[PriceEntry]]] = Field(
-        None, description="A packaged price table's name (cloud-2024, gavel-2020) or the prices themselves.")
+        None, description="A packaged price table's name (cloud-2024, cloud-2026, gavel-2020) or the prices themselves.")
     provider: Optional[str] = None
     samples_per_epoch: Optional[StrictInt] = None
     epochs: Union[StrictFloat, StrictInt] = 1.0

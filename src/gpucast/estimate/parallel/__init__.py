@@ -49,7 +49,7 @@ from gpucast.estimate.comm import DEFAULT_COMM, CommConstants, Group, Links, cal
 from gpucast.estimate.constants import EstimatorConfig
 from gpucast.estimate.environment import Environment
 from gpucast.estimate.loader import loader_cost
-from gpucast.estimate.kernels import OpArrays
+from gpucast.estimate.kernels import OpArrays, kernel_times
 from gpucast.estimate.memory import cublas_workspace_bytes, cuda_context_bytes
 from gpucast.estimate.nvml import held_share, reported_share
 from gpucast.estimate.parallel.activations import StageActivations, stage_activations
@@ -135,8 +135,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     blocks_of = stage_blocks(lay.blocks, p) if lay is not None else [np.zeros(0, dtype=int)]
     stage = stage_of_ops(ol, blocks_of) if lay is not None else np.where(ol.phase == 3, -1, 0)
     div = np.where(ol.sharded, float(t), 1.0) if t > 1 else np.ones(len(ol.block))
-    bw = gpu.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency
-    kt = split_times(prep.kt, div, cfg.compute_ramp_s, cfg.half_bytes_per_sm * gpu.sm_count / bw)
+    kt = (kernel_times(trace, gpu, job.precision, cfg, prep.surroundings.stack, prep.scales, split=div)
+          if t > 1 else prep.kt)  # a rank's narrower GEMMs on the same SMs (gpucast.estimate.tiles)
     stack = prep.surroundings.stack
     host = prep.host * torch_host_factor(stack.torch, env)
     flops = np.fromiter((o.flops for o in trace.ops), dtype=np.float64, count=len(trace.ops)) / div

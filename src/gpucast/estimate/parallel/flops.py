@@ -18,7 +18,8 @@ from __future__ import annotations
 from gpucast.graph.trace import Trace
 from gpucast.hardware import GpuSpec
 
-_PEAK_DTYPE = {"amp-bf16": "bf16", "amp-fp16": "fp16", "bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}
+# fp8: quoted against the BF16 peak, as NVIDIA's and Megatron-LM's FP8 throughput reports do
+_PEAK_DTYPE = {"fp8": "bf16", "amp-bf16": "bf16", "amp-fp16": "fp16", "bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}
 
 
 def convention(trace: Trace, adapter: bool) -> str:

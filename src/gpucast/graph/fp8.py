@@ -1,0 +1,105 @@
+"""FP8 as Transformer Engine's delayed-scaling recipe runs it (precision ``fp8``).
+
+A job at precision ``fp8`` runs under bf16 autocast, as TE's recipe is used (``te.fp8_autocast``
+around a bf16 model), and its linear layers' GEMMs in FP8: at capture, :func:`apply` gives every
+``nn.Linear`` (and transformers' ``Conv1D``, GPT-2's linear layer) whose two sizes are multiples of
+16 (TE's requirement for FP8 GEMMs) a forward that does what TE's ``Linear`` does, as aten ops whose
+FLOPs, bytes and kernels are its kernels':
+
+* forward: the input cast to E4M3 (TE fuses the amax into the cast: one kernel) and transposed in
+  FP8 (TE's ``cast_transpose``: the wgrad operand, saved for the backward instead of the bf16
+  input: 1 byte per element, not 2); the weight cast to E4M3 and transposed (TE's FP8 weight and
+  its transpose, both kept for the backward: 2 bytes per parameter beside the master weights);
+  ``torch._scaled_mm`` (cuBLASLt's FP8 GEMM, bf16 out, bias fused);
+* backward: the output gradient cast to E5M2 and transposed; the data gradient and the weight
+  gradient as two FP8 GEMMs; the bias gradient as a reduction.
+
+The language-model head stays in bf16 (TE's recipes and Megatron-LM's ``--fp8`` leave the output
+layer out), as do attention's own GEMMs (FlashAttention in bf16), normalisations and everything
+else. FP8 GEMMs run at the GPU's FP8 peak (:func:`gpucast.estimate.kernels.math_peak`); a GPU
+without FP8 tensor cores costs them at its FP16 rate (TE itself refuses to run there; the
+prediction says so).
+
+Not modelled: the per-step amax-history and scale update (one small fused kernel for all tensors),
+the per-tensor scale buffers (bytes), FP8 weight caching across micro-batches (the weight is cast
+each forward, as with ``is_first_microbatch`` unset), MXFP8/NVFP4 block scaling (Blackwell
+recipes), FP8 attention, FP8 all-gathers of sharded weights.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+E4M3 = torch.float8_e4m3fn  # forward operands (TE's Format.HYBRID)
+E5M2 = torch.float8_e5m2    # gradients
+ALIGN = 16  # FP8 GEMM sizes must be multiples of 16 (TE asserts it; cuBLASLt's FP8 kernels need it)
+
+
+def _linear_weight(module: nn.Module) -> tuple[torch.Tensor, bool] | None:
+    """(weight, stored as (in, out)) of a linear layer TE would run in FP8, or None."""
+    if isinstance(module, nn.Linear):
+        w, in_out = module.weight, False
+    elif type(module).__name__ == "Conv1D" and hasattr(module, "nf"):  # transformers.pytorch_utils.Conv1D
+        w, in_out = module.weight, True
+    else:
+        return None
+    if w.dim() != 2 or w.shape[0] % ALIGN or w.shape[1] % ALIGN:
+        return None
+    return w, in_out
+
+
+def apply(model: nn.Module, head: nn.Module | None) -> int:
+    """Give each eligible linear layer of ``model`` but ``head`` TE's FP8 forward (module
+    docstring); returns how many layers run in FP8."""
+    n = 0
+    for module in model.modules():
+        if module is head:
+            continue
+        found = _linear_weight(module)
+        if found is None:
+            continue
+        weight, in_out = found
+        scale = torch.ones((), device=weight.device)  # TE's per-tensor scale (a buffer, made once)
+        module.forward = _forward(module, in_out, scale)
+        n += 1
+    return n
+
+
+def _forward(module: nn.Module, in_out: bool, scale: torch.Tensor):
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return _Fp8Linear.apply(x, module.weight, module.bias, in_out, scale)
+
+    return forward
+
+
+class _Fp8Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, in_out, scale):
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        xq = x2.to(E4M3)
+        w = weight.t() if in_out else weight  # (out, in)
+        wq = w.to(E4M3, memory_format=torch.contiguous_format)
+        b = bias.to(torch.bfloat16) if bias is not None else None
+        out = torch._scaled_mm(xq, wq.t(), scale, scale, bias=b, out_dtype=torch.bfloat16)
+        if torch.is_grad_enabled() or any(ctx.needs_input_grad):
+            xt = xq.t().contiguous()  # cast_transpose's second output: the weight gradient's operand
+            wt = wq.t().contiguous()  # the FP8 weight's transpose: the data gradient's operand
+            ctx.save_for_backward(xt, wt, scale)
+        ctx.in_out, ctx.shape, ctx.has_bias = in_out, shape, bias is not None
+        ctx.weight_dtype = weight.dtype
+        return out.reshape(*shape[:-1], out.shape[-1])
+
+    @staticmethod
+    def backward(ctx, grad):
+        xt, wt, scale = ctx.saved_tensors
+        g2 = grad.reshape(-1, grad.shape[-1])
+        gq = g2.to(E5M2)
+        gt = gq.t().contiguous()
+        dx = torch._scaled_mm(gq, wt.t(), scale, scale, out_dtype=torch.bfloat16)
+        dw = torch._scaled_mm(gt, xt.t(), scale, scale, out_dtype=torch.bfloat16).to(ctx.weight_dtype)
+        if ctx.in_out:
+            dw = dw.t()
+        db = g2.sum(0).to(ctx.weight_dtype) if ctx.has_bias else None
+        return dx.reshape(ctx.shape), dw, db, None, None
