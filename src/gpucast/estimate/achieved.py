@@ -23,8 +23,6 @@ from importlib import resources
 
 import yaml
 
-from gpucast.surroundings import ATTENTION_KERNELS  # noqa: F401 (the kernels the table may name)
-
 FAMILIES = ("matmul", "matmul_fp8", "conv", "attention", "attention_backward", "rnn", "other")
 DEFAULT_ATTENTION = "flash2"
 
@@ -58,16 +56,3 @@ def family_of(category: str, op: str = "", dtype: str = "") -> str:
     if category == "matmul" and dtype.startswith("float8"):
         return "matmul_fp8"
     return category if category in FAMILIES else "other"
-
-
-def describe() -> list[dict]:
-    """Every figure of the table: architecture, family, kernel, value, source (for docs)."""
-    t = _table()
-    out = []
-    for arch, fams in [("reference", t["reference"]), *t.get("architectures", {}).items()]:
-        for fam, entry in fams.items():
-            kernels = entry.items() if isinstance(entry, dict) and "value" not in entry else [(None, entry)]
-            for kernel, e in kernels:
-                out.append({"architecture": arch, "family": fam, "kernel": kernel, "value": e["value"],
-                            "source": e["source"]})
-    return out

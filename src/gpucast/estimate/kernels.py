@@ -132,11 +132,11 @@ def whole_gpu(gpu: GpuSpec) -> GpuSpec:
         return gpu
 
 
-def _fills(trace: Trace, gpu: GpuSpec, arch_rate: np.ndarray, cfg: EstimatorConfig, split) -> tuple[np.ndarray, np.ndarray]:
-    """Per op: ``phi``, the share of its family's steady rate its grid reaches on ``gpu``
-    (:mod:`gpucast.estimate.tiles`; 1 for ops the grid model does not know), and the share of the
-    DRAM bandwidth its blocks reach."""
-    whole = whole_gpu(gpu)
+def _fills(trace: Trace, gpu: GpuSpec, whole: GpuSpec, arch_rate: np.ndarray, cfg: EstimatorConfig,
+           split) -> tuple[np.ndarray, np.ndarray]:
+    """Per op: ``phi``, the share of its family's steady rate its grid reaches on ``gpu`` (a slice of
+    ``whole``, or ``whole`` itself) (:mod:`gpucast.estimate.tiles`; 1 for ops the grid model does
+    not know), and the share of the DRAM bandwidth its blocks reach."""
     sms, sms_whole = gpu.sm_count, whole.sm_count
     reduce_s = 1.0 / (gpu.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency)
     n = len(trace.ops)
@@ -181,7 +181,7 @@ def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfi
     n = len(a.flops)
     peak = np.empty(n)
     eff = np.empty(n)
-    frac = fractions(gpu.architecture, getattr(stack, "attention", None) if stack is not None else None)
+    frac = fractions(gpu.architecture, getattr(stack, "attention", None))
     scales = scales or {}
     cache: dict[tuple, tuple[float, float]] = {}
     for i, (cat, dt, fam) in enumerate(zip(a.category, a.dtype, a.family)):
@@ -192,8 +192,8 @@ def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfi
         peak[i], eff[i] = val
     div = np.ones(n) if split is None else np.asarray(split, dtype=np.float64)
     flops, nbytes = a.flops / div, a.bytes / div
-    phi, mfill = _fills(trace, gpu, peak * eff, cfg, None if split is None else div)
     whole = whole_gpu(gpu)
+    phi, mfill = _fills(trace, gpu, whole, peak * eff, cfg, None if split is None else div)
     compute = np.where(flops > 0, flops / (peak * eff * phi) + cfg.compute_ramp_s, 0.0)
     bw = gpu.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency
     bw_whole = whole.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency

@@ -83,7 +83,7 @@ class _Fp8Linear(torch.autograd.Function):
         wq = w.to(E4M3, memory_format=torch.contiguous_format)
         b = bias.to(torch.bfloat16) if bias is not None else None
         out = torch._scaled_mm(xq, wq.t(), scale, scale, bias=b, out_dtype=torch.bfloat16)
-        if torch.is_grad_enabled() or any(ctx.needs_input_grad):
+        if any(ctx.needs_input_grad):  # training: what the backward reads
             xt = xq.t().contiguous()  # cast_transpose's second output: the weight gradient's operand
             wt = wq.t().contiguous()  # the FP8 weight's transpose: the data gradient's operand
             ctx.save_for_backward(xt, wt, scale)
