@@ -162,6 +162,33 @@ def test_compare_rows_reports_unpredictable_rows():
     assert recs == [] and len(notes) == 1 and "cannot trace second line" in notes[0]
 
 
+def test_compare_predicts_the_job_as_the_harness_ran_it():
+    """The harness feeds synthetic tensors already on the GPU and reads the loss once a step
+    (gpucast.profile.step); a ResNet-50 left to its workload's typical loader would be predicted at
+    the pace of ImageNet JPEG decoding instead, which the run never had."""
+    from gpucast.profile.spec import as_run
+    from gpucast.surroundings import Data, Stack
+
+    seen = []
+
+    def predict(job, gpu):
+        seen.append(job)
+        raise ValueError("stop here")
+
+    job = Job(model="resnet50", batch_size=256)
+    compare_rows([_row(job, "h200", step_time_mean_s=0.05)], predict=predict, cpu_speed=0.4)
+    ran = seen[0]
+    assert ran.data.source == "device" and ran.loop.item_calls == 1 and ran.loop.progress_bar is False
+    assert ran.loop.cudnn_benchmark is False and ran.stack.cpu_speed == 0.4
+    # a job's own fields win: its loader settings keep their source unset -> device; its host speed stays
+    own = as_run(Job(model="resnet50", batch_size=256, data=Data(num_workers=2), stack=Stack(cpu_speed=2.0)), 0.4)
+    assert own.data.num_workers == 2 and own.data.source == "device" and own.stack.cpu_speed == 2.0
+    from gpucast.api import predict as real
+    typical = real(Job(model="resnet50", batch_size=256), "h200")
+    resident = real(as_run(Job(model="resnet50", batch_size=256)), "h200")
+    assert resident.loader_time_s < typical.loader_time_s and resident.step_time_s < typical.step_time_s
+
+
 # ------------------------------------------------------------------------------------- profile
 @no_gpu
 def test_profile_without_gpu_is_one_error_line():

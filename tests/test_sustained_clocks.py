@@ -65,9 +65,30 @@ def test_hopper_tensor_peaks_scale_from_the_clock_they_are_quoted_at():
     assert h100.peak_tflops("bf16") == pytest.approx(132 * 4096 * h100.tensor_clock_mhz * 1e6 / 1e12, rel=1e-3)
     assert h100.peak_tflops("fp32", False) == pytest.approx(132 * 256 * h100.boost_clock_mhz * 1e6 / 1e12, rel=1e-2)
     assert h100.tensor_clock_factor == pytest.approx(h100.sustained_clock_mhz / 1830)
-    assert h100.clock_factor == pytest.approx(h100.sustained_clock_mhz / 1980)
+    # SIMT math draws less than power-saturated tensor GEMMs: the FP32 pipes keep the boost clock
+    assert h100.simt_clock_mhz == h100.boost_clock_mhz and h100.clock_factor == 1.0
+    assert dataclasses.replace(h100, simt_clock_mhz=None).clock_factor == pytest.approx(h100.sustained_clock_mhz / 1980)
     # held under its 700 W limit, an H100 does not reach the tensor peak's clock
     assert h100.tensor_clock_factor < 1
+
+
+def test_the_h200_simt_clock_is_what_its_fp32_training_steps_held():
+    """The catalog's SIMT clock against the NVML clock of every FP32 solo run measured on an H200 whose
+    matmuls ran on the FP32 pipes (GPT-2, Llama, ViT, Transformer) in data/measurements: the runs held
+    the boost clock below the power limit, so the SIMT factor must be 1 there, not the tensor one."""
+    import glob
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    files = sorted(glob.glob(str(Path(__file__).resolve().parents[1] / "data" / "measurements" / "*.parquet")))
+    rows = [r for f in files for r in pq.read_table(f).to_pylist()
+            if r["kind"] == "solo" and r["status"] == "ok" and r["precision"] == "fp32"
+            and r["model"].split("-")[0] in ("gpt2", "llama", "vit", "transformer") and r["util_mean_pct"] > 90]
+    assert len(rows) >= 5
+    h200 = get_gpu("h200")
+    for r in rows:
+        assert r["sm_clock_mean_mhz"] >= 0.97 * h200.simt_clock_mhz and r["power_mean_w"] < h200.tdp_w
 
 
 def test_the_power_capped_cards_do_not_hold_their_boost_clock():

@@ -121,8 +121,11 @@ def rows_table(rows: list[dict]):
     return t
 
 
-def compare_rows(rows: list[dict], predict=None, progress=None) -> tuple[list[dict], list[str]]:
-    """Predict every ``ok`` solo row on its GPU; return (one record per row, notes).
+def compare_rows(rows: list[dict], predict=None, progress=None,
+                 cpu_speed: float | None = None) -> tuple[list[dict], list[str]]:
+    """Predict every ``ok`` solo row on its GPU, the job as the harness ran it
+    (:func:`gpucast.profile.spec.as_run`: resident synthetic data, one ``loss.item()`` a step; the
+    measuring host's ``cpu_speed`` where given); return (one record per row, notes).
 
     A record holds the row's job and GPU and, for step time, utilization and peak memory, the
     measured value (``step_time_mean_s``, ``util_mean_pct``, ``proc_mem_max_bytes``), the
@@ -133,6 +136,7 @@ def compare_rows(rows: list[dict], predict=None, progress=None) -> tuple[list[di
     NVML did not attribute the process's memory (a container with its own pid namespace)."""
     from gpucast.hardware import catalog
     from gpucast.job import Job
+    from gpucast.profile.spec import as_run
 
     if predict is None:
         from gpucast.api import predict
@@ -147,7 +151,7 @@ def compare_rows(rows: list[dict], predict=None, progress=None) -> tuple[list[di
             off_catalog[name] = off_catalog.get(name, 0) + 1
             continue
         try:
-            p = predict(Job.from_dict(json.loads(r["job_json"])), spec)
+            p = predict(as_run(Job.from_dict(json.loads(r["job_json"])), cpu_speed), spec)
         except Exception as exc:  # noqa: BLE001 - one bad row must not hide the others
             notes.append(f"row {r.get('run_id')}: cannot predict: {' '.join(str(exc).split())[:200]}")
             continue
@@ -343,15 +347,23 @@ def register(app: typer.Typer, cli) -> None:
     @data_app.command("compare")
     def data_compare(path: Optional[Path] = typer.Argument(None, help="Parquet file or directory "
                                                                        "(default: data/measurements)."),
+                     cpu_speed: Optional[float] = typer.Option(
+                         None, "--cpu-speed", min=0.05, max=20.0,
+                         help="The measuring host's single-thread speed relative to the reference core "
+                              "(stack.cpu_speed; default: the job's own, else 1.0)."),
                      as_json: bool = cli._JSON) -> None:
-        """Measured vs predicted step time, utilization and peak memory of each ok solo row, and a summary."""
+        """Measured vs predicted step time, utilization and peak memory of each ok solo row, and a summary.
+
+        Each job is predicted as the harness ran it: synthetic inputs already on the GPU, one
+        loss.item() per step, no progress bar (gpucast.profile.spec.as_run)."""
         rows = load([path] if path is not None else [])
         records, notes = [], []
         if rows:
             from rich.progress import track
 
             records, notes = compare_rows(
-                rows, progress=lambda it: track(it, description="predicting", console=cli.err, transient=True))
+                rows, progress=lambda it: track(it, description="predicting", console=cli.err, transient=True),
+                cpu_speed=cpu_speed)
         else:
             notes = ["no rows"]
         summary = summarize(records)

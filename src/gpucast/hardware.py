@@ -10,15 +10,19 @@ FP32 accumulate, which is what frameworks use for training. ``memory_bytes`` is 
 reports, i.e. what a profiler on that card sees. One figure is not a datasheet peak:
 ``sustained_clock_mhz`` (optional), the SM clock a card holds under sustained dense math at its
 board power limit (``tdp_w``), a published figure (a measurement by others, or the datasheet
-base clock that NVIDIA guarantees under the power limit), never one of ours; each catalog value
-cites its source in ``data/gpus.yaml``. :attr:`GpuSpec.clock_factor` is
+base clock that NVIDIA guarantees under the power limit); each catalog value cites its source in
+``data/gpus.yaml``. :attr:`GpuSpec.clock_factor` is
 ``min(1, sustained_clock_mhz / boost_clock_mhz)`` (1 when unset), :attr:`GpuSpec.tensor_clock_factor`
 the same against ``tensor_clock_mhz`` (optional: the clock NVIDIA computes the tensor peaks at
 where it is below the boost clock, as on Hopper and data-center Blackwell), and
 :meth:`GpuSpec.sustained_tflops` is the peak times the factor of its units: the rate a time model should use. Memory bandwidth is not scaled:
 the power limit throttles the SM clock, not the memory clock (published nvidia-smi samples of a
 power-capped RTX 3090 show the memory clock at its rated speed in every sample while the SM
-clock drops; cited in ``data/gpus.yaml``). The factor assumes the entry's peaks are computed at
+clock drops; cited in ``data/gpus.yaml``). ``simt_clock_mhz`` (optional) is the clock the card holds
+under sustained SIMT math (FP32 without tensor cores), where that differs from the tensor cores'
+sustained clock: an H200's FP32 training steps held its 1,980 MHz boost at 597-615 W of its 700 W
+(NVML, ``data/measurements/2026-12-04-h200.parquet``, a measurement of ours), while power-saturated
+BF16 GEMMs pull a GH100 down to ~1,455 MHz. The factor assumes the entry's peaks are computed at
 ``boost_clock_mhz``, so the field is set only on such entries (not the K80, whose peaks are at
 its 562 MHz application clock).
 
@@ -124,6 +128,7 @@ class GpuSpec:
     fp4_tflops: float | None = None
     nvlink_generation: int | None = None
     tensor_clock_mhz: float | None = None
+    simt_clock_mhz: float | None = None
 
     def __post_init__(self) -> None:
         for f, conv in (("compute_capability", tuple), ("nvml_names", tuple)):
@@ -148,15 +153,17 @@ class GpuSpec:
 
     @property
     def clock_factor(self) -> float:
-        """``min(1, sustained_clock_mhz / boost_clock_mhz)``; 1 when the card holds its boost clock.
+        """``min(1, simt_clock_mhz / boost_clock_mhz)`` where the card has a SIMT clock, else
+        ``min(1, sustained_clock_mhz / boost_clock_mhz)``; 1 when the card holds its boost clock.
 
-        The share of the datasheet's compute peaks a card keeps under sustained dense math at its
-        power limit (peaks scale with the SM clock). Never above 1: a card that boosts past its
-        rated clock is not credited with more than the datasheet peak.
+        The share of the datasheet's SIMT (non-tensor-core) peaks a card keeps under sustained math
+        at its power limit (peaks scale with the SM clock). Never above 1: a card that boosts past
+        its rated clock is not credited with more than the datasheet peak.
         """
-        if self.sustained_clock_mhz is None:
+        clock = self.simt_clock_mhz if self.simt_clock_mhz is not None else self.sustained_clock_mhz
+        if clock is None:
             return 1.0
-        return min(1.0, self.sustained_clock_mhz / self.boost_clock_mhz)
+        return min(1.0, clock / self.boost_clock_mhz)
 
     @property
     def tensor_clock_factor(self) -> float:

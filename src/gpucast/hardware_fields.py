@@ -37,6 +37,7 @@ DEFAULTS: dict[str, Any] = {
     "fp4_tflops": None,          # no FP4 tensor cores (before Blackwell); fp4 runs at the fp8 rate
     "nvlink_generation": None,   # unknown or no NVLink
     "tensor_clock_mhz": None,    # tensor peaks computed at boost_clock_mhz
+    "simt_clock_mhz": None,      # SIMT math held at sustained_clock_mhz (or the boost clock)
 }
 # Accepted spellings of the two size fields: canonical field -> {file key: bytes per unit}.
 _SIZE_ALIASES = {
@@ -112,6 +113,9 @@ def check(d: Mapping[str, Any]) -> None:
     if v is not None and not (is_num(v) and v > 0):
         raise bad("sustained_clock_mhz",
                    "a positive number in MHz, or null (holds its boost clock)", v)
+    v = d["simt_clock_mhz"]
+    if v is not None and not (is_num(v) and v > 0):
+        raise bad("simt_clock_mhz", "a positive number in MHz, or null (SIMT math at sustained_clock_mhz)", v)
     v = d["tensor_clock_mhz"]
     if v is not None and not (is_num(v) and 0 < v <= d["boost_clock_mhz"]):
         raise bad("tensor_clock_mhz", "a positive number in MHz up to boost_clock_mhz, or null "

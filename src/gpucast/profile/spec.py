@@ -2,6 +2,13 @@
 and the co-location fields), and its JSON form, the one thing that crosses into a worker process.
 
 A module job is refused by :meth:`RunSpec.to_dict` (its factories are code, not data).
+
+:func:`as_run` is the job as the harness runs it (:mod:`gpucast.profile.step`): a job that says
+nothing of its data and loop is fed synthetic tensors already on the GPU (``Data(source="device")``,
+or the emulated loader of ``input_pipeline_s``) and steps with one ``loss.item()``, no bar, no logging
+and torch's default ``cudnn.benchmark`` (off). Predictions compared with a measured row must use it:
+without it the job gets its workload's typical loader (ImageNet JPEG decoding, say), which the run
+never had.
 """
 
 from __future__ import annotations
@@ -11,7 +18,29 @@ from dataclasses import dataclass, fields
 
 from gpucast.job import Job, JobError
 
-__all__ = ["RunSpec"]
+__all__ = ["RunSpec", "as_run"]
+
+
+def as_run(job: Job, cpu_speed: float | None = None) -> Job:
+    """``job`` with the data and loop fields it leaves unset filled as the harness runs it;
+    ``cpu_speed``: the measuring host's single-thread speed (``stack.cpu_speed``), where the job
+    leaves it unset."""
+    from dataclasses import replace
+
+    from gpucast.surroundings import Data, Loop, Stack
+
+    harness_data = Data(source="device")
+    harness_loop = Loop(item_calls=1, progress_bar=False, log_every=0, cudnn_benchmark=False)
+    data = job.data
+    if data is None or (data.source is None and not data.has_code):
+        data = harness_data if data is None else replace(data, source="device")
+    loop = job.loop or harness_loop
+    loop = replace(loop, **{k: getattr(harness_loop, k) for k in ("item_calls", "progress_bar", "log_every",
+                                                                  "cudnn_benchmark") if getattr(loop, k) is None})
+    stack = job.stack
+    if cpu_speed is not None and (stack is None or stack.cpu_speed is None):
+        stack = replace(stack or Stack(), cpu_speed=float(cpu_speed))
+    return replace(job, data=data, loop=loop, stack=stack)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,152 @@
+"""Kernel-level checks against OUR measurements: the kernel model's time for each GEMM, FP8 GEMM,
+fused-attention and memory-bound kernel that ``scripts/device/kernel_times.py`` timed on a real H200
+(``data/measurements/kernels/*.csv``, with its provenance beside it).
+
+Each measured row is one op at one shape (CUDA-graph replays, median; the card at its boost clock:
+short replays keep it there, NVML read 1,980 MHz after the GEMM section). The model costs the same op
+(FLOPs by torch.utils.flop_counter's formulas, bytes of its operands) with
+gpucast.estimate.kernels.kernel_times on the catalog's ``h200`` without its sustained clock (a burst,
+as in benchmarks/kernel_checks.py). SDPA backends map to the model's kernels: ``flash`` (PyTorch's
+FlashAttention-2) -> ``flash2``; ``cudnn`` (cuDNN's fused attention, the backend PyTorch 2.11 chose by
+default on the H200: its ``default`` rows match the ``cudnn`` ones) -> ``flash3``, the Hopper-native
+kernel the model knows.
+
+The table groups rows (median and spread of predicted / measured time); the JSON has every row.
+
+    .venv/bin/python benchmarks/h200_kernels.py [--out benchmarks/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import statistics
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+DATA = REPO_ROOT / "data" / "measurements" / "kernels"
+RESULTS = REPO_ROOT / "benchmarks" / "results"
+
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "tf32": "float32", "fp32": "float32", "fp8": "float8_e4m3fn"}
+PRECISION = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32", "fp8": "fp8"}
+ATTENTION = {"flash": "flash2", "cudnn": "flash3"}
+
+
+def _trace(op, precision):
+    from gpucast.graph.trace import MemoryReport, Trace
+
+    return Trace("check", "check", "infer", precision, 1, [op], MemoryReport(0, 0, 0, "fwd", {}, {}), 0, 0, 0)
+
+
+def _memory_op(name: str, dtype: str, shape: str):
+    from gpucast.graph.trace import OpRecord
+
+    size = 2 if dtype == "bf16" else 4
+    dims = tuple(int(x) for x in shape.split("x"))
+    n = 1
+    for d in dims:
+        n *= d
+    reads = {"add": 2, "copy": 1}.get(name, 1)
+    category = {"softmax": "softmax", "layernorm": "norm"}.get(name, "elementwise")
+    return OpRecord(0, "fwd", name, category, (dims,) * reads, (dims,), "bfloat16" if size == 2 else "float32",
+                    n if name == "add" else 0, reads * n * size, n * size, 1)
+
+
+def predict(row: dict) -> float | None:
+    """Predicted seconds for a measured row, or None where the model has no such op here."""
+    import kernel_checks as kc
+
+    from gpucast.estimate.constants import DEFAULT
+    from gpucast.estimate.kernels import kernel_times
+    from gpucast.hardware import get_gpu
+    from gpucast.surroundings import Stack
+
+    gpu = dataclasses.replace(get_gpu("h200"), sustained_clock_mhz=None)
+    section, op, dt, shape = row["section"], row["op"], row["dtype"], row["shape"]
+    stack = None
+    if section == "gemm" and op in ("mm", "scaled_mm"):
+        m, k, n = (int(x) for x in shape.split("x"))
+        rec = kc._op("gemm", (m, n, k), DTYPES[dt])
+        precision = PRECISION[dt]
+    elif section == "attention" and row["backend"] in ATTENTION and op == "sdpa_fwd":
+        b, h, s, d = (int(x) for x in shape.split()[0].split("x"))
+        rec = kc._op("attention", (b, h, s, d), "bfloat16")
+        rec = dataclasses.replace(rec, flops=rec.flops // 2)  # causal: half the scores (the measured row's count)
+        precision, stack = "bf16", Stack(attention=ATTENTION[row["backend"]])
+    elif section == "memory" and op in ("copy", "add", "gelu", "softmax", "layernorm"):
+        rec = _memory_op(op, dt, shape)
+        precision = "bf16" if dt == "bf16" else "fp32"
+    else:
+        return None
+    return float(kernel_times(_trace(rec, precision), gpu, precision, DEFAULT, stack or Stack()).time[0])
+
+
+def group_of(row: dict) -> str:
+    s, op, dt = row["section"], row["op"], row["dtype"]
+    if s == "gemm":
+        m = int(row["shape"].split("x")[0])
+        size = "M <= 64" if m <= 64 else ("M 512-2048" if m <= 2048 else "M >= 3072")
+        return f"GEMM {dt}, {size}"
+    if s == "attention":
+        return f"attention fwd, {row['backend']} -> {ATTENTION[row['backend']]}"
+    n = 1
+    for d in row["shape"].split("x"):
+        n *= int(d)
+    size = "< 1M elements" if n < 2 ** 20 else ("1M-16M" if n <= 2 ** 24 else "> 16M")
+    return f"{op} {dt}, {size}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--data", type=Path, default=DATA)
+    a = ap.parse_args(argv)
+    files = sorted(a.data.glob("*.csv"))
+    if not files:
+        print(f"error: no kernel measurements under {a.data}", file=sys.stderr)
+        return 2
+    out = []
+    for f in files:
+        for row in csv.DictReader(f.open()):
+            if not row["median_us"]:
+                continue
+            t = predict(row)
+            if t is None:
+                continue
+            meas = float(row["median_us"]) * 1e-6
+            out.append({"file": f.name, "section": row["section"], "op": row["op"], "dtype": row["dtype"],
+                        "shape": row["shape"], "backend": row["backend"], "measured_us": round(meas * 1e6, 3),
+                        "predicted_us": round(t * 1e6, 3), "ratio": round(t / meas, 4), "group": group_of(row)})
+    groups: dict[str, list[float]] = {}
+    for r in out:
+        groups.setdefault(r["group"], []).append(r["ratio"])
+    lines = ["# Kernel model vs kernels measured on an H200",
+             "",
+             f"`.venv/bin/python benchmarks/h200_kernels.py` over {', '.join(f.name for f in files)} "
+             "(data/measurements/kernels: measured by scripts/device/kernel_times.py; predicted: "
+             "gpucast.estimate.kernels at the boost clock). Ratio = predicted / measured time "
+             "(< 1: the model is too fast).",
+             "",
+             "| group | rows | median ratio | min | max | within 15 % |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for g in sorted(groups, key=lambda g: (g.split()[0], g)):
+        v = sorted(groups[g])
+        ok = sum(abs(x - 1) <= 0.15 for x in v)
+        lines.append(f"| {g} | {len(v)} | {statistics.median(v):.2f} | {v[0]:.2f} | {v[-1]:.2f} | {ok} / {len(v)} |")
+    allr = [r["ratio"] for r in out]
+    lines += ["", f"All {len(allr)} rows: median ratio {statistics.median(allr):.2f}, "
+              f"{sum(abs(x - 1) <= 0.15 for x in allr)} within 15 %."]
+    text = "\n".join(lines) + "\n"
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "h200_kernels.json").write_text(json.dumps(out, indent=1) + "\n")
+    (a.out / "h200_kernels.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
