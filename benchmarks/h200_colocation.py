@@ -1,0 +1,136 @@
+"""Co-located pairs measured on an H200 against the co-location model (issue 40's heavy end on a
+data-center GPU of today).
+
+Reads the co-located groups of ``data/measurements/*.parquet`` (suite h200-v1: two jobs started
+together on one H200, default time-slicing, each job's step time together and alone) and predicts
+each job's speed (throughput together / alone) with :mod:`gpucast.cluster.timeshare` under its
+packaged constants (``CURRENT``: fitted on Lucid's RTX 3090 pairs from predictions; ``FITTED``:
+Gavel's), from two kinds of timelines (:mod:`gpucast.cluster.timeshare_pairs`):
+
+* **predicted**: gpucast's predictions alone, each job as the harness ran it
+  (:func:`gpucast.profile.spec.as_run`) on the measuring VM's host (``stack.cpu_speed`` as
+  ``benchmarks/h200_runs.py`` fits it, 0.32);
+* **anchored**: the simulated step matched to the job's measured solo run.
+
+Baseline: a constant, each job predicted at the mean measured speed of the other pairs' jobs.
+Nothing is fitted here: 8 pairs are evidence, not a training set.
+
+    .venv/bin/python benchmarks/h200_colocation.py [--out benchmarks/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import statistics
+import sys
+import warnings
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DATA = REPO_ROOT / "data" / "measurements"
+RESULTS = REPO_ROOT / "benchmarks" / "results"
+CPU_SPEED = 0.32  # the measuring VM's host, fitted by benchmarks/h200_runs.py (README)
+
+
+def load(data: Path):
+    """(solos by job key, pairs) from the measured rows."""
+    import pyarrow.parquet as pq
+
+    from gpucast.cluster.timeshare_pairs import Pair, Solo
+    from gpucast.job import Job
+    from gpucast.profile.spec import as_run
+
+    rows = [r for f in sorted(glob.glob(str(data / "*.parquet"))) for r in pq.read_table(f).to_pylist()
+            if r["status"] == "ok"]
+    solo_rows = {r["job_key"]: r for r in rows if r["kind"] == "solo"}
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["kind"] == "colocated":
+            groups.setdefault(r["group_id"], []).append(r)
+    solos, pairs = {}, []
+    for gid, members in sorted(groups.items()):
+        if len(members) != 2:
+            continue
+        ends = []
+        for r in sorted(members, key=lambda r: r["slot"]):
+            s = solo_rows.get(r["job_key"])
+            if s is None:
+                break
+            job = as_run(Job.from_dict(json.loads(r["job_json"])), CPU_SPEED)
+            key = f"{r['model']} b{r['batch_size']} {r['precision']}"
+            solos[key] = Solo(key, r["model"], job, r["gpu_name"], s["step_time_mean_s"], s["util_mean_pct"])
+            ends.append((solos[key], s["step_time_mean_s"] / r["step_time_mean_s"]))
+        if len(ends) == 2:
+            util = members[0]["combined_util_mean_pct"]
+            pairs.append(Pair(ends[0][0], ends[1][0], ends[0][1], ends[1][1], util))
+    return list(solos.values()), pairs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--data", type=Path, default=DATA)
+    a = ap.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    from gpucast.cluster import timeshare
+    from gpucast.cluster.timeshare_pairs import predict, predicted_timelines, timelines
+
+    solos, pairs = load(a.data)
+    if not pairs:
+        print(f"error: no measured co-located pairs under {a.data}", file=sys.stderr)
+        return 2
+    tls = {"predicted": predicted_timelines(solos), "anchored": timelines(solos)}
+    measured = [s for p in pairs for s in (p.speed_a, p.speed_b)]
+    out = {"pairs": [], "summary": {}}
+    preds = {}
+    for tl_name, tl in tls.items():
+        for c_name, c in (("CURRENT", timeshare.CURRENT), ("FITTED", timeshare.FITTED)):
+            sp, util = predict(pairs, tl, c)
+            preds[(tl_name, c_name)] = (sp, util)
+            flat = [float(sp[i, k]) for k in range(len(pairs)) for i in range(2)]
+            out["summary"][f"{tl_name}/{c_name}"] = {
+                "speed_mae": statistics.mean(abs(x - y) for x, y in zip(flat, measured)),
+                "mean_predicted": statistics.mean(flat),
+                "util_mae": statistics.mean(abs(float(util[k]) - (p.util_pct or 0)) for k, p in enumerate(pairs))}
+    const = []
+    for k in range(len(pairs)):
+        others = [s for j, p in enumerate(pairs) if j != k for s in (p.speed_a, p.speed_b)]
+        m = statistics.mean(others)
+        const += [abs(m - pairs[k].speed_a), abs(m - pairs[k].speed_b)]
+    out["summary"]["constant (other pairs' mean)"] = {"speed_mae": statistics.mean(const),
+                                                      "mean_predicted": None, "util_mae": None}
+    sp_main = preds[("predicted", "CURRENT")][0]
+    lines = ["# Co-located pairs measured on an H200 vs the co-location model", "",
+             "`.venv/bin/python benchmarks/h200_colocation.py` over the co-located groups of "
+             "`data/measurements/*.parquet` (suite h200-v1; 2 jobs on one H200, default time-slicing). "
+             "Speed = throughput together / alone. Predicted from gpucast's predictions alone (jobs as the "
+             "harness ran them, host speed 0.32) or anchored on the measured solo runs; constants CURRENT "
+             "(Lucid RTX 3090 fit) and FITTED (Gavel's).", "",
+             "| job A | job B | measured A | measured B | predicted A | predicted B |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for k, p in enumerate(pairs):
+        lines.append(f"| {p.a.key} | {p.b.key} | {p.speed_a:.2f} | {p.speed_b:.2f} | {sp_main[0, k]:.2f} | "
+                     f"{sp_main[1, k]:.2f} |")
+        out["pairs"].append({"a": p.a.key, "b": p.b.key, "measured": [p.speed_a, p.speed_b],
+                             "combined_util_pct": p.util_pct,
+                             "predicted": {f"{t}/{c}": [float(v[0][0, k]), float(v[0][1, k])]
+                                           for (t, c), v in preds.items()}})
+    lines += ["", f"Measured mean speed {statistics.mean(measured):.2f} over {len(measured)} jobs.", "",
+              "| timelines / constants | per-job speed MAE | mean predicted speed | combined util MAE (pts) |",
+              "| --- | ---: | ---: | ---: |"]
+    for name, s in out["summary"].items():
+        mp = "-" if s["mean_predicted"] is None else f"{s['mean_predicted']:.2f}"
+        um = "-" if s["util_mae"] is None else f"{s['util_mae']:.1f}"
+        lines.append(f"| {name} | {s['speed_mae']:.3f} | {mp} | {um} |")
+    text = "\n".join(lines) + "\n"
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "h200_colocation.json").write_text(json.dumps(out, indent=1) + "\n")
+    (a.out / "h200_colocation.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
