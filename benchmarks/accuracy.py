@@ -1,4 +1,4 @@
-"""Held-out accuracy of gpucast on the measured sets of ../shared/data, next to the 'predict the
+"""Held-out accuracy of gpucast on the measured sets of data/measured, next to the 'predict the
 mean' floor and the model before real-script surroundings (benchmark-style jobs, 500 MiB context).
 
 Each set's rows are expressed as jobs with the loaders and loops their scripts had
@@ -9,7 +9,7 @@ group. Gavel's fits start from the constants fitted on all MLP rows (another dat
 only the loader constants the MLP set has no rows for and the PyTorch-1.x stack factors
 (gpucast.learn.set_fit's stages; a whole set left out: benchmarks/leave_one_set_out.py). The floor predicts the mean of the fitting rows (geometric mean for step times).
 
-    .venv/bin/python benchmarks/accuracy.py [--shared ../shared/data] [--mlp-limit N] [--markdown PATH] [--json PATH]
+    .venv/bin/python benchmarks/accuracy.py [--shared data/measured] [--mlp-limit N] [--markdown PATH] [--json PATH]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SHARED = (REPO_ROOT / ".." / "shared" / "data").resolve()
+DEFAULT_SHARED = REPO_ROOT / "data" / "measured"
 
 
 def _fitters(args, progress):
@@ -135,7 +135,8 @@ def _gavel_tables(fitters, lines, doc, progress) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shared", type=Path, default=DEFAULT_SHARED, help="the shared data folder (default: ../shared/data)")
+    p.add_argument("--shared", type=Path, default=DEFAULT_SHARED,
+                   help="the folder of the measured sets (default: data/measured in the repository)")
     p.add_argument("--mlp-limit", type=int, default=None, help="only the first N MLP rows (default: all)")
     p.add_argument("--sets", nargs="+", default=["mlp", "gavel"], choices=["mlp", "gavel"], help="which sets")
     p.add_argument("--markdown", type=Path, help="write the tables to this file")

@@ -1,7 +1,7 @@
 """Which GPU type is cheapest per epoch for each of Gavel's job types: gpucast advise against measurement.
 
 For every Gavel job type (model and batch size) measured alone on one K80, P100 and V100
-(``../shared/data/gavel/simulation_throughputs.json``), the measured cheapest GPU per epoch is
+(``data/measured/gavel/simulation_throughputs.json``), the measured cheapest GPU per epoch is
 ``argmin price / throughput`` with the prices Gavel's cost policies used (the packaged
 ``gavel-2020`` table: $0.45, $1.46, $2.48 per GPU-hour). gpucast's pick is what ``gpucast.advise``
 recommends with no constraint (the cheapest per epoch) over those three GPUs, at the job type's own
@@ -27,7 +27,7 @@ and predicted cost ratios.
 
 Run (from the repository root)::
 
-    .venv/bin/python benchmarks/advise_gavel.py [--shared ../shared/data] [--envs packaged,without-gavel,calibrated-other-families,calibrated-all-families]
+    .venv/bin/python benchmarks/advise_gavel.py [--shared data/measured] [--envs packaged,without-gavel,calibrated-other-families,calibrated-all-families]
         [--out benchmarks/results/advise_gavel.md]
 """
 
@@ -37,7 +37,8 @@ import argparse
 import sys
 from pathlib import Path
 
-DEFAULT_SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SHARED = REPO_ROOT / "data" / "measured"
 RESULTS = Path(__file__).resolve().parent / "results"
 GPUS = ("k80", "p100", "v100-16gb")
 
@@ -149,7 +150,8 @@ def run(shared: Path, env_names: list[str], say=lambda s: None) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shared", type=Path, default=DEFAULT_SHARED)
+    p.add_argument("--shared", type=Path, default=DEFAULT_SHARED,
+                   help="the folder of the measured sets (default: data/measured in the repository)")
     p.add_argument("--envs", default="packaged,without-gavel,calibrated-other-families,calibrated-all-families")
     p.add_argument("--out", type=Path, default=RESULTS / "advise_gavel.md")
     args = p.parse_args(argv)

@@ -1,6 +1,6 @@
 """The co-location model on a current GPU: measured pairs of real training scripts on an RTX 3090.
 
-Data: ``../shared/data/lucid-rtx3090`` (Lucid's artifact, S-Lab License 1.0, non-commercial:
+Data: ``data/measured/lucid-rtx3090`` (Lucid's artifact, S-Lab License 1.0, non-commercial:
 read here, never packaged): 35 solo runs and 335 pairs of 7 workload families, each job a gpucast
 job with its script's loader, loop and stack (:mod:`gpucast.learn.lucid`).
 
@@ -46,7 +46,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "benchmarks" / "results"
-DATA = REPO_ROOT.parent / "shared" / "data" / "lucid-rtx3090"
+DATA = REPO_ROOT / "data" / "measured" / "lucid-rtx3090"
 PACKAGED = REPO_ROOT / "src" / "gpucast" / "data" / "timeshare_current.json"
 TICKS = (0.0, 1e-5, 2e-5, 3e-5, 5e-5, 1e-4, 3e-4)
 
@@ -218,7 +218,7 @@ def main(argv=None) -> int:
            "nvml_tick_s": tick, "in_sample": in_sample,
            "anchored_constants": keep(c_anchored), "anchored_in_sample": in_sample_anchored,
            "provenance": {"data": "Lucid artifact (Hu et al., ASPLOS '23; S-Lab License 1.0), RTX 3090: 35 solo runs "
-                                  "and 335 co-located pairs (../shared/data/lucid-rtx3090; not packaged)",
+                                  "and 335 co-located pairs (data/measured/lucid-rtx3090 in the repository; not packaged)",
                           "command": "benchmarks/colocation_current.py", "gpucast": gpucast.__version__,
                           "date": datetime.date.today().isoformat()}}
     PACKAGED.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

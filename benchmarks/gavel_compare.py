@@ -54,7 +54,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import sys
 from dataclasses import asdict, dataclass
@@ -62,7 +61,7 @@ from pathlib import Path
 from typing import Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = Path(os.path.normpath(REPO_ROOT / ".." / "shared" / "data" / "gavel" / "simulation_throughputs.json"))
+DEFAULT_DATA = REPO_ROOT / "data" / "measured" / "gavel" / "simulation_throughputs.json"
 GAVEL_GPUS = {"k80": "k80", "p100": "p100", "v100": "v100-16gb"}
 
 
@@ -341,10 +340,16 @@ def _substitute(rows: list[Row], variant_rows: list[Row]) -> list[Row]:
     return [by_key.get((r.job_type, r.batch_size, r.gavel_gpu), r) for r in rows]
 
 
+def _shown(path) -> str:
+    """``path`` as the report records it: relative to the repository root when inside it."""
+    p = Path(path).resolve()
+    return str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(path)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default=str(DEFAULT_DATA),
-                   help="Gavel's simulation_throughputs.json (default: ../shared/data/gavel/ from the repo root)")
+                   help="Gavel's simulation_throughputs.json (default: data/measured/gavel/ in the repository)")
     p.add_argument("--json", metavar="PATH", help="write rows, summary and mapping as JSON")
     p.add_argument("--markdown", metavar="PATH", help="write the markdown report to a file")
     p.add_argument("--no-variants", dest="variants", action="store_false",
@@ -364,13 +369,13 @@ def main(argv=None) -> int:
     left_out += [f"{x} (not a positive throughput)" for x in skipped_entries(args.data)]
     variant_rows = compare_variants(measurements, progress=progress) if args.variants else []
     summary = summarize(rows)
-    text = markdown(rows, summary, args.data, variant_rows, left_out, gpucast.api.MODEL_VERSION)
+    text = markdown(rows, summary, _shown(args.data), variant_rows, left_out, gpucast.api.MODEL_VERSION)
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text + "\n")
     if args.json:
         doc = {
-            "source": {"path": str(args.data), "what": "Gavel simulation_throughputs.json, solo "
+            "source": {"path": _shown(args.data), "what": "Gavel simulation_throughputs.json, solo "
                        "('null') entries at scale factor 1; steps per second as measured",
                        "licence": "MIT (Stanford Future Data Systems, 2020)"},
             "model_version": gpucast.api.MODEL_VERSION,

@@ -13,7 +13,7 @@ here feeds back into a constant.
 
 Run (from the repository root)::
 
-    .venv/bin/python benchmarks/gavel_types.py [--shared ../shared/data] [--out benchmarks/results/gavel_types.md]
+    .venv/bin/python benchmarks/gavel_types.py [--shared data/measured] [--out benchmarks/results/gavel_types.md]
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-DEFAULT_SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SHARED = REPO_ROOT / "data" / "measured"
 
 
 def table(shared: Path) -> str:
@@ -70,7 +71,8 @@ def table(shared: Path) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shared", type=Path, default=DEFAULT_SHARED, help="the shared data folder")
+    p.add_argument("--shared", type=Path, default=DEFAULT_SHARED,
+                   help="the folder of the measured sets (default: data/measured in the repository)")
     p.add_argument("--out", type=Path, default=None, help="also write the tables to this Markdown file")
     args = p.parse_args(argv)
     text = table(args.shared)

@@ -1,4 +1,4 @@
-"""Learning from measurements, on the measured sets of ../shared/data: few-shot calibration, every
+"""Learning from measurements, on the measured sets of data/measured: few-shot calibration, every
 method under one group-held-out split, and the coverage of the 80 % intervals.
 
 1. Few-shot (the operator's case). MLP set: for each architecture held out, ``k`` runs drawn at
@@ -14,7 +14,7 @@ method under one group-held-out split, and the coverage of the 80 % intervals.
    from the other groups' residuals only; and (1)'s k = 10 calibrations' own intervals on the
    held-out architecture.
 
-    .venv/bin/python benchmarks/learning.py [--shared ../shared/data] [--mlp-per-group N] [--draws 5]
+    .venv/bin/python benchmarks/learning.py [--shared data/measured] [--mlp-per-group N] [--draws 5]
         [--markdown benchmarks/results/learning.md] [--json ...] [--html ...]
 """
 
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SHARED = (REPO_ROOT / ".." / "shared" / "data").resolve()
+DEFAULT_SHARED = REPO_ROOT / "data" / "measured"
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 KS = (0, 3, 5, 10, 30)
 
@@ -199,7 +199,8 @@ def write_html(doc, path: Path) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shared", type=Path, default=DEFAULT_SHARED)
+    p.add_argument("--shared", type=Path, default=DEFAULT_SHARED,
+                   help="the folder of the measured sets (default: data/measured in the repository)")
     p.add_argument("--sets", nargs="+", default=["mlp", "gavel"], choices=["mlp", "gavel"])
     p.add_argument("--mlp-per-group", type=int, default=None, help="only the first N runs of each architecture")
     p.add_argument("--draws", type=int, default=5, help="random draws of k runs per held-out architecture")

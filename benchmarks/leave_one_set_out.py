@@ -2,7 +2,7 @@
 all shared sets but one, scored on the one left out; then few-shot calibration on Lucid's RTX 3090
 runs (3 families measured, the others predicted).
 
-Sets (../shared/data): gpumemnet-mlp (A100-40GB, PyTorch 2.x), gavel (K80/P100/V100, PyTorch 1.4),
+Sets (data/measured): gpumemnet-mlp (A100-40GB, PyTorch 2.x), gavel (K80/P100/V100, PyTorch 1.4),
 lucid-rtx3090 singles (RTX 3090, PyTorch 1.11). Each row is a job with its script's loader, loop
 and stack. "A constant" predicts the held-out set's own mean (an optimistic constant: it knows
 the set's mean; the geometric mean for step times). GPU-bound runs: measured utilization >= 80 %.
@@ -12,7 +12,7 @@ calibrate` (gpucast.learn.calibrate with its defaults: cross-validation by famil
 the priors hold, or no fit) on their runs, starting from the environment fitted without Lucid,
 predicts the other families' runs.
 
-    .venv/bin/python benchmarks/leave_one_set_out.py [--shared ../shared/data] [--mlp-limit N] [--draws N]
+    .venv/bin/python benchmarks/leave_one_set_out.py [--shared data/measured] [--mlp-limit N] [--draws N]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SHARED = (REPO_ROOT / ".." / "shared" / "data").resolve()
+DEFAULT_SHARED = REPO_ROOT / "data" / "measured"
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 SET_LABELS = {"mlp": "gpumemnet-mlp (A100-40GB, torch 2.x)", "gavel": "gavel (K80/P100/V100, torch 1.4)",
               "lucid": "lucid-rtx3090 singles (RTX 3090, torch 1.11)"}
@@ -88,7 +88,8 @@ def _fmt(s: dict, key: str, pct=False, digits=1) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shared", type=Path, default=DEFAULT_SHARED)
+    p.add_argument("--shared", type=Path, default=DEFAULT_SHARED,
+                   help="the folder of the measured sets (default: data/measured in the repository)")
     p.add_argument("--mlp-limit", type=int, default=None, help="only the first N MLP rows (default: all)")
     p.add_argument("--draws", type=int, default=12, help="few-shot draws of 3 Lucid families, spread over the 35")
     p.add_argument("--markdown", type=Path, default=RESULTS / "leave_one_set_out.md")

@@ -1,7 +1,7 @@
 """The parallel-plan model against llm-foundry's measured MPT throughputs (A100-40GB, FSDP), and the
 fit of its two FSDP constants with leave-one-model-size-out cross-validation.
 
-Data: ``../shared/data/llm-foundry-a100-40gb`` (78 rows: MPT 125M-70B, FSDP FULL_SHARD, bf16
+Data: ``data/measured/llm-foundry-a100-40gb`` (78 rows: MPT 125M-70B, FSDP FULL_SHARD, bf16
 PURE, activation checkpointing on or off, 8-128 A100-40GB, 8 per node, 1,600 Gbit/s RoCE; the
 set's README has the provenance). Each row is a gpucast job (:mod:`gpucast.learn.llm_foundry`):
 Hugging Face GPT-2 with MPT's shapes (GPT-shaped: GELU MLP of 4x, LayerNorm, tied embeddings; the
@@ -40,7 +40,7 @@ What it reports, every number a prediction unless it says "measured":
 
 Writes ``benchmarks/results/llm_foundry.md`` and ``.json``.
 
-    .venv/bin/python benchmarks/llm_foundry.py [--shared ../shared/data]
+    .venv/bin/python benchmarks/llm_foundry.py [--shared data/measured]
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from pathlib import Path
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SHARED = (REPO_ROOT / ".." / "shared" / "data").resolve()
+DEFAULT_SHARED = REPO_ROOT / "data" / "measured"
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 COMMAND = ".venv/bin/python benchmarks/llm_foundry.py"
 PEAK_TFLOPS = 312.0  # A100 bf16 dense peak, the denominator of llm-foundry's MFU
@@ -161,7 +161,7 @@ def _vals(v: dict) -> str:
 def render(res: dict) -> str:
     L = [f"`{COMMAND}`", "",
          "# gpucast's parallel-plan model vs llm-foundry's measured MPT throughput (A100-40GB, FSDP)", "",
-         f"Data: `../shared/data/{res['set']}` ({res['rows']} measured rows; MPT 125M-70B, FSDP FULL_SHARD, "
+         f"Data: `data/measured/{res['set']}` ({res['rows']} measured rows; MPT 125M-70B, FSDP FULL_SHARD, "
          "bf16 PURE, 8-128 A100-40GB, 8 per node, 1,600 Gbit/s RoCE; the set's README has the provenance). "
          "Every number below except those marked *measured* is a gpucast prediction. How a row becomes a job, "
          "the fit, and how HF GPT-2 differs from the MPT that ran: `benchmarks/llm_foundry.py`'s docstring and "
@@ -337,7 +337,8 @@ def main(argv=None) -> int:
     from gpucast.learn import llm_foundry as lf
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shared", type=Path, default=DEFAULT_SHARED)
+    ap.add_argument("--shared", type=Path, default=DEFAULT_SHARED,
+                    help="the folder of the measured sets (default: data/measured in the repository)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
     folder = a.shared / lf.SET_NAME

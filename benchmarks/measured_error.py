@@ -14,7 +14,7 @@ a scheduler suffers a biased error too. It writes ``src/gpucast/data/measured_er
 ``gpucast simulate`` uses by default, with this provenance) and
 ``benchmarks/results/measured_error.md``.
 
-    .venv/bin/python benchmarks/measured_error.py [--shared ../shared/data]
+    .venv/bin/python benchmarks/measured_error.py [--shared data/measured]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SHARED = (REPO_ROOT / ".." / "shared" / "data").resolve()
+DEFAULT_SHARED = REPO_ROOT / "data" / "measured"
 OUT_JSON = REPO_ROOT / "src" / "gpucast" / "data" / "measured_error.json"
 OUT_MD = REPO_ROOT / "benchmarks" / "results" / "measured_error.md"
 
@@ -54,7 +54,8 @@ UTIL_CLIP = 0.005
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shared", type=Path, default=DEFAULT_SHARED)
+    ap.add_argument("--shared", type=Path, default=DEFAULT_SHARED,
+                    help="the folder of the measured sets (default: data/measured in the repository)")
     args = ap.parse_args(argv)
     from rich.progress import Progress
 

@@ -1,4 +1,4 @@
-"""Fit the Environment's default constants to the measured sets of ../shared/data and write them
+"""Fit the Environment's default constants to the measured sets of data/measured and write them
 to src/gpucast/data/environment_fit.json (values and provenance; Environment.default() lays them
 over the priors).
 
@@ -15,7 +15,7 @@ The procedure is gpucast.learn.set_fit.fit_sets, two stages, each a fit with the
 Its held-out evaluation: benchmarks/leave_one_set_out.py (a whole set left out) and
 benchmarks/accuracy.py (a group within a set left out).
 
-    .venv/bin/python scripts/fit_environment.py [--shared ../shared/data] [--out PATH] [--dry-run]
+    .venv/bin/python scripts/fit_environment.py [--shared data/measured] [--out PATH] [--dry-run]
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ DEFAULT_OUT = REPO_ROOT / "src" / "gpucast" / "data" / "environment_fit.json"
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shared", type=Path, default=(REPO_ROOT / ".." / "shared" / "data").resolve())
+    p.add_argument("--shared", type=Path, default=REPO_ROOT / "data" / "measured",
+                   help="the folder of the measured sets (default: data/measured in the repository)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--dry-run", action="store_true", help="print the fit, write nothing")
     args = p.parse_args(argv)
@@ -63,10 +64,10 @@ def main(argv=None) -> int:
     rows = {k: len(f.rows) for k, f in fitters.items()}
     record = {
         "provenance": (f"fit by scripts/fit_environment.py on {today}: MLP-set constants on GPUMemNet's "
-                       f"{rows['mlp']} MLP runs (A100-40GB, ../shared/data/gpumemnet-mlp); loader, PyTorch-1.x "
+                       f"{rows['mlp']} MLP runs (A100-40GB, data/measured/gpumemnet-mlp); loader, PyTorch-1.x "
                        f"stack (with a host factor per set), NVML-tick and CUDA-11-context constants on Gavel's {rows['gavel']} solo throughputs (K80/P100/V100, "
-                       f"../shared/data/gavel) and Lucid's {rows['lucid']} solo runs (RTX 3090, "
-                       f"../shared/data/lucid-rtx3090), with the published priors of gpucast.estimate.environment"),
+                       f"data/measured/gavel) and Lucid's {rows['lucid']} solo runs (RTX 3090, "
+                       f"data/measured/lucid-rtx3090), with the published priors of gpucast.estimate.environment"),
         "date": today,
         "stages": info["stages"],
         "values": values,

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.measured_data import GAVEL_JSON
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "benchmarks" / "gavel_compare.py"
-DATA = REPO_ROOT / ".." / "shared" / "data" / "gavel" / "simulation_throughputs.json"
+DATA = GAVEL_JSON
 
 
 def _load_module():
@@ -28,11 +30,6 @@ def _load_module():
 
 
 gc = _load_module()
-
-needs_data = pytest.mark.skipif(
-    not DATA.is_file(),
-    reason=f"Gavel's measured data is not at {DATA} (it lives in the shared checkout beside the repo)")
-
 
 @pytest.fixture(scope="module")
 def measurements():
@@ -46,7 +43,6 @@ def test_missing_data_is_one_line_and_exit_code_2(tmp_path, capsys):
     assert len(err) == 1 and "nowhere.json" in err[0]
 
 
-@needs_data
 def test_parser_reads_solo_single_gpu_entries(measurements):
     assert measurements
     assert {m.gavel_gpu for m in measurements} == {"k80", "p100", "v100"}
@@ -60,7 +56,6 @@ def test_parser_reads_solo_single_gpu_entries(measurements):
     assert len(keys) == len(set(keys))
 
 
-@needs_data
 def test_one_value_against_the_file_by_hand(measurements):
     key = "('ResNet-50 (batch size 128)', 1)"
     raw = json.loads(DATA.read_text())["v100"][key]["null"]
@@ -71,7 +66,6 @@ def test_one_value_against_the_file_by_hand(measurements):
     assert m.step_time_s * 1000 == pytest.approx(400.518, abs=1e-3)
 
 
-@needs_data
 def test_mapping_covers_at_least_five_job_types(measurements):
     import gpucast
 
@@ -86,7 +80,6 @@ def test_mapping_covers_at_least_five_job_types(measurements):
         assert gc.MAPPING[name].evidence and gc.MAPPING[name].unknown
 
 
-@needs_data
 def test_comparison_gives_a_finite_error_for_every_row(measurements):
     # The smallest batch of each job type on every GPU: every mapping, every GPU, few captures.
     smallest = {}

@@ -8,7 +8,8 @@ A data module low in the layers (it imports only :mod:`gpucast.surroundings`): t
 Source: Gavel (Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep
 Learning Workloads", OSDI 2020; github.com/stanford-futuredata/gavel), MIT licence, copied
 unchanged into ``gpucast/data/gavel/`` (``LICENSE``, ``simulation_throughputs.json``,
-``traces/*.trace``) so that the simulator works without the shared checkout.
+``traces/*.trace``) so that the installed simulator works without the repository's
+``data/measured/gavel`` (the same files, which tests, benchmarks and scripts read).
 
 ``simulation_throughputs.json`` (written by Gavel's profiler,
 ``scheduler/scripts/profiling/measure_throughput.py``)::

@@ -1,9 +1,7 @@
 """Fitting and scoring the co-location model on measured pairs of real scripts
-(gpucast.cluster.timeshare_pairs), on two families of the shared RTX 3090 set."""
+(gpucast.cluster.timeshare_pairs), on two families of Lucid's RTX 3090 set (data/measured/lucid-rtx3090)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,8 +9,8 @@ import pytest
 from gpucast.cluster import timeshare
 from gpucast.cluster import timeshare_pairs as tp
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "lucid-rtx3090"
-pytestmark = pytest.mark.skipif(not (DATA / "pairs.csv").is_file(), reason=f"no shared data at {DATA}")
+from tests.measured_data import LUCID as DATA
+
 FAMILIES = {"ResNet18", "EfficientNet", "TD3"}
 
 

@@ -1,16 +1,10 @@
-"""The MLP sample fixture (tests that read ../shared/data skip without it)."""
+"""The MLP sample fixture (GPUMemNet's runs, data/measured/gpumemnet-mlp in the repository)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-MLP_CSV = SHARED / "gpumemnet-mlp" / "runs.csv"
-GAVEL_JSON = SHARED / "gavel" / "simulation_throughputs.json"
-needs_shared = pytest.mark.skipif(not MLP_CSV.is_file() or not GAVEL_JSON.is_file(),
-                                  reason="../shared/data is not beside the checkout")
+from tests.measured_data import MLP_CSV
 
 
 @pytest.fixture(scope="session")
@@ -19,8 +13,6 @@ def mlp_sample():
     from gpucast.learn.fit import Fitter
     from gpucast.learn.shared_sets import mlp_rows
 
-    if not MLP_CSV.is_file():
-        pytest.skip("../shared/data is not beside the checkout")
     rows = mlp_rows(MLP_CSV)
     by_group: dict[str, list] = {}
     for r in rows:

@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import subprocess
 import sys
 
@@ -27,12 +25,6 @@ from gpucast.learn.calibrate import calibrate, folds
 from gpucast.learn.fit import Fitter
 from gpucast.learn.rows import MeasuredRow, from_records
 from gpucast.surroundings import Data, Loop
-
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-MLP_CSV = SHARED / "gpumemnet-mlp" / "runs.csv"
-GAVEL_JSON = SHARED / "gavel" / "simulation_throughputs.json"
-needs_shared = pytest.mark.skipif(not MLP_CSV.is_file() or not GAVEL_JSON.is_file(),
-                                  reason="../shared/data is not beside the checkout")
 
 BENCH = {"data": Data(source="device"), "loop": Loop.benchmark()}
 SYNTHETIC_MLPS = [("mlp:64:64;10", 16), ("mlp:256:256;256;10", 64), ("mlp:1024:4096;4096;10", 512),
@@ -71,7 +63,6 @@ def test_folds_hold_out_whole_groups_or_single_rows():
     assert unit == "row" and sorted(map(list, parts)) == [[0], [1], [2]]
 
 
-@needs_shared
 def test_ten_runs_of_other_architectures_improve_a_held_out_architecture(mlp_sample):
     from gpucast.learn.evaluate import base_without
     from gpucast.learn.metrics import summary

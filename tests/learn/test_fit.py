@@ -2,15 +2,13 @@
 
 * A synthetic fixture (named so): rows that gpucast itself predicted with known constants; the
   fit, started from the priors, must recover those constants.
-* The real MLP set (../shared/data/gpumemnet-mlp, a sample of 120 rows, 30 per architecture):
+* The real MLP set (data/measured/gpumemnet-mlp, a sample of 120 rows, 30 per architecture):
   fitted on three architectures, the fourth's utilization and memory must be predicted better
   than by the model before surroundings and better than by the mean of the fitting rows; the
   comparison is between errors computed here, not against a number copied from a run.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,11 +19,7 @@ from gpucast.learn import metrics
 from gpucast.learn.fit import Fitter, group_cv, legacy_env, legacy_job
 from gpucast.learn.shared_sets import GAVEL_SURROUNDINGS, MLP_DATA, MLP_LOOP, MLP_STACK, MeasuredRow, gavel_rows, mlp_rows
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-MLP_CSV = SHARED / "gpumemnet-mlp" / "runs.csv"
-GAVEL_JSON = SHARED / "gavel" / "simulation_throughputs.json"
-needs_shared = pytest.mark.skipif(not MLP_CSV.is_file() or not GAVEL_JSON.is_file(),
-                                  reason="../shared/data is not beside the checkout")
+from tests.measured_data import GAVEL_JSON, MLP_CSV
 
 
 def _synthetic_rows(env: Environment) -> list[MeasuredRow]:
@@ -74,7 +68,6 @@ def test_fit_recovers_known_constants_from_synthetic_rows_made_by_gpucast():
     assert metrics.util_metrics(fitted.util_pct, f.util)["mae"] < 0.5
 
 
-@needs_shared
 def test_held_out_architectures_beat_the_old_model_and_the_mean():
     rows = mlp_rows(MLP_CSV)
     by_group: dict[str, list] = {}
@@ -93,7 +86,6 @@ def test_held_out_architectures_beat_the_old_model_and_the_mean():
     assert metrics.mape(held.memory_mib, f.memory) < metrics.mape(floor["memory_mib"], f.memory)
 
 
-@needs_shared
 def test_mlp_rows_are_the_published_models():
     rows = mlp_rows(MLP_CSV, limit=5)
     import csv
@@ -108,7 +100,6 @@ def test_mlp_rows_are_the_published_models():
     assert rows[0].job.batch_size == int(first["batch_size"])
 
 
-@needs_shared
 def test_gavel_rows_cover_every_mapped_job_type_with_its_loader():
     rows = gavel_rows(GAVEL_JSON)
     assert {r.group for r in rows} == set(GAVEL_SURROUNDINGS)

@@ -4,8 +4,6 @@ fit`` refuses to write a model that loses to the physics on held-out groups."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import json
 import subprocess
 import sys
@@ -17,14 +15,7 @@ import gpucast
 from gpucast.learn import artifacts
 from gpucast.learn.evaluate import fit_hybrid
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-MLP_CSV = SHARED / "gpumemnet-mlp" / "runs.csv"
-GAVEL_JSON = SHARED / "gavel" / "simulation_throughputs.json"
-needs_shared = pytest.mark.skipif(not MLP_CSV.is_file() or not GAVEL_JSON.is_file(),
-                                  reason="../shared/data is not beside the checkout")
 
-
-@needs_shared
 def test_a_trained_hybrid_round_trips_and_corrects_predictions(mlp_sample, tmp_path):
     model, meta = fit_hybrid(mlp_sample, "util_pct")
     assert meta["held_out"]["physics"]["n"] == meta["held_out"]["hybrid"]["n"] == len(mlp_sample.rows)

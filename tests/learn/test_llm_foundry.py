@@ -1,20 +1,19 @@
 """llm-foundry's MPT table as jobs (gpucast.learn.llm_foundry): the reader, the job mapping and the
-fit's pieces. Tests that read ../shared/data skip without it."""
+fit's pieces, on the measured table (data/measured/llm-foundry-a100-40gb in the repository)."""
 
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gpucast.learn import llm_foundry as lf
 
-SET = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / lf.SET_NAME
-needs_set = pytest.mark.skipif(not (SET / "throughput.csv").is_file(),
-                               reason=f"../shared/data/{lf.SET_NAME} is not beside the checkout")
+from tests.measured_data import MEASURED
+
+SET = MEASURED / lf.SET_NAME
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +21,6 @@ def rows():
     return lf.read(SET)
 
 
-@needs_set
 def test_reads_78_rows_with_consistent_batches(rows):
     assert len(rows) == 78
     assert {r.model for r in rows} == set(lf.SIZES)
@@ -31,7 +29,6 @@ def test_reads_78_rows_with_consistent_batches(rows):
     assert sum(r.checkpointing for r in rows) == 27
 
 
-@needs_set
 def test_job_mapping_reproduces_num_params(rows):
     """The job's HF config, built on the meta device by transformers itself, has the table's
     NumParams (an independent column) for every distinct (model, sequence) of the table."""
@@ -54,7 +51,6 @@ def test_job_mapping_reproduces_num_params(rows):
         assert lf.gpt2_params(r.shape, r.seq_len) == r.num_params
 
 
-@needs_set
 def test_job_is_an_fsdp_plan(rows):
     r = next(r for r in rows if r.model == "13b" and r.gpus == 8 and r.seq_len == 2048)
     job = r.job()

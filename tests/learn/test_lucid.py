@@ -1,7 +1,7 @@
 """Lucid's RTX 3090 set (gpucast.learn.lucid): the rows read and checked, the families as jobs with
 their scripts' surroundings, and every family predicting on the RTX 3090.
 
-Reads the real data (``../shared/data/lucid-rtx3090``, never packaged) and skips without it. The
+Reads the real data (``data/measured/lucid-rtx3090`` in the repository, never packaged). The
 expected facts come from the set's README and the artifact's scripts, not from this code."""
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ from gpucast import Job, predict
 from gpucast.learn import lucid
 from gpucast.learn.rows import MeasuredRow, RowsError
 
-ROOT = Path(__file__).resolve().parents[3] / "shared" / "data" / "lucid-rtx3090"
-pytestmark = pytest.mark.skipif(not (ROOT / "singles.csv").is_file() or not (ROOT / "pairs.csv").is_file(),
-                                reason=f"the Lucid RTX 3090 set is not at {ROOT} (../shared/data beside the checkout)")
+from tests.measured_data import LUCID as ROOT
 
 FAMILIES = {"ResNet18", "EfficientNet", "ResNet50", "LSTM", "DCGAN", "NeuMF", "TD3"}
 

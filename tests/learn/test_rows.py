@@ -3,8 +3,6 @@ shape, and one clear error line naming file, row and column for a malformed row.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import json
 
 import pytest
@@ -13,11 +11,7 @@ from gpucast import Job
 from gpucast.learn.rows import RowsError, from_records, read_file, read_rows
 from gpucast.surroundings import Data
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-MLP_CSV = SHARED / "gpumemnet-mlp" / "runs.csv"
-GAVEL_JSON = SHARED / "gavel" / "simulation_throughputs.json"
-needs_shared = pytest.mark.skipif(not MLP_CSV.is_file() or not GAVEL_JSON.is_file(),
-                                  reason="../shared/data is not beside the checkout")
+from tests.measured_data import GAVEL_JSON, MLP_CSV
 
 
 def _write(path, text):
@@ -103,7 +97,6 @@ def test_mlp_models_are_plain_sequential_mlps():
     assert row.job.input_fn(4)[0].shape == (4, 20)
 
 
-@needs_shared
 def test_the_shared_sets_load_through_the_same_reader():
     import csv
 

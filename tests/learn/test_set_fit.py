@@ -4,8 +4,6 @@ and the base that never saw a set (learn.evaluate.base_without) drops every stag
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -13,25 +11,19 @@ from gpucast.estimate.environment import Environment
 from gpucast.learn import set_fit
 from gpucast.learn.fit import Fitter
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-LUCID = SHARED / "lucid-rtx3090" / "singles.csv"
-needs_shared = pytest.mark.skipif(not (SHARED / "gavel" / "simulation_throughputs.json").is_file()
-                                  or not LUCID.is_file(), reason="../shared/data is not beside the checkout")
+from tests.measured_data import MEASURED
 
 
 @pytest.fixture(scope="module")
 def small_sets(mlp_sample):
-    if not LUCID.is_file():
-        pytest.skip("../shared/data/lucid-rtx3090 is not beside the checkout")
-    lucid_rows = set_fit.rows_of("lucid", SHARED)
-    gavel_rows = set_fit.rows_of("gavel", SHARED)
+    lucid_rows = set_fit.rows_of("lucid", MEASURED)
+    gavel_rows = set_fit.rows_of("gavel", MEASURED)
     # A few rows of each: host-bound CIFAR runs (they say the most about the 1.x host factor).
     lucid = Fitter([r for r in lucid_rows if r.group in ("ResNet18", "EfficientNet")][:6])
     gavel = Fitter([r for r in gavel_rows if r.group == "ResNet-18"][:4])
     return {"mlp": mlp_sample, "gavel": gavel, "lucid": lucid}
 
 
-@needs_shared
 def test_leaving_a_set_out_leaves_its_rows_out(small_sets):
     env, info = set_fit.fit_sets(small_sets, without="lucid")
     used = [d for s in info["stages"] for d in s["data"]]
@@ -44,7 +36,6 @@ def test_leaving_a_set_out_leaves_its_rows_out(small_sets):
     assert env2.memory_sample_s == Environment.priors().memory_sample_s
 
 
-@needs_shared
 def test_the_1x_factors_move_only_with_1x_rows(small_sets):
     only_mlp = {"mlp": small_sets["mlp"]}
     env, _ = set_fit.fit_sets(only_mlp)
@@ -58,7 +49,7 @@ def test_an_unknown_set_is_refused():
     with pytest.raises(ValueError, match="unknown shared set"):
         set_fit.fit_sets({}, without="imagenet")
     with pytest.raises(ValueError, match="unknown shared set"):
-        set_fit.rows_of("imagenet", SHARED)
+        set_fit.rows_of("imagenet", MEASURED)
 
 
 def test_base_without_drops_every_stage_that_saw_the_set(monkeypatch):
@@ -73,7 +64,6 @@ def test_base_without_drops_every_stage_that_saw_the_set(monkeypatch):
     assert np.isclose(evaluate.base_without("gpumemnet-mlp").item_s, Environment.priors().item_s)
 
 
-@needs_shared
 def test_each_1x_set_gets_its_own_host_and_a_group_can_be_held_out(small_sets):
     env, info = set_fit.fit_sets(small_sets)
     second = info["stages"][-1]

@@ -89,92 +89,15 @@ from __future__ import annotations
 import functools
 import json
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields
 from typing import Sequence
 
 from gpucast.cluster import timeshare_kernel
-
-
-@dataclass(frozen=True, slots=True)
-class JobTimeline:
-    """One job's solo step as the co-location model sees it."""
-
-    step_s: float          # solo step time
-    busy_s: float          # GPU seconds per step the kernels hold the GPU, <= step_s
-    gaps: float = 1.0      # idle periods of the GPU per step
-    mem_bound: float = 0.5  # share of kernel time bound by memory bandwidth (0..1)
-    hidden_s: float = 0.0  # idle seconds per step that NVML reads as busy (gaps shorter than its
-                           # tick: gpucast.estimate.nvml); 0 where unknown
-    syncs: float | None = None  # points per step where the host waits for the GPU (None: every
-                           # gap is one): the only places a neighbour's time slice can hold the
-                           # job up, its host launching ahead everywhere else
-
-    @property
-    def util(self) -> float:
-        """The held share of the solo step (what a neighbour competes for)."""
-        return self.busy_s / self.step_s if self.step_s > 0 else 0.0
-
-    @property
-    def reported(self) -> float:
-        """What NVML reports for the solo step (0-1): held share plus the hidden idle time."""
-        return min(1.0, (self.busy_s + self.hidden_s) / self.step_s) if self.step_s > 0 else 0.0
-
-    @classmethod
-    def from_util(cls, util_pct: float, step_s: float = 0.1, gaps: float = 1.0, mem_bound: float = 0.5,
-                  held_pct: float | None = None, syncs: float | None = None) -> "JobTimeline":
-        """A timeline of a job known by its utilization as NVML reports it and, where known, its
-        held share (``held_pct``, <= ``util_pct``; None: the kernels hold the GPU all the time NVML
-        reads busy). One gap per step by default."""
-        u = min(1.0, max(0.0, util_pct / 100.0))
-        h = u if held_pct is None else min(u, max(0.0, held_pct / 100.0))
-        return cls(step_s, h * step_s, gaps if h < 1.0 else 0.0, mem_bound, (u - h) * step_s, syncs)
-
-
-@dataclass(frozen=True)
-class Constants:
-    """The co-location model's constants (name, value, unit, source)."""
-
-    # Seconds a context holds the GPU while another context has work. NVIDIA's time-slice scheduler
-    # is not documented in seconds (nvidia-smi compute-policy offers default/short/medium/long);
-    # fitted on Gavel's V100 pairs from a start of 2 ms.
-    slice_s: float = 2e-3
-    # Seconds lost per context switch (save/restore of a context). Published measurements put a
-    # GPU context switch at tens of microseconds (e.g. 25 us on Pascal-class GPUs, NVIDIA's Pascal
-    # compute-preemption material); fitted from that start.
-    switch_s: float = 25e-6
-    # Stretch of overlapping memory-bound bursts (cache and DRAM-row thrash), per unit of the
-    # product of the two jobs' memory-bound shares; fitted (start 0.2).
-    bandwidth: float = 0.2
-    # Stretch of a job's host time per unit of its neighbours' host shares (the jobs share the
-    # node's CPU cores, loader workers and Python threads); fitted (start 0.2).
-    host: float = 0.2
-    # How a job's idle-gap count grows when its true host time exceeds the predicted one:
-    # gaps = predicted gaps * (true host / predicted host) ** gap_exponent (0: the extra host
-    # time is one long gap per gap; 1: it comes as proportionally more gaps); fitted (start 0.5).
-    gap_exponent: float = 0.5
-    # Where a job's true step differs from the predicted one, the share (in log space) of the
-    # difference that is GPU time: busy = predicted busy * (true step / predicted step) **
-    # kernel_share (0: the kernels are as predicted and the host is slower; 1: the kernels and the
-    # host are slower alike, utilization as predicted); fitted (start 0.5).
-    kernel_share: float = 0.5
-    # What stretches a job's bursts: burst x (1 + the other jobs' shares of time they *want* the
-    # GPU) ("want", as fitted on Gavel's pairs) or x (1 + the shares their kernels *run*)
-    # ("held", fitted on current-GPU pairs of real scripts: benchmarks/results/colocation_current.md).
-    # The exclusive form burst / (1 - held shares) halves two saturated jobs' speeds; the measured
-    # RTX 3090 pairs of jobs NVML reads 80-100 % busy kept ~0.65 each, and held out by family the
-    # linear form errs 0.055 in speed against 0.082 for the exclusive one, so the linear one is used:
-    # two jobs whose kernels fill their steps keep 0.62 each under it. Under "held" a job's whole
-    # loss (stretch and waits) is also bounded by the share of time the others' kernels hold the GPU
-    # (exclusive slices; module docstring). "want" charges the others' wanting time, their own
-    # waits included, beyond that bound: Gavel's pairs, fitted so, include slowdowns beyond it, and
-    # bounding it would change what benchmarks/colocation.py fits, so it stays as fitted.
-    stretch: str = "want"
-
-    def with_(self, **kw) -> "Constants":
-        return replace(self, **kw)
-
-    def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+# What is solved (a job's timeline, the constants, the solve's settings) and the fixed-point solve
+# itself live below this module; their names stay importable from here.
+from gpucast.cluster.timeshare_model import (_HELD_CAP, _ITERATIONS, _TOLERANCE, Constants, JobTimeline,  # noqa: F401
+                                             _by_held, _jit, _waits)
+from gpucast.cluster.timeshare_solve import _cached, _canonical, _iterate_held, _key, _plain, _solve, solve  # noqa: F401
 
 
 def _constants(d: dict, base: "Constants | None" = None) -> "Constants":
@@ -226,13 +149,6 @@ CURRENT = _constants(_CURRENT_FIT.get("constants", {}), FITTED.with_(stretch="he
 WORLDS = {"measured-pairs": CURRENT, "gavel": FITTED}
 DEFAULT_WORLD = "measured-pairs"
 
-_ITERATIONS = 60
-_TOLERANCE = 1e-5   # on the activities (shares of time): far below what any figure here shows
-# The others' held share at which the exclusive-slice bound stops growing (the bound
-# 1 / (1 - h) is infinite at 1): our choice, above any share two or three jobs reach.
-_HELD_CAP = 0.99
-
-
 def anchored(est, step_s: float, util_pct: float | None = None, c: Constants = FITTED) -> JobTimeline:
     """A job's timeline from its prediction ``est`` (a :class:`gpucast.cluster.truth.Estimate`)
     and its true solo step time: GPU busy time ``util_pct`` of the step when given, else the
@@ -273,27 +189,6 @@ def mem_bound_share(prediction) -> float:
         return 0.0
     bw = get_gpu(prediction.gpu).memory_bandwidth_gbs * 1e9 * DEFAULT.bandwidth_efficiency
     return min(1.0, prediction.bytes / bw / prediction.gpu_busy_s)
-
-
-def _by_held(c: Constants) -> bool:
-    if c.stretch not in ("want", "held"):
-        raise ValueError(f"unknown stretch rule {c.stretch!r} (want, held)")
-    return c.stretch == "held"
-
-
-def _jit(c: Constants, mode: str) -> bool:
-    """Whether sets under ``c`` and ``mode`` are solved by :mod:`gpucast.cluster.timeshare_kernel`
-    (time slices with the "held" stretch, Numba available); everything else is solved in Python."""
-    return mode == "timeslice" and _by_held(c) and timeshare_kernel.available()
-
-
-def _waits(gaps: float, syncs: float | None) -> float:
-    """Returns from idle per step at which a job can be held up by a neighbour's slice: at its
-    host syncs (at least one) when they are known, never more than its gaps."""
-    g = float(gaps)
-    if syncs is None:
-        return g
-    return min(g, max(1.0, float(syncs)))
 
 
 # [the model gpucast's policies predict with, the world the simulator's truth runs in]
@@ -409,255 +304,6 @@ def slowdowns_many(sets: Sequence[Sequence[JobTimeline]], c: Constants | None = 
     return out
 
 
-def _canonical(jobs: Sequence[JobTimeline]) -> list[int]:
-    """The order a set of jobs is solved in, whatever order they came in (by :func:`_key`)."""
-    return sorted(range(len(jobs)), key=lambda i: _key(jobs[i]))
-
-
-def _key(j: JobTimeline) -> tuple:
-    return (j.step_s, j.busy_s, j.gaps, j.mem_bound, j.hidden_s, -1.0 if j.syncs is None else j.syncs)
-
-
-def _solve(jobs: Sequence[JobTimeline], c: Constants, mode: str) -> tuple[tuple, tuple]:
-    """:func:`_cached` on the jobs in a canonical order (the model does not care which job was
-    placed first), answered in the caller's order: one solve per set of jobs, not per ordering."""
-    n = len(jobs)
-    order = _canonical(jobs)
-    sd, want = _cached(tuple(jobs[i] for i in order), c, mode)
-    out_sd, out_want = [0.0] * n, [0.0] * n
-    for k, i in enumerate(order):
-        out_sd[i], out_want[i] = sd[k], want[k]
-    return tuple(out_sd), tuple(out_want)
-
-
-@functools.lru_cache(maxsize=1 << 17)
-def _cached(jobs: tuple, c: Constants, mode: str) -> tuple:
-    """One GPU's slowdowns and each job's share of its shared step spent wanting the GPU
-    (bursts and waits), remembered (a simulation asks for the same few job sets again and
-    again): :func:`_plain`."""
-    return _plain(jobs, c, mode)
-
-
-def _plain(jobs: tuple, c: Constants, mode: str, fused: bool = True) -> tuple:
-    """:func:`solve`'s iteration in plain Python, which for two to four jobs is ten times faster
-    than numpy's (tests check the two agree); ``fused``: time slices with the "held" stretch take
-    :func:`_iterate_held`, the same arithmetic in fewer passes (``False``: the general loop, which
-    tests compare it with)."""
-    if mode not in ("timeslice", "mps"):
-        raise ValueError(f"unknown sharing mode {mode!r} (timeslice, mps)")
-    if fused and _jit(c, mode):
-        return timeshare_kernel.solve([jobs], c, _ITERATIONS, _TOLERANCE, _HELD_CAP)[0]
-    n = len(jobs)
-    step = [max(j.step_s, 1e-12) for j in jobs]
-    busy = [min(max(j.busy_s, 0.0), s) for j, s in zip(jobs, step)]
-    gaps = [float(j.gaps) for j in jobs]
-    waits = [_waits(j.gaps, j.syncs) for j in jobs]
-    m = [min(1.0, max(0.0, j.mem_bound)) for j in jobs]
-    host = [s - b for s, b in zip(step, busy)]
-    hshare = [h / s for h, s in zip(host, step)]
-    hsum = sum(hshare)
-    run = [b / max(g, 1.0) if g >= 1.0 else b for b, g in zip(busy, gaps)]
-    ts = mode == "timeslice"
-    by_held = _by_held(c)
-    host_new = [h * (1.0 + c.host * (hsum - x)) for h, x in zip(host, hshare)]
-    act = [b / s for b, s in zip(busy, step)]
-    ratio = c.switch_s / c.slice_s
-    cost = [min(c.slice_s, r) / 2.0 + c.switch_s for r in run]
-    new = list(step)
-    want = [a for a in act]
-    hs = list(act)          # the held shares of the shared steps (stretch "held"), damped like act
-    rng = range(n)
-    bw = c.bandwidth
-    if ts and by_held and fused:
-        return _iterate_held(n, step, busy, waits, m, host_new, act, ratio, cost, new, want, hs, bw)
-    for _ in range(_ITERATIONS):
-        amsum = sum([a * q for a, q in zip(act, m)])
-        run_share = hs if by_held else act
-        asum = sum(run_share)
-        if ts:
-            psum = sum([a * k for a, k in zip(act, cost)])
-            fr = [1.0 - a if a < 1.0 else 0.0 for a in act]
-            if n == 2:
-                others_free = (fr[1], fr[0])
-            else:   # the product of the others' free shares: prefix times suffix products
-                pre, suf = [1.0] * n, [1.0] * n
-                for k in range(1, n):
-                    pre[k] = pre[k - 1] * fr[k - 1]
-                    suf[n - 1 - k] = suf[n - k] * fr[n - k]
-                others_free = [x * y for x, y in zip(pre, suf)]
-        hsum = sum(hs) if by_held else 0.0
-        nact = []
-        for i in rng:
-            ai = act[i]
-            thrash = 1.0 + bw * m[i] * (amsum - ai * m[i])
-            burst = busy[i] * (1.0 + asum - run_share[i]) * thrash
-            wait = 0.0
-            if ts:
-                sw = 1.0 + ratio * (1.0 - others_free[i])
-                burst *= sw
-                wait = waits[i] * (psum - ai * cost[i])
-            t = host_new[i] + burst + wait
-            w = (burst + wait) / t
-            if ts and by_held:
-                # exclusive slices: the others hold the GPU a share H of the shared step, so the
-                # step is at most the job's own host time and kernels over the 1 - H left to it
-                held = min(hsum - hs[i], _HELD_CAP)
-                bound = (host_new[i] + busy[i] * thrash * sw) / (1.0 - held)
-                if t > bound:
-                    t = bound
-                    w = (t - host_new[i]) / t
-            new[i] = t
-            want[i] = min(1.0, w)
-            nact.append(min(1.0, burst / t))
-        done = max(abs(x - y) for x, y in zip(nact, act)) < _TOLERANCE
-        act = [0.5 * (x + y) for x, y in zip(nact, act)]
-        if by_held:
-            nhs = [b / t for b, t in zip(busy, new)]
-            done = done and max(abs(x - y) for x, y in zip(nhs, hs)) < _TOLERANCE
-            hs = [0.5 * (x + y) for x, y in zip(nhs, hs)]
-        if done:
-            break
-    return tuple(max(1.0, t / s) for t, s in zip(new, step)), tuple(want)
-
-
-def _iterate_held(n, step, busy, waits, m, host_new, act, ratio, cost, new, want, hs, bw) -> tuple:
-    """:func:`_cached`'s iteration for time slices with the "held" stretch (both worlds the
-    simulator runs in), fused into one pass over the jobs per round: every float operation of the
-    general loop, in the same order on the same operands, so the result is the same to the last
-    bit (``tests/cluster/test_timeshare.py`` compares the two); only repeated products
-    (``act * m``, ``act * cost``, ``bandwidth * m``) are computed once per round and read back."""
-    bwm = [bw * q for q in m]
-    rng = range(n)
-    cap = _HELD_CAP
-    tol = _TOLERANCE
-    act, hs = list(act), list(hs)        # updated in place below, one job at a time
-    am = [a * q for a, q in zip(act, m)]
-    pk = [a * k for a, k in zip(act, cost)]
-    fr = [1.0 - a if a < 1.0 else 0.0 for a in act]
-    for _ in range(_ITERATIONS):
-        amsum = sum(am)
-        asum = sum(hs)
-        psum = sum(pk)
-        if n == 2:
-            others_free = (fr[1], fr[0])
-        else:
-            pre, suf = [1.0] * n, [1.0] * n
-            for k in range(1, n):
-                pre[k] = pre[k - 1] * fr[k - 1]
-                suf[n - 1 - k] = suf[n - k] * fr[n - k]
-            others_free = [x * y for x, y in zip(pre, suf)]
-        hsum = asum
-        done = True
-        # Job i reads the round's sums (above) and only its own entries of act, hs, am, pk and
-        # fr, so each is replaced by its next round's value as soon as job i is done with it.
-        for i in rng:
-            hsi = hs[i]
-            thrash = 1.0 + bwm[i] * (amsum - am[i])
-            bi = busy[i]
-            burst = bi * (1.0 + asum - hsi) * thrash
-            sw = 1.0 + ratio * (1.0 - others_free[i])
-            burst *= sw
-            wait = waits[i] * (psum - pk[i])
-            hn = host_new[i]
-            t = hn + burst + wait
-            w = (burst + wait) / t
-            held = hsum - hsi
-            if cap < held:
-                held = cap
-            bound = (hn + bi * thrash * sw) / (1.0 - held)
-            if t > bound:
-                t = bound
-                w = (t - hn) / t
-            new[i] = t
-            want[i] = 1.0 if not w < 1.0 else w
-            x = burst / t
-            if not x < 1.0:
-                x = 1.0
-            ai = act[i]
-            h = bi / t
-            if done and not (abs(x - ai) < tol and abs(h - hsi) < tol):
-                done = False
-            a = 0.5 * (x + ai)
-            act[i] = a
-            hs[i] = 0.5 * (h + hsi)
-            am[i] = a * m[i]
-            pk[i] = a * cost[i]
-            fr[i] = 1.0 - a if a < 1.0 else 0.0
-        if done:
-            break
-    return tuple(max(1.0, t / s) for t, s in zip(new, step)), tuple(want)
-
-
-def solve(step, busy, gaps, mem_bound, c: Constants = FITTED, mode: str = "timeslice", wants: bool = False,
-          syncs=None):
-    """:func:`slowdowns` over arrays of shape ``(jobs on the GPU, cases)``: column ``k`` is one
-    GPU's set of jobs (for fitting on many measured pairs at once). Returns the slowdowns, same
-    shape (``wants``: and each job's share of its shared step spent wanting the GPU; ``syncs``:
-    the jobs' :attr:`JobTimeline.syncs`, same shape, NaN or None: as many as gaps)."""
-    import numpy as np
-
-    if mode not in ("timeslice", "mps"):
-        raise ValueError(f"unknown sharing mode {mode!r} (timeslice, mps)")
-    step = np.maximum(np.asarray(step, dtype=float), 1e-12)
-    busy = np.clip(np.asarray(busy, dtype=float), 0.0, step)
-    gaps = np.asarray(gaps, dtype=float)
-    waits = gaps if syncs is None else np.where(np.isnan(np.asarray(syncs, dtype=float)), gaps,
-                                                np.minimum(gaps, np.maximum(1.0, np.asarray(syncs, dtype=float))))
-    m = np.clip(np.asarray(mem_bound, dtype=float), 0.0, 1.0)
-    n = step.shape[0]
-    if n <= 1:
-        return (np.ones_like(step), busy / step) if wants else np.ones_like(step)
-    host = step - busy
-    hshare = host / step
-    run = np.where(gaps >= 1.0, busy / np.maximum(gaps, 1.0), busy)
-    ts = mode == "timeslice"
-    by_held = _by_held(c)
-    host_new = host * (1.0 + c.host * (hshare.sum(0) - hshare))
-    act = busy / step
-    new = step
-    want = act
-    hs = act
-    for _ in range(_ITERATIONS):
-        share = hs if by_held else act
-        others = share.sum(0) - share
-        thrash = 1.0 + c.bandwidth * m * ((act * m).sum(0) - act * m)
-        burst = busy * (1.0 + others) * thrash
-        wait = 0.0
-        if ts:
-            free = 1.0 - np.minimum(1.0, act)
-            if n == 2:
-                p_other = 1.0 - free[::-1]
-            else:   # the product of the others' free shares: prefix times suffix products
-                ones = np.ones_like(free[:1])
-                pre = np.cumprod(np.concatenate([ones, free[:-1]]), axis=0)
-                suf = np.cumprod(np.concatenate([ones, free[::-1][:-1]]), axis=0)[::-1]
-                p_other = 1.0 - pre * suf
-            sw = 1.0 + (c.switch_s / c.slice_s) * p_other
-            burst = burst * sw
-            per = act * (np.minimum(c.slice_s, run) / 2.0 + c.switch_s)
-            wait = waits * (per.sum(0) - per)
-        new = host_new + burst + wait
-        want = np.minimum(1.0, (burst + wait) / new)
-        if ts and by_held:     # exclusive slices (see _cached)
-            held = np.minimum(hs.sum(0) - hs, _HELD_CAP)
-            bound = (host_new + busy * thrash * sw) / (1.0 - held)
-            over = new > bound
-            if over.any():
-                new = np.where(over, bound, new)
-                want = np.where(over, np.minimum(1.0, (new - host_new) / new), want)
-        nact = np.minimum(1.0, burst / new)
-        done = np.max(np.abs(nact - act)) < _TOLERANCE
-        act = 0.5 * (nact + act)      # damped: converges for 2-4 jobs
-        if by_held:
-            nhs = busy / new
-            done = done and np.max(np.abs(nhs - hs)) < _TOLERANCE
-            hs = 0.5 * (nhs + hs)
-        if done:
-            break
-    sd = np.maximum(1.0, new / step)
-    return (sd, want) if wants else sd
-
-
 def throttled(jobs: Sequence[JobTimeline], slowdowns_: Sequence[float], cores: Sequence[float | None]) -> list[float]:
     """The slowdowns under per-job core limits on top of either mode: HAMi's ``nvidia.com/gpucores``
     (Volcano's ``vgpu-cores``) lets a job's kernels hold the GPU at most its share ``c`` (0-1] of
@@ -723,3 +369,4 @@ def _util_pct(jobs: Sequence[JobTimeline], sd, want) -> float:
     held = [j.util / s for j, s in zip(jobs, sd)]
     seen = [idle_visible(j.step_s * s, w, j.hidden_s) for j, s, w in zip(jobs, sd, want)]
     return 100.0 * combined_reported(held, seen)
+

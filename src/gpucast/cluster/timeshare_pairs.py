@@ -30,7 +30,7 @@ is shared when the predicted summed speed exceeds ``1 + min_gain``; its worth is
 summed speed minus 1). Its ``rows`` keep every held-out job speed with both jobs' held shares,
 for residual studies.
 
-Data sets are passed in (:mod:`gpucast.learn.lucid` reads ``../shared/data/lucid-rtx3090``);
+Data sets are passed in (:mod:`gpucast.learn.lucid` reads ``data/measured/lucid-rtx3090`` in the repository);
 nothing measured is packaged, only fitted constants. Needs scipy.
 """
 
@@ -245,7 +245,7 @@ def holdout_report(pairs: Sequence[Pair], tls: dict[str, JobTimeline], start: Co
 
 
 def from_lucid(root) -> tuple[list[Solo], list[Pair]]:
-    """Lucid's RTX 3090 solo runs and pairs (``root``: ``../shared/data/lucid-rtx3090``, read by
+    """Lucid's RTX 3090 solo runs and pairs (``root``: ``data/measured/lucid-rtx3090``, read by
     :mod:`gpucast.learn.lucid`) as :class:`Solo` and :class:`Pair` (step time: batch / speed, which
     for TD3 is one ``learn()`` call: a cycle of the script all the same, as its pair speeds are)."""
     from gpucast.learn import lucid

@@ -1,7 +1,7 @@
 """Learning from measurements (DESIGN.md's ``learn`` layer), one job per module:
 
 * :mod:`~gpucast.learn.rows`: the measured-row format (CSV/Parquet/JSONL) and its readers;
-  :mod:`~gpucast.learn.shared_sets`: adapters for the sets of ``../shared/data``;
+  :mod:`~gpucast.learn.shared_sets`: adapters for the measured sets (``data/measured`` in the repository);
 * :mod:`~gpucast.learn.fit`: the Environment's log-space fit with priors (the engine);
   :mod:`~gpucast.learn.calibrate`: ``gpucast calibrate`` (which constants, cross-validation,
   the priors' weight, intervals); :mod:`~gpucast.learn.artifacts`: environment and model files;

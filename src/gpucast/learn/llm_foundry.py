@@ -1,10 +1,11 @@
 """llm-foundry's MPT throughput table (A100-40GB, PyTorch FSDP) as gpucast jobs, and the fit of the
 parallel-plan constants on it.
 
-The set (``../shared/data/llm-foundry-a100-40gb``, its README has the provenance) is 78 measured
-training configurations of MPT 125M-70B: sequence length, GPUs (8-128, 8 per node, 1,600 Gbit/s
-RoCE between nodes), micro-batch, gradient accumulation, activation checkpointing, and the measured
-tokens/s per GPU, MFU and HFU. Nothing of it is packaged: :func:`read` takes the folder.
+The set (``data/measured/llm-foundry-a100-40gb`` in the repository, its README has the
+provenance) is 78 measured training configurations of MPT 125M-70B: sequence length, GPUs (8-128,
+8 per node, 1,600 Gbit/s RoCE between nodes), micro-batch, gradient accumulation, activation
+checkpointing, and the measured tokens/s per GPU, MFU and HFU. Nothing of it is packaged:
+:func:`read` takes the folder.
 
 **A row as a job** (:meth:`Row.job`): MPT is GPT-shaped (pre-LayerNorm blocks, a GELU MLP of
 ``expansion_ratio * d_model``, embeddings tied to the head), so the job is Hugging Face GPT-2 with

@@ -1,5 +1,5 @@
-"""Lucid's RTX 3090 measurements (``../shared/data/lucid-rtx3090``): its solo runs and pairs read
-and checked, and the solo runs as measured rows of gpucast jobs.
+"""Lucid's RTX 3090 measurements (``data/measured/lucid-rtx3090`` in the repository): its solo
+runs and pairs read and checked, and the solo runs as measured rows of gpucast jobs.
 
 The set (its README): 35 solo runs (``singles.csv``) and 335 pairs run together on one RTX 3090
 by time-slicing (``pairs.csv``), from the public artifact of Lucid (Hu et al., ASPLOS '23), seven
@@ -7,7 +7,7 @@ of its workload families, PyTorch 1.11.0+cu113. Each job ran in its own process 
 are samples per second after warm-up, ``gpu_util_pct`` the mean of nvidia-smi's
 ``utilization.gpu`` over the steady state, memory the whole GPU's ``fb_memory_usage.used`` (the
 mean for solo runs, the maximum of both processes together for pairs). The data is read from a
-directory the caller gives (tests pass ``../shared/data/lucid-rtx3090``); nothing of it is
+directory the caller gives (tests pass ``data/measured/lucid-rtx3090``); nothing of it is
 packaged (S-Lab License 1.0, non-commercial).
 
 The jobs (each family as the closest zoo workload with its script's surroundings, and what each

@@ -1,4 +1,4 @@
-"""Lucid's workload families (``../shared/data/lucid-rtx3090``, read by :mod:`gpucast.learn.lucid`)
+"""Lucid's workload families (``data/measured/lucid-rtx3090``, read by :mod:`gpucast.learn.lucid`)
 as gpucast jobs: the closest zoo workload of each, with the loader, loop and stack its script in
 the artifact really had, and the host costs per sample that no gpucast source covers.
 

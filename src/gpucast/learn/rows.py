@@ -29,8 +29,9 @@ Readers for other shapes of the same facts go through the same validation (:func
 
 * gpucast's own dataset (``gpucast profile``: a Parquet file or folder with ``job_json``,
   ``gpu_name``, ``status``...): its ``ok`` solo runs;
-* ``../shared/data``'s sets (:mod:`gpucast.learn.shared_records`): GPUMemNet's ``runs.csv`` and
-  Gavel's ``simulation_throughputs.json``, recognised by their columns and name.
+* the measured sets of ``data/measured`` in the repository (:mod:`gpucast.learn.shared_records`):
+  GPUMemNet's ``runs.csv`` and Gavel's ``simulation_throughputs.json``, recognised by their columns
+  and name.
 
 A malformed row is a :class:`RowsError` naming the file, the row (1-based, data rows) and the
 column. Nothing here predicts or fits.

@@ -1,7 +1,7 @@
 """The packaged environment's fit over the shared measured sets, and its judge: leave one whole
 set out.
 
-The sets (``../shared/data``, each read by :mod:`gpucast.learn.shared_sets` or
+The sets (``data/measured/<set>`` in the repository, each read by :mod:`gpucast.learn.shared_sets` or
 :mod:`gpucast.learn.lucid` into jobs with the loaders, loops and stacks their scripts had):
 
 * ``mlp``: GPUMemNet's 2,978 MLP runs on an A100-40GB (utilization, memory; PyTorch 2.x);
@@ -41,7 +41,7 @@ from gpucast.estimate.environment import Environment
 from gpucast.learn.fit import GAVEL_PARAMS, MLP_PARAMS, Fitter
 
 SETS = ("mlp", "gavel", "lucid")
-# The sets' folder names under ../shared/data (what an environment fit's stages record).
+# The sets' folder names under data/measured (what an environment fit's stages record).
 SET_DATA = {"mlp": "gpumemnet-mlp", "gavel": "gavel", "lucid": "lucid-rtx3090"}
 STACK_PARAMS = ("torch1_host_factor", "torch1_kernel_factor")
 # The eager CUDA 11 context and cuDNN's kernel images (gpucast.estimate.memory): only Lucid's rows
@@ -59,7 +59,8 @@ GPU_BOUND_UTIL_PCT = 80.0
 
 
 def rows_of(name: str, shared: str | Path, mlp_limit: int | None = None):
-    """The measured rows of one shared set (``shared``: the ``../shared/data`` folder)."""
+    """The measured rows of one shared set (``shared``: the folder of the sets, ``data/measured``
+    in the repository)."""
     shared = Path(shared)
     if name == "mlp":
         from gpucast.learn.shared_sets import mlp_rows

@@ -1,5 +1,6 @@
-"""The measured sets of ``../shared/data`` as measured-row records (plain mappings of the columns
-of :mod:`gpucast.learn.rows`): gpucast jobs, each with the loader and loop its script really had.
+"""The measured sets (``data/measured/<set>`` in the repository) as measured-row records (plain
+mappings of the columns of :mod:`gpucast.learn.rows`): gpucast jobs, each with the loader and loop
+its script really had.
 
 * GPUMemNet's MLP runs (``gpumemnet-mlp/runs.csv``, A100-40GB; its README says how every run was
   fed and timed): the exact ``nn.Sequential`` as a module job, a ``TensorDataset`` of 4,096
@@ -15,8 +16,8 @@ of :mod:`gpucast.learn.rows`): gpucast jobs, each with the loader and loop its s
 
 The records go through :func:`gpucast.learn.rows.from_records`, the validation every measured-row
 file gets (:mod:`gpucast.learn.shared_sets` and the row readers call it; this module, below both,
-only converts). The shared data is read from a path given by the caller (tests and scripts pass
-``../shared/data``); nothing of it is packaged.
+only converts). The measured data is read from a path given by the caller (tests and scripts pass
+``data/measured`` in the repository); nothing of it is packaged.
 """
 
 from __future__ import annotations

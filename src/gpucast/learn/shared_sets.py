@@ -1,6 +1,7 @@
-"""The measured sets of ``../shared/data`` as validated measured rows: GPUMemNet's MLP runs and
-Gavel's solo throughputs, their records (:mod:`gpucast.learn.shared_records`: the jobs, loaders
-and loops, and where each number comes from) through :func:`gpucast.learn.rows.from_records`.
+"""The measured sets (``data/measured/<set>`` in the repository) as validated measured rows:
+GPUMemNet's MLP runs and Gavel's solo throughputs, their records
+(:mod:`gpucast.learn.shared_records`: the jobs, loaders and loops, and where each number comes
+from) through :func:`gpucast.learn.rows.from_records`.
 The names of ``shared_records`` are importable from here too.
 """
 

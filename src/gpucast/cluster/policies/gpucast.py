@@ -57,85 +57,23 @@ when the model, fitted on Gavel's pairs, said sharing rarely pays). The interval
 cautious where the prediction is uncertain. All values are our choices (parameters). FIFO, like
 ``packing``, so the two differ only in placement.
 
-**Memory bound and its risk.** What the policy reserves for a job on a GPU is the upper end of a
-one-sided interval of its peak memory at the risk level ``memory_risk``: the chance, under the
-memory error the job's told interval carries, that the job's true peak exceeds its bound. The
-error is read off the told memory interval: a two-sided 80 % interval (:data:`TOLD_Z`, the level of
-:meth:`gpucast.cluster.truth.Truth.intervals` and of ``gpucast calibrate``'s conformal intervals)
-of a multiplicative log-normal error, ``upper80 = point * exp(1.2816 * sigma)``, so the bound is
-``point * (upper80 / point) ** (z / 1.2816)`` with ``z`` the standard normal ``1 - memory_risk``
-quantile. In the simulator the told interval is the truth's own error model (gpucast's measured
-memory error, ``sigma`` 0.085 in log space on 2026-12-02: ``data/measured_error.json``), so the bound is that
-error's high quantile. A GPU is allowed when the bounds of its jobs sum to at most its memory.
-Summing per-job quantiles assumes nothing about how the jobs' errors are related: a GPU whose
-bounds fit overflows only if one of its jobs exceeds its own bound, so with ``n`` jobs on it the
-chance is at most ``n * memory_risk`` whether the errors are independent or all the same (two jobs
-of one profile share one error in the simulator, and gpucast's measured memory error is mostly one
-shared bias: mean log(predicted / measured) -0.083 of an RMS 0.085). A quantile of an
-independent sum would reserve less and would not hold under that correlation.
-
-``memory_risk`` = 1e-4 (our choice, a parameter): the truth draws one error per job profile and
-GPU type, so a run with ``P`` profiles has every true peak within its bound with probability
-``(1 - 1e-4) ** P`` (99.3 % for the 66 profiles of ``philly-mix``), and then no OOM at all. At
-the measured sigma the bound is the prediction times 1.37 (``z`` 3.72; 1.32 at the earlier 0.075). ``memory_risk`` =
-``1 - Phi(1.2816)`` (0.09999) makes the bound the told 80 % interval's upper end, the rule before
-issue 25: at the measured error it let a job exceed its bound one time in ten, and GPUs were
-packed by those upper ends to 99.5 % of their memory; on ``philly-mix`` at load 3 (128 x
-v100-16gb, ``benchmarks/sim_mixes.py``) seeds 0-4 gave 3, 10, 0, 3 and 0 OOM failures (seed 0's
-three: one profile, ``transformer-nmt`` batch 32, drawn 3.3 sigma high, 28 % over its
-prediction, on GPUs shared four ways). At 1e-4 the same runs have none, nor do ``pai-mix`` or
-either mix at its own load, and the queued-period utilization over ``slot`` at seed 0 is +63 %
-(after issue 25's refits; the OOM failures had cost it little). Raising ``memory_risk`` only lowers bounds,
-so it can only add allowed GPUs.
-
-Not modelled: the level of an interval the policy is told is not carried with it; an uncalibrated
-prediction's memory range (``EstimatorConfig.memory_range``, 0.92-1.25 x, of no stated level)
-read as an 80 % interval gives a bound of 1.91 x at 1e-4, safe but wider than it needs to be (the
-simulator never tells it: :meth:`~gpucast.cluster.truth.Truth.intervals`). Memory that grows
-during a run is not modelled (the truth is one peak per job).
+**Memory bound and its risk**: what the policy reserves for a job on a GPU is a high quantile of its
+peak memory under the error its told interval carries (:mod:`gpucast.cluster.policies.memory_bound`).
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from itertools import islice
-from statistics import NormalDist
 
 import numpy as np
 
 from gpucast.cluster import interference, mps, sharing, timeshare, timeshare_kernel
-from gpucast.cluster.errors import Z80
 from gpucast.cluster.policies.base import Policy, obs_for
+from gpucast.cluster.policies.memory_bound import DEFAULT_MEMORY_RISK, TOLD_Z, _z, memory_bound  # noqa: F401
+from gpucast.cluster.policies.gpucast_mig import CARVE_LOOK, MigCarving  # noqa: F401 (CARVE_LOOK re-exported)
 
-# z of the upper end of the memory interval a policy is told: a two-sided 80 % interval
-# (gpucast.cluster.truth.Truth.intervals; the conformal level gpucast calibrate writes).
-TOLD_Z = Z80
-DEFAULT_MEMORY_RISK = 1e-4   # our choice: see the module docstring ("Memory bound and its risk")
-CARVE_LOOK = 1000            # our choice: waiting jobs looked at when deciding to carve a MIG node
-
-
-def memory_bound(obs, risk: float = DEFAULT_MEMORY_RISK) -> float:
-    """Peak memory ``obs``'s job exceeds with probability ``risk`` under the log-normal error its
-    told memory interval carries (see the module docstring): the point prediction times
-    ``(upper80 / point) ** (z_{1-risk} / TOLD_Z)``. With no interval, or one no wider than the
-    point (a profiled or true observation), the point value; with no point, the interval's upper end."""
-    point, iv = obs.memory_bytes, obs.memory_interval
-    if iv is None or not point or point <= 0:
-        return iv[1] if iv is not None else (point or 0.0)
-    hi = iv[1]
-    if hi <= point:
-        return float(max(point, hi))
-    return point * math.exp(math.log(hi / point) * _z(risk) / TOLD_Z)
-
-
-def _z(risk: float) -> float:
-    if not 0.0 < risk < 0.5:
-        raise ValueError(f"memory_risk must be between 0 and 0.5, got {risk!r}")
-    return NormalDist().inv_cdf(1.0 - risk)
-
-
-class GpucastPolicy(Policy):
+class GpucastPolicy(MigCarving, Policy):
     name = "gpucast"
     told = "prediction"
     score_uses_index = False
@@ -473,102 +411,6 @@ class GpucastPolicy(Policy):
         je = self._eq(job)
         pos = bisect_right(eqs, je)
         return ((gpu_type, mode), eqs[:pos] + (je,) + eqs[pos:]), order[:pos] + [len(order)] + order[pos:]
-
-    def wants_whole(self, window: list) -> bool:
-        """A waiting job wants whole GPUs: it needs several, or the cluster has slices and it is
-        allowed on none of them (:meth:`_slice_allows`)."""
-        for job in window:
-            if job.gpus > 1:
-                return True
-            sliced, allowed = self._slices_allowed(job.obs)
-            if sliced and not allowed:
-                return True
-        return False
-
-    def wants_slices(self, waiting, whole, sliced) -> bool:
-        """Carve a whole node when no waiting job needs several GPUs and more waiting one-GPU jobs
-        than its whole GPUs could hold even once empty (:meth:`room`; any fewer would run there
-        after the same drain) would get more done on its slices: for such a job, copies of it
-        filling one GPU's slices (each slice up to its cap, memory allowing) run faster in total
-        than copies of it filling the whole GPU (:meth:`_face_rates`, the policy's own slowdowns
-        and slice costs). The first ``CARVE_LOOK`` waiting jobs are looked at."""
-        pos = self._pos
-        wt, wm = self._static[pos[whole[0]]][1], self._gmode[pos[whole[0]]]
-        per: dict = {}
-        for g in sliced:
-            key = (self._static[pos[g]][1], self._gmode[pos[g]])
-            per[key] = per.get(key, 0) + 1
-        node = ((wt, wm), tuple(sorted((k, c / len(whole)) for k, c in per.items())))
-        n, enough = 0, self.room(whole) + 1
-        for job in islice(waiting, CARVE_LOOK):
-            if job.gpus > 1:
-                return False        # a waiting job needs whole GPUs: carving would take them away
-            if n < enough and self._slices_allowed(job.obs)[1]:
-                rates = self._face_rates(job.obs, node)
-                n += rates[1] > rates[0]
-        return n >= enough
-
-    def _face_rates(self, obs: dict, node) -> tuple[float, float]:
-        """Work done per GPU, in solo whole-GPU steps per solo step, by copies of a job (``obs``)
-        filling a node's GPU whole and carved: the best over 1 .. cap copies on the whole GPU, and
-        the same on each slice of one GPU (``node``: (whole type, mode), ((slice type, mode), slices
-        per GPU)...) over its slice cost; a slice the job is not allowed on, or copies whose memory
-        bounds exceed the GPU's, count nothing. Remembered per job and node."""
-        memo = self.__dict__.get("_face_memo")
-        if memo is None:
-            memo = self._face_memo = {}
-        hit = memo.get((id(obs), node))
-        if hit is not None and hit[0] is obs:
-            return hit[1]
-        allowed = self._slices_allowed(obs)[1]
-        mem = self._allowed[1]
-
-        def filled(t, mode):
-            o = obs.get(t)
-            if o is None:
-                return 0.0
-            b, room, best = self.memory_bound(o), mem.get(t), 0.0
-            for k in range(1, self._cap(mode) + 1):
-                if room is not None and k * b > room:
-                    break
-                best = max(best, sum(1.0 / x for x in self._remembered((o,) * k, t, None, mode)))
-            return best
-
-        (wt, wm), slices = node
-        out = (filled(wt, wm), math.fsum(c * filled(t, m) / (1.0 + obs[t].slice_cost)
-                                         for (t, m), c in slices if t in allowed))
-        if len(memo) >= self._MEMO_MAX:
-            memo.clear()
-        memo[(id(obs), node)] = (obs, out)
-        return out
-
-    def _slices_allowed(self, obs) -> tuple[bool, frozenset]:
-        """Whether the cluster has MIG slices for a job (its observations ``obs``, GPU type ->
-        observation, name some), and the slice types it would be placed alone on
-        (:meth:`_slice_allows`); remembered per job."""
-        if not isinstance(obs, dict):
-            return False, frozenset()
-        memo = self.__dict__.get("_allowed")
-        if memo is None or memo[0] is not self._static:
-            memo = self._allowed = (self._static, {t: m for _i, t, m, _n in self._static}, {})
-        hit = memo[2].get(id(obs))
-        if hit is not None and hit[0] is obs:
-            return hit[1]
-        mem = memo[1]
-        sliced = [t for t in obs if ":" in t]
-        out = (bool(sliced), frozenset(t for t in sliced if self._slice_allows(obs[t], mem.get(t))))
-        if len(memo[2]) >= self._MEMO_MAX:
-            memo[2].clear()
-        memo[2][id(obs)] = (obs, out)
-        return out
-
-    def _slice_allows(self, obs, memory) -> bool:
-        """Whether a job would be placed alone on a slice (``obs``: its observation there,
-        ``memory``: the slice's, None where not known): no more than ``1 + max_slice_cost`` times
-        slower than on the whole GPU, its memory bound within the slice, a service on time there."""
-        return (obs.slice_cost <= self.max_slice_cost
-                and (memory is None or self.memory_bound(obs) <= memory)
-                and not (obs.latency_s is not None and self.respect_latency and self._late(obs, 1.0)))
 
     def _late(self, obs, slowdown: float) -> bool:
         """Whether a service (``obs.latency_s``) would miss its latency target at ``slowdown``: its

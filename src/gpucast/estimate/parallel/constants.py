@@ -2,7 +2,7 @@
 
 Each is a name, a value, a unit and its source, as :class:`gpucast.estimate.constants.EstimatorConfig`.
 ``gather_overlap`` and ``net_efficiency`` (:class:`gpucast.estimate.comm.CommConstants`) are the
-two fitted on ``../shared/data/llm-foundry-a100-40gb`` (``benchmarks/llm_foundry.py``), each with a
+two fitted on ``data/measured/llm-foundry-a100-40gb`` (in the repository) (``benchmarks/llm_foundry.py``), each with a
 prior; the rest are published defaults.
 """
 
