@@ -9,7 +9,8 @@ Gavel's), from two kinds of timelines (:mod:`gpucast.cluster.timeshare_pairs`):
 
 * **predicted**: gpucast's predictions alone, each job as the harness ran it
   (:func:`gpucast.profile.spec.as_run`) on the measuring VM's host (``stack.cpu_speed`` as
-  ``benchmarks/h200_runs.py`` fits it, 0.32);
+  ``benchmarks/h200_runs.py`` fitted it: read from ``benchmarks/results/h200_runs.json``, so run
+  that first);
 * **anchored**: the simulated step matched to the job's measured solo run.
 
 Baseline: a constant, each job predicted at the mean measured speed of the other pairs' jobs.
@@ -21,7 +22,6 @@ Nothing is fitted here: 8 pairs are evidence, not a training set.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import statistics
 import sys
@@ -31,19 +31,17 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA = REPO_ROOT / "data" / "measurements"
 RESULTS = REPO_ROOT / "benchmarks" / "results"
-CPU_SPEED = 0.32  # the measuring VM's host, fitted by benchmarks/h200_runs.py (README)
 
 
 def load(data: Path):
-    """(solos by job key, pairs) from the measured rows."""
-    import pyarrow.parquet as pq
-
+    """(solos by job key, pairs, the host speed they are predicted at) from the measured rows."""
     from gpucast.cluster.timeshare_pairs import Pair, Solo
     from gpucast.job import Job
     from gpucast.profile.spec import as_run
+    from gpucast.profile.suite_store import read_rows
 
-    rows = [r for f in sorted(glob.glob(str(data / "*.parquet"))) for r in pq.read_table(f).to_pylist()
-            if r["status"] == "ok"]
+    cpu_speed = json.loads((RESULTS / "h200_runs.json").read_text())["cpu_speed"]
+    rows = [r for r in read_rows([data]) if r["status"] == "ok"]
     solo_rows = {r["job_key"]: r for r in rows if r["kind"] == "solo"}
     groups: dict[str, list[dict]] = {}
     for r in rows:
@@ -58,14 +56,14 @@ def load(data: Path):
             s = solo_rows.get(r["job_key"])
             if s is None:
                 break
-            job = as_run(Job.from_dict(json.loads(r["job_json"])), CPU_SPEED)
+            job = as_run(Job.from_dict(json.loads(r["job_json"])), cpu_speed)
             key = f"{r['model']} b{r['batch_size']} {r['precision']}"
             solos[key] = Solo(key, r["model"], job, r["gpu_name"], s["step_time_mean_s"], s["util_mean_pct"])
             ends.append((solos[key], s["step_time_mean_s"] / r["step_time_mean_s"]))
         if len(ends) == 2:
             util = members[0]["combined_util_mean_pct"]
             pairs.append(Pair(ends[0][0], ends[1][0], ends[0][1], ends[1][1], util))
-    return list(solos.values()), pairs
+    return list(solos.values()), pairs, cpu_speed
 
 
 def main(argv=None) -> int:
@@ -77,7 +75,7 @@ def main(argv=None) -> int:
     from gpucast.cluster import timeshare
     from gpucast.cluster.timeshare_pairs import predict, predicted_timelines, timelines
 
-    solos, pairs = load(a.data)
+    solos, pairs, cpu_speed = load(a.data)
     if not pairs:
         print(f"error: no measured co-located pairs under {a.data}", file=sys.stderr)
         return 2
@@ -106,7 +104,7 @@ def main(argv=None) -> int:
              "`.venv/bin/python benchmarks/h200_colocation.py` over the co-located groups of "
              "`data/measurements/*.parquet` (suite h200-v1; 2 jobs on one H200, default time-slicing). "
              "Speed = throughput together / alone. Predicted from gpucast's predictions alone (jobs as the "
-             "harness ran them, host speed 0.32) or anchored on the measured solo runs; constants CURRENT "
+             f"harness ran them, host speed {cpu_speed:.2f}) or anchored on the measured solo runs; constants CURRENT "
              "(Lucid RTX 3090 fit) and FITTED (Gavel's).", "",
              "| job A | job B | measured A | measured B | predicted A | predicted B |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]

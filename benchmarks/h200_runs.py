@@ -21,7 +21,6 @@ utilization MAE (points), peak-memory MdAPE (NVML process memory).
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import statistics
 import sys
@@ -35,12 +34,9 @@ HOST_BOUND_UTIL_PCT = 20.0
 
 
 def load(data: Path) -> list[dict]:
-    import pyarrow.parquet as pq
+    from gpucast.profile.suite_store import read_rows
 
-    rows = []
-    for f in sorted(glob.glob(str(data / "*.parquet"))):
-        rows += [r for r in pq.read_table(f).to_pylist() if r["kind"] == "solo" and r["status"] == "ok"]
-    return rows
+    return [r for r in read_rows([data]) if r["kind"] == "solo" and r["status"] == "ok"]
 
 
 def predict_all(rows: list[dict], cpu_speed: float | None) -> list[dict]:

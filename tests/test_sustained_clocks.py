@@ -76,13 +76,11 @@ def test_the_h200_simt_clock_is_what_its_fp32_training_steps_held():
     """The catalog's SIMT clock against the NVML clock of every FP32 solo run measured on an H200 whose
     matmuls ran on the FP32 pipes (GPT-2, Llama, ViT, Transformer) in data/measurements: the runs held
     the boost clock below the power limit, so the SIMT factor must be 1 there, not the tensor one."""
-    import glob
     from pathlib import Path
 
-    import pyarrow.parquet as pq
+    from gpucast.profile.suite_store import read_rows
 
-    files = sorted(glob.glob(str(Path(__file__).resolve().parents[1] / "data" / "measurements" / "*.parquet")))
-    rows = [r for f in files for r in pq.read_table(f).to_pylist()
+    rows = [r for r in read_rows([Path(__file__).resolve().parents[1] / "data" / "measurements"])
             if r["kind"] == "solo" and r["status"] == "ok" and r["precision"] == "fp32"
             and r["model"].split("-")[0] in ("gpt2", "llama", "vit", "transformer") and r["util_mean_pct"] > 90]
     assert len(rows) >= 5

@@ -63,6 +63,15 @@ class Out:
     def clock(self):
         return None if self.nvml is None else self.nvml.sm_clock_mhz()
 
+    def failed(self, exc: BaseException, **kw):
+        """A row for an iteration that raised (one line of the error), its traceback on stderr, and the
+        allocator's cache emptied so the next one starts clean."""
+        first = str(exc).splitlines()[0][:160] if str(exc) else ""
+        self.row(**kw, note=f"error: {type(exc).__name__}: {first}")
+        traceback.print_exc()
+        if self.cuda:
+            torch.cuda.empty_cache()
+
     def row(self, **kw):
         kw.setdefault("sm_clock_mhz", self.clock())
         if self.cuda:
@@ -175,10 +184,7 @@ def run_model(out, name, spec, device, quick, t_start, budget_s):
                 out.row(model=name, phase="prefill", batch=b, tokens_in=t, context=0, tokens_out=0,
                         median_ms=f"{med:.3f}", p10_ms=f"{lo:.3f}", p90_ms=f"{hi:.3f}", params=params)
             except Exception as e:
-                out.row(model=name, phase="prefill", batch=b, tokens_in=t, note=f"error: {type(e).__name__}: "
-                        f"{str(e).splitlines()[0][:160] if str(e) else ''}")
-                if cuda:
-                    torch.cuda.empty_cache()
+                out.failed(e, model=name, phase="prefill", batch=b, tokens_in=t)
         for b, ctx in decode:
             if over():
                 return
@@ -201,11 +207,7 @@ def run_model(out, name, spec, device, quick, t_start, budget_s):
                         note="context grows by one per timed step (12 timed + 4 profiled)")
                 del cache, ids
             except Exception as e:
-                out.row(model=name, phase="decode", batch=b, context=ctx, note=f"error: {type(e).__name__}: "
-                        f"{str(e).splitlines()[0][:160] if str(e) else ''}")
-                traceback.print_exc()
-                if cuda:
-                    torch.cuda.empty_cache()
+                out.failed(e, model=name, phase="decode", batch=b, context=ctx)
         for b, tin, tout in gens:
             if over():
                 return
@@ -221,11 +223,7 @@ def run_model(out, name, spec, device, quick, t_start, budget_s):
                         median_ms=f"{med:.3f}", p10_ms=f"{lo:.3f}", p90_ms=f"{hi:.3f}", params=params,
                         note="model.generate, greedy, min_new_tokens = max_new_tokens")
             except Exception as e:
-                out.row(model=name, phase="generate", batch=b, tokens_in=tin, tokens_out=tout,
-                        note=f"error: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
-                traceback.print_exc()
-                if cuda:
-                    torch.cuda.empty_cache()
+                out.failed(e, model=name, phase="generate", batch=b, tokens_in=tin, tokens_out=tout)
     del model
     if cuda:
         torch.cuda.empty_cache()
