@@ -13,6 +13,11 @@ What it measures (one row per kernel call shape, written to a CSV as each row fi
 * ``batchnorm``: training-mode BatchNorm2d + ReLU at ResNet-50's activation shapes (forward; forward +
   backward), fp32 and bf16 under autocast, channels-first and channels-last.
 * ``memory``: copy, add, GELU, softmax, LayerNorm over 2^14 to 2^30 elements (how bandwidth fills).
+* ``norms``: softmax over rows of 128 to 32,768 (a fixed 2^26 elements), LayerNorm and RMSNorm at
+  LLM activation shapes (tokens x hidden), ReLU and a residual add at CNN activation shapes NCHW.
+* ``decode_attention``: ``scaled_dot_product_attention`` of one new token per sequence against a KV
+  cache of L tokens (grouped-query heads as Llama-3-8B: 32 query, 8 KV heads of 128), per backend;
+  bytes are the K and V read once.
 * ``launch``: a one-element add eager (host time per call) and replayed from a CUDA graph.
 
 Method (convolutions excepted: each call timed alone between events, after cuDNN's autotuning):
@@ -367,6 +372,76 @@ def memory(b: Bench, quick: bool):
             del x, y, out, x2, ln
 
 
+def norms(b: Bench, quick: bool):
+    dev = b.device
+    b.section("norms")
+    dt = torch.bfloat16 if b.cuda else torch.float32
+    total = 2 ** 12 if quick else 2 ** 26
+    for cols in ((64,) if quick else (128, 512, 1024, 4096, 8192, 32768)):
+        if b.over():
+            return
+        x = rnd(total // cols, cols, dtype=dt, device=dev)
+        b.row("norms", "softmax", "bf16", f"{total // cols}x{cols}", 0, 2 * x.element_size() * total,
+              lambda: torch.softmax(x, -1))
+        del x
+    for tokens, hidden in (((8, 64),) if quick else ((1, 4096), (64, 4096), (2048, 4096), (8192, 4096),
+                                                      (16384, 2048), (4096, 8192))):
+        if b.over():
+            return
+        x = rnd(tokens, hidden, dtype=dt, device=dev)
+        w = torch.ones(hidden, dtype=dt, device=dev)
+        nbytes = 2 * x.element_size() * x.numel()
+        with torch.no_grad():
+            b.row("norms", "layernorm", "bf16", f"{tokens}x{hidden}", 0, nbytes,
+                  lambda: F.layer_norm(x, (hidden,), w, w))
+            b.row("norms", "rmsnorm", "bf16", f"{tokens}x{hidden}", 0, nbytes,
+                  lambda: F.rms_norm(x, (hidden,), w, 1e-5))
+        del x, w
+    for n, c, hw in (((2, 4, 8),) if quick else ((128, 64, 112), (128, 256, 56), (128, 512, 28), (128, 1024, 14),
+                                                 (256, 64, 32))):
+        for dtn in ("fp32", "bf16"):
+            if b.over():
+                return
+            x, y = rnd(n, c, hw, hw, dtype=DT[dtn], device=dev), rnd(n, c, hw, hw, dtype=DT[dtn], device=dev)
+            es = x.element_size()
+            b.row("norms", "relu", dtn, f"{n}x{c}x{hw}x{hw} nchw", 0, 2 * es * x.numel(), lambda: torch.relu(x))
+            b.row("norms", "add", dtn, f"{n}x{c}x{hw}x{hw} nchw", x.numel(), 3 * es * x.numel(), lambda: x + y)
+            del x, y
+
+
+def decode_attention(b: Bench, quick: bool):
+    dev = b.device
+    b.section("decode_attention")
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        backends = [("default", None), ("flash", SDPBackend.FLASH_ATTENTION),
+                    ("efficient", SDPBackend.EFFICIENT_ATTENTION), ("math", SDPBackend.MATH)]
+    except Exception:
+        backends, sdpa_kernel = [("default", None)], None
+    dt = torch.bfloat16 if b.cuda else torch.float32
+    hq, hkv, d = (4, 2, 16) if quick else (32, 8, 128)
+    cases = [(1, 64)] if quick else [(1, 512), (1, 4096), (1, 32768), (8, 2048), (8, 8192), (32, 1024),
+                                     (32, 4096), (64, 2048), (128, 1024), (128, 4096), (256, 2048)]
+    for bs, ctx in cases:
+        q = rnd(bs, hq, 1, d, dtype=dt, device=dev)
+        k, v = (rnd(bs, hkv, ctx, d, dtype=dt, device=dev) for _ in range(2))
+        flops = 4 * bs * hq * ctx * d
+        nbytes = 2 * k.numel() * k.element_size()
+        for name, be in backends:
+            if b.over():
+                return
+
+            def fwd():
+                if be is None:
+                    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                with sdpa_kernel(be):
+                    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            with torch.no_grad():
+                b.row("decode_attention", "sdpa_decode", "bf16", f"{bs}x{hq}/{hkv}x{ctx}x{d}", flops, nbytes, fwd,
+                      backend=name, note="one query token per sequence, GQA (enable_gqa), no mask")
+        del q, k, v
+
+
 def launches(b: Bench, quick: bool):
     dev = b.device
     b.section("launch")
@@ -398,12 +473,22 @@ def launches(b: Bench, quick: bool):
     b.f.flush()
 
 
+SECTIONS = {"gemm": gemms, "attention": attention, "memory": memory, "launch": launches, "conv": convs,
+            "batchnorm": batchnorm, "norms": norms, "decode_attention": decode_attention}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--cpu", action="store_true", help="tiny shapes on the CPU: a check of this script only")
     ap.add_argument("--budget", type=float, default=100.0, help="seconds; sections stop starting rows after it")
+    ap.add_argument("--sections", default=",".join(SECTIONS),
+                    help=f"comma-separated, in the order to run (default: {','.join(SECTIONS)})")
     args = ap.parse_args(argv)
+    unknown = [n for n in args.sections.split(",") if n not in SECTIONS]
+    if unknown:
+        print(f"error: unknown section(s) {', '.join(unknown)}; known: {', '.join(SECTIONS)}", file=sys.stderr)
+        return 2
     if not args.cpu and not torch.cuda.is_available():
         print("error: no CUDA GPU (use --cpu to check the script)", file=sys.stderr)
         return 2
@@ -414,7 +499,7 @@ def main(argv=None) -> int:
         print(f"{p.name}: {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB; torch {torch.__version__} "
               f"CUDA {torch.version.cuda} cuDNN {torch.backends.cudnn.version()}", flush=True)
     # most wanted first: a budget cut loses the least informative rows
-    for part in (gemms, attention, memory, launches, convs, batchnorm):
+    for part in (SECTIONS[n] for n in args.sections.split(",")):
         try:
             part(b, args.cpu)
         except Exception:
