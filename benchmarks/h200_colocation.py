@@ -41,7 +41,10 @@ def load(data: Path):
     from gpucast.profile.suite_store import read_rows
 
     cpu_speed = json.loads((RESULTS / "h200_runs.json").read_text())["cpu_speed"]
-    rows = [r for r in read_rows([data]) if r["status"] == "ok"]
+    if not isinstance(cpu_speed, dict):  # an older results file: one speed for every collection
+        cpu_speed = {}
+    files = sorted(data.glob("*.parquet")) if data.is_dir() else [data]
+    rows = [dict(r, collection=f.stem) for f in files for r in read_rows([f]) if r["status"] == "ok"]
     solo_rows = {r["job_key"]: r for r in rows if r["kind"] == "solo"}
     groups: dict[str, list[dict]] = {}
     for r in rows:
@@ -56,7 +59,7 @@ def load(data: Path):
             s = solo_rows.get(r["job_key"])
             if s is None:
                 break
-            job = as_run(Job.from_dict(json.loads(r["job_json"])), cpu_speed)
+            job = as_run(Job.from_dict(json.loads(r["job_json"])), cpu_speed.get(r["collection"]))
             key = f"{r['model']} b{r['batch_size']} {r['precision']}"
             solos[key] = Solo(key, r["model"], job, r["gpu_name"], s["step_time_mean_s"], s["util_mean_pct"])
             ends.append((solos[key], s["step_time_mean_s"] / r["step_time_mean_s"]))
@@ -104,7 +107,7 @@ def main(argv=None) -> int:
              "`.venv/bin/python benchmarks/h200_colocation.py` over the co-located groups of "
              "`data/measurements/*.parquet` (suite h200-v1; 2 jobs on one H200, default time-slicing). "
              "Speed = throughput together / alone. Predicted from gpucast's predictions alone (jobs as the "
-             f"harness ran them, host speed {cpu_speed:.2f}) or anchored on the measured solo runs; constants CURRENT "
+             f"harness ran them, host speed per collection: " + ", ".join(f"{c} {v:.2f}" for c, v in sorted(cpu_speed.items())) + ") or anchored on the measured solo runs; constants CURRENT "
              "(Lucid RTX 3090 fit) and FITTED (Gavel's).", "",
              "| job A | job B | measured A | measured B | predicted A | predicted B |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]

@@ -51,9 +51,98 @@ def _memory_op(name: str, dtype: str, shape: str):
     for d in dims:
         n *= d
     reads = {"add": 2, "copy": 1}.get(name, 1)
+    aten_name = {"softmax": "_softmax", "layernorm": "native_layer_norm"}.get(name, name)
     category = {"softmax": "softmax", "layernorm": "norm"}.get(name, "elementwise")
-    return OpRecord(0, "fwd", name, category, (dims,) * reads, (dims,), "bfloat16" if size == 2 else "float32",
+    return OpRecord(0, "fwd", aten_name, category, (dims,) * reads, (dims,), "bfloat16" if size == 2 else "float32",
                     n if name == "add" else 0, reads * n * size, n * size, 1)
+
+
+CONV_LAYERS = {  # scripts/device/kernel_times.py's layers: (cin, cout, k, stride, hw, groups)
+    "r50.conv1": (3, 64, 7, 2, 224, 1), "r50.l1.3x3": (64, 64, 3, 1, 56, 1), "r50.l1.1x1up": (64, 256, 1, 1, 56, 1),
+    "r50.l2.3x3": (128, 128, 3, 1, 28, 1), "r50.l3.3x3": (256, 256, 3, 1, 14, 1), "r50.l4.3x3": (512, 512, 3, 1, 7, 1),
+    "r50.l4.1x1down": (2048, 512, 1, 1, 7, 1), "cifar.3x3": (64, 64, 3, 1, 32, 1),
+    "mbv2.dw3x3": (144, 144, 3, 1, 56, 144), "vgg.3x3": (256, 256, 3, 1, 56, 1)}
+
+
+def _recorded(build, backward: bool):
+    """The ops gpucast's tracer records for what ``build()`` runs on the meta device as CUDA would run it
+    (gpucast.graph.mirror; its forward, with ``backward`` then the gradient of its output), as a trace:
+    the same records a traced job has."""
+    import torch
+
+    from gpucast.graph.mirror import CudaMirror
+    from gpucast.graph.trace import MemoryReport, Trace
+    from gpucast.graph.tracer import _Recorder
+
+    rec = _Recorder()
+    with torch.device("meta"):
+        fn, inputs = build()
+        with rec, CudaMirror():
+            out = fn()
+            if backward:
+                rec.phase = "bwd"
+                torch.autograd.grad(out, inputs, torch.ones_like(out))
+    ops = [o for o in rec.ops if o.kernels > 0 or o.flops > 0]
+    for i, o in enumerate(ops):
+        o.index = i
+    return Trace("check", "check", "train" if backward else "infer", "bf16", 1, ops,
+                 MemoryReport(0, 0, 0, "fwd", {}, {}), 0, 0, 0)
+
+
+def _module_row(row: dict):
+    """(trace, precision) for a conv / batchnorm / norms / decode_attention row, or None."""
+    import torch
+    import torch.nn.functional as F
+
+    section, op, dt, shape = row["section"], row["op"], row["dtype"], row["shape"]
+    dtype = torch.bfloat16 if dt == "bf16" else torch.float32
+    if section == "conv":
+        name, n = shape.split()[:2]  # the first collection named no layout (channels-last bf16)
+        cin, cout, k, st, hw, g = CONV_LAYERS[name]
+        n = int(n[1:])
+
+        def build():
+            x = torch.empty(n, cin, hw, hw, dtype=dtype, requires_grad=True)
+            w = torch.empty(cout, cin // g, k, k, dtype=dtype, requires_grad=True)
+            return (lambda: F.conv2d(x, w, None, st, k // 2, 1, g)), (x, w)
+        return _recorded(build, op == "fwd+bwd"), "bf16" if dt == "bf16" else "fp32"
+    if section == "batchnorm":
+        dims = tuple(int(v) for v in shape.split()[0].split("x"))
+
+        def build():  # autocast keeps BatchNorm in the input's dtype with fp32 parameters
+            x = torch.empty(dims, dtype=dtype, requires_grad=True)
+            w, b = (torch.empty(dims[1], requires_grad=True) for _ in range(2))
+            rm, rv = torch.empty(dims[1]), torch.empty(dims[1])
+            return (lambda: torch.relu(F.batch_norm(x, rm, rv, w, b, True))), (x, w, b)
+        return _recorded(build, op.endswith("fwd+bwd")), "bf16" if dt == "bf16" else "fp32"
+    if section == "norms":
+        dims = tuple(int(v) for v in shape.split()[0].split("x"))
+
+        def build():
+            x = torch.empty(dims, dtype=dtype)
+            if op == "softmax":
+                return (lambda: torch.softmax(x, -1)), (x,)
+            if op in ("layernorm", "rmsnorm"):
+                w = torch.empty(dims[-1], dtype=dtype)
+                if op == "layernorm":
+                    return (lambda: F.layer_norm(x, dims[-1:], w, w)), (x,)
+                return (lambda: F.rms_norm(x, dims[-1:], w, 1e-5)), (x,)
+            if op == "relu":
+                return (lambda: torch.relu(x)), (x,)
+            y = torch.empty(dims, dtype=dtype)
+            return (lambda: x + y), (x,)
+        return _recorded(build, False), "bf16" if dt == "bf16" else "fp32"
+    if section == "decode_attention" and row["backend"] in ("default", "flash"):
+        b, hq_hkv, ctx, d = shape.split("x")
+        hq, hkv = (int(v) for v in hq_hkv.split("/"))
+        b, ctx, d = int(b), int(ctx), int(d)
+
+        def build():
+            q = torch.empty(b, hq, 1, d, dtype=dtype)
+            k, v = (torch.empty(b, hkv, ctx, d, dtype=dtype) for _ in range(2))
+            return (lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)), (q,)
+        return _recorded(build, False), "bf16"
+    return None
 
 
 def predict(row: dict) -> float | None:
@@ -81,7 +170,11 @@ def predict(row: dict) -> float | None:
         rec = _memory_op(op, dt, shape)
         precision = "bf16" if dt == "bf16" else "fp32"
     else:
-        return None
+        got = _module_row(row)
+        if got is None:
+            return None
+        trace, precision = got
+        return float(kernel_times(trace, gpu, precision, DEFAULT, Stack()).time.sum())
     return float(kernel_times(_trace(rec, precision), gpu, precision, DEFAULT, stack or Stack()).time[0])
 
 
@@ -93,8 +186,18 @@ def group_of(row: dict) -> str:
         return f"GEMM {dt}, {size}"
     if s == "attention":
         return f"attention fwd, {row['backend']} -> {ATTENTION[row['backend']]}"
+    if s == "conv":
+        name, n, layout = (row["shape"].split() + ["nhwc"])[:3]
+        kind = "depthwise" if name.startswith("mbv2") else ("7x7 stem" if name.endswith("conv1") else "dense")
+        return f"conv {kind} {row['op']}, {dt} {layout}"
+    if s == "batchnorm":
+        return f"BatchNorm+ReLU {row['op'].removeprefix('bn+relu_')}, {dt} {row['shape'].split()[1]}"
+    if s == "decode_attention":
+        return f"decode attention (GQA), {row['backend']}"
+    if s == "norms":
+        return f"{op} {dt} (norms section)"
     n = 1
-    for d in row["shape"].split("x"):
+    for d in row["shape"].split()[0].split("x"):
         n *= int(d)
     size = "< 1M elements" if n < 2 ** 20 else ("1M-16M" if n <= 2 ** 24 else "> 16M")
     return f"{op} {dt}, {size}"

@@ -62,7 +62,8 @@ SUBDIR = "predict"
 MEMO_SUBDIR = "memo"
 MAX_ENTRIES = 2000  # ~4-8 KB each
 MAX_BYTES = 64 * 2**20
-DATA_FILES = ("environment_fit.json", "measured_error.json", "gpus.yaml", "timeshare_current.json")
+DATA_FILES = ("environment_fit.json", "measured_error.json", "gpus.yaml", "timeshare_current.json", "achieved.yaml",
+              "serving_fit.json")
 LIBRARIES = ("torch", "torchvision", "transformers", "onnx", "lightgbm")
 _OFF = ("off", "0", "none", "false")
 _PACKAGE = Path(__file__).resolve().parent

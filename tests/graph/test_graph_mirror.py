@@ -312,6 +312,37 @@ def test_dropout_is_one_fused_kernel_with_a_bool_mask():
     assert not any("dropout" in o.op or "bernoulli" in o.op for o in infer.ops)
 
 
+class _GqaAttention(nn.Module):
+    """Grouped-query attention as Hugging Face's SDPA path calls it (32 query heads, 8 K/V heads)."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(256, 256, bias=False)
+        self.kv = nn.Linear(256, 128, bias=False)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, 32, 8).transpose(1, 2)
+        k, v = (t.view(b, s, 8, 8).transpose(1, 2) for t in self.kv(x).chunk(2, -1))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).sum()
+
+
+def test_grouped_query_attention_reads_the_kv_heads_without_copies():
+    # PyTorch >= 2.5's flash kernel takes fewer K/V heads than query heads (enable_gqa): no
+    # repeat_interleave copies of K and V, forward or backward; the gradients keep the K/V heads'
+    # shapes. (Our H200 decode timings read the cache once: data/measurements/kernels/*-h200-2.csv.)
+    job = Job.from_module(_GqaAttention, lambda b: (torch.randn(b, 16, 256),), batch_size=2, precision="amp-bf16")
+    trace = capture(job)
+    flash = [o for o in trace.ops if o.op == "_scaled_dot_product_flash_attention"]
+    assert len(flash) == 1 and flash[0].shapes[1][1] == 8 and flash[0].shapes[0][1] == 32
+    assert any(o.op == "_scaled_dot_product_flash_attention_backward" for o in trace.ops)
+    assert not any(o.op in ("repeat_interleave", "expand", "clone") and o.phase == "fwd"
+                   and any(len(s) == 5 for s in o.shapes) for o in trace.ops)
+    fp32 = capture(Job.from_module(_GqaAttention, lambda b: (torch.randn(b, 16, 256),), batch_size=2))
+    # fp32: the memory-efficient kernel, which takes no grouped heads: K and V are repeated first
+    assert any(o.op == "_scaled_dot_product_efficient_attention" and o.shapes[1][1] == 32 for o in fp32.ops)
+
+
 def test_inplace_dropout_stays_unfused():
     trace = capture(Job.from_module(lambda: _Drop(inplace=True), lambda b: (torch.randn(b, 64),), batch_size=4))
     assert not any(o.op == "native_dropout" for o in trace.ops)

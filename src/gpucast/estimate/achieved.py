@@ -11,6 +11,13 @@ reach a different share there, each with the published figures it comes from. At
 depends on the kernel the job's stack runs (``stack.attention``: ``flash2``, PyTorch's own SDPA
 flash kernel in every release, or ``flash3``, the Hopper kernels of the flash-attn 3 package).
 
+``bandwidth_per_sm`` in the same file holds, per memory-bound family whose kernels are reductions
+(``batchnorm``, ``batchnorm_bf16``: BatchNorm on bf16 inputs with fp32 parameters, as autocast runs
+it; ``layernorm``; ``softmax``), what one SM's blocks move per second: such kernels keep a fixed number
+of loads in flight per SM, so (Little's law) their rate is this figure times the SMs of the GPU or
+slice, capped by the DRAM roofline; plain elementwise kernels reach the roofline. Measured on our
+H200 (the sources say where), an extrapolation elsewhere.
+
 Not modelled: differences between cuBLAS/cuDNN releases within an architecture (one figure per
 architecture and family, for the stacks the sources measured), per-dtype differences beyond the
 datasheet peaks other than FP8's (FP16, BF16 and TF32 GEMMs share the matmul fraction).
@@ -46,6 +53,30 @@ def fractions(architecture: str, attention: str | None = None) -> dict[str, floa
     att = attention or DEFAULT_ATTENTION
     own = t.get("architectures", {}).get(architecture, {}) or {}
     return {f: _value(own.get(f, t["reference"][f]), att) for f in FAMILIES}
+
+
+MEMORY_FAMILIES = ("batchnorm", "batchnorm_bf16", "layernorm", "softmax")
+
+
+@lru_cache(maxsize=1)
+def bandwidth_caps() -> dict[str, float]:
+    """Memory family -> bytes per second one SM's blocks of it move (``achieved.yaml``'s
+    ``bandwidth_per_sm``, GB/s there); families it does not list have no cap."""
+    own = _table().get("bandwidth_per_sm", {}) or {}
+    return {f: float(own[f]["value"]) * 1e9 for f in MEMORY_FAMILIES if f in own}
+
+
+def memory_family_of(category: str, op: str = "", dtype: str = "") -> str:
+    """The memory-bound family of an op (:data:`MEMORY_FAMILIES`), or ``""`` for the rest."""
+    if category == "norm" and "batch_norm" in op:
+        # measured: bf16 inputs (autocast's mixed-dtype BatchNorm) run far slower than fp32 ones on the H200;
+        # fp16 inputs (cuDNN's mixed-precision BatchNorm) were not measured and take fp32's cap
+        return "batchnorm_bf16" if dtype == "bfloat16" else "batchnorm"
+    if category == "norm" and ("layer_norm" in op or "group_norm" in op):
+        return "layernorm"
+    if category == "softmax":
+        return "softmax"
+    return ""
 
 
 def family_of(category: str, op: str = "", dtype: str = "") -> str:

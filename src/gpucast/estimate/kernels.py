@@ -13,7 +13,9 @@ For an op with ``F`` FLOPs, ``B`` bytes moved and ``k`` kernels on a GPU (or MIG
   does not know); ``ramp``, the fixed time a math kernel loses filling and draining its pipelines;
 * memory time ``B / reach + r``: ``reach`` is the GPU's DRAM bandwidth at the streaming efficiency,
   or less when the kernel has too few blocks to keep it busy (its blocks' share of the whole GPU's
-  SMs, Little's law; :func:`tiles.memory_fill`); ``r`` a fixed ramp of the *whole* GPU
+  SMs, Little's law; :func:`tiles.memory_fill`), and for reductions (BatchNorm, LayerNorm, softmax) at
+  most what their blocks move per SM times the SMs the GPU or slice has
+  (:func:`gpucast.estimate.achieved.bandwidth_caps`); ``r`` a fixed ramp of the *whole* GPU
   (``half_bytes_per_sm`` x its SMs over its bandwidth: a latency, the same on its MIG slices). The
   bandwidth is the datasheet figure, not scaled by the clock factor: the power limit throttles
   the SM clock, while the memory clock stays at its rated speed (nvidia-smi samples of an RTX
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucast.estimate import tiles
-from gpucast.estimate.achieved import family_of, fractions
+from gpucast.estimate.achieved import bandwidth_caps, family_of, fractions, memory_family_of
 from gpucast.estimate.constants import OLD_ARCHITECTURES, EstimatorConfig
 from gpucast.graph.trace import Trace
 from gpucast.hardware import GpuSpec, get_gpu
@@ -69,6 +71,7 @@ class OpArrays:
     costed: np.ndarray
     library: np.ndarray  # the op's kernels are cuDNN/cuBLAS ones (LIBRARY_CATEGORIES)
     family: np.ndarray  # object array: the op's kernel family (gpucast.estimate.achieved.family_of)
+    memory_family: np.ndarray  # object array: its memory-bound family ("" for none; achieved.memory_family_of)
 
     @classmethod
     def of(cls, trace: Trace) -> "OpArrays":
@@ -88,6 +91,7 @@ class OpArrays:
             costed=np.fromiter((o.costed for o in ops), dtype=bool, count=len(ops)),
             library=np.fromiter((o.category in LIBRARY_CATEGORIES for o in ops), dtype=bool, count=len(ops)),
             family=np.array([family_of(o.category, o.op, o.dtype) for o in ops], dtype=object),
+            memory_family=np.array([memory_family_of(o.category, o.op, o.dtype) for o in ops], dtype=object),
         )
         trace._arrays = arr
         return arr
@@ -198,6 +202,10 @@ def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfi
     bw = gpu.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency
     bw_whole = whole.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency
     reach = np.minimum(bw, bw_whole * mfill)
+    caps = bandwidth_caps()
+    if caps:  # reductions' loads in flight per SM (Little's law): their rate grows with the SMs they have
+        per_sm = np.array([caps.get(f, np.inf) for f in a.memory_family])
+        reach = np.minimum(reach, per_sm * gpu.sm_count)
     ramp = cfg.half_bytes_per_sm * whole.sm_count / bw_whole
     memory = np.where(nbytes > 0, nbytes / reach + ramp, 0.0)
     floor_s = cfg.kernel_floor_old_s if gpu.architecture in OLD_ARCHITECTURES else cfg.kernel_floor_s

@@ -19,6 +19,10 @@ Tracing runs on the meta device, where four things differ from a CUDA run:
   formulas exist), which gives the fused kernels' FLOPs, memory (no materialised attention
   matrix) and launches. Flash needs sm80+; on older GPUs CUDA would choose memory-efficient
   attention, whose FLOPs and memory are the same to first order (not modelled separately).
+  Grouped-query attention (``enable_gqa``, fewer K/V heads than query heads): the flash kernel
+  reads the grouped heads as they are (PyTorch >= 2.5; our H200 decode timings,
+  ``data/measurements/kernels/2026-12-04-h200-2.csv``, read the K/V cache once at 3.5-4.4 TB/s);
+  the memory-efficient kernel does not take them, so there the K/V heads are repeated first.
 * **cuDNN RNNs.** ``nn.LSTM``/``nn.GRU``/``nn.RNN`` run as one ``_cudnn_rnn`` call on CUDA;
   :class:`CudaMirror` routes them to ``gpucast.graph.rnn.cudnn_rnn``, which makes the same
   call on meta. Where that does not apply (packed sequences, projections), the decomposed
@@ -72,14 +76,15 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     if query.dim() != 4 or key.dim() != 4 or query.device.type != "meta":
         return _ORIGINAL_SDPA(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                               is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    half = query.dtype in (torch.float16, torch.bfloat16)
+    if half and attn_mask is None and query.shape[-1] <= 256:
+        # the flash kernel reads grouped K/V heads as they are (enable_gqa: no copies)
+        return torch.ops.aten._scaled_dot_product_flash_attention(
+            query, key, value, dropout_p, is_causal, False, scale=scale)[0]
     if enable_gqa and key.shape[1] != query.shape[1]:
         rep = query.shape[1] // key.shape[1]
         key = key.repeat_interleave(rep, dim=1)
         value = value.repeat_interleave(rep, dim=1)
-    half = query.dtype in (torch.float16, torch.bfloat16)
-    if half and attn_mask is None and query.shape[-1] <= 256:
-        return torch.ops.aten._scaled_dot_product_flash_attention(
-            query, key, value, dropout_p, is_causal, False, scale=scale)[0]
     if attn_mask is not None and attn_mask.dtype == torch.bool:
         attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(~attn_mask, float("-inf"))
     if attn_mask is not None:
