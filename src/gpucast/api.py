@@ -162,6 +162,11 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
     spec = get_gpu(gpu)
     if window_s is not None and not (isinstance(window_s, (int, float)) and window_s > 0):
         raise ValueError(f"window_s must be positive seconds, got {window_s!r}")
+    if job.mode == "serve":  # an LLM deployment: the engine's run over its requests
+        from gpucast.api_serving import serving_prediction
+
+        pred, tr, est = serving_prediction(job, spec, config, env, model_version(env))
+        return Explanation(prediction=pred, trace=tr, estimate=est, gpu=spec)
     fed, measured = _measured(job)  # before the (slower) capture: a failing dataset fails fast
     tr = trace(job)
     job = fed

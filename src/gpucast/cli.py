@@ -114,8 +114,8 @@ def _with_surroundings(job, data_source: Optional[str], sets: Optional[List[str]
     for item in sets or []:
         key, eq, value = item.partition("=")
         group, dot, name = key.strip().partition(".")
-        if not eq or not dot or group not in ("data", "loop", "stack", "parallel", "adapter") or not name:
-            raise JobError(f"--set takes GROUP.FIELD=VALUE with GROUP data, loop, stack, parallel or adapter, "
+        if not eq or not dot or group not in ("data", "loop", "stack", "parallel", "adapter", "serve") or not name:
+            raise JobError(f"--set takes GROUP.FIELD=VALUE with GROUP data, loop, stack, parallel, adapter or serve, "
                            f"got {item!r}")
         try:
             parsed = yaml.safe_load(value)
@@ -201,7 +201,8 @@ _PREC = typer.Option(None, "--precision", help="fp32 | tf32 | amp-fp16 | amp-bf1
                                                 "(pure half-precision weights, as FSDP/DeepSpeed/Megatron run them) | "
                                                 "fp8 (Transformer Engine: linear layers' GEMMs in FP8, bf16 elsewhere; "
                                                 "default: fp32).")
-_MODE = typer.Option(None, "--mode", help="train | infer (default: train).")
+_MODE = typer.Option(None, "--mode", help="train | infer | serve (an LLM deployment: --set serve.input_len=..., "
+                                           "serve.engine=vllm, ...; default: train).")
 _OPT = typer.Option(None, "--optimizer", help="sgd | adam | adamw | none (default: sgd).")
 _PIPE = typer.Option(None, "--input-pipeline-ms", help="Host input-pipeline time per step, ms (default: 0).")
 _NGPU = typer.Option(None, "--gpus", help="Data-parallel GPUs (default: 1).")
@@ -216,7 +217,8 @@ _DATA = typer.Option(None, "--data", help="Data source: device | memory | images
 _SET = typer.Option(None, "--set", help="A loader/loop/stack field, e.g. data.num_workers=8, data.pin_memory=true, "
                                         "loop.item_calls=2, loop.progress_bar=true, stack.torch=1.13, "
                                         "stack.cpu_speed=0.7, parallel.tensor=8, parallel.sharding=fsdp-full, "
-                                        "parallel.network=roce-1600, adapter.kind=lora; repeatable.")
+                                        "parallel.network=roce-1600, adapter.kind=lora, serve.output_len=256, "
+                                        "serve.request_rate=4; repeatable.")
 _DATASET = typer.Option(None, "--dataset", help="FILE.py:FUNCTION returning your map-style torch Dataset: its "
                                                 "__getitem__ and collation are timed on this CPU (data.dataset).")
 _COLLATE = typer.Option(None, "--collate", help="FILE.py:FUNCTION, your DataLoader's collate_fn (data.collate; "
@@ -278,6 +280,10 @@ def predict(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_siz
     for p in preds:
         if p.plan:
             console.print(f"plan ({p.gpu}): {cli_plan.plan_line(p.plan)}", highlight=False)
+    if any(p.serving for p in preds):
+        from gpucast.cli_serving import serving_table
+
+        console.print(serving_table([p for p in preds if p.serving]))
     for p in preds:
         for note in p.notes:
             console.print(f"[yellow]note[/] ({p.gpu}): {note}", highlight=False)

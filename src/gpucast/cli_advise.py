@@ -193,6 +193,17 @@ def register(app: typer.Typer, cli) -> None:
                    budget: Optional[str] = typer.Option(None, "--budget", help="The run must cost at most this "
                                                                               "(USD)."),
                    show_all: bool = typer.Option(False, "--all", help="List every option, not only the front."),
+                   serve: bool = typer.Option(False, "--serve", help="Size an LLM deployment (a mode 'serve' job, "
+                                                                    "implied by --mode serve): GPU type, tensor "
+                                                                    "degree (--tensors), precision and engine "
+                                                                    "(--engines) meeting --ttft/--tpot at the "
+                                                                    "job's load, cheapest per million tokens."),
+                   ttft: Optional[float] = typer.Option(None, "--ttft", help="Serving: p90 time to first token "
+                                                                            "at most this many seconds."),
+                   tpot: Optional[float] = typer.Option(None, "--tpot", help="Serving: p90 time per output token "
+                                                                            "at most this many seconds."),
+                   engines: Optional[str] = typer.Option(None, "--engines", help="Serving: engines to try, e.g. "
+                                                                                "vllm,sglang (default: the job's)."),
                    report: Optional[Path] = typer.Option(None, "--report", help="Write the plot of the front here: an "
                                                                                "HTML page (offline) or, for "
                                                                                "FILE.svg, a static image."),
@@ -235,6 +246,12 @@ def register(app: typer.Typer, cli) -> None:
         reserved = cli._run(lambda: reserve_output(report, "--report")) if report is not None else None
         try:
             kw = cli._run(setup)
+            if serve or kw["job"].mode == "serve":
+                from gpucast.cli_advise_serving import advise_serving_cmd
+
+                advise_serving_cmd(cli, kw, parse_list(tensors, "--tensors"), parse_list(engines, "--engines", str),
+                                   ttft, tpot, prices, provider, as_json)
+                return
             result = _search(kw)
             if reserved is not None:
                 from gpucast.advisor.report import write_report

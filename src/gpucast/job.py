@@ -29,18 +29,20 @@ from typing import Any, Callable
 
 from gpucast.model_sources import source as _model_source
 from gpucast.plan import Adapter, Parallel, check_job
+from gpucast.serving import Serve, check_serve_job
 from gpucast.surroundings import Data, Loop, SpecError, Stack
 
 # amp-*: torch.autocast over fp32 weights; bf16/fp16: the weights themselves in half precision
 # ("pure", as FSDP's MixedPrecision(param_dtype=...), DeepSpeed's and Megatron-LM's bf16 modes run the
 # model; a sharded optimizer keeps fp32 master weights, gpucast.estimate.parallel.sharding).
 PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp16", "fp8")
-MODES = ("train", "infer")
+MODES = ("train", "infer", "serve")
 OPTIMIZERS = ("sgd", "adam", "adamw", "none")
 _SOURCE_FIELDS = ("model_digest", "hf_config")
 # The groups of fields (partial specs, unset fields omitted): what surrounds the graph, and how the
 # job spans GPUs and which parameters it trains (gpucast.plan).
-_SURROUNDING_FIELDS = {"data": Data, "loop": Loop, "stack": Stack, "parallel": Parallel, "adapter": Adapter}
+_SURROUNDING_FIELDS = {"data": Data, "loop": Loop, "stack": Stack, "parallel": Parallel, "adapter": Adapter,
+                       "serve": Serve}
 MAX_BATCH_SIZE = 1 << 20  # a sanity bound, far above any single-GPU batch
 
 
@@ -74,6 +76,8 @@ class Job:
     pipeline degrees, sharding (DDP, ZeRO 1-3, FSDP), activation recomputation, gradient
     accumulation, nodes and their network; unset, ``gpus`` are plain DDP replicas inside one node.
     ``adapter`` (:class:`~gpucast.plan.Adapter`) trains LoRA/QLoRA adapters instead of every weight.
+    ``serve`` (:class:`~gpucast.serving.Serve`), with ``mode="serve"``, is an LLM deployment: the requests,
+    their load and the inference engine (``batch_size`` is then the number of prompts of a static batch).
     """
 
     model: str
@@ -92,6 +96,7 @@ class Job:
     stack: Stack | None = None
     parallel: Parallel | None = None
     adapter: Adapter | None = None
+    serve: Serve | None = None
     # Factories of a user module job; not part of equality, hash or serialisation.
     model_fn: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
     input_fn: Callable[[int], tuple] | None = field(default=None, compare=False, repr=False)
@@ -352,6 +357,7 @@ def _validate(job: Job) -> None:
         raise JobError(f"field 'gpus' must be an integer between 1 and 4096, got {job.gpus!r}")
     try:
         check_job(job)
+        check_serve_job(job)
     except SpecError as exc:
         raise JobError(str(exc)) from None
 

@@ -69,6 +69,10 @@ class Prediction:
     # job. Empty for a single replica. step_time_s is then one optimizer step (all micro-batches),
     # memory_peak_bytes the busiest GPU's and gpu_util_pct the mean over the stages' GPUs.
     plan: dict = field(default_factory=dict)
+    # mode 'serve' (gpucast.estimate.serving): TTFT, TPOT, throughput, KV capacity of the deployment;
+    # then step_time_s is one decode iteration, gpu_util_pct the run's busy share, memory_peak_bytes what
+    # the engine takes on each GPU. Empty for training and inference jobs.
+    serving: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = asdict(self)

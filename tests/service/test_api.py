@@ -20,7 +20,8 @@ PREDICTION_FIELDS = {"job", "job_key", "gpu", "gpu_util_pct", "gpu_util_interval
                      "bytes", "kernels", "ops", "parameters", "memory_allocated_peak_bytes", "fits_in_memory",
                      "bottleneck", "bottleneck_reason", "op_coverage", "time_coverage", "uncosted_ops",
                      "model_version", "samples_per_s", "notes", "surroundings", "loader_time_s", "util_basis",
-                     "interval_basis", "gpu_idle_gaps", "gpu_held_pct", "gpu_held_interval", "gpu_syncs", "plan"}
+                     "interval_basis", "gpu_idle_gaps", "gpu_held_pct", "gpu_held_interval", "gpu_syncs", "plan",
+                     "serving"}
 
 
 # ------------------------------------------------------------------------------ catalogs, health, docs

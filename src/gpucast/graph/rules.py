@@ -1,7 +1,8 @@
 """Per-op cost rules: FLOPs, bytes moved, kernels launched, and the op's category.
 
 FLOPs come from ``torch.utils.flop_counter.flop_registry`` unchanged (matmul, conv,
-attention; everything else counts 0 FLOPs there, as it does here).
+attention; everything else counts 0 FLOPs there, as it does here), plus the formulas gpucast
+registers there for ops flop_counter lacks (``_grouped_mm`` below, cuDNN RNNs, NF4 dequantize).
 
 Bytes: by default an op reads every tensor argument and writes every tensor output once
 (``effective_bytes``: broadcast dims with stride 0 are read once). Rules registered with
@@ -33,7 +34,7 @@ import math
 from typing import Callable
 
 import torch
-from torch.utils.flop_counter import flop_registry
+from torch.utils.flop_counter import flop_registry, register_flop_formula
 
 aten = torch.ops.aten
 
@@ -63,7 +64,7 @@ _CATEGORY_PREFIXES: tuple[tuple[str, str], ...] = (
     ("var", "reduction"), ("std", "reduction"), ("norm", "reduction"), ("linalg_vector_norm", "reduction"),
     ("prod", "reduction"), ("cumsum", "reduction"), ("logsumexp", "reduction"), ("topk", "reduction"),
     ("sort", "reduction"), ("any", "reduction"), ("all", "reduction"), ("_local_scalar_dense", "host"),
-    ("_record_function", "host"), ("slice_backward", "copy"), ("select_backward", "copy"),
+    ("histc", "reduction"), ("_record_function", "host"), ("slice_backward", "copy"), ("select_backward", "copy"),
     ("index_put", "embedding"), ("masked_scatter", "copy"), ("nonzero", "reduction"),
     ("copy_", "copy"), ("_to_copy", "copy"), ("clone", "copy"), ("cat", "copy"), ("stack", "copy"),
     ("_pin_memory", "copy"), ("constant_pad_nd", "copy"), ("roll", "copy"), ("flip", "copy"),
@@ -88,6 +89,7 @@ masked_fill native_dropout_backward mish mish_backward sin cos erf erfinv floor 
 remainder isnan isinf nan_to_num sgn square mul_ add_ div_ sub_ lerp_ addcmul_ addcdiv_ sqrt_ copysign
 _masked_scale prelu _prelu_kernel _prelu_kernel_backward log_sigmoid_forward log_sigmoid_backward
 glu glu_backward rsub xlogy hypot atan2 clamp_ clamp_min_ sigmoid_ tanh_ exp_ elu_ gelu_ silu_ hardswish_
+floor_divide
 """.split())
 
 # Ops that launch no kernel: allocation and metadata (views are detected from the schema; the
@@ -244,6 +246,38 @@ def _nll_bytes(args, kwargs, out):
     logits, target = args[0], args[1]
     return effective_bytes(target) * (1 + logits.element_size() // max(1, target.element_size())), \
         _sum_bytes(_tensors(out))
+
+
+# --------------------------------------------------------------------------- grouped GEMMs
+# ``_grouped_mm`` (transformers' MoE experts, ``grouped_mm``): one GEMM per group of rows, the
+# groups given by ``offs`` (cumulative row counts). flop_counter has no formula for it (a torch
+# release that brings one keeps its own); releases without the op skip these rules.
+def _grouped_mm_flop(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    """2 x M x K x N summed over the groups: ``(M_total, K) x (G, K, N)`` (MoE forward),
+    ``(G, M, K) x (K, N_total)`` and ``(G, M, K) x (G, K, N)`` contract ``a``'s last dimension into
+    every output element; ``(M, K_total) x (K_total, N)`` (ragged K, a weight gradient) does
+    ``2 M K_total N`` in all."""
+    if len(a_shape) == 2 and len(b_shape) == 2:
+        return 2 * a_shape[0] * a_shape[1] * b_shape[1]
+    return 2 * math.prod(out_shape) * a_shape[-1]
+
+
+def _grouped_mm_bytes(args, kwargs, out):
+    # (rows, K) x (experts, K, N): groups with no rows are skipped, so at most min(experts, rows)
+    # experts' weights are read (an upper bound: exact when every expert gets a row or each row
+    # its own expert). Other layouts: the default.
+    a, b = args[0], args[1]
+    if a.dim() != 2 or b.dim() != 3:
+        return default_bytes(args, kwargs, out)
+    per_group = effective_bytes(b) // max(1, b.shape[0])
+    rest = _sum_bytes(_tensors(args[2:]) + _tensors(kwargs))
+    return effective_bytes(a) + min(b.shape[0], a.shape[0]) * per_group + rest, _sum_bytes(_tensors(out))
+
+
+if hasattr(aten, "_grouped_mm"):
+    if aten._grouped_mm not in flop_registry:
+        register_flop_formula(aten._grouped_mm)(_grouped_mm_flop)
+    bytes_rule(aten._grouped_mm)(_grouped_mm_bytes)
 
 
 # --------------------------------------------------------------------------- classification

@@ -16,7 +16,7 @@ from gpucast.service.cache import ServiceError
 from gpucast.service.limits import Settings
 
 _JOB_FIELDS = ("batch_size", "seq_len", "input_shape", "precision", "mode", "optimizer", "input_pipeline_s", "gpus",
-               "data", "loop", "stack", "parallel", "adapter")
+               "data", "loop", "stack", "parallel", "adapter", "serve")
 
 
 # What each of surroundings.CODE_FIELDS names, for the refusal's message.
@@ -47,7 +47,7 @@ def job_from_spec(spec: dict, settings: Settings) -> Job:
 
 def _job(spec: dict, settings: Settings) -> Job:
     fields = {k: spec[k] for k in _JOB_FIELDS if spec.get(k) is not None}
-    for k in ("data", "loop", "stack", "parallel", "adapter"):  # sub-models arrive as dicts, unset fields None
+    for k in ("data", "loop", "stack", "parallel", "adapter", "serve"):  # sub-models arrive as dicts, unset fields None
         if isinstance(fields.get(k), dict):
             fields[k] = {f: v for f, v in fields[k].items() if v is not None}
     refuse_code(fields.get("data"))

@@ -14,7 +14,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
 Precision = Literal["fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp16", "fp8"]
-Mode = Literal["train", "infer"]
+Mode = Literal["train", "infer", "serve"]
 Optimizer = Literal["sgd", "adam", "adamw", "none"]
 
 
@@ -101,6 +101,29 @@ class AdapterSpec(BaseModel):
     targets: Optional[list[str]] = Field(None, description="Module-name patterns of the Linear layers adapted.")
 
 
+class ServeSpec(BaseModel):
+    """An LLM deployment (gpucast.serving.Serve; ``mode`` 'serve'): its requests, load and engine. Values are
+    checked by gpucast's own validation (one-line 422s)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_len: Optional[Union[StrictInt, str]] = Field(None, description="Prompt tokens: an integer or "
+                                                                         "'lognormal:MEAN,SIGMA' (default 1024).")
+    output_len: Optional[Union[StrictInt, str]] = Field(None, description="Generated tokens (default 256).")
+    engine: Optional[str] = Field(None, description="vllm | sglang | trtllm | hf (default vllm).")
+    concurrency: Optional[StrictInt] = Field(None, description="Closed loop: requests kept in flight.")
+    request_rate: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="Poisson arrivals per second.")
+    num_requests: Optional[StrictInt] = None
+    max_num_seqs: Optional[StrictInt] = None
+    max_num_batched_tokens: Optional[StrictInt] = None
+    gpu_memory_utilization: Optional[Union[StrictFloat, StrictInt]] = None
+    block_size: Optional[StrictInt] = None
+    cuda_graphs: Optional[bool] = None
+    kv_cache_dtype: Optional[str] = Field(None, description="auto | fp8.")
+    weights: Optional[str] = Field(None, description="auto | int8 | int4 (weight-only, AWQ/GPTQ).")
+    prefix_hit_rate: Optional[Union[StrictFloat, StrictInt]] = None
+
+
 class JobSpec(BaseModel):
     """One job, as a scheduler receives it (the fields of gpucast's job spec)."""
 
@@ -126,6 +149,8 @@ class JobSpec(BaseModel):
     parallel: Optional[ParallelSpec] = Field(None, description="Tensor/pipeline degrees, sharding, recomputation, "
                                                                "accumulation, nodes (default: DDP in one node).")
     adapter: Optional[AdapterSpec] = Field(None, description="LoRA/QLoRA adapters (default: every weight trains).")
+    serve: Optional[ServeSpec] = Field(None, description="With mode 'serve': an LLM deployment's requests, load and "
+                                                         "engine (answer: the prediction's `serving`).")
 
 
 GpuField = Field("a100-80gb", description="A catalog GPU name (GET /v1/gpus), or a list of them: the answer "
@@ -243,6 +268,9 @@ class Prediction(BaseModel):
     plan: dict[str, Any] = Field(default_factory=dict, description="A parallel plan's breakdown (empty for one "
                                                                    "replica): step parts, memory and utilization per "
                                                                    "stage, MFU, tokens/s per GPU.")
+    serving: dict[str, Any] = Field(default_factory=dict, description="Mode 'serve': the deployment's run (TTFT, "
+                                                                      "TPOT, throughput, KV capacity; empty "
+                                                                      "otherwise).")
 
 
 class GpuState(BaseModel):

@@ -1,0 +1,71 @@
+"""How fast the serving model answers: a 10,000-request Poisson run of a 70B model on 8 GPUs.
+
+Llama-3-70B's published shape (config.json) in bf16 under vLLM with tensor parallelism 8 on H100s,
+prompts ``lognormal:2048,0.6`` and outputs ``lognormal:256,0.6`` arriving at 8 requests a second:
+the first prediction in the process (cold: the model built on the meta device, its iterations traced
+on demand) and the median of ``--repeats`` more of the same deployment at other request rates (warm:
+the traces and the iteration costs memoised). Target (issue 38): warm <= 2 s.
+
+    .venv/bin/python benchmarks/serving_speed.py [--repeats 3] [--out benchmarks/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+LLAMA3_70B = dict(model_type="llama", hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                  num_attention_heads=64, num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192,
+                  rope_theta=500000.0, tie_word_embeddings=False)
+
+
+def job(rate: float):
+    from gpucast.job import Job
+
+    return Job.from_hf_config(LLAMA3_70B, batch_size=1, precision="bf16", mode="serve", gpus=8,
+                              parallel=dict(tensor=8),
+                              serve=dict(input_len="lognormal:2048,0.6", output_len="lognormal:256,0.6",
+                                         request_rate=rate, num_requests=10_000))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results")
+    a = ap.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    import gpucast
+
+    t = time.perf_counter()
+    p = gpucast.predict(job(8.0), "h100")
+    cold = time.perf_counter() - t
+    warm = []
+    for i in range(a.repeats):
+        t = time.perf_counter()
+        gpucast.predict(job(8.0 + 0.25 * (i + 1)), "h100")
+        warm.append(time.perf_counter() - t)
+    s = p.serving
+    text = "\n".join([
+        "# Serving model speed", "",
+        f"`.venv/bin/python benchmarks/serving_speed.py` on {platform.processor() or platform.machine()} "
+        f"({platform.python_version()}): Llama-3-70B bf16, vLLM, tensor 8 on H100, 10,000 Poisson requests at "
+        "8/s (prompts lognormal mean 2,048, outputs mean 256).", "",
+        "| run | seconds | iterations | TTFT p50 s | TPOT p50 ms | output tokens/s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        f"| cold (first in the process) | {cold:.1f} | {s['iterations']} | {s['ttft_s']:.2f} | {s['tpot_s'] * 1e3:.1f} | "
+        f"{s['output_tokens_per_s']:.0f} |",
+        f"| warm (median of {a.repeats}, other rates) | {statistics.median(warm):.2f} | | | | |", ""])
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "serving_speed.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""``gpucast advise --serve``: the serving advisor's search (gpucast.advisor.serving) and its table."""
+
+from __future__ import annotations
+
+import json
+
+from rich.table import Table
+
+# Data-center GPUs of the catalog a deployment is usually sized on, when --gpu names none.
+DEFAULT_GPUS = ("l4", "a10", "a100-40gb", "a100-80gb", "h100", "h200", "b200")
+
+
+def _table(advice) -> Table:
+    t = Table(title="gpucast advise --serve")
+    for col in ("", "gpu", "n", "precision", "engine", "TTFT p90 s", "TPOT p90 ms", "out tok/s", "$/M tokens", "why"):
+        t.add_column(col, justify="right" if col in ("n", "TTFT p90 s", "TPOT p90 ms", "out tok/s", "$/M tokens")
+                     else "left")
+    for i, o in enumerate(advice.options):
+        t.add_row("*" if i == advice.best else "", o.gpu, str(o.tensor), o.precision, o.engine,
+                  "-" if o.ttft_p90_s is None else f"{o.ttft_p90_s:.3g}",
+                  "-" if o.tpot_p90_s is None else f"{o.tpot_p90_s * 1e3:.3g}",
+                  "-" if o.output_tokens_per_s is None else f"{o.output_tokens_per_s:,.0f}",
+                  "-" if o.usd_per_million_tokens is None else f"{o.usd_per_million_tokens:.2f}", o.why)
+    return t
+
+
+def advise_serving_cmd(cli, kw: dict, tensors: list | None, engines: list | None, ttft, tpot, prices, provider,
+                       as_json: bool) -> None:
+    """Search (``tensors``/``engines`` already parsed by cli_advise) and print the table or JSON."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gpucast.advisor.serving import DEFAULT_TENSORS, advise_serving
+    from gpucast.job import JobError
+
+    job = kw["job"]
+
+    def go(bar, task):
+        if job.mode != "serve":
+            raise JobError("advise --serve takes a mode 'serve' job: --mode serve with an --hf-config decoder")
+        eng = engines or [(job.serve.engine if job.serve and job.serve.engine
+                                                         else "vllm")]
+        return advise_serving(job, kw["gpus"] or list(DEFAULT_GPUS),
+                              tensors=tensors or DEFAULT_TENSORS,
+                              precisions=kw["precisions"], engines=eng, ttft_s=ttft, tpot_s=tpot, prices=prices,
+                              provider=provider, progress=lambda d, n: bar.update(task, completed=d, total=n))
+
+    with Progress(TextColumn("deployments"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=cli.err, transient=True) as bar:
+        task = bar.add_task("deployments", total=None)
+        advice = cli._run(lambda: go(bar, task))
+    if as_json:
+        print(json.dumps(advice.to_dict(), indent=2))
+        return
+    cli.console.print(_table(advice))
+    cli.console.print(advice.message, highlight=False)

@@ -1,0 +1,25 @@
+"""The CLI's table of an LLM deployment's serving prediction (``gpucast predict --mode serve``)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+
+def _ms(v) -> str:
+    return "-" if v is None or v != v else f"{v * 1e3:.1f}"
+
+
+def serving_table(preds) -> Table:
+    """One row per GPU: engine and load, TTFT and TPOT (median, p90), end-to-end p50/p99, throughput,
+    the KV tokens that fit, the largest batch and the preemptions."""
+    t = Table(title="serving")
+    for col in ("gpu", "engine", "load", "requests", "latency s", "TTFT ms (p90)", "TPOT ms (p90)", "e2e p50/p99 s",
+                "out tok/s", "KV tokens", "max batch", "preempted"):
+        t.add_column(col, justify="left" if col in ("gpu", "engine", "load") else "right")
+    for p in preds:
+        s = p.serving
+        t.add_row(p.gpu, s["engine"], s["load"], str(s["requests"]), f"{s['latency_s']:.2f}",
+                  f"{_ms(s['ttft_s'])} ({_ms(s['ttft_p90_s'])})", f"{_ms(s['tpot_s'])} ({_ms(s['tpot_p90_s'])})",
+                  f"{s['e2e_p50_s']:.2f}/{s['e2e_p99_s']:.2f}", f"{s['output_tokens_per_s']:.0f}",
+                  f"{s['kv_cache_tokens']:,}", str(s["max_batch"]), str(s["preemptions"]))
+    return t

@@ -1,0 +1,152 @@
+"""What an LLM deployment serves: time to first token, time per output token, throughput, KV capacity.
+
+For a job with ``mode: serve`` (:class:`gpucast.serving.Serve`): the engine
+(:mod:`.engines`), the memory each rank gives the KV cache (:mod:`.memory`), the cost of one iteration
+from the model's traced forward (:mod:`.iteration`) and the engine's scheduler run over the requests
+(:mod:`.run`). :func:`predict_serving` returns ``Prediction.serving``: a dict whose keys are listed in
+:data:`KEYS`.
+
+Not modelled: pipeline parallelism in serving (refused), expert parallelism, speculative decoding,
+disaggregated prefill/decode, what a load balancer in front of several replicas does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpucast.estimate.serving.engines import resolve
+from gpucast.estimate.serving.iteration import iteration_model
+from gpucast.estimate.serving.memory import kv_per_rank, plan, weight_bytes
+from gpucast.estimate.serving.run import Requests, simulate, static_batches
+from gpucast.job import JobError
+from gpucast.serving import Serve, parse_length
+
+KEYS = ("engine", "load", "requests", "latency_s", "ttft_s", "ttft_p90_s", "tpot_s", "tpot_p90_s", "e2e_p50_s",
+        "e2e_p90_s", "e2e_p99_s", "output_tokens_per_s", "requests_per_s", "kv_cache_tokens", "kv_bytes_per_token",
+        "max_batch", "mean_batch", "preemptions", "iterations", "gpu_busy_share", "memory")
+DEFAULT_OUTPUT_LEN = 256
+DEFAULT_INPUT_LEN = 1024
+DEFAULT_STREAM = 1000  # requests of a Poisson run unless num_requests says otherwise
+CLOSED_ROUNDS = 10     # requests of a closed loop: 10 per client unless num_requests says otherwise
+
+
+def _lengths(spec, default: int, n: int, rng) -> np.ndarray:
+    kind, mean, sigma = parse_length(spec if spec is not None else default, "length")
+    if kind == "fixed" or sigma == 0:
+        return np.full(n, int(round(mean)), dtype=np.int64)
+    mu = math.log(mean) - sigma * sigma / 2  # a lognormal whose mean is ``mean``
+    return np.maximum(1, np.round(rng.lognormal(mu, sigma, n))).astype(np.int64)
+
+
+def requests_of(job, serve: Serve, max_context: int) -> Requests:
+    """The run's requests: lengths (fixed, or drawn with a seed from the job's key) and arrivals."""
+    rng = np.random.default_rng(int(job.key[:8], 16))
+    load = serve.load
+    if load == "static":
+        n = job.batch_size
+    elif load == "closed":
+        n = serve.num_requests or min(100_000, CLOSED_ROUNDS * serve.concurrency)
+    else:
+        n = serve.num_requests or DEFAULT_STREAM
+    prompt = _lengths(serve.input_len, DEFAULT_INPUT_LEN, n, rng)
+    output = _lengths(serve.output_len, DEFAULT_OUTPUT_LEN, n, rng)
+    drawn = any(isinstance(v, str) for v in (serve.input_len, serve.output_len))
+    clipped = 0
+    if drawn:  # a drawn length's tail past the context is cut to it, as a client truncates its prompt
+        over = prompt + output > max_context
+        clipped = int(over.sum())
+        output = np.minimum(output, max(1, max_context // 2))
+        prompt = np.maximum(1, np.minimum(prompt, max_context - output))
+    longest = int((prompt + output).max())
+    if longest > max_context:
+        raise JobError(f"a request of {int(prompt.max())} prompt tokens and {int(output.max())} generated ones "
+                       f"needs {longest} tokens of context, more than the model's {max_context}")
+    hit = serve.prefix_hit_rate or 0.0
+    if hit:
+        prompt = np.maximum(1, np.round(prompt * (1 - hit))).astype(np.int64)
+    if load == "poisson":
+        arrival = np.cumsum(rng.exponential(1.0 / serve.request_rate, n))
+        arrival -= arrival[0]
+    else:
+        arrival = np.zeros(n)
+    req = Requests(arrival, prompt, output)
+    req.clipped = clipped
+    return req
+
+
+def _tensor(job, shape) -> int:
+    par = job.parallel
+    t = (par.tensor or 1) if par is not None else 1
+    if par is not None and (par.pipeline or 1) > 1:
+        raise JobError("field 'parallel.pipeline': pipeline parallelism is not modelled for mode 'serve' "
+                       "(use tensor parallelism)")
+    if shape["heads"] % t:
+        raise JobError(f"field 'parallel.tensor' ({t}) must divide the model's {shape['heads']} attention heads")
+    return t
+
+
+def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
+    """``Prediction.serving`` for a ``mode: serve`` job on ``gpu`` (module docstring)."""
+    from gpucast.graph.serving import kv_bytes_per_token, model_shape, trace_iteration
+
+    serve = job.serve or Serve()
+    engine = resolve(serve)
+    shape = model_shape(job)
+    t = _tensor(job, shape)
+    if serve.load != "static" and not engine.continuous:
+        raise JobError(f"engine '{engine.name}' runs static batches (model.generate): set no concurrency or "
+                       f"request_rate, or choose vllm, sglang or trtllm")
+    req = requests_of(job, serve, shape["max_context"] or (1 << 30))
+    kv_fp8 = serve.kv_cache_dtype == "fp8"
+    kv_token = kv_per_rank(kv_bytes_per_token(job, 1 if kv_fp8 else None), shape["kv_heads"], t)
+    elem = 4 if job.precision in ("fp32", "tf32") or job.precision.startswith("amp") else 2
+    weights = weight_bytes(shape["parameters"] * elem, shape["parameters"], t, serve.weights)
+    if engine.paged:
+        chunk = int(min(engine.max_num_batched_tokens, max(req.prompt.max(), 1)))
+        act_tr = trace_iteration(job, 1, chunk, 0, "paged")
+    else:
+        act_tr = trace_iteration(job, int(min(len(req), job.batch_size)), int(req.prompt.max()), 0, "dynamic")
+    activations = int(act_tr.memory.at_peak.get("activations", 0) + act_tr.memory.at_peak.get("temporaries", 0)) // t
+    cuda_graphs = engine.cuda_graphs
+    mem = plan(gpu.memory_bytes, weights, kv_token, activations, context_bytes, engine, cuda_graphs)
+    model = iteration_model(job, gpu, engine, env, cfg, t, serve.weights, kv_fp8)
+    if engine.continuous:
+        res = simulate(req, model.cost, engine.max_num_seqs, engine.max_num_batched_tokens, mem.kv_cache_tokens,
+                       engine.block_size, engine.chunked_prefill, serve.load, serve.concurrency)
+    else:
+        need = int((req.prompt.max() + req.output.max()) * min(len(req), job.batch_size))
+        res = static_batches(req, model.cost, job.batch_size)
+        if need > mem.kv_cache_tokens:
+            res.notes.append(f"the batch's cache needs {need} tokens, more than the {mem.kv_cache_tokens} that fit")
+    done = np.isfinite(res.finish_s)
+    arrival = res.arrival_s if res.arrival_s is not None else req.arrival_s
+    ttft = res.first_token_s - arrival
+    gen = np.maximum(req.output - 1, 1)
+    tpot = (res.finish_s - res.first_token_s) / gen
+    e2e = res.finish_s - arrival
+    makespan = float(np.nanmax(res.finish_s) - arrival.min()) if done.any() else float("inf")
+
+    def q(a, p):
+        a = a[done & np.isfinite(a)]
+        return float(np.percentile(a, p)) if len(a) else float("nan")
+
+    out = {
+        "engine": engine.name, "load": serve.load, "requests": int(len(req)),
+        "latency_s": makespan, "ttft_s": q(ttft, 50), "ttft_p90_s": q(ttft, 90),
+        "tpot_s": q(tpot[req.output > 1], 50) if (req.output > 1).any() else 0.0,
+        "tpot_p90_s": q(tpot[req.output > 1], 90) if (req.output > 1).any() else 0.0,
+        "e2e_p50_s": q(e2e, 50), "e2e_p90_s": q(e2e, 90), "e2e_p99_s": q(e2e, 99),
+        "output_tokens_per_s": float(req.output[done].sum() / makespan) if makespan > 0 else 0.0,
+        "requests_per_s": float(done.sum() / makespan) if makespan > 0 else 0.0,
+        "kv_cache_tokens": mem.kv_cache_tokens, "kv_bytes_per_token": mem.kv_bytes_per_token,
+        "max_batch": res.max_batch, "mean_batch": round(res.mean_batch, 2), "preemptions": res.preemptions,
+        "iterations": res.iterations, "gpu_busy_share": min(1.0, res.busy_s / makespan) if makespan > 0 else 0.0,
+        "memory": mem.to_dict(), "finished": int(done.sum()), "tensor": t,
+        "notes": list(res.notes) + ([f"{req.clipped} of {len(req)} drawn requests were longer than the model's "
+                                     f"context and were cut to it"] if getattr(req, "clipped", 0) else []),
+        "arrival_span_s": float(arrival.max() - arrival.min()) if len(arrival) else 0.0,
+        "mean_context": round(res.mean_context, 1), "peak_kv_tokens": int(res.peak_kv_tokens),
+    }
+    return out

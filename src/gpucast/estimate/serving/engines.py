@@ -1,0 +1,106 @@
+"""LLM inference engines as the serving model sees them: how each batches, caches and launches.
+
+One :class:`Engine` per ``serve.engine`` with the defaults a user gets without flags, each cited, and
+the job's ``serve`` fields over them (:func:`resolve`). What is modelled of an engine:
+
+* ``paged``: the KV cache is preallocated in blocks of ``block_size`` tokens under
+  ``gpu_memory_utilization`` of the GPU's memory, and an iteration writes only its new tokens into it
+  (vLLM's PagedAttention, SGLang's token pool, TensorRT-LLM's paged KV cache). ``hf`` keeps Hugging
+  Face's ``DynamicCache``: every decode step concatenates the whole cache anew, and nothing is
+  preallocated.
+* ``continuous``: iteration-level scheduling (a finished sequence's slot is refilled at the next
+  iteration, prefills join running decodes; Orca, OSDI'22) up to ``max_num_seqs`` sequences and
+  ``max_num_batched_tokens`` tokens an iteration (``chunked_prefill``: a long prompt is cut into
+  chunks of what is left of that budget). ``hf``'s ``generate`` runs one static batch to its end.
+* ``cuda_graphs``: decode iterations replay CUDA graphs captured for batch sizes up to
+  ``graph_max_batch``: the GPU runs the kernels back to back and the host's per-op launch cost is
+  gone; larger batches and prefills run eagerly (their kernels are long enough to hide launches).
+* ``host_per_iteration_s``: the engine's own CPU work per iteration that the GPU waits for
+  (scheduling, preparing inputs, sampling, detokenising): fitted on measured runs where the data
+  identify it (``data/serving_fit.json``, written by ``benchmarks/llm_inference_a100.py --write-fit``:
+  vLLM and TensorRT-LLM on A100s), the prior below otherwise.
+
+Not modelled: speculative decoding, prefix-cache eviction policies (a hit rate is an input), LoRA
+adapters, multi-step scheduling, the engines' differences in attention kernels beyond the kernel model's
+(FlashAttention-2 class kernels for all three paged engines), disaggregated prefill.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from importlib import resources
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    paged: bool
+    continuous: bool
+    cuda_graphs: bool
+    chunked_prefill: bool
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    gpu_memory_utilization: float | None  # share of the GPU's memory it takes up front (None: as it goes)
+    block_size: int
+    graph_max_batch: int
+    host_per_iteration_s: float
+    source: str
+
+
+ENGINES: dict[str, Engine] = {
+    "vllm": Engine(
+        "vllm", paged=True, continuous=True, cuda_graphs=True, chunked_prefill=True, max_num_seqs=256,
+        max_num_batched_tokens=8192, gpu_memory_utilization=0.9, block_size=16, graph_max_batch=512,
+        host_per_iteration_s=3e-3,
+        source="vLLM engine arguments (docs.vllm.ai, 'Engine Arguments'): gpu_memory_utilization 0.9, block_size "
+               "16, max_num_seqs 256, enforce_eager off (CUDA graphs captured for decode batches up to 512), "
+               "chunked prefill with a token budget of 8,192 in the V1 engine's offline defaults. Host time per "
+               "iteration: a prior of 3 ms (vLLM's 2024 scheduler and sampler, Python; fitted where measured)."),
+    "sglang": Engine(
+        "sglang", paged=True, continuous=True, cuda_graphs=True, chunked_prefill=True, max_num_seqs=1024,
+        max_num_batched_tokens=8192, gpu_memory_utilization=0.88, block_size=1, graph_max_batch=160,
+        host_per_iteration_s=1e-3,
+        source="SGLang server arguments (docs.sglang.ai, 'Server Arguments'): mem_fraction_static ~0.88 on "
+               "large GPUs, a token-granular pool (page size 1), chunked_prefill_size 8,192, CUDA graphs up to "
+               "cuda_graph_max_bs 160; its overlap scheduler hides most host work (a 1 ms prior)."),
+    "trtllm": Engine(
+        "trtllm", paged=True, continuous=True, cuda_graphs=True, chunked_prefill=False, max_num_seqs=256,
+        max_num_batched_tokens=8192, gpu_memory_utilization=0.9, block_size=64, graph_max_batch=256,
+        host_per_iteration_s=0.5e-3,
+        source="TensorRT-LLM (nvidia.github.io/TensorRT-LLM, 'Useful build-time flags' and KV cache docs): "
+               "kv_cache_free_gpu_mem_fraction 0.9, tokens_per_block 64, max_num_tokens 8,192, max_batch_size "
+               "256, in-flight batching in a C++ runtime (0.5 ms prior per iteration); its engines have no "
+               "per-op Python dispatch, as CUDA graphs would give."),
+    "hf": Engine(
+        "hf", paged=False, continuous=False, cuda_graphs=False, chunked_prefill=False, max_num_seqs=1 << 20,
+        max_num_batched_tokens=1 << 30, gpu_memory_utilization=None, block_size=1, graph_max_batch=0,
+        host_per_iteration_s=0.0,
+        source="Hugging Face transformers' model.generate: eager PyTorch (each op dispatched from Python: "
+               "gpucast.estimate.host), DynamicCache, one static batch run to its end."),
+}
+
+
+@lru_cache(maxsize=1)
+def fitted_host() -> dict[str, float]:
+    """Engine -> host seconds per iteration fitted on measured runs (``data/serving_fit.json``; empty if absent)."""
+    path = resources.files("gpucast").joinpath("data/serving_fit.json")
+    if not path.is_file():
+        return {}
+    return {k: float(v) for k, v in json.loads(path.read_text())["host_per_iteration_s"].items() if v is not None}
+
+
+def resolve(serve) -> Engine:
+    """The job's engine (default ``vllm``) with the ``serve`` group's settings over its defaults."""
+    name = (serve.engine if serve is not None and serve.engine else "vllm")
+    e = ENGINES[name]
+    if name in fitted_host():
+        e = replace(e, host_per_iteration_s=fitted_host()[name])
+    if serve is None:
+        return e
+    changes = {k: getattr(serve, k) for k in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
+                                               "block_size", "cuda_graphs") if getattr(serve, k) is not None}
+    if name == "hf":
+        changes.pop("gpu_memory_utilization", None)
+    return replace(e, **changes)

@@ -1,0 +1,255 @@
+"""The time of one engine iteration, from the model's traced forward and the kernel model.
+
+An iteration runs ``n`` tokens through the model: the decode tokens of ``d`` running sequences (one
+each, at a mean context of ``L`` cached tokens) and prefill chunks (``p`` tokens at a mean context of
+``c``). Its GPU time is
+
+* the **dense part**: every op but attention of a forward over ``n`` tokens (engines flatten the
+  batch's tokens into one matrix: GEMMs of M = n read every weight once; norms, activations, the
+  cache writes), from :func:`gpucast.graph.serving.trace_iteration` of one sequence of ``n`` new
+  tokens, costed by :func:`gpucast.estimate.kernels.kernel_times`;
+* the **attention**: the traced attention kernels of a decode step of ``d`` sequences at ``L``
+  (flash decoding reads each sequence's K/V once) and of a prefill chunk of ``p`` tokens over ``c``
+  cached ones, their shapes rescaled to the context asked (FLOPs grow with it, K/V bytes too);
+* **tensor parallelism** ``t``: GEMMs, attention and the fused small kernels narrowed to a rank's
+  share (the kernel model's ``split``), and two all-reduces of the ``n`` tokens' hidden states per layer
+  (:func:`gpucast.estimate.comm.collective_time` over the node's links).
+
+Its wall time: with CUDA graphs (decode iterations up to the captured batch) the GPU time plus the
+engine's host time per iteration; without them (``hf``, or an eager iteration) the step gpucast's
+estimator gives the traced forward on its own (each op dispatched from Python,
+:mod:`gpucast.estimate.host`), plus the same host time. Weight-only int8/int4 cut the GEMMs' weight
+bytes to 8/16 or 4/16 (the dequantising kernels' math is not modelled); an FP8 KV cache halves the
+attention's K/V bytes.
+
+Results are memoised on a grid (token counts and contexts in steps of ~19 %, batch sizes in powers
+of two) and interpolated linearly between grid points, so a run of thousands of iterations costs a
+few dozen traces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from gpucast.estimate.comm import Group, Links, collective_time
+from gpucast.estimate.kernels import kernel_times
+from gpucast.plan import Parallel
+
+GRID_STEP = 2 ** 0.25  # ~19 % between grid points of token counts and contexts
+# Engines with their own kernels (vLLM, SGLang, TensorRT-LLM) run a decoder layer's small ops fused:
+# vLLM's Llama layer (vllm/model_executor/models/llama.py) launches two fused_add_rms_norm, one
+# rotary_embedding, one reshape_and_cache and one silu_and_mul kernel beside its four GEMMs and its
+# attention: 5 small kernels per layer, where Hugging Face's eager layer launches ~70.
+FUSED_KERNELS_PER_LAYER = 5
+# Bytes the unfused chain of a layer's small ops moves per byte its fused kernels move: each fused
+# kernel reads its inputs and writes its output once where the chain writes and re-reads every
+# intermediate (RMSNorm: pow, mean, rsqrt, two multiplies, casts); an assumption of ~3.
+FUSION_BYTES = 3.0
+KEEP = ("matmul", "attention", "embedding")
+
+
+def grid(x: float) -> tuple[int, int, float]:
+    """Grid points around ``x`` (>= 1) and the weight of the upper one."""
+    x = max(1.0, float(x))
+    k = math.log(x, GRID_STEP)
+    lo, hi = max(1, round(GRID_STEP ** math.floor(k))), max(1, round(GRID_STEP ** math.ceil(k)))
+    if hi <= lo:
+        return lo, lo, 0.0
+    return lo, hi, min(1.0, max(0.0, (x - lo) / (hi - lo)))
+
+
+def pow2(x: int) -> tuple[int, int, float]:
+    x = max(1, int(x))
+    lo = 1 << (x.bit_length() - 1)
+    if lo == x:
+        return x, x, 0.0
+    return lo, lo * 2, (x - lo) / lo
+
+
+class IterationModel:
+    """Costs of iterations of ``job`` on ``gpu`` under ``engine`` (module docstring)."""
+
+    def __init__(self, job, gpu, engine, env, cfg, tensor: int = 1, weights: str = "auto", kv_fp8: bool = False):
+        from gpucast.graph.serving import model_shape
+
+        # traces depend on the model and precision only: one job for every row of the same model
+        job = job.with_(batch_size=1, mode="infer", serve=None, parallel=None, gpus=1, optimizer="none")
+        self.job, self.gpu, self.engine, self.env, self.cfg = job, gpu, engine, env, cfg
+        self.t = tensor
+        self.weight_scale = {"auto": 1.0, "int8": 0.5, "int4": 0.25}[weights or "auto"]
+        self.kv_scale = 0.5 if kv_fp8 else 1.0
+        self.shape = model_shape(job)
+        self.cache = "paged" if engine.paged else "dynamic"
+        self.infer_job = job
+        par = Parallel().resolved(gpu.nvlink_gbs)
+        self.links = Links.of(gpu, par.network_spec())
+        self._dense: dict[int, tuple[float, float]] = {}
+        self._attn: dict[tuple, float] = {}
+
+    # ------------------------------------------------------------------ pieces
+    def _trace(self, batch: int, new: int, ctx: int):
+        from gpucast.graph.serving import trace_iteration
+
+        return trace_iteration(self.job, batch, new, ctx, self.cache)
+
+    def _split(self, trace) -> np.ndarray | None:
+        if self.t <= 1:
+            return None
+        # GEMMs, attention and the fused small kernels (their bytes are mostly the MLP's and the heads'
+        # activations, which tensor parallelism shards) run a rank's share; the embedding is replicated
+        return np.array([float(self.t) if o.category in ("matmul", "attention") or o.op == "fused_elementwise"
+                         else 1.0 for o in trace.ops])
+
+    def _quantised(self, trace):
+        if self.weight_scale == 1.0:
+            return trace
+        ops = []
+        for o in trace.ops:
+            if o.category == "matmul" and len(o.shapes) >= 2 and len(o.shapes[1]) == 2:
+                k, n = o.shapes[1]
+                size = o.bytes_read / max(1, sum(math.prod(s) for s in o.shapes[:2]))
+                cut = int(k * n * size * (1 - self.weight_scale))
+                o = dataclasses.replace(o, bytes_read=max(0, o.bytes_read - cut))
+            ops.append(o)
+        return dataclasses.replace(trace, ops=ops)
+
+    def _fused(self, trace):
+        """The trace as an engine with fused kernels runs it: GEMMs, attention and embedding as traced,
+        the rest as FUSED_KERNELS_PER_LAYER elementwise kernels per layer moving 1/FUSION_BYTES of the
+        traced small ops' bytes (module constants)."""
+        if self.engine.name == "hf":
+            return trace
+        kept = [o for o in trace.ops if o.category in KEEP]
+        rest = [o for o in trace.ops if o.category not in KEEP and o.kernels > 0]
+        if not rest:
+            return trace
+        n = FUSED_KERNELS_PER_LAYER * self.shape["layers"]
+        per = int(sum(o.bytes_read + o.bytes_written for o in rest) / FUSION_BYTES / n)
+        like = rest[0]
+        numel = (max(1, per // 4),)  # elements of 2-byte data read and written: the kernel's grid follows them
+        fused = [dataclasses.replace(like, op="fused_elementwise", category="elementwise", flops=0, shapes=(numel,),
+                                     out_shapes=(numel,), bytes_read=per // 2, bytes_written=per - per // 2,
+                                     kernels=1) for _ in range(n)]
+        ops = kept + fused
+        for i, o in enumerate(ops):
+            ops[i] = dataclasses.replace(o, index=i)
+        return dataclasses.replace(trace, ops=ops)
+
+    def _times(self, trace):
+        """(the trace as the engine runs it, its ops' GPU seconds)."""
+        from gpucast.surroundings import Stack
+
+        trace = self._fused(self._quantised(trace))
+        return trace, kernel_times(trace, self.gpu, self.job.precision, self.cfg,
+                                   self.job.stack or Stack(), split=self._split(trace)).time
+
+    def _dense_at(self, n: int) -> tuple[float, float]:
+        """(GPU seconds, eager wall seconds) of the non-attention ops of a forward over ``n`` tokens."""
+        got = self._dense.get(n)
+        if got is None:
+            tr, kt = self._times(self._trace(1, n, 0))
+            mask = np.array([o.category != "attention" for o in tr.ops])
+            gpu_s = float(kt[mask].sum())
+            eager = self._eager_wall(tr, float(kt.sum())) - float(kt[~mask].sum()) if self.needs_eager(n) else gpu_s
+            got = self._dense[n] = (gpu_s, max(gpu_s, eager))
+        return got
+
+    def needs_eager(self, n: int) -> bool:
+        return not self.engine.cuda_graphs or n > self.engine.graph_max_batch
+
+    def _eager_wall(self, trace, gpu_s: float) -> float:
+        """The step gpucast's estimator gives a traced forward run eagerly (Python dispatch per op)."""
+        from gpucast.estimate import estimate
+
+        if self.engine.name != "hf":  # engines' own eager paths launch from C++/Python with their fused ops:
+            return gpu_s              # long prefill kernels hide the launches
+        est = estimate(trace, self.infer_job, self.gpu, self.cfg, self.env)
+        return float(est.step_time_s)
+
+    def _attention(self, batch: int, new: int, ctx: int) -> float:
+        """GPU seconds of the attention kernels of ``batch`` sequences of ``new`` tokens over ``ctx`` cached."""
+        key = (batch, new, ctx)
+        got = self._attn.get(key)
+        if got is None:
+            ref_ctx = 256 if new == 1 else 0
+            tr = self._trace(batch, new, ref_ctx)
+            ops = [o for o in tr.ops if o.category == "attention"]
+            if not ops:
+                got = self._attn[key] = 0.0
+                return got
+            total_ref = ref_ctx + new
+            total = ctx + new
+            scaled = []
+            for o in ops:
+                f = total / total_ref
+                shapes = tuple(tuple(d if i != len(s) - 2 or j == 0 or d != total_ref else total
+                                     for i, d in enumerate(s)) for j, s in enumerate(o.shapes))
+                kv_bytes = sum(math.prod(s) for s in o.shapes[1:3]) if len(o.shapes) >= 3 else 0
+                size = o.bytes_read / max(1, sum(math.prod(s) for s in o.shapes))
+                kv_now = kv_bytes * size * f * self.kv_scale
+                rest = o.bytes_read - kv_bytes * size
+                scaled.append(dataclasses.replace(o, shapes=shapes, flops=int(o.flops * f),
+                                                  bytes_read=int(max(0.0, rest) + kv_now)))
+            sub = dataclasses.replace(tr, ops=scaled)
+            got = self._attn[key] = float(self._times(sub)[1].sum())
+        return got
+
+    def _interp(self, fn, x: float, snap=grid):
+        lo, hi, w = snap(x)
+        a = fn(lo)
+        if w == 0.0 or hi == lo:
+            return a
+        b = fn(hi)
+        if isinstance(a, tuple):
+            return tuple(u + (v - u) * w for u, v in zip(a, b))
+        return a + (b - a) * w
+
+    def _allreduce(self, n: int) -> float:
+        if self.t <= 1:
+            return 0.0
+        nbytes = n * self.shape["hidden"] * 2
+        one = collective_time("all-reduce", nbytes, Group(self.t, self.t), self.links)
+        return 2 * self.shape["layers"] * one
+
+    # ------------------------------------------------------------------ the iteration
+    def cost(self, ntok: int, ndec: int, dctx: float, ptok: int, pctx: float) -> tuple[float, float]:
+        """(wall seconds, GPU-busy seconds) of one iteration (module docstring)."""
+        gpu_s, eager_s = self._interp(self._dense_at, ntok)
+        attn = 0.0
+        if ndec:
+            def dec(b):
+                return self._interp(lambda c: self._attention(b, 1, c), max(dctx, 1.0))
+            attn += self._interp(dec, ndec, pow2)
+        if ptok:
+            def pre(p):
+                return self._interp(lambda c: self._attention(1, p, c), pctx) if pctx >= 1 else self._attention(1, p, 0)
+            attn += self._interp(pre, ptok)
+        comm = self._allreduce(ntok)
+        busy = gpu_s + attn + comm
+        if self.needs_eager(ntok):
+            wall = max(busy, eager_s + attn + comm)
+        else:
+            wall = busy
+        return wall + self.engine.host_per_iteration_s, busy
+
+
+
+_MODELS: dict = {}
+_MODELS_MAX = 32
+
+
+def iteration_model(job, gpu, engine, env, cfg, tensor: int = 1, weights: str | None = "auto",
+                    kv_fp8: bool = False) -> IterationModel:
+    """A shared :class:`IterationModel` (its memoised costs serve every job of the same model, GPU,
+    engine and plan)."""
+    base = job.with_(batch_size=1, mode="infer", serve=None, parallel=None, gpus=1, optimizer="none")
+    key = (base.key, gpu, engine, tensor, weights or "auto", kv_fp8, id(env), cfg)
+    m = _MODELS.get(key)
+    if m is None:
+        if len(_MODELS) >= _MODELS_MAX:
+            _MODELS.pop(next(iter(_MODELS)))
+        m = _MODELS[key] = IterationModel(job, gpu, engine, env, cfg, tensor, weights or "auto", kv_fp8)
+    return m

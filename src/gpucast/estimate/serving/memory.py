@@ -1,0 +1,85 @@
+"""GPU memory of a serving deployment, per tensor-parallel rank: what the KV cache gets.
+
+Closed forms, each from the engine's own accounting:
+
+* **weights**: the model's parameter bytes (traced on the meta device) over the tensor-parallel
+  degree ``t`` (every engine shards attention, MLP, embedding and head over ``t``; the norms'
+  few weights are counted as sharded too), times ``weight_bits / 16`` for weight-only int8/int4
+  (AWQ/GPTQ: packed weights, plus the fp16 scales of one group of 128 per output channel).
+* **KV cache per token** (per rank): layers x KV heads x head dim x 2 (K and V) x the cache dtype's
+  bytes, the KV heads split over ``t``; with fewer KV heads than ranks each rank keeps one head (vLLM
+  replicates them), so a rank holds ``max(kv_heads / t, 1)`` heads.
+* **activations**: the peak of the largest iteration's forward (``max_num_batched_tokens`` tokens:
+  what vLLM profiles at start-up before sizing the cache), from the traced forward's memory timeline.
+* **non-torch memory**: the CUDA context (gpucast.estimate.memory's, as for any job) and the CUDA
+  graphs' pools (``CUDA_GRAPH_BYTES``).
+* **KV budget**: ``gpu_memory_utilization x GPU memory`` minus the above (paged engines); the KV
+  tokens that fit are the budget over the per-token bytes, in whole blocks. ``hf`` preallocates
+  nothing: its cache is the live tokens' bytes, up to what the GPU has left.
+
+Not modelled: vLLM's sliding-window and cross-layer cache sharing, MLA's compressed cache (DeepSeek),
+the sampler's temporary logits beyond the activation peak, NCCL's buffers (tens of MiB).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# CUDA graphs' memory pools in a graph-capturing engine: vLLM logs "Graph capturing finished in N secs,
+# took 0.2-1.5 GiB" for 7B-70B models at its default capture sizes; we take 0.5 GiB (an assumption
+# from those logs, not a measurement of ours).
+CUDA_GRAPH_BYTES = 512 * 2**20
+WEIGHT_BITS = {"auto": 16, "int8": 8, "int4": 4}
+QUANT_GROUP = 128  # AWQ/GPTQ group size: one fp16 scale (and zero) per 128 weights of a row
+
+
+@dataclass(frozen=True)
+class ServingMemory:
+    weights_bytes: int           # per rank
+    kv_bytes_per_token: int      # per rank
+    activation_bytes: int        # the largest iteration's peak, per rank
+    non_torch_bytes: int         # CUDA context + graph pools
+    budget_bytes: int            # what the engine may take on each GPU (paged engines)
+    kv_cache_bytes: int          # per rank
+    kv_cache_tokens: int         # tokens whose K/V fit (per sequence-independent pool)
+    block_size: int
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_cache_tokens > 0
+
+    def to_dict(self) -> dict:
+        return {"weights_bytes": self.weights_bytes, "kv_bytes_per_token": self.kv_bytes_per_token,
+                "activation_bytes": self.activation_bytes, "non_torch_bytes": self.non_torch_bytes,
+                "budget_bytes": self.budget_bytes, "kv_cache_bytes": self.kv_cache_bytes,
+                "kv_cache_tokens": self.kv_cache_tokens}
+
+
+def weight_bytes(parameter_bytes: int, parameters: int, tensor: int, weights: str) -> int:
+    """Per-rank weight bytes (module docstring)."""
+    bits = WEIGHT_BITS.get(weights or "auto", 16)
+    if bits == 16:
+        return int(parameter_bytes / tensor)
+    packed = parameters * bits / 8 + parameters / QUANT_GROUP * 2 * 2  # weights + fp16 scale and zero per group
+    return int(packed / tensor)
+
+
+def kv_per_rank(kv_bytes_per_token: int, kv_heads: int, tensor: int) -> int:
+    """Per-rank KV bytes of one token: the KV heads split over the ranks, at least one head each."""
+    per_head = kv_bytes_per_token / max(kv_heads, 1)
+    return int(per_head * max(kv_heads / tensor, 1.0))
+
+
+def plan(memory_bytes: int, weights: int, kv_token: int, activations: int, context: int, engine,
+         cuda_graphs: bool) -> ServingMemory:
+    """The KV cache a rank of ``memory_bytes`` gets (module docstring)."""
+    non_torch = context + (CUDA_GRAPH_BYTES if cuda_graphs else 0)
+    if engine.gpu_memory_utilization is not None:
+        budget = int(engine.gpu_memory_utilization * memory_bytes)
+    else:
+        budget = int(memory_bytes)
+    free = budget - weights - activations - non_torch
+    tokens = max(0, free // kv_token) if kv_token > 0 else 0
+    tokens -= tokens % max(engine.block_size, 1)
+    return ServingMemory(weights, kv_token, activations, non_torch, budget, tokens * kv_token, int(tokens),
+                         engine.block_size)

@@ -1,0 +1,251 @@
+"""An iteration-level simulation of an engine serving a stream of requests.
+
+Each iteration the scheduler (vLLM's, which SGLang and TensorRT-LLM follow in kind) forms a batch of
+at most ``max_num_seqs`` sequences and ``max_num_batched_tokens`` tokens: every running sequence whose
+prompt is done decodes one token; sequences still in prefill continue with a chunk of what is left of
+the token budget (``chunked_prefill``; without it a prompt is taken whole or waits); waiting requests
+are admitted first come, first served while there is room in the batch and in the KV cache. A decode
+that finds no free KV block preempts the most recently admitted sequence, whose cache is dropped and
+recomputed later as a prefill of its prompt and the tokens it had generated (vLLM's default,
+``preemption_mode=recompute``). The iteration's duration comes from ``cost`` (the engine's forward at
+that shape: :mod:`gpucast.estimate.serving.iteration`); the first token of a request is sampled by the
+iteration that finishes its prefill.
+
+Loads: ``static`` (every request at time 0), ``closed`` (``concurrency`` in flight, a finished request
+replaced at once), ``poisson`` (arrivals at ``request_rate``). A non-continuous engine (``hf``'s
+``generate``) runs the requests in static batches of ``batch``: one prefill of the batch padded to its
+longest prompt, then decode steps until its longest output is done.
+
+Not modelled: the scheduler's fairness policies beyond first come first served, priorities, prefix-cache
+hits beyond a uniform share of each prompt (``prefix_hit_rate``), swapping to CPU memory, the
+detokeniser's latency after the last token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass
+class Requests:
+    arrival_s: np.ndarray
+    prompt: np.ndarray     # tokens to prefill (after prefix-cache hits)
+    output: np.ndarray     # tokens to generate
+
+    def __len__(self) -> int:
+        return len(self.prompt)
+
+
+@dataclass
+class RunResult:
+    start_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    iterations: int
+    busy_s: float
+    max_batch: int
+    mean_batch: float
+    preemptions: int
+    notes: list = field(default_factory=list)
+    mean_context: float = 0.0   # decoding sequences' mean context over the run's decode steps
+    peak_kv_tokens: int = 0     # the most tokens the cache held at once (whole blocks)
+    arrival_s: np.ndarray | None = None  # when each request arrived (a closed loop's follow its predecessors)
+
+
+Cost = Callable[[int, int, float, int, float], tuple[float, float]]
+"""(tokens in the iteration, decoding sequences, their mean context, prefill tokens, the prefills' mean
+context) -> (wall seconds, GPU-busy seconds)."""
+
+
+def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_tokens: int, kv_tokens: int,
+             block: int, chunked: bool, load: str = "static", concurrency: int | None = None) -> RunResult:
+    """Continuous batching over ``req`` (module docstring)."""
+    n = len(req)
+    arrival = req.arrival_s.astype(float).copy()
+    prompt = [int(v) for v in req.prompt]
+    out = [int(v) for v in req.output]
+    sent = n
+    if load == "closed":  # the first `concurrency` requests at 0; each later one when another returns
+        sent = min(concurrency or n, n)
+        arrival[:] = np.inf
+        arrival[:sent] = 0.0
+    # plain lists: the loop touches single entries, where numpy's scalar access costs more than the work
+    done_prefill = [0] * n   # prompt tokens (incl. recomputed ones) prefilled so far
+    kv = [0] * n             # tokens whose K/V the cache holds for the request
+    target = list(prompt)    # prompt tokens to prefill (grows on preemption)
+    generated = [0] * n
+    nan = float("nan")
+    first = [nan] * n
+    finish = [nan] * n
+    start = [nan] * n
+    running: list[int] = []
+    waiting: list[int] = []
+    next_arrival = 0
+    order = np.argsort(arrival, kind="stable").tolist()
+    arrival_l = arrival.tolist()
+    scheduled = sent if load == "closed" else n  # requests whose arrival the order holds
+    t = 0.0
+    busy = 0.0
+    iterations = preemptions = max_batch = 0
+    batch_sum = 0
+    finished = 0
+    blk = max(block, 1)
+
+    def blocks(tokens: int) -> int:
+        return -(-tokens // blk)
+
+    used_blocks = peak_blocks = 0
+    ctx_sum, dec_sum = 0.0, 0
+    cap_blocks = kv_tokens // blk
+    notes = []
+    if cap_blocks <= 0:
+        return RunResult(np.array(start), np.array(first), np.array(finish), 0, 0.0, 0, 0.0, 0,
+                         ["no KV cache fits: nothing can run"])
+    while finished < n:
+        while next_arrival < scheduled and arrival_l[order[next_arrival]] <= t:
+            waiting.append(order[next_arrival])
+            next_arrival += 1
+        budget = max_num_batched_tokens
+        dec = []
+        pre: list[tuple[int, int]] = []
+        # decodes first (each needs room for one more token), preempting the newest when the cache is full
+        i = 0
+        while i < len(running):
+            r = running[i]
+            if done_prefill[r] < target[r]:
+                i += 1
+                continue
+            need = blocks(kv[r] + 1) - blocks(kv[r])
+            while need > cap_blocks - used_blocks and running[-1] != r:
+                v = running.pop()
+                used_blocks -= blocks(kv[v])
+                kv[v] = 0
+                target[v] = prompt[v] + generated[v]
+                done_prefill[v] = 0
+                waiting.insert(0, v)
+                preemptions += 1
+            if need > cap_blocks - used_blocks:
+                break
+            used_blocks += need
+            dec.append(r)
+            budget -= 1
+            i += 1
+        # prefills already under way, then new requests
+        for r in running:
+            if budget <= 0:
+                break
+            left = target[r] - done_prefill[r]
+            if left > 0:
+                take = min(left, budget) if chunked else (left if left <= budget else 0)
+                grow = blocks(kv[r] + take) - blocks(kv[r])
+                if take > 0 and grow <= cap_blocks - used_blocks:
+                    pre.append((r, take))
+                    used_blocks += grow
+                    budget -= take
+        while waiting and budget > 0 and len(running) < max_num_seqs:
+            r = waiting[0]
+            left = target[r] - done_prefill[r]
+            take = min(left, budget) if chunked else (left if left <= budget else 0)
+            grow = blocks(kv[r] + take) - blocks(kv[r])
+            if take <= 0 or grow > cap_blocks - used_blocks:
+                break
+            waiting.pop(0)
+            running.append(r)
+            if start[r] != start[r]:
+                start[r] = t
+            pre.append((r, take))
+            used_blocks += grow
+            budget -= take
+        if not dec and not pre:
+            if running and not waiting and next_arrival >= scheduled:
+                notes.append("a sequence needs more KV cache than the whole cache: it cannot finish")
+                break
+            if next_arrival < scheduled:
+                t = max(t, arrival_l[order[next_arrival]])
+                continue
+            notes.append("requests larger than the KV cache never start")
+            break
+        ntok = len(dec) + sum(take for _, take in pre)
+        dctx = sum(kv[r] for r in dec) / len(dec) if dec else 0.0
+        ptok = sum(take for _, take in pre)
+        pctx = sum(done_prefill[r] for r, _ in pre) / len(pre) if pre else 0.0
+        dt, b = cost(ntok, len(dec), dctx, ptok, pctx)
+        ctx_sum += dctx * len(dec)
+        dec_sum += len(dec)
+        peak_blocks = max(peak_blocks, used_blocks)
+        t += dt
+        busy += b
+        iterations += 1
+        batch = len(dec) + len(pre)
+        batch_sum += batch
+        max_batch = max(max_batch, batch)
+        for r in dec:
+            generated[r] += 1
+            kv[r] += 1
+        for r, take in pre:
+            done_prefill[r] += take
+            kv[r] += take
+            if done_prefill[r] >= target[r]:  # the iteration that ends a prefill samples a token
+                generated[r] += 1
+                if first[r] != first[r]:
+                    first[r] = t
+        still = []
+        for r in running:
+            if generated[r] >= out[r] and done_prefill[r] >= target[r]:
+                finish[r] = t
+                finished += 1
+                used_blocks -= blocks(kv[r])
+                if load == "closed" and sent < n:
+                    # the client sends its next request when this one returns (requests in index order)
+                    arrival[sent] = t
+                    waiting.append(sent)
+                    sent += 1
+            else:
+                still.append(r)
+        running = still
+    return RunResult(np.array(start), np.array(first), np.array(finish), iterations, busy, max_batch,
+                     batch_sum / iterations if iterations else 0.0, preemptions, notes,
+                     ctx_sum / dec_sum if dec_sum else 0.0, peak_blocks * blk, arrival)
+
+
+def static_batches(req: Requests, cost: Cost, batch: int) -> RunResult:
+    """Hugging Face ``generate``: requests in arrival order, ``batch`` at a time, each batch padded to its
+    longest prompt and decoding until its longest output is done (module docstring)."""
+    n = len(req)
+    first = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    start = np.full(n, np.nan)
+    t = 0.0
+    busy = 0.0
+    iterations = 0
+    for s in range(0, n, batch):
+        idx = np.arange(s, min(n, s + batch))
+        t = max(t, float(req.arrival_s[idx].max()))
+        start[idx] = t
+        p = int(req.prompt[idx].max())
+        o = int(req.output[idx].max())
+        dt, b = cost(len(idx) * p, 0, 0.0, len(idx) * p, 0.0)
+        t += dt
+        busy += b
+        iterations += 1
+        first[idx] = t
+        steps = o - 1
+        if steps > 0:
+            # decode steps at contexts p+1 .. p+o-1: the cost is linear in the context to first order, so
+            # the mean of the two ends times the steps (checked in the tests against the sum)
+            d0, b0 = cost(len(idx), len(idx), float(p + 1), 0, 0.0)
+            d1, b1 = cost(len(idx), len(idx), float(p + steps), 0, 0.0)
+            t_dec = (d0 + d1) / 2 * steps
+            out_i = req.output[idx]
+            finish[idx] = first[idx] + t_dec * (out_i - 1) / steps
+            t += t_dec
+            busy += (b0 + b1) / 2 * steps
+            iterations += steps
+        else:
+            finish[idx] = t
+    longest = int((req.prompt + req.output).max()) if n else 0
+    return RunResult(start, first, finish, iterations, busy, min(batch, n), float(min(batch, n)), 0, [],
+                     float(req.prompt.mean() + req.output.mean() / 2) if n else 0.0, longest * min(batch, n))

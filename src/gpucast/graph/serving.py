@@ -1,0 +1,486 @@
+"""One iteration of an LLM inference engine, traced on the meta device.
+
+``trace_iteration(job, batch, new_tokens, context, cache)`` records the forward pass of a
+decoder-only Hugging Face causal LM (``Job.from_hf_config``) over ``batch`` sequences that each
+feed ``new_tokens`` new tokens (a prefill chunk: ``new_tokens = T``; a decode step: 1) on top of
+a KV cache that already holds ``context`` tokens per sequence. It is what an engine (vLLM,
+SGLang, TensorRT-LLM, or transformers' own ``generate``) runs per scheduler iteration, op by op,
+with the tracer's recorder (``gpucast.graph.tracer``: FLOPs, bytes, kernels per op) and CUDA
+mirroring (``gpucast.graph.mirror``: SDPA -> fused flash attention, autocast). The call is
+``model(input_ids, cache, use_cache=True, logits_to_keep=1)`` under ``torch.no_grad()``: as in
+generation, only the last position's logits are computed (the head's GEMM has M = batch).
+
+Two caches:
+
+* ``"paged"`` (vLLM/SGLang/TensorRT-LLM: a preallocated paged cache). Each layer's K and V for
+  ``context + new_tokens`` tokens exist before the iteration (not recorded; their bytes are in
+  the memory report's ``inputs`` class with the token ids). The iteration records, per layer, one
+  ``copy_`` of the new keys and one of the new values into the cache (bytes proportional to
+  ``new_tokens``, as vLLM's ``reshape_and_cache`` kernel; it writes both in one launch, here two)
+  and the attention reading K/V of ``context + new_tokens`` tokens. No mask is built. Attention
+  kernel: ``_scaled_dot_product_flash_attention`` for fp16/bf16 with grouped K/V heads read as
+  they are (GQA, no copies): a decode step with ``is_causal=False`` (one query sees every key); a
+  prefill with ``context = 0`` with ``is_causal=True`` over T x T; a prefill chunk on ``context > 0``
+  tokens with ``is_causal=True`` over T queries x (context + T) keys, i.e. flash attention's
+  bottom-right causal alignment, as vLLM's varlen flash kernel runs it (transformers' SDPA path
+  would instead build an explicit mask, or, with no mask, drop the cached keys; see below).
+  FLOPs of the attention are ``torch.utils.flop_counter``'s for the flash op: the full
+  ``4 b h q k d``, which does not halve for the causal triangle.
+* ``"dynamic"``: transformers' own ``DynamicCache`` (built from the model config, so sliding-window
+  layers keep their window), pre-filled with ``context`` tokens per layer before recording, as the
+  eager ``hf`` engine (``model.generate``) runs it: each layer's ``update`` is HF's ``torch.cat``
+  of the whole cache and the new tokens (copies that grow with the context). The mask is HF's SDPA
+  mask: none for a decode step (flash attention, ``is_causal=False``) or a first prefill (flash,
+  ``is_causal=True``); for a prefill chunk on ``context > 0`` tokens HF builds an explicit boolean
+  ``(batch, 1, T, context + T)`` mask (its ops are recorded), repeats the K/V heads for GQA and
+  SDPA runs ``_scaled_dot_product_efficient_attention`` (memory-efficient kernel, mask read from
+  memory), as it does on a GPU (sliding-window layers past their window get a mask too).
+
+Memory report (``Trace.memory``): ``parameters`` are the weights (and buffers), ``inputs`` the
+cache that exists before the iteration (paged: K/V for ``context + new_tokens`` tokens, i.e.
+``kv_bytes_per_token x batch x (context + new_tokens)``; dynamic: for ``context`` tokens) and the
+token ids, ``activations`` what the forward allocates; with the dynamic cache those include the
+concatenated copies of the cache, each layer's old copy freed when it is replaced.
+
+Precision: ``bf16``/``fp16`` cast the weights (the tracer's ``PURE_DTYPES``); ``amp-*`` keeps
+fp32 weights and traces under autocast (``CudaMirror(amp_dtype=...)``); ``fp32``/``tf32`` as built.
+``fp8`` is traced with bf16 weights and a bf16 cache: weight-only (or W8A8) quantisation changes
+GEMM speed and weight bytes, which is the serving estimator's business. The cache holds the
+compute dtype (bf16/fp16, the AMP dtype, or fp32); an fp8 cache is :func:`kv_bytes_per_token`'s
+``kv_dtype_bytes=1``.
+
+MoE: transformers (>= 5) runs the experts as ``grouped_mm`` (sort the token-expert pairs,
+``histc`` offsets, two ``_grouped_mm`` GEMMs over ``tokens x top_k`` rows), whose shapes do not
+depend on the routing, so Mixtral/Qwen2-MoE-style models trace as HF runs them (FLOPs and bytes of
+``_grouped_mm``: ``gpucast.graph.rules``). transformers' ``eager`` experts loop (older releases,
+or ``experts_implementation="eager"``) asks which experts were hit (``nonzero``), which has no
+value on the meta device: such a trace raises a JobError rather than return wrong ops.
+
+Architectures without SDPA support (Gemma-2's logit soft-capping) run HF's eager attention
+(explicit matmuls, softmax and mask) with either cache, as ``gpucast.graph.hf`` builds them.
+
+Timing (one CPU core of the development machine, torch 2.14, transformers 5.25; measured with
+``time.perf_counter``, not asserted anywhere): after transformers is imported (about 2 s, once
+per process), a Llama-3-8B-shaped config (32 layers, hidden 4096, 8 KV heads, vocab 128,256)
+builds on meta in about 0.3 s (a Llama-3-70B shape too); a trace then takes about 0.12 s for the
+8B shape (about 2,500 ops: a decode step, a 512-token prefill or chunk, a batch of 64 at 4k
+context alike) and about 0.3 s for the 70B shape (about 6,300 ops); a memoised trace answers in
+microseconds. A memoised 8B trace holds about 1.6 MB (its op records and memory timeline).
+
+Not modelled: sampling (not in the forward), the engine's host work (scheduling, block tables,
+detokenisation), CUDA graphs, ragged batches (every sequence here has the same context and new
+tokens), prefix caching, speculative decoding, tensor-parallel collectives (the estimator adds
+them from ``Trace.layout``), LoRA adapters, sliding-window attention in the paged cache (it reads
+the whole context, as the closed form of :func:`kv_bytes_per_token` counts it), and attention
+layouts other than (grouped-)multi-head attention: MLA (DeepSeek-V2/V3, ``kv_lora_rank``) is
+refused, and so are models with linear-attention or state-space layers (Mamba, Jamba,
+Qwen3-Next).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+import torch
+
+from gpucast import imports
+from gpucast.graph.blocks import BlockWatch, find_blocks, heads_of
+from gpucast.graph.mirror import CudaMirror
+from gpucast.graph.trace import Trace
+from gpucast.graph.tracer import AMP_DTYPES, PURE_DTYPES, CaptureError, _Recorder, _stage
+from gpucast.job import JobError
+
+__all__ = ["CACHES", "kv_bytes_per_token", "model_shape", "trace_iteration"]
+
+CACHES = ("paged", "dynamic")
+MODELS_KEPT = 4  # meta-built models (an 8B or 70B shape: about 0.3 s to build)
+TRACES_KEPT = 64  # memoised iteration traces (~1.6 MB each for an 8B shape; the estimator memoises its costs)
+_ATTN = "gpucast_serving"  # the attention (and mask) implementation the serving models run
+_REGIONS = ("pre", "post", "sharded", "replicated", "attention_core")
+_ATTENTION_LAYERS = {"full_attention", "sliding_attention", "chunked_attention"}  # HF's layer_types we trace
+
+
+class _LRU:
+    """A small thread-safe least-recently-used map."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key, value) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+_CONFIGS = _LRU(64)
+_MODELS = _LRU(MODELS_KEPT)
+_TRACES = _LRU(TRACES_KEPT)
+
+
+# --------------------------------------------------------------------------- the job's config
+def _hf_config(job):
+    """The job's transformers config (cached by config text; read it, never change it)."""
+    if not job.model.startswith("hf:") or not job.hf_config:
+        raise JobError(f"a serving iteration needs a Hugging Face config (Job.from_hf_config); {job.model} has none")
+    cfg = _CONFIGS.get(job.hf_config)
+    if cfg is None:
+        from gpucast.graph import hf
+
+        cfg = hf._config(job)
+        _CONFIGS.put(job.hf_config, cfg)
+    return cfg
+
+
+def _shape_of(cfg) -> dict:
+    heads, hidden = getattr(cfg, "num_attention_heads", None), getattr(cfg, "hidden_size", None)
+    if not heads or not hidden or not getattr(cfg, "num_hidden_layers", None):
+        raise JobError(f"a serving iteration needs a transformer decoder with attention heads; the "
+                       f"{cfg.model_type!r} config has none")
+    heads, hidden = int(heads), int(hidden)
+    return {
+        "layers": int(cfg.num_hidden_layers),
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": int(getattr(cfg, "num_key_value_heads", None) or heads),
+        "head_dim": int(getattr(cfg, "head_dim", None) or hidden // heads),
+        "vocab": int(cfg.vocab_size),
+        # GPT-2-style configs: n_inner None means 4 x hidden
+        "intermediate": int(getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None) or 4 * hidden),
+        "max_context": int(getattr(cfg, "max_position_embeddings", None) or 0),
+        "experts": int(getattr(cfg, "num_local_experts", None) or getattr(cfg, "num_experts", None) or 0),
+        "experts_per_token": int(getattr(cfg, "num_experts_per_tok", None) or 0),
+    }
+
+
+def kv_bytes_per_token(job, kv_dtype_bytes: int | None = None) -> int:
+    """Bytes of K and V one token occupies in the whole model's cache: layers x KV heads x head dim
+    x 2 x dtype size. The dtype is the cache dtype of :func:`trace_iteration` unless given: 2 for
+    fp16/bf16/amp-*/fp8 (fp8 weights keep a bf16 cache, vLLM's ``kv_cache_dtype="auto"``), 4 for
+    fp32/tf32; pass 1 for an fp8 cache. From the HF config: ``num_key_value_heads`` (default
+    ``num_attention_heads``), ``head_dim`` (default ``hidden_size // num_attention_heads``),
+    ``num_hidden_layers``. Not modelled beyond this closed form: MLA (DeepSeek-V2/V3 cache one
+    compressed latent per token), sliding-window layers (they hold at most their window), and
+    layers without attention (linear attention, Mamba)."""
+    s = _shape_of(_hf_config(job))
+    size = kv_dtype_bytes if kv_dtype_bytes is not None else (4 if job.precision in ("fp32", "tf32") else 2)
+    return s["layers"] * s["kv_heads"] * s["head_dim"] * 2 * int(size)
+
+
+def model_shape(job) -> dict:
+    """``{'layers', 'hidden', 'heads', 'kv_heads', 'head_dim', 'vocab', 'intermediate',
+    'max_context', 'experts', 'experts_per_token', 'parameters'}`` of the job's HF config;
+    ``max_context`` is ``max_position_embeddings``, ``experts`` ``num_local_experts`` or
+    ``num_experts`` (0 for a dense model), ``parameters`` the count of the meta-built model
+    (built once per config and precision, cached)."""
+    shape = _shape_of(_hf_config(job))
+    shape["parameters"] = _model(job).parameters
+    return shape
+
+
+# --------------------------------------------------------------------------- the model
+@dataclass
+class _Model:
+    model: torch.nn.Module
+    shape: dict
+    parameters: int
+    parameter_bytes: int
+    param_tensors: int
+    modules: int
+    cache_kw: str  # "cache" (transformers >= 5) or "past_key_values"
+    logits_kw: str | None  # "logits_to_keep" or "num_logits_to_keep"; None: the model keeps all
+    lock: threading.Lock = field(default_factory=threading.Lock)  # hooks on a shared model: one trace at a time
+
+
+def _dtypes(precision: str) -> tuple[torch.dtype | None, torch.dtype | None, torch.dtype]:
+    """(weights cast to, autocast dtype, cache dtype) for a precision."""
+    if precision == "fp8":
+        return torch.bfloat16, None, torch.bfloat16
+    if precision in PURE_DTYPES:
+        return PURE_DTYPES[precision], None, PURE_DTYPES[precision]
+    if precision in AMP_DTYPES:
+        return None, AMP_DTYPES[precision], AMP_DTYPES[precision]
+    return None, None, torch.float32
+
+
+def _precision(job) -> str:
+    """The precision traced: fp16 MoE models trace in bf16 (PyTorch's ``_grouped_mm`` takes no fp16 operands
+    even on meta; the engines' fp16 MoE kernels have bf16's FLOPs and bytes, and A100/H100 peaks are equal)."""
+    cfg = _hf_config(job)
+    moe = getattr(cfg, "num_local_experts", None) or getattr(cfg, "num_experts", None)
+    if moe and job.precision in ("fp16", "amp-fp16"):
+        return {"fp16": "bf16", "amp-fp16": "amp-bf16"}[job.precision]
+    return job.precision
+
+
+def _model(job) -> _Model:
+    _hf_config(job)  # a Hugging Face job, or a JobError
+    weights, _, _ = _dtypes(_precision(job))
+    key = (job.hf_config, str(weights))
+    built = _MODELS.get(key)
+    if built is None:
+        with imports.LOCK:  # as tracer._build: a model's library modules are imported on first use
+            built = _MODELS.get(key)
+            if built is None:
+                built = _build(job)
+                _MODELS.put(key, built)
+    return built
+
+
+def _build(job) -> _Model:
+    from gpucast.graph import hf
+
+    cfg = hf._config(job)  # a fresh one: building sets its attention implementation
+    _check_causal_lm(job, cfg, hf._model_class(cfg))
+    shape = _shape_of(cfg)
+    _register_attention()
+    weights = _dtypes(_precision(job))[0]
+    with torch.device("meta"):
+        model = _stage("building the model", hf._build, cfg).to("meta")
+        if weights is not None:
+            model = model.to(weights)
+    model.eval()
+    if model.config._attn_implementation == hf._ATTN:  # SDPA: ours adds the cache's masks (module docstring)
+        model.config._attn_implementation = _ATTN
+    params = list(model.parameters())
+    names = inspect.signature(model.forward).parameters
+    logits_kw = next((n for n in ("logits_to_keep", "num_logits_to_keep") if n in names), None)
+    return _Model(
+        model=model, shape=shape,
+        parameters=sum(p.numel() for p in params),
+        parameter_bytes=sum(p.numel() * p.element_size() for p in params),
+        param_tensors=len(params), modules=sum(1 for _ in model.modules()),
+        cache_kw="cache" if "cache" in names else "past_key_values", logits_kw=logits_kw,
+    )
+
+
+def _check_causal_lm(job, cfg, cls) -> None:
+    auto = imports.load("transformers.models.auto.modeling_auto")
+    causal = auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(cfg.model_type)
+    causal = set(causal) if isinstance(causal, (list, tuple)) else {causal}  # GPT-2's is GPT2LMHeadModel
+    is_causal_lm = cls.__name__.endswith("ForCausalLM") or cls.__name__ in causal
+    if getattr(cfg, "is_encoder_decoder", False) or not is_causal_lm:
+        raise JobError(f"a serving iteration needs a decoder-only Hugging Face causal LM; {job.model} is not one "
+                       f"(its model class is {cls.__name__})")
+    other = set(getattr(cfg, "layer_types", None) or ()) - _ATTENTION_LAYERS
+    if other:
+        raise JobError(f"a serving iteration of {job.model}: its {', '.join(sorted(map(str, other)))} layers are "
+                       f"not modelled (attention layers only)")
+    if getattr(cfg, "kv_lora_rank", None):
+        raise JobError(f"a serving iteration of {job.model}: multi-head latent attention (kv_lora_rank) is not "
+                       f"modelled")
+
+
+# --------------------------------------------------------------------------- attention and masks
+# Whether the forward running in this context uses the paged cache (no masks: module docstring).
+_PAGED: contextvars.ContextVar[bool] = contextvars.ContextVar("gpucast_serving_paged", default=False)
+
+
+@functools.cache
+def _register_attention() -> None:
+    transformers = imports.load("transformers")
+    masking = imports.load("transformers.masking_utils")
+    if not hasattr(transformers, "AttentionInterface") or not hasattr(masking, "AttentionMaskInterface"):
+        raise ImportError(f"serving traces need transformers' attention and mask interfaces, which transformers "
+                          f"{transformers.__version__} lacks: upgrade transformers")
+    transformers.AttentionInterface.register(_ATTN, _attention)
+    masking.AttentionMaskInterface.register(_ATTN, _mask)
+
+
+def _mask(*args, **kwargs):
+    """HF's SDPA mask for the dynamic cache; none for the paged one (its kernels take no mask)."""
+    if _PAGED.get():
+        return None
+    return imports.load("transformers.masking_utils").sdpa_mask(*args, **kwargs)
+
+
+def _attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
+               is_causal: bool | None = None, **kwargs):
+    """HF's SDPA attention, except for a prefill chunk on cached tokens without a mask (the paged
+    cache): HF would keep only the first T keys there (its shortcut for an empty static cache);
+    this runs causal attention over all ``context + T`` keys, flash's bottom-right alignment."""
+    q_len, kv_len = query.shape[2], key.shape[2]
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    if attention_mask is None and causal and 1 < q_len < kv_len and kwargs.get("position_bias") is None:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, dropout_p=dropout, scale=scaling, is_causal=True,
+            enable_gqa=getattr(module, "num_key_value_groups", 1) > 1)
+        return out.transpose(1, 2).contiguous(), None
+    sdpa = imports.load("transformers.integrations.sdpa_attention")
+    return sdpa.sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                       is_causal=is_causal, **kwargs)
+
+
+# --------------------------------------------------------------------------- the caches
+@functools.cache
+def _paged_classes() -> tuple[type, type]:
+    """The paged cache (a transformers ``Cache`` of ``PagedLayer``), defined on first use."""
+    cu = imports.load("transformers.cache_utils")
+    if not hasattr(cu, "CacheLayerMixin"):
+        raise ImportError(f"serving traces need transformers' cache-layer API (cache_utils.CacheLayerMixin), which "
+                          f"transformers {imports.load('transformers').__version__} lacks: upgrade transformers")
+
+    class PagedLayer(cu.CacheLayerMixin):
+        """One layer's preallocated K/V for ``cached + new`` tokens; ``update`` writes the new ones."""
+
+        is_sliding = False
+        is_compileable = False
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, cached: int) -> None:
+            super().__init__()
+            self.keys, self.values, self.cached = keys, values, cached
+            self.device = keys.device
+            self.is_initialized = True
+
+        def lazy_initialization(self, key_states, value_states) -> None:
+            pass
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            end = self.cached + key_states.shape[-2]
+            self.keys[:, :, self.cached:end].copy_(key_states)
+            self.values[:, :, self.cached:end].copy_(value_states)
+            if end == self.keys.shape[-2]:
+                return self.keys, self.values
+            return self.keys[:, :, :end], self.values[:, :, :end]
+
+        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+            return self.cached + query_length, 0
+
+        def get_seq_length(self) -> int:
+            return self.cached
+
+        def get_max_length(self) -> int:
+            return self.keys.shape[-2]
+
+    class PagedCache(cu.Cache):
+        """A preallocated cache as serving engines keep one (gpucast.graph.serving)."""
+
+        def __init__(self, layers: list) -> None:
+            super().__init__(layers=layers)
+
+    return PagedCache, PagedLayer
+
+
+def _paged_cache(m: _Model, dtype: torch.dtype, batch: int, new_tokens: int, context: int):
+    PagedCache, PagedLayer = _paged_classes()
+    s = m.shape
+    size = (batch, s["kv_heads"], context + new_tokens, s["head_dim"])
+    return PagedCache([PagedLayer(torch.empty(size, dtype=dtype, device="meta"),
+                                  torch.empty(size, dtype=dtype, device="meta"), context)
+                       for _ in range(s["layers"])])
+
+
+def _dynamic_cache(m: _Model, dtype: torch.dtype, batch: int, context: int):
+    cu = imports.load("transformers.cache_utils")
+    _paged_classes()  # the same cache-layer API check
+    try:
+        cache = cu.DynamicCache(config=m.model.config)  # sliding-window layers as HF makes them
+    except TypeError:
+        cache = cu.DynamicCache()
+    s = m.shape
+    if context:
+        for i in range(s["layers"]):
+            k = torch.empty((batch, s["kv_heads"], context, s["head_dim"]), dtype=dtype, device="meta")
+            cache.update(k, torch.empty_like(k), i)
+    return cache
+
+
+def _cache_tensors(cache) -> list[torch.Tensor]:
+    tensors = []
+    for layer in getattr(cache, "layers", ()):
+        tensors += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                    if isinstance(t, torch.Tensor)]
+    return tensors
+
+
+# --------------------------------------------------------------------------- the iteration
+def trace_iteration(job, batch: int, new_tokens: int, context: int, cache: str = "paged") -> Trace:
+    """The ops of one engine iteration (module docstring). Memoised by (job.key, batch, new_tokens,
+    context, cache); the trace returned is shared: read it, do not change it."""
+    _check_shape(batch, new_tokens, context, cache)
+    key = (job.key, batch, new_tokens, context, cache)
+    trace = _TRACES.get(key)
+    if trace is None:
+        trace = _trace(job, batch, new_tokens, context, cache)
+        _TRACES.put(key, trace)
+    return trace
+
+
+def _check_shape(batch, new_tokens, context, cache) -> None:
+    for name, value, low in (("batch", batch, 1), ("new_tokens", new_tokens, 1), ("context", context, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise JobError(f"serving iteration: {name} must be an integer >= {low}, got {value!r}")
+    if cache not in CACHES:
+        raise JobError(f"serving iteration: cache must be one of {', '.join(CACHES)}, got {cache!r}")
+
+
+def _trace(job, batch: int, new_tokens: int, context: int, cache: str) -> Trace:
+    m = _model(job)
+    _, amp, dtype = _dtypes(_precision(job))
+    kv = (_paged_cache(m, dtype, batch, new_tokens, context) if cache == "paged"
+          else _dynamic_cache(m, dtype, batch, context))
+    ids = torch.zeros((batch, new_tokens), dtype=torch.long, device="meta")
+    kwargs = {"input_ids": ids, m.cache_kw: kv, "use_cache": True}
+    if m.logits_kw:
+        kwargs[m.logits_kw] = 1
+    rec = _Recorder()
+    for t in list(m.model.parameters()) + list(m.model.buffers()):
+        rec.memory.track(t, "parameters", before_step=True)
+    for t in _cache_tensors(kv) + [ids]:  # the cache exists before the iteration (the estimator owns its size)
+        rec.memory.track(t, "inputs", before_step=True)
+    with m.lock:
+        layout = _run(job, m, rec, kwargs, amp, cache == "paged")
+    memory = rec.memory.report(len(rec.ops), [o.phase for o in rec.ops], None)
+    return Trace(
+        job_key=job.key, model=job.model, mode="infer", precision=job.precision, batch_size=batch,
+        ops=rec.ops, memory=memory, parameters=m.parameters, parameter_bytes=m.parameter_bytes,
+        input_bytes=ids.numel() * ids.element_size(), modules=m.modules, param_tensors=m.param_tensors,
+        input_tensors=1, input_kinds=[("int64", (new_tokens,))],
+        notes=[f"serving iteration: {batch} x {new_tokens} new tokens on {context} cached ({cache} cache)"],
+        layout=layout,
+    )
+
+
+def _run(job, m: _Model, rec: _Recorder, kwargs: dict, amp: torch.dtype | None, paged: bool):
+    """The forward under the recorder; the model's block layout (None if it has no blocks)."""
+    model = m.model
+    blocks = find_blocks(model)
+    watch = BlockWatch(rec, model, blocks) if blocks else None
+    token = _PAGED.set(paged)
+    try:
+        with rec, torch.no_grad(), CudaMirror(amp_dtype=amp, on_rnn=rec.on_rnn):
+            out = _stage("the serving forward pass", lambda: model(**kwargs))
+            del out
+    except CaptureError as exc:
+        if m.shape["experts"] and isinstance(exc.__cause__, NotImplementedError):
+            raise JobError(f"a serving iteration of {job.model}: its experts run as a loop over the experts "
+                           f"the router picked (transformers' eager experts), which needs the router's values; "
+                           f"the meta device has none (transformers' grouped_mm experts trace)") from None
+        raise
+    finally:
+        _PAGED.reset(token)
+        if watch is not None:
+            watch.remove()
+    if watch is None:
+        return None
+    layout = watch.layout(model, heads_of(model))
+    layout.activations = dict.fromkeys(_REGIONS, 0)  # inference: nothing is saved for a backward
+    return layout

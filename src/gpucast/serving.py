@@ -1,0 +1,118 @@
+"""The ``serve`` group of a job spec: what an LLM deployment serves and how its engine runs.
+
+A job with ``mode: serve`` is a decoder-only language model behind an inference engine. The group says
+what requests look like (``input_len`` and ``output_len`` tokens: fixed, or ``lognormal:MEAN,SIGMA``), how
+they arrive (all ``batch_size`` prompts at once: a static batch; ``concurrency`` requests kept in flight:
+a closed loop; or ``request_rate`` per second: Poisson arrivals; ``num_requests`` in the run) and the
+engine's settings (``engine`` and the knobs that change its speed and memory: ``max_num_seqs``,
+``max_num_batched_tokens``, ``gpu_memory_utilization``, ``block_size``, ``cuda_graphs``,
+``kv_cache_dtype``, ``weights`` for weight-only quantisation, ``prefix_hit_rate``). Unset fields take
+the engine's documented defaults (:mod:`gpucast.estimate.serving.engines`, each cited there).
+
+This module validates and serialises the group; it imports neither torch nor the estimator. What a
+deployment then does is :mod:`gpucast.estimate.serving`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpucast.surroundings import SpecError, _is_int, _is_num, _Spec
+
+ENGINES = ("vllm", "sglang", "trtllm", "hf")
+KV_CACHE_DTYPES = ("auto", "fp8")
+WEIGHTS = ("auto", "int8", "int4")
+MAX_TOKENS = 1 << 21  # a sanity bound on lengths (2M tokens), far past any model's context
+MAX_REQUESTS = 1_000_000
+
+
+def parse_length(value, name: str) -> tuple[str, float, float]:
+    """``("fixed", n, 0)`` for an integer, ``("lognormal", mean, sigma)`` for ``"lognormal:MEAN,SIGMA"``
+    (the mean of the lengths in tokens and the sigma of their logarithm); SpecError otherwise."""
+    what = f"field 'serve.{name}' must be a positive integer or 'lognormal:MEAN,SIGMA'"
+    if _is_int(value):
+        if not 1 <= value <= MAX_TOKENS:
+            raise SpecError(f"{what} (at most {MAX_TOKENS} tokens), got {value!r}")
+        return ("fixed", float(value), 0.0)
+    if isinstance(value, str) and value.startswith("lognormal:"):
+        try:
+            mean, sigma = (float(v) for v in value[len("lognormal:"):].split(","))
+        except ValueError:
+            raise SpecError(f"{what}, got {value!r}") from None
+        if not (math.isfinite(mean) and math.isfinite(sigma) and 1 <= mean <= MAX_TOKENS and 0 <= sigma <= 3):
+            raise SpecError(f"{what} with 1 <= MEAN <= {MAX_TOKENS} and 0 <= SIGMA <= 3, got {value!r}")
+        return ("lognormal", mean, sigma)
+    raise SpecError(f"{what}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Serve(_Spec):
+    """What an LLM deployment serves and how its engine runs (module docstring)."""
+
+    _NAME = "serve"
+    input_len: int | str | None = None
+    output_len: int | str | None = None
+    engine: str | None = None
+    concurrency: int | None = None
+    request_rate: float | None = None
+    num_requests: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
+    block_size: int | None = None
+    cuda_graphs: bool | None = None
+    kv_cache_dtype: str | None = None
+    weights: str | None = None
+    prefix_hit_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("input_len", "output_len"):
+            v = getattr(self, name)
+            if v is not None:
+                parse_length(v, name)
+        self._check("engine", self.engine is None or self.engine in ENGINES, f"one of {', '.join(ENGINES)}")
+        for name, hi in (("concurrency", MAX_REQUESTS), ("num_requests", MAX_REQUESTS), ("max_num_seqs", 65536),
+                         ("max_num_batched_tokens", MAX_TOKENS), ("block_size", 1024)):
+            v = getattr(self, name)
+            self._check(name, v is None or (_is_int(v) and 1 <= v <= hi), f"an integer between 1 and {hi}")
+        self._check("request_rate", self.request_rate is None or (
+            _is_num(self.request_rate) and math.isfinite(self.request_rate) and 0 < self.request_rate <= 1e6),
+            "requests per second, > 0")
+        self._check("gpu_memory_utilization", self.gpu_memory_utilization is None or (
+            _is_num(self.gpu_memory_utilization) and 0 < self.gpu_memory_utilization <= 1), "a share in (0, 1]")
+        self._check("prefix_hit_rate", self.prefix_hit_rate is None or (
+            _is_num(self.prefix_hit_rate) and 0 <= self.prefix_hit_rate < 1), "a share in [0, 1)")
+        self._check("cuda_graphs", self.cuda_graphs is None or isinstance(self.cuda_graphs, bool), "true or false")
+        self._check("kv_cache_dtype", self.kv_cache_dtype is None or self.kv_cache_dtype in KV_CACHE_DTYPES,
+                    f"one of {', '.join(KV_CACHE_DTYPES)}")
+        self._check("weights", self.weights is None or self.weights in WEIGHTS, f"one of {', '.join(WEIGHTS)}")
+        if self.concurrency is not None and self.request_rate is not None:
+            raise SpecError("fields 'serve.concurrency' and 'serve.request_rate' are two kinds of load: set one")
+
+    @property
+    def load(self) -> str:
+        """``static`` (every prompt at once), ``closed`` (``concurrency`` in flight) or ``poisson``."""
+        if self.request_rate is not None:
+            return "poisson"
+        if self.concurrency is not None:
+            return "closed"
+        return "static"
+
+
+def check_serve_job(job) -> None:
+    """The combinations that need no model: a ``serve`` group only with ``mode: serve``, and a served
+    model is a Hugging Face config (``hf:...``, the decoder it names)."""
+    if job.serve is not None and job.mode != "serve":
+        raise SpecError("field 'serve' applies to mode 'serve'")
+    if job.mode != "serve":
+        return
+    if not job.is_hf:
+        raise SpecError(f"mode 'serve' takes a Hugging Face decoder config (model 'hf:...', Job.from_hf_config), "
+                        f"got model {job.model!r}")
+    if job.optimizer not in ("none", "sgd"):
+        raise SpecError("field 'optimizer' does not apply to mode 'serve'")
+    s = job.serve or Serve()
+    if s.load == "static" and s.num_requests is not None and s.num_requests != job.batch_size:
+        raise SpecError("field 'serve.num_requests' of a static batch is 'batch_size' (set concurrency or "
+                        "request_rate for a stream of requests)")
