@@ -20,7 +20,7 @@ from gpucast.estimate.environment import Environment
 from gpucast.estimate.constants import DEFAULT
 from gpucast.estimate.serving import predict_serving
 from gpucast.estimate.serving.engines import resolve
-from gpucast.estimate.serving.iteration import iteration_model
+from gpucast.estimate.serving.iteration import grid, iteration_model, model_job
 from gpucast.prediction import Prediction
 
 
@@ -32,8 +32,7 @@ def serving_prediction(job, spec, config, env, version: str):
     env = env or Environment.default()
     infer = job.with_(mode="infer", serve=None, parallel=None, gpus=1, optimizer="none")
     # the decode trace first: its memory estimate gives the CUDA context the engine runs beside
-    batch = max(1, min(job.batch_size, 256))
-    probe = trace_iteration(job, batch, 1, 1024, "paged")
+    probe = trace_iteration(model_job(job), 1, 1, 1024, "paged")
     est0 = estimate(probe, infer, spec, cfg, env)
     context = int(est0.memory.breakdown.get("cuda_context", 0))
     serving = predict_serving(job, spec, cfg, env, context)
@@ -41,7 +40,9 @@ def serving_prediction(job, spec, config, env, version: str):
     mean_batch = max(1, int(round(serving["mean_batch"] or 1)))
     total_ctx = max(1, int(round(serving.get("mean_context") or 1024)))
     cache = "paged" if serving["engine"] != "hf" else "dynamic"
-    tr = trace_iteration(job, mean_batch, 1, total_ctx, cache)
+    # the counts (FLOPs, bytes, kernels) of a decode step near the run's mean shape: batch to a power of
+    # two and context to the iteration grid, so deployments of one model share the trace
+    tr = trace_iteration(model_job(job), 1 << (mean_batch.bit_length() - 1), 1, grid(total_ctx)[0], cache)
     est = estimate(tr, infer, spec, cfg, env)
     engine = resolve(job.serve)
     step, busy = iteration_model(job, spec, engine, env, cfg, serving["tensor"], job.serve.weights if job.serve else None,

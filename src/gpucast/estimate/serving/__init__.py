@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from gpucast.estimate.serving.engines import resolve
-from gpucast.estimate.serving.iteration import iteration_model
+from gpucast.estimate.serving.iteration import iteration_model, model_job
 from gpucast.estimate.serving.memory import kv_per_rank, plan, weight_bytes
 from gpucast.estimate.serving.run import Requests, simulate, static_batches
 from gpucast.job import JobError
@@ -105,9 +105,10 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     weights = weight_bytes(shape["parameters"] * elem, shape["parameters"], t, serve.weights)
     if engine.paged:
         chunk = int(min(engine.max_num_batched_tokens, max(req.prompt.max(), 1)))
-        act_tr = trace_iteration(job, 1, chunk, 0, "paged")
+        act_tr = trace_iteration(model_job(job), 1, chunk, 0, "paged")
     else:
-        act_tr = trace_iteration(job, int(min(len(req), job.batch_size)), int(req.prompt.max()), 0, "dynamic")
+        act_tr = trace_iteration(model_job(job), int(min(len(req), job.batch_size)), int(req.prompt.max()), 0,
+                                 "dynamic")
     activations = int(act_tr.memory.at_peak.get("activations", 0) + act_tr.memory.at_peak.get("temporaries", 0)) // t
     cuda_graphs = engine.cuda_graphs
     mem = plan(gpu.memory_bytes, weights, kv_token, activations, context_bytes, engine, cuda_graphs)

@@ -75,8 +75,7 @@ class IterationModel:
     def __init__(self, job, gpu, engine, env, cfg, tensor: int = 1, weights: str = "auto", kv_fp8: bool = False):
         from gpucast.graph.serving import model_shape
 
-        # traces depend on the model and precision only: one job for every row of the same model
-        job = job.with_(batch_size=1, mode="infer", serve=None, parallel=None, gpus=1, optimizer="none")
+        job = model_job(job)  # traces depend on the model and precision only
         self.job, self.gpu, self.engine, self.env, self.cfg = job, gpu, engine, env, cfg
         self.t = tensor
         self.weight_scale = {"auto": 1.0, "int8": 0.5, "int4": 0.25}[weights or "auto"]
@@ -237,6 +236,12 @@ class IterationModel:
 
 
 
+def model_job(job):
+    """The job as far as its traces depend on it (the model and its precision): one memoised trace
+    serves every deployment of the model, whatever its batch, load or engine settings."""
+    return job.with_(batch_size=1, mode="infer", serve=None, parallel=None, gpus=1, optimizer="none")
+
+
 _MODELS: dict = {}
 _MODELS_MAX = 32
 
@@ -245,8 +250,7 @@ def iteration_model(job, gpu, engine, env, cfg, tensor: int = 1, weights: str | 
                     kv_fp8: bool = False) -> IterationModel:
     """A shared :class:`IterationModel` (its memoised costs serve every job of the same model, GPU,
     engine and plan)."""
-    base = job.with_(batch_size=1, mode="infer", serve=None, parallel=None, gpus=1, optimizer="none")
-    key = (base.key, gpu, engine, tensor, weights or "auto", kv_fp8, id(env), cfg)
+    key = (model_job(job).key, gpu, engine, tensor, weights or "auto", kv_fp8, id(env), cfg)
     m = _MODELS.get(key)
     if m is None:
         if len(_MODELS) >= _MODELS_MAX:
