@@ -24,16 +24,33 @@ from gpucast.estimate.serving.iteration import grid, iteration_model, model_job
 from gpucast.prediction import Prediction
 
 
-def serving_prediction(job, spec, config, env, version: str):
-    """(Prediction, decode-iteration trace, its estimate) of a ``mode: serve`` job on ``spec``."""
+_ESTIMATES: dict = {}  # the decode traces' estimates, by (model, shape, GPU, environment, constants)
+_ESTIMATES_MAX = 64
+
+
+def _estimate(job, shape: tuple, spec, cfg, env):
+    """gpucast's estimator on a memoised iteration trace (``shape``: batch, new tokens, context, cache)."""
     from gpucast.graph.serving import trace_iteration
 
+    base = model_job(job)
+    key = (base.key, shape, spec, id(env), cfg)
+    got = _ESTIMATES.get(key)
+    if got is None:
+        tr = trace_iteration(base, *shape)
+        infer = job.with_(mode="infer", serve=None, parallel=None, gpus=1, optimizer="none")
+        got = (tr, estimate(tr, infer, spec, cfg, env))
+        if len(_ESTIMATES) >= _ESTIMATES_MAX:
+            _ESTIMATES.pop(next(iter(_ESTIMATES)))
+        _ESTIMATES[key] = got
+    return got
+
+
+def serving_prediction(job, spec, config, env, version: str):
+    """(Prediction, decode-iteration trace, its estimate) of a ``mode: serve`` job on ``spec``."""
     cfg = config or DEFAULT
     env = env or Environment.default()
-    infer = job.with_(mode="infer", serve=None, parallel=None, gpus=1, optimizer="none")
-    # the decode trace first: its memory estimate gives the CUDA context the engine runs beside
-    probe = trace_iteration(model_job(job), 1, 1, 1024, "paged")
-    est0 = estimate(probe, infer, spec, cfg, env)
+    # a decode step's estimate first: its memory gives the CUDA context the engine runs beside
+    _, est0 = _estimate(job, (1, 1, 1024, "paged"), spec, cfg, env)
     context = int(est0.memory.breakdown.get("cuda_context", 0))
     serving = predict_serving(job, spec, cfg, env, context)
     mem = serving["memory"]
@@ -42,8 +59,7 @@ def serving_prediction(job, spec, config, env, version: str):
     cache = "paged" if serving["engine"] != "hf" else "dynamic"
     # the counts (FLOPs, bytes, kernels) of a decode step near the run's mean shape: batch to a power of
     # two and context to the iteration grid, so deployments of one model share the trace
-    tr = trace_iteration(model_job(job), 1 << (mean_batch.bit_length() - 1), 1, grid(total_ctx)[0], cache)
-    est = estimate(tr, infer, spec, cfg, env)
+    tr, est = _estimate(job, (1 << (mean_batch.bit_length() - 1), 1, grid(total_ctx)[0], cache), spec, cfg, env)
     engine = resolve(job.serve)
     step, busy = iteration_model(job, spec, engine, env, cfg, serving["tensor"], job.serve.weights if job.serve else None,
                                  bool(job.serve and job.serve.kv_cache_dtype == "fp8")).cost(

@@ -85,8 +85,14 @@ class IterationModel:
         self.infer_job = job
         par = Parallel().resolved(gpu.nvlink_gbs)
         self.links = Links.of(gpu, par.network_spec())
-        self._dense: dict[int, tuple[float, float]] = {}
-        self._attn: dict[tuple, float] = {}
+        # GPU times depend on the model, GPU, plan and whether small ops are fused, not on the engine's
+        # scheduler settings: engines with their own kernels (vLLM, SGLang, TensorRT-LLM) share them
+        shared = _COSTS.setdefault((job.key, gpu, tensor, self.weight_scale, self.kv_scale, engine.name == "hf",
+                                    id(env), cfg), ({}, {}))
+        if len(_COSTS) > _COSTS_MAX:
+            _COSTS.pop(next(iter(_COSTS)))
+        self._dense: dict[int, tuple[float, float]] = shared[0]
+        self._attn: dict[tuple, float] = shared[1]
 
     # ------------------------------------------------------------------ pieces
     def _trace(self, batch: int, new: int, ctx: int):
@@ -244,6 +250,8 @@ def model_job(job):
 
 _MODELS: dict = {}
 _MODELS_MAX = 32
+_COSTS: dict = {}  # memoised GPU times, shared by the IterationModels of one model, GPU and plan
+_COSTS_MAX = 64
 
 
 def iteration_model(job, gpu, engine, env, cfg, tensor: int = 1, weights: str | None = "auto",
