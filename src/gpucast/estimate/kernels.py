@@ -71,7 +71,7 @@ class OpArrays:
     costed: np.ndarray
     library: np.ndarray  # the op's kernels are cuDNN/cuBLAS ones (LIBRARY_CATEGORIES)
     family: np.ndarray  # object array: the op's kernel family (gpucast.estimate.achieved.family_of)
-    memory_family: np.ndarray  # object array: its memory-bound family ("" for none; achieved.memory_family_of)
+    bytes_per_sm_cap: np.ndarray  # what one SM's blocks of the op move per second (inf: no cap; achieved.bandwidth_caps)
 
     @classmethod
     def of(cls, trace: Trace) -> "OpArrays":
@@ -91,7 +91,8 @@ class OpArrays:
             costed=np.fromiter((o.costed for o in ops), dtype=bool, count=len(ops)),
             library=np.fromiter((o.category in LIBRARY_CATEGORIES for o in ops), dtype=bool, count=len(ops)),
             family=np.array([family_of(o.category, o.op, o.dtype) for o in ops], dtype=object),
-            memory_family=np.array([memory_family_of(o.category, o.op, o.dtype) for o in ops], dtype=object),
+            bytes_per_sm_cap=np.fromiter((bandwidth_caps().get(memory_family_of(o.category, o.op, o.dtype), np.inf)
+                                          for o in ops), dtype=np.float64, count=len(ops)),
         )
         trace._arrays = arr
         return arr
@@ -202,10 +203,8 @@ def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfi
     bw = gpu.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency
     bw_whole = whole.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency
     reach = np.minimum(bw, bw_whole * mfill)
-    caps = bandwidth_caps()
-    if caps:  # reductions' loads in flight per SM (Little's law): their rate grows with the SMs they have
-        per_sm = np.array([caps.get(f, np.inf) for f in a.memory_family])
-        reach = np.minimum(reach, per_sm * gpu.sm_count)
+    # reductions' loads in flight per SM (Little's law): their rate grows with the SMs they have
+    reach = np.minimum(reach, a.bytes_per_sm_cap * gpu.sm_count)
     ramp = cfg.half_bytes_per_sm * whole.sm_count / bw_whole
     memory = np.where(nbytes > 0, nbytes / reach + ramp, 0.0)
     floor_s = cfg.kernel_floor_old_s if gpu.architecture in OLD_ARCHITECTURES else cfg.kernel_floor_s

@@ -101,14 +101,13 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     req = requests_of(job, serve, shape["max_context"] or (1 << 30))
     kv_fp8 = serve.kv_cache_dtype == "fp8"
     kv_token = kv_per_rank(kv_bytes_per_token(job, 1 if kv_fp8 else None), shape["kv_heads"], t)
-    elem = 4 if job.precision in ("fp32", "tf32") or job.precision.startswith("amp") else 2
-    weights = weight_bytes(shape["parameters"] * elem, shape["parameters"], t, serve.weights)
     if engine.paged:
         chunk = int(min(engine.max_num_batched_tokens, max(req.prompt.max(), 1)))
         act_tr = trace_iteration(model_job(job), 1, chunk, 0, "paged")
     else:
         act_tr = trace_iteration(model_job(job), int(min(len(req), job.batch_size)), int(req.prompt.max()), 0,
                                  "dynamic")
+    weights = weight_bytes(act_tr.parameter_bytes, shape["parameters"], t, serve.weights)  # the traced model's bytes
     activations = int(act_tr.memory.at_peak.get("activations", 0) + act_tr.memory.at_peak.get("temporaries", 0)) // t
     cuda_graphs = engine.cuda_graphs
     mem = plan(gpu.memory_bytes, weights, kv_token, activations, context_bytes, engine, cuda_graphs)

@@ -82,7 +82,6 @@ class IterationModel:
         self.kv_scale = 0.5 if kv_fp8 else 1.0
         self.shape = model_shape(job)
         self.cache = "paged" if engine.paged else "dynamic"
-        self.infer_job = job
         par = Parallel().resolved(gpu.nvlink_gbs)
         self.links = Links.of(gpu, par.network_spec())
         # GPU times depend on the model, GPU, plan and whether small ops are fused, not on the engine's
@@ -171,7 +170,7 @@ class IterationModel:
 
         if self.engine.name != "hf":  # engines' own eager paths launch from C++/Python with their fused ops:
             return gpu_s              # long prefill kernels hide the launches
-        est = estimate(trace, self.infer_job, self.gpu, self.cfg, self.env)
+        est = estimate(trace, self.job, self.gpu, self.cfg, self.env)
         return float(est.step_time_s)
 
     def _attention(self, batch: int, new: int, ctx: int) -> float:
