@@ -26,7 +26,15 @@ constant (``hx`` omitted, or not requiring grad). That is, per layer and directi
 one GEMM of ``2 * batch * gates * hidden * hidden`` FLOPs (gates: 4 LSTM, 3 GRU, 1 RNN), counted
 here from forward pre-hooks on the reference run's ``nn.RNNBase`` modules.
 
-The issue's "within 1%" holds on top of both at the small sizes used here.
+Grouped convolutions are the third. flop_counter's ``conv_backward_flop`` counts a weight gradient
+on the transposed shapes, which lose the group division: ``groups`` times the forward's
+multiply-adds where the gradient has exactly the forward's (pytorch/pytorch PR #183405 divides by
+``groups``). The trace counts the forward's (``gpucast.graph.rules``), so, per grouped backward
+that computes the weight gradient, the reference is ``(groups - 1) x`` its forward FLOPs higher,
+recomputed here from the op's shapes (the forward's FLOPs: ``2 n k P Q (c / g) R S``).
+
+The issue's "within 1%" holds on top of the first two at the small sizes used here (grouped
+convolutions excepted: their reference is off by the overcount).
 """
 
 from __future__ import annotations
@@ -92,6 +100,31 @@ def _meta_reference_flops(job: Job) -> tuple[int, int]:
     return counter.get_total_flops(), sum(skipped_dhx)
 
 
+def _grouped_weight_grad_overcount(trace) -> int:
+    """What flop_counter counts too much on grouped convolutions' weight gradients (module docstring),
+    from the trace's shapes alone: a weight ``(k, c/g, R, S)`` (or, transposed, ``(c, k/g, R, S)``)."""
+    total = 0
+    for o in trace.ops:
+        if o.op != "convolution_backward" or not any(s == o.shapes[2] for s in o.out_shapes):
+            continue
+        grad, x, w = o.shapes[:3]
+        if w[0] == grad[1]:  # (k, c/g, ...): the forward's n k P Q (c/g) R S
+            groups = x[1] // w[1]
+            forward = 2 * grad[0] * grad[1] * _prod(grad[2:]) * w[1] * _prod(w[2:])
+        else:  # transposed, (c, k/g, ...): every input point times its group's k/g outputs
+            groups = grad[1] // w[1]
+            forward = 2 * x[0] * x[1] * _prod(x[2:]) * w[1] * _prod(w[2:])
+        total += (groups - 1) * forward
+    return total
+
+
+def _prod(dims) -> int:
+    out = 1
+    for d in dims:
+        out *= d
+    return out
+
+
 def _score_recompute_flops(trace) -> int:
     """FLOPs of the S = QK^T recompute inside fused attention backwards (see module docstring)."""
     total = 0
@@ -116,10 +149,11 @@ def test_zoo_flops_equal_flop_counter(workload, cap):
     recompute = _score_recompute_flops(trace)
     assert (recompute > 0) == any(o.op in _FUSED_ATTENTION_BACKWARD for o in trace.ops)
     assert (dhx > 0) == any(o.op == "_cudnn_rnn_backward" for o in trace.ops)
-    # Exact, once the two documented differences of the CUDA kernels are accounted for.
-    assert trace.flops == ref + recompute + dhx, (trace.flops, ref, recompute, dhx)
+    grouped = _grouped_weight_grad_overcount(trace)
+    # Exact, once the three documented differences are accounted for.
+    assert trace.flops == ref + recompute + dhx - grouped, (trace.flops, ref, recompute, dhx, grouped)
     # The issue's requirement on the raw totals.
-    assert abs(trace.flops - ref) <= 0.01 * ref
+    assert abs(trace.flops + grouped - ref) <= 0.01 * ref
     # FLOPs are only counted on the GPU: nothing on host ops, nothing in the optimizer step.
     assert all(o.flops == 0 for o in trace.ops if o.category in ("host", "view"))
     assert sum(o.flops for o in trace.ops if o.phase == "optim") == 0
@@ -191,4 +225,25 @@ def test_flops_equal_flop_counter_on_a_real_cpu_step(name, cap):
     assert torch.isfinite(loss)  # a real step ran
     trace = cap(job)
     assert counter.get_total_flops() > 0
-    assert trace.flops == counter.get_total_flops()
+    assert trace.flops == counter.get_total_flops() - _grouped_weight_grad_overcount(trace)
+
+
+def test_a_grouped_convolutions_backward_does_twice_its_forwards_multiply_adds(cap):
+    # Independent of any formula: the data gradient and the weight gradient each pair every weight
+    # tap with every output point of its group once, as the forward does.
+    class Depthwise(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False)
+
+        def forward(self, x):
+            return self.conv(x)
+
+    job = Job.from_module(Depthwise, lambda b: (torch.randn(b, 32, 16, 16, requires_grad=True),), batch_size=4,
+                          loss_fn=lambda out, inputs: out.sum(), name="tests.depthwise")
+    trace = cap(job)
+    fwd = [o for o in trace.ops if o.op == "convolution"]
+    bwd = [o for o in trace.ops if o.op == "convolution_backward"]
+    assert len(fwd) == 1 and len(bwd) == 1
+    assert fwd[0].flops == 2 * 4 * 32 * 16 * 16 * 1 * 9
+    assert bwd[0].flops == 2 * fwd[0].flops

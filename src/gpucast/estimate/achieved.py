@@ -1,7 +1,7 @@
 """What each kernel family reaches of a GPU's sustained peak, per architecture and software.
 
 ``data/achieved.yaml`` holds, per kernel family (``matmul`` and ``matmul_fp8``, ``conv``,
-``attention`` and ``attention_backward``, ``rnn``, ``other``), the fraction of the sustained peak (:meth:`GpuSpec.sustained_tflops
+``conv_depthwise`` and its backward, ``attention`` and ``attention_backward``, ``rnn``, ``other``), the fraction of the sustained peak (:meth:`GpuSpec.sustained_tflops
 <gpucast.hardware.GpuSpec.sustained_tflops>`: the datasheet peak at the clock the card holds
 under its power limit) that the family's kernels reach in steady state: a large problem, every SM
 busy with the architecture's largest tile. What a smaller grid loses on top is
@@ -18,7 +18,14 @@ of loads in flight per SM, so (Little's law) their rate is this figure times the
 slice, capped by the DRAM roofline; plain elementwise kernels reach the roofline. Measured on our
 H200 (the sources say where), an extrapolation elsewhere.
 
-Not modelled: differences between cuBLAS/cuDNN releases within an architecture (one figure per
+Depthwise convolutions on NCHW tensors run PyTorch's own kernels (``conv_depthwise2d`` in
+aten/src/ATen/native/cuda/DepthwiseConv2d.cu: one thread per output, the window read from global
+memory, no tensor cores); their fraction is of the FP32 vector peak (:data:`CUDA_CORE_FAMILIES`),
+measured on our H200 and assumed elsewhere (the kernel is the same code on every architecture).
+
+Not modelled: channels-last depthwise convolutions (cuDNN's kernels, several times faster on the
+H200: traces do not know the layout), fp16 workloads that PyTorch sends to cuDNN's depthwise
+kernels; differences between cuBLAS/cuDNN releases within an architecture (one figure per
 architecture and family, for the stacks the sources measured), per-dtype differences beyond the
 datasheet peaks other than FP8's (FP16, BF16 and TF32 GEMMs share the matmul fraction).
 """
@@ -30,7 +37,11 @@ from importlib import resources
 
 import yaml
 
-FAMILIES = ("matmul", "matmul_fp8", "conv", "attention", "attention_backward", "rnn", "other")
+FAMILIES = ("matmul", "matmul_fp8", "conv", "conv_depthwise", "conv_depthwise_backward", "attention",
+            "attention_backward", "rnn", "other")
+# Families whose kernels run on the CUDA cores whatever the dtype (no tensor-core form): their
+# fraction is of the FP32 vector peak.
+CUDA_CORE_FAMILIES = frozenset({"conv_depthwise", "conv_depthwise_backward"})
 DEFAULT_ATTENTION = "flash2"
 
 
@@ -79,9 +90,23 @@ def memory_family_of(category: str, op: str = "", dtype: str = "") -> str:
     return ""
 
 
-def family_of(category: str, op: str = "", dtype: str = "") -> str:
+def is_depthwise(op: str, shapes: tuple) -> bool:
+    """A depthwise convolution: one input channel per group, more than one group (the weight's
+    second dimension is 1 and the input has several channels)."""
+    try:
+        x, w = (shapes[1], shapes[2]) if op.endswith("backward") else (shapes[0], shapes[1])
+        return len(w) >= 3 and w[1] == 1 and x[1] > 1
+    except (IndexError, TypeError):
+        return False
+
+
+def family_of(category: str, op: str = "", dtype: str = "", shapes: tuple = ()) -> str:
     """The kernel family of an op (anything not a library family is ``other``; a fused attention
-    op's backward is ``attention_backward``, a GEMM on FP8 operands ``matmul_fp8``)."""
+    op's backward is ``attention_backward``, a GEMM on FP8 operands ``matmul_fp8``, a depthwise
+    convolution ``conv_depthwise`` or ``conv_depthwise_backward``: PyTorch's own CUDA-core kernels
+    for NCHW tensors, not cuDNN's implicit GEMMs)."""
+    if category == "conv" and is_depthwise(op, shapes):
+        return "conv_depthwise_backward" if op.endswith("backward") else "conv_depthwise"
     if category == "attention" and op.endswith("backward"):
         return "attention_backward"
     if category == "matmul" and dtype.startswith("float8"):

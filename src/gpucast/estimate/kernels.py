@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucast.estimate import tiles
-from gpucast.estimate.achieved import bandwidth_caps, family_of, fractions, memory_family_of
+from gpucast.estimate.achieved import CUDA_CORE_FAMILIES, bandwidth_caps, family_of, fractions, memory_family_of
 from gpucast.estimate.constants import OLD_ARCHITECTURES, EstimatorConfig
 from gpucast.graph.trace import Trace
 from gpucast.hardware import GpuSpec, get_gpu
@@ -90,7 +90,7 @@ class OpArrays:
             sync=np.fromiter((o.sync for o in ops), dtype=bool, count=len(ops)),
             costed=np.fromiter((o.costed for o in ops), dtype=bool, count=len(ops)),
             library=np.fromiter((o.category in LIBRARY_CATEGORIES for o in ops), dtype=bool, count=len(ops)),
-            family=np.array([family_of(o.category, o.op, o.dtype) for o in ops], dtype=object),
+            family=np.array([family_of(o.category, o.op, o.dtype, o.shapes) for o in ops], dtype=object),
             bytes_per_sm_cap=np.fromiter((bandwidth_caps().get(memory_family_of(o.category, o.op, o.dtype), np.inf)
                                           for o in ops), dtype=np.float64, count=len(ops)),
         )
@@ -98,13 +98,16 @@ class OpArrays:
         return arr
 
 
-def math_peak(gpu: GpuSpec, category: str, dtype: str, precision: str, cfg: EstimatorConfig) -> float:
-    """FLOP/s available to an op of this category and dtype under the job's precision.
+def math_peak(gpu: GpuSpec, category: str, dtype: str, precision: str, cfg: EstimatorConfig,
+              family: str = "") -> float:
+    """FLOP/s available to an op of this category (and kernel ``family``) and dtype under the job's
+    precision.
 
     The sustained peak (:meth:`GpuSpec.sustained_tflops`): the datasheet peak at the SM clock the
-    card holds under its power limit.
+    card holds under its power limit. Families with no tensor-core kernel
+    (:data:`gpucast.estimate.achieved.CUDA_CORE_FAMILIES`) get the FP32 vector peak.
     """
-    if category not in _TENSOR_MATH:
+    if category not in _TENSOR_MATH or family in CUDA_CORE_FAMILIES:
         return gpu.sustained_tflops("fp32", tensor_cores=False) * 1e12
     if dtype.startswith("float8"):  # torch.float8_e4m3fn / e5m2 operands (torch._scaled_mm)
         return gpu.sustained_tflops("fp8") * 1e12
@@ -193,7 +196,7 @@ def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfi
         key = (cat, dt, fam)
         val = cache.get(key)
         if val is None:
-            val = cache[key] = (math_peak(gpu, cat, dt, precision, cfg), frac[fam] * scales.get(fam, 1.0))
+            val = cache[key] = (math_peak(gpu, cat, dt, precision, cfg, fam), frac[fam] * scales.get(fam, 1.0))
         peak[i], eff[i] = val
     div = np.ones(n) if split is None else np.asarray(split, dtype=np.float64)
     flops, nbytes = a.flops / div, a.bytes / div

@@ -334,9 +334,28 @@ def category(func) -> str | None:
     return None
 
 
+def _grouped_conv_backward_flops(rule, args, out) -> int:
+    """FLOPs of a grouped convolution's backward: flop_counter's own formulas, with the weight
+    gradient counted as the forward's multiply-adds (``conv_flop``, which the weight's per-group
+    shape makes right for groups). ``conv_backward_flop`` counts that gradient on the transposed
+    shapes, which lose the group division: ``groups`` times too many (pytorch/pytorch PR #183405
+    divides it by ``groups``; releases without it overcount a depthwise layer's backward ~70x)."""
+    grad, x, w, _bias, stride, padding, dilation, transposed, out_pad, groups, mask = args[:11]
+    total = int(rule(*args[:10], [mask[0], False, False], out_val=out)) if mask[0] else 0
+    if mask[1]:
+        total += int(flop_registry[aten.convolution](x, w, None, stride, padding, dilation, transposed, out_pad,
+                                                     groups, out_val=grad))
+    return total
+
+
 def flops(func, args, kwargs, out) -> int:
     rule = flop_registry.get(func._overloadpacket)
-    return int(rule(*args, **kwargs, out_val=out)) if rule is not None else 0
+    if rule is None:
+        return 0
+    if (func._overloadpacket is aten.convolution_backward and not kwargs and len(args) >= 11
+            and isinstance(args[9], int) and args[9] > 1):
+        return _grouped_conv_backward_flops(rule, args, out)
+    return int(rule(*args, **kwargs, out_val=out))
 
 
 def bytes_moved(func, args, kwargs, out) -> tuple[int, int]:
