@@ -29,7 +29,8 @@ def main() -> int:
     from rich.progress import Progress
 
     import gpucast
-    from gpucast.cluster import timeshare, timeshare_fit as tf
+    from gpucast.cluster import timeshare
+    from gpucast.cluster.timeshare import fit as tf
 
     t0 = time.time()
     start = timeshare.Constants()

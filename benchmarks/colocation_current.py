@@ -8,7 +8,7 @@ job with its script's loader, loop and stack (:mod:`gpucast.learn.lucid`).
    utilization they report against the measured one, with the counter's tick 0 (reported = held)
    and at the fitted tick.
 2. **From predictions alone** (the default, what the package is fitted with): each job's
-   timeline is gpucast's prediction (:func:`gpucast.cluster.timeshare_pairs.predicted_timelines`,
+   timeline is gpucast's prediction (:func:`gpucast.cluster.timeshare.pairs.predicted_timelines`,
    nothing measured), one workload family held out at a time (6 families have pairs): the
    constants fitted on the other families' pairs, every pair with a job of the held-out family
    predicted. Per-job speed MAE against a constant (the training pairs' mean), against the
@@ -76,8 +76,9 @@ def _gavel_check(sets: dict):
     constants (fitted on these pairs: in-sample) and a constant (the GPU's mean speed)."""
     import numpy as np
 
-    from gpucast.cluster import timeshare, timeshare_fit as tf
-    from gpucast.cluster.timeshare_pairs import decisions_worth
+    from gpucast.cluster import timeshare
+    from gpucast.cluster.timeshare import fit as tf
+    from gpucast.cluster.timeshare.pairs import decisions_worth
 
     rows = []
     for gpu in tf.GPUS:
@@ -123,7 +124,7 @@ def _protocol(pairs, tls, c) -> list[str]:
     timelines, constants ``c``) by the job's family and its neighbour's."""
     import numpy as np
 
-    from gpucast.cluster import timeshare_pairs as tp
+    from gpucast.cluster.timeshare import pairs as tp
 
     md = ["| heavy pairs (both held > 0.6) | pairs | GPU work per second: mean (min-max) |", "| --- | ---: | ---: |"]
     for label, same in (("same family", True), ("two families", False)):
@@ -174,7 +175,7 @@ def main(argv=None) -> int:
     from rich.progress import Progress
 
     import gpucast
-    from gpucast.cluster import timeshare_pairs as tp
+    from gpucast.cluster.timeshare import pairs as tp
     from gpucast.estimate.environment import Environment
 
     t0 = time.time()

@@ -5,7 +5,7 @@ Reads the co-located groups of ``data/measurements/*.parquet`` (suite h200-v1: t
 together on one H200, default time-slicing, each job's step time together and alone) and predicts
 each job's speed (throughput together / alone) with :mod:`gpucast.cluster.timeshare` under its
 packaged constants (``CURRENT``: fitted on Lucid's RTX 3090 pairs from predictions; ``FITTED``:
-Gavel's), from two kinds of timelines (:mod:`gpucast.cluster.timeshare_pairs`):
+Gavel's), from two kinds of timelines (:mod:`gpucast.cluster.timeshare.pairs`):
 
 * **predicted**: gpucast's predictions alone, each job as the harness ran it
   (:func:`gpucast.profile.spec.as_run`) on the measuring VM's host (``stack.cpu_speed`` as
@@ -35,7 +35,7 @@ RESULTS = REPO_ROOT / "benchmarks" / "results"
 
 def load(data: Path):
     """(solos by job key, pairs, the host speed they are predicted at) from the measured rows."""
-    from gpucast.cluster.timeshare_pairs import Pair, Solo
+    from gpucast.cluster.timeshare.pairs import Pair, Solo
     from gpucast.job import Job
     from gpucast.profile.spec import as_run
     from gpucast.profile.suite_store import read_rows
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     from gpucast.cluster import timeshare
-    from gpucast.cluster.timeshare_pairs import predict, predicted_timelines, timelines
+    from gpucast.cluster.timeshare.pairs import predict, predicted_timelines, timelines
 
     solos, pairs, cpu_speed = load(a.data)
     if not pairs:

@@ -17,7 +17,7 @@ cluster's NVML utilization while a job waits, a carved GPU counted as its slices
 change over ``slot``, mean and p99 JCT, mean queueing delay, makespan.
 
 The MPS model's constants are the time-slicing fit's (no measured MPS pairs here; the DRAM
-sharing of kernels on SMs kept apart by limits is a closed form, :mod:`gpucast.cluster.mps`), so
+sharing of kernels on SMs kept apart by limits is a closed form, :mod:`gpucast.cluster.timeshare.mps`), so
 MPS rows are the model's consequence, not a measurement; MIG slices are the analytic slices of
 :mod:`gpucast.mig`. Switching a node's sharing mode during the run is not simulated; MIG nodes are
 static or re-partitioned on demand (the last rows: whole, and carved where no waiting job needs
@@ -173,7 +173,7 @@ def main(argv=None) -> int:
              + (f" --limit {args.limit}" if args.limit else "") + "`. "
              f"{len(base.jobs)} jobs of pai-mix on {args.gpus} x {GPU} (nodes of 8), co-location world "
              "measured-pairs, gpucast's measured prediction error, seed 0. Simulated (the MPS rows use the "
-             "co-location model's MPS mode with the time-slicing fit's constants, MPS replicas gpucast.cluster.mps's "
+             "co-location model's MPS mode with the time-slicing fit's constants, MPS replicas gpucast.cluster.timeshare.mps's "
              "SM limits; MIG slices are gpucast.mig's analytic slices): not measurements. Utilization: the "
              "cluster's NVML utilization over the queued period (while some job waits), a carved GPU counted as "
              "its slices' shares. \"Nodes by mode\": each node's GPUs shared in its own mode, the gpucast policy "

@@ -9,7 +9,8 @@ import pytest
 import gpucast
 from gpucast import Job
 from gpucast.advisor import advise, sharing
-from gpucast.cluster import mps, timeshare
+from gpucast.cluster import timeshare
+from gpucast.cluster.timeshare import mps
 from gpucast.hardware import get_gpu
 from gpucast.integrations.resources import gpu_share
 

@@ -17,7 +17,8 @@ from gpucast.advisor.sharing import timeline
 from gpucast.api import predict
 from gpucast.cli import app
 from gpucast.cli_pack import parse_job
-from gpucast.cluster import mps, timeshare
+from gpucast.cluster import timeshare
+from gpucast.cluster.timeshare import mps
 from gpucast.hardware import get_gpu
 from gpucast.job import Job as gpucast_job
 

@@ -1,11 +1,12 @@
-"""MPS with per-client SM limits (gpucast.cluster.mps): the limit's own cost, disjoint limits,
+"""MPS with per-client SM limits (gpucast.cluster.timeshare.mps): the limit's own cost, disjoint limits,
 monotone in the neighbours' SM demand, and no limits = timeshare's MPS mode."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpucast.cluster import mps, timeshare
+from gpucast.cluster import timeshare
+from gpucast.cluster.timeshare import mps
 from gpucast.cluster.timeshare import JobTimeline
 
 

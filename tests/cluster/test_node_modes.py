@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 import gpucast.cluster as cl
-from gpucast.cluster import mps, sharing, timeshare
+from gpucast.cluster import timeshare
+from gpucast.cluster.timeshare import modes as sharing, mps
 from gpucast.cluster.behaviour import Observation
 from gpucast.cluster.engine import Simulator
 from gpucast.cluster.policies.base import GpuOccupancy

@@ -1,4 +1,4 @@
-"""The compiled placement score fill (gpucast.cluster.timeshare_kernel.scores, used by
+"""The compiled placement score fill (gpucast.cluster.timeshare.kernel.scores, used by
 GpucastPolicy._class_scores) against GpucastPolicy.score in Python: the same score, or the same
 refusal, on every GPU state, for gpucast and the oracle (Gavel's measured pairs included), with
 the policy's parameters changed, on two GPU types at once; and the policies it must not stand in
@@ -15,7 +15,8 @@ import pytest
 
 pytest.importorskip("numba")
 
-from gpucast.cluster import interference, timeshare, timeshare_kernel  # noqa: E402
+from gpucast.cluster import interference, timeshare  # noqa: E402
+from gpucast.cluster.timeshare import kernel as timeshare_kernel  # noqa: E402
 from gpucast.cluster.behaviour import Observation  # noqa: E402
 from gpucast.cluster.policies.base import GpuOccupancy  # noqa: E402
 from gpucast.cluster.policies.gpucast import GpucastPolicy  # noqa: E402

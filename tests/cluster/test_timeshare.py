@@ -119,7 +119,7 @@ def test_anchoring_keeps_the_predicted_kernels_and_adds_host_time():
 
 
 def test_the_packaged_fit_says_where_it_came_from_and_beats_a_constant():
-    from gpucast.cluster import timeshare_fit as tf
+    from gpucast.cluster.timeshare import fit as tf
 
     fit = timeshare._packaged_fit()
     assert fit["provenance"]["command"] == "benchmarks/colocation.py"
@@ -134,7 +134,7 @@ def test_the_packaged_fit_says_where_it_came_from_and_beats_a_constant():
 
 
 def test_fitting_improves_on_the_training_pairs():
-    from gpucast.cluster import timeshare_fit as tf
+    from gpucast.cluster.timeshare import fit as tf
 
     types = {"ResNet-18 (batch size 64)", "ResNet-50 (batch size 32)", "LM (batch size 20)",
              "Recommendation (batch size 1024)", "Transformer (batch size 64)", "A3C"}

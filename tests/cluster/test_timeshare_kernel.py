@@ -1,4 +1,4 @@
-"""The compiled co-location solve (gpucast.cluster.timeshare_kernel) against the Python iteration
+"""The compiled co-location solve (gpucast.cluster.timeshare.kernel) against the Python iteration
 it stands for: the same slowdowns to the last bit (the simulator's digests in test_equivalence.py
 rest on it), one set at a time and many in one call, and the same simulation either way."""
 
@@ -10,7 +10,8 @@ import pytest
 
 pytest.importorskip("numba")
 
-from gpucast.cluster import timeshare, timeshare_kernel  # noqa: E402
+from gpucast.cluster import timeshare  # noqa: E402
+from gpucast.cluster.timeshare import kernel as timeshare_kernel  # noqa: E402
 from gpucast.cluster.timeshare import JobTimeline  # noqa: E402
 
 # CPython sums floats one after another up to 3.11, as the kernel does; from 3.12 its sum()

@@ -1,5 +1,5 @@
 """Fitting and scoring the co-location model on measured pairs of real scripts
-(gpucast.cluster.timeshare_pairs), on two families of Lucid's RTX 3090 set (data/measured/lucid-rtx3090)."""
+(gpucast.cluster.timeshare.pairs), on two families of Lucid's RTX 3090 set (data/measured/lucid-rtx3090)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gpucast.cluster import timeshare
-from gpucast.cluster import timeshare_pairs as tp
+from gpucast.cluster.timeshare import pairs as tp
 
 from tests.measured_data import LUCID as DATA
 

@@ -11,7 +11,7 @@ whole GPU, every way an operator can configure the GPU for them:
   of the time even while the others idle;
 * **MPS** without limits: mode ``mps`` (kernels of different jobs at once, no context switch);
 * **MPS replicas** (the device plugin's ``sharing.mps.replicas: N``): each job limited to 1 / N of
-  the SMs (:func:`gpucast.cluster.mps.slowdowns`);
+  the SMs (:func:`gpucast.cluster.timeshare.mps.slowdowns`);
 * **MIG**, where the GPU has profiles (:mod:`gpucast.mig`): each job alone on a slice of its own,
   predicted on the slice as a GPU (:func:`gpucast.api.explain`: the slice's SMs, memory, bandwidth
   and L2), its slowdown its step there over its step alone on the whole GPU. Of the layouts of N
@@ -159,7 +159,8 @@ def _shared(whole, gpu_memory: float):
     """The arrangements of the jobs sharing the whole GPU: time-slicing (with and without HAMi core
     limits), MPS (without limits and as replicas)."""
     from gpucast.advisor.sharing import timeline
-    from gpucast.cluster import mps, timeshare
+    from gpucast.cluster import timeshare
+    from gpucast.cluster.timeshare import mps
 
     tls = [timeline(p) for p in whole]
     n = len(tls)

@@ -8,7 +8,7 @@ plus margin, memory plus headroom) is at most ``MAX_SHARE`` of a whole GPU, thre
   to a copy of itself (:mod:`gpucast.cluster.timeshare`, the measured-pairs constants), then the
   throttle (:func:`gpucast.cluster.timeshare.throttled`);
 * **MPS** with the share as its SM limit (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``; Kubernetes' MPS
-  replicas give each client 1/N): :func:`gpucast.cluster.mps.slowdowns` next to a copy of itself
+  replicas give each client 1/N): :func:`gpucast.cluster.timeshare.mps.slowdowns` next to a copy of itself
   at the same limit;
 * **MIG** where the GPU has profiles (:mod:`gpucast.mig`): the smallest slice whose memory holds
   the job's memory need, below the whole-GPU profile, predicted on the slice as a GPU of its own
@@ -50,7 +50,8 @@ def timesliced(pred, share: float | None) -> float:
 
 def under_mps(pred, share: float | None) -> float:
     """The job's slowdown under MPS next to a copy of itself, both limited to ``share`` of the SMs."""
-    from gpucast.cluster import mps, timeshare
+    from gpucast.cluster import timeshare
+    from gpucast.cluster.timeshare import mps
 
     tl = timeline(pred)
     return max(1.0, mps.slowdowns([tl, tl], [share, share], timeshare.CURRENT)[0])

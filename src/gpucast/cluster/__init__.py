@@ -6,8 +6,9 @@
 
 Modules: ``engine`` (event-driven mechanism), ``traces`` (Gavel, synthetic, CSV/Parquet),
 ``mixes`` (workload mixes drawn to a cluster's utilization), ``truth`` (true behaviour vs what a
-policy is told), ``errors`` (the truth's error per quantity), ``timeshare`` (jobs time-sharing a
-GPU from their timelines; ``timeshare_fit`` fits it), ``interference`` (Gavel's measured pairs and
+policy is told), ``errors`` (the truth's error per quantity), ``timeshare`` (jobs sharing a GPU
+from their timelines, a package: ``model``, ``solve`` and ``kernel`` the solve, ``modes`` the sharing
+modes ``timeslice``/``mps``/``mps:N`` with ``mps`` the SM limits, ``fit`` and ``pairs`` its fits), ``interference`` (Gavel's measured pairs and
 the utilization-only baseline), ``policies/`` (one file per policy), ``gangs`` (multi-GPU jobs with a parallel
 plan, placed by node), ``result`` (the output contract), ``spec`` (the cluster),
 ``gavel`` (Gavel's packaged data and job-type mapping), ``sweep`` (many runs over a grid of

@@ -86,10 +86,10 @@ keeps 100,000 jobs on 2,048 GPUs fast without changing a single float of the res
 * the co-location solves (:mod:`gpucast.cluster.timeshare`) are remembered per set of job
   timelines, and the iteration of the rule both worlds use is one fused pass per round, the same
   float operations in the same order, compiled by Numba where it is installed
-  (:mod:`gpucast.cluster.timeshare_kernel`);
+  (:mod:`gpucast.cluster.timeshare.kernel`);
 * a placement scores every GPU state its job has not been scored on in one pass
   (``Policy._class_scores``): with Numba, ``gpucast`` and ``oracle`` hand the whole score of those
-  states to one compiled call (:func:`gpucast.cluster.timeshare_kernel.scores`, from what they
+  states to one compiled call (:func:`gpucast.cluster.timeshare.kernel.scores`, from what they
   keep per state: job count, each job's row of what the score reads, the residents' slowdowns),
   without it they solve the sets those scores need in one call (``timeshare.slowdowns_many``); and
   renumbering the index's states keeps the scores known for the states that remain;
@@ -113,7 +113,8 @@ from dataclasses import replace
 from itertools import chain, islice
 
 from gpucast import mig
-from gpucast.cluster import gangs, mps
+from gpucast.cluster import gangs
+from gpucast.cluster.timeshare import mps
 from gpucast.cluster.behaviour import with_slice_costs
 from gpucast.cluster.policies.base import GpuOccupancy, Policy
 from gpucast.cluster.rates import ARRIVE, FINISH, OOM, PROFILED, GpuRates

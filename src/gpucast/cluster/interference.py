@@ -38,7 +38,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from gpucast.cluster import gavel, sharing, timeshare
+from gpucast.cluster import gavel, timeshare
+from gpucast.cluster.timeshare import modes as sharing
 
 # Source: fit_report(gpu="v100-16gb") on Gavel's V100 pairs with gpucast analytic-0.1.0 utilizations
 # (as NVML reports them) of Gavel's jobs with their scripts' loaders and PyTorch 1.4 stack, the

@@ -16,7 +16,8 @@ from __future__ import annotations
 import heapq
 import math
 
-from gpucast.cluster import interference, sharing, timeshare
+from gpucast.cluster import interference, timeshare
+from gpucast.cluster.timeshare import modes as sharing
 
 __all__ = ["GpuRates", "FINISH", "OOM", "PROFILED", "ARRIVE"]
 

@@ -18,7 +18,7 @@ Nodes may differ in how their GPUs are shared, as operators configure it per nod
 device plugin's per-node config label picks time-slicing or MPS replicas): ``modes`` names each
 node's sharing mode (:data:`gpucast.cluster.timeshare.MODES`, or ``"mps:N"``: MPS as the device
 plugin's ``sharing.mps.replicas: N`` runs it, at most N clients each limited to ``1 / N`` of the
-SMs, alone too, :mod:`gpucast.cluster.mps`; None: the run's mode, ``simulate(sharing=...)``);
+SMs, alone too, :mod:`gpucast.cluster.timeshare.mps`; None: the run's mode, ``simulate(sharing=...)``);
 :meth:`ClusterSpec.with_mode` sets it on some nodes of whole GPUs. The truth and the policies read
 each GPU's mode; a GPU shared as MPS replicas takes one-GPU jobs only, as a MIG slice does (the
 device plugin refuses more than one replica to a request). A node's mode is fixed for the run: switching it
@@ -43,7 +43,7 @@ class ClusterSpec:
     start_whole: bool = False    # the nodes with two faces start with their whole GPUs open (else carved)
 
     def __post_init__(self):
-        from gpucast.cluster import mps
+        from gpucast.cluster.timeshare import mps
         from gpucast.cluster.timeshare import MODES
         from gpucast.hardware import get_gpu
 
@@ -188,7 +188,7 @@ class ClusterSpec:
     def max_job_gpus(self) -> int:
         """The most GPUs one job can get: the whole (uncarved) GPUs not shared as MPS replicas, at
         least 1 (a MIG slice and an ``"mps:N"`` GPU run one-GPU jobs only)."""
-        from gpucast.cluster import mps
+        from gpucast.cluster.timeshare import mps
 
         modes = self.modes if self.modes is not None else (None,) * len(self.nodes)
         return max(1, sum(n for (g, n), m in zip(self.nodes, modes) if ":" not in g and mps.replicas(m) is None))

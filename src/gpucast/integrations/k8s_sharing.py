@@ -11,7 +11,7 @@ mode's requests:
 * ``mps`` — the NVIDIA device plugin's MPS sharing (``sharing.mps.replicas``): one replica,
   ``nvidia.com/gpu: 1`` per GPU, and the client's limits in its environment
   (:func:`gpucast.integrations.resources.mps_env`): ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` = the
-  share in percent (the SMs its kernels may use: :mod:`gpucast.cluster.mps`) and
+  share in percent (the SMs its kernels may use: :mod:`gpucast.cluster.timeshare.mps`) and
   ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` = ``0=<MiB>M`` per visible device (its memory). A client may lower the thread percentage its replica was given,
   not raise it.
 * ``timeslice`` — the device plugin's time-slicing replicas: one replica per GPU,

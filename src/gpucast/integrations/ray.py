@@ -36,7 +36,7 @@ shared job's task also gets the MPS client limits that enforce its share
 of the SMs, and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` on device 0, the one GPU Ray makes visible to
 it), the spelling of the Kubernetes MPS mode. A job given whole GPUs gets none. Without a daemon,
 CUDA ignores them. How much slower a job runs at a thread limit is
-:func:`gpucast.cluster.mps.slowdowns`' question (``gpucast advise`` answers it).
+:func:`gpucast.cluster.timeshare.mps.slowdowns`' question (``gpucast advise`` answers it).
 
 Not done here: without MPS nothing enforces a fraction (pair it with a memory cap), and the GPU
 type is the one predicted for. Pinning it to nodes with that GPU (``accelerator_type``) is the

@@ -26,7 +26,7 @@ node, a Ray placement group of one bundle per node).
 
 Under NVIDIA MPS a share can also be enforced in the client's environment (:func:`mps_env`, from
 NVIDIA's MPS documentation): ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` = the share in percent (the SMs
-its kernels may use: :mod:`gpucast.cluster.mps`) and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` =
+its kernels may use: :mod:`gpucast.cluster.timeshare.mps`) and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` =
 ``<device>=<MiB>M`` per visible device (its memory). The Kubernetes MPS mode
 (:mod:`gpucast.integrations.k8s_sharing`) and Ray (:mod:`gpucast.integrations.ray`, ``mps=True``)
 spell it so.

@@ -71,7 +71,7 @@ async def place(req: dict, predictor: Predictor, settings: Settings) -> dict:
 
 def _mode(name, i: int):
     """A GPU's ``sharing`` field as the policies read it (None: time-slicing, the run's default)."""
-    from gpucast.cluster import mps
+    from gpucast.cluster.timeshare import mps
     from gpucast.cluster.timeshare import MODES
 
     if name is None:

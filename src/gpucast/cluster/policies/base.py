@@ -31,7 +31,8 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from gpucast.cluster import gangs, mps, sharing
+from gpucast.cluster import gangs
+from gpucast.cluster.timeshare import modes as sharing, mps
 from gpucast.cluster.behaviour import Observation
 from gpucast.cluster.policies.gang_choice import _INF, _TRUE, _gang_np, gang  # noqa: F401 (gang re-exported)
 
@@ -40,7 +41,7 @@ from gpucast.cluster.policies.gang_choice import _INF, _TRUE, _gang_np, gang  # 
 class GpuOccupancy:
     """One GPU as a policy sees it: its type, memory, node, what it was told of its jobs, and how
     its jobs share it (``mode``: :data:`gpucast.cluster.timeshare.MODES` or ``"mps:N"``,
-    :mod:`gpucast.cluster.sharing`; None: the run's mode)."""
+    :mod:`gpucast.cluster.timeshare.modes`; None: the run's mode)."""
 
     index: int
     gpu_type: str
@@ -110,7 +111,7 @@ class Policy:
 
     def cap(self, gpu: GpuOccupancy) -> int:
         """The most jobs ``gpu`` may hold: ``max_jobs_per_gpu``, and at most N on a GPU shared as
-        ``"mps:N"`` (the device plugin's MPS replicas, :func:`gpucast.cluster.mps.replicas`)."""
+        ``"mps:N"`` (the device plugin's MPS replicas, :func:`gpucast.cluster.timeshare.mps.replicas`)."""
         return self._cap(gpu.mode)
 
     def _cap(self, mode) -> int:

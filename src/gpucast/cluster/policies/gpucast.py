@@ -36,7 +36,7 @@ hold (:meth:`GpucastPolicy.wants_slices`, its own slowdowns and slice costs).
 
 **Sharing modes and services.** A GPU's slowdowns are solved in its own sharing mode
 (:class:`~gpucast.cluster.policies.base.GpuOccupancy` ``mode``: time-slicing, MPS, or MPS
-replicas ``"mps:N"``, :mod:`gpucast.cluster.sharing`): on replicas a job alone costs its SM limit
+replicas ``"mps:N"``, :mod:`gpucast.cluster.timeshare.modes`): on replicas a job alone costs its SM limit
 (its slowdown there minus one) and at most N jobs share the GPU. An inference service
 (:attr:`~gpucast.cluster.behaviour.Observation.latency_s`) is never placed where its told step
 (the upper end of its 80 % interval with ``cautious``) times its predicted slowdown would exceed
@@ -68,7 +68,8 @@ from bisect import bisect_right
 
 import numpy as np
 
-from gpucast.cluster import interference, mps, sharing, timeshare, timeshare_kernel
+from gpucast.cluster import interference, timeshare
+from gpucast.cluster.timeshare import kernel as timeshare_kernel, modes as sharing, mps
 from gpucast.cluster.policies.base import Policy, obs_for
 from gpucast.cluster.policies.memory_bound import DEFAULT_MEMORY_RISK, TOLD_Z, _z, memory_bound  # noqa: F401
 from gpucast.cluster.policies.gpucast_mig import CARVE_LOOK, MigCarving  # noqa: F401 (CARVE_LOOK re-exported)
@@ -204,7 +205,7 @@ class GpucastPolicy(MigCarving, Policy):
                 out[k] = self._cost(pre, job, self._remembered(g.jobs + (job,), g.gpu_type, keyed, g.mode))
         return out
 
-    # ---- the compiled score fill (gpucast.cluster.timeshare_kernel.scores): the same scores
+    # ---- the compiled score fill (gpucast.cluster.timeshare.kernel.scores): the same scores
     #
     # Each kind of observation (its _eq) is one row of a table of what the score reads of it
     # (_solve_inputs, its memory bound and weight); a GPU state is its jobs' rows and _eq numbers.
@@ -221,7 +222,7 @@ class GpucastPolicy(MigCarving, Policy):
 
     def _compiled_fill(self):
         """``(the compiled fill, its constants' use of measured pairs)`` where :meth:`_class_scores` can
-        hand the whole score to :func:`gpucast.cluster.timeshare_kernel.scores`, else ``None``:
+        hand the whole score to :func:`gpucast.cluster.timeshare.kernel.scores`, else ``None``:
         the score, its checks, cost and memory bound are this class's, the class that defines
         :meth:`_slowdowns` defines what it reads (:meth:`_solve_inputs`, :meth:`_solve_constants`)
         and what an ``_eq`` stands for (:meth:`score_key`), and the compiled solve covers the

@@ -17,7 +17,7 @@ co-location model interleaves, comes one of two ways:
   co-location physics with the solo runs known.
 
 :func:`fit` is least squares on the speeds (scipy's ``least_squares``; slice and switch in log
-space, within the bounds of :mod:`gpucast.cluster.timeshare_fit`, whose packing it reuses).
+space, within the bounds of :mod:`gpucast.cluster.timeshare.fit`, whose packing it reuses).
 :func:`holdout_report` holds out one workload family at a time (every pair with a job of that
 family), fits on the rest and scores the held-out pairs: per-job speed MAE against a constant
 (the training pairs' mean speed), against the constants fitted on another kind of timeline and
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from gpucast.cluster.timeshare import FITTED, Constants, JobTimeline, solve
-from gpucast.cluster.timeshare_fit import _pack, _unpack   # the same bounds, slice and switch in log space
+from gpucast.cluster.timeshare.fit import _pack, _unpack   # the same bounds, slice and switch in log space
 
 # Constants fitted here. host contention too: the measured host-bound jobs (an RL environment, a
 # Python negative sampler) keep nearly all their speed, which the fit must be free to say.

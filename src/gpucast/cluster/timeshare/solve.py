@@ -1,7 +1,7 @@
 """The fixed-point solve of :mod:`gpucast.cluster.timeshare`'s interleaving equations (that module's
 docstring states them): one set of jobs in canonical order (:func:`_plain`: damped iteration, time
 slices with the "held" stretch in one fused pass, compiled by Numba where installed through
-:mod:`gpucast.cluster.timeshare_kernel`; cached per set by :func:`_cached`) and many sets at once
+:mod:`gpucast.cluster.timeshare.kernel`; cached per set by :func:`_cached`) and many sets at once
 as arrays (:func:`solve`, under the constants it is given). :mod:`gpucast.cluster.timeshare` re-exports
 these names.
 """
@@ -12,8 +12,8 @@ import functools
 from typing import Sequence
 
 
-from gpucast.cluster import timeshare_kernel
-from gpucast.cluster.timeshare_model import (_HELD_CAP, _ITERATIONS, _TOLERANCE, Constants, JobTimeline, _by_held,
+from gpucast.cluster.timeshare import kernel as timeshare_kernel
+from gpucast.cluster.timeshare.model import (_HELD_CAP, _ITERATIONS, _TOLERANCE, Constants, JobTimeline, _by_held,
                                              _jit, _waits)
 
 

@@ -3,7 +3,7 @@
 ``timeslice`` and ``mps`` (:data:`gpucast.cluster.timeshare.MODES`) are
 :mod:`gpucast.cluster.timeshare`'s modes; ``"mps:N"`` is MPS as the NVIDIA device plugin's
 ``sharing.mps.replicas: N`` runs it, at most N clients each limited to ``1 / N`` of the SMs
-(:mod:`gpucast.cluster.mps`), where a job alone pays its limit too. The simulator's engine and
+(:mod:`gpucast.cluster.timeshare.mps`), where a job alone pays its limit too. The simulator's engine and
 policies ask here for a GPU whose mode may be any of them (``None``: the run's mode,
 :func:`gpucast.cluster.timeshare.set_mode`). The arithmetic is the two modules'; this one only
 chooses between them.
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from gpucast.cluster import mps, timeshare
+from gpucast.cluster import timeshare
+from gpucast.cluster.timeshare import mps
 from gpucast.cluster.timeshare import Constants, JobTimeline
 
 
@@ -39,7 +40,7 @@ def slowdowns_many(sets: Sequence[Sequence[JobTimeline]], c: Constants | None = 
 def shared_state(jobs: Sequence[JobTimeline], c: Constants | None = None,
                  mode: str | None = None) -> tuple[list[float], float]:
     """The slowdowns and what NVML reads of the GPU: :func:`gpucast.cluster.timeshare.shared_state`
-    (two or more jobs), or under ``"mps:N"`` :func:`gpucast.cluster.mps.shared_state` (one or more)."""
+    (two or more jobs), or under ``"mps:N"`` :func:`gpucast.cluster.timeshare.mps.shared_state` (one or more)."""
     k = mps.replicas(mode)
     if k is None:
         return timeshare.shared_state(jobs, c, mode)

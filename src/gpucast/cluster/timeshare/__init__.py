@@ -9,6 +9,15 @@ their bursts and gaps interleave: one job's kernels run in another's gaps, and w
 overlap the GPU alternates between the contexts. This module predicts each job's slowdown
 (shared step time over solo step time) for any set of jobs, measured together or never.
 
+A package: the ways one GPU is shared are its modes, one model with one interface. ``mode``
+``timeslice`` (time slices, the default) and ``mps`` (MPS without limits: kernels of different jobs
+at once, no context switch) are this module's; ``mps:N`` (MPS with per-client SM limits, the device
+plugin's replicas) is :mod:`.mps`, on these constants, and HAMi's core limits are a duty cycle on
+time slices (:func:`throttled`);
+:mod:`.modes` sends a GPU's mode to the right one. :mod:`.model` holds the timelines and constants,
+:mod:`.solve` and :mod:`.kernel` (Numba) the fixed-point solve, :mod:`.fit` and :mod:`.pairs` fit the
+constants on Gavel's and on current-GPU pairs.
+
 The model is a mean-value analysis of that interleaving with random relative phase (the jobs
 are not assumed to lock into a perfect alternation). For job ``i`` among the GPU's jobs, with
 ``a_j`` the share of time job ``j`` has kernels to run (its *activity* while shared) and the
@@ -64,18 +73,18 @@ lengthen until its kernels are three times slower, loses 7-18 % beside busy neig
 
 How it is solved: fixed-point iteration, damped (:func:`_plain`); time slices with the "held"
 stretch (both worlds the simulator runs in) in a fused pass that Numba compiles where it is
-installed (:mod:`gpucast.cluster.timeshare_kernel`, ``gpucast[fast]``; the same numbers to the last
+installed (:mod:`gpucast.cluster.timeshare.kernel`, ``gpucast[fast]``; the same numbers to the last
 bit), and :func:`slowdowns_many` solves many sets in one call.
 
 Two sets of constants, one per generation of measurement. :data:`CURRENT` (the default, and the
 simulator's ``measured-pairs`` world) is fitted on measured pairs of real training scripts on an
-RTX 3090 (``benchmarks/colocation_current.py``, :mod:`gpucast.cluster.timeshare_pairs`) with each
+RTX 3090 (``benchmarks/colocation_current.py``, :mod:`gpucast.cluster.timeshare.pairs`) with each
 job's timeline from gpucast's prediction alone, as gpucast's policies and a user without
 measurements see it (held out by family, per-job speed error 0.08 against 0.11 for a constant;
 0.06 with the timelines anchored to the measured solo runs: the rest is the predictions' error,
 ``benchmarks/results/colocation_current.md``). :data:`FITTED` (the ``gavel``
 world) is fitted to Gavel's measured co-located pairs on K80, P100 and
-V100 (``benchmarks/colocation.py``, :mod:`gpucast.cluster.timeshare_fit`), and so are per-job
+V100 (``benchmarks/colocation.py``, :mod:`gpucast.cluster.timeshare.fit`), and so are per-job
 corrections of the timelines of Gavel's job types (:data:`GAVEL_CORRECTIONS`, used for those job
 types only). Gavel's jobs' timelines are gpucast's predictions anchored to Gavel's measured solo
 step times (:func:`anchored`). Held-out error is in ``benchmarks/results/colocation.md``: on
@@ -92,12 +101,12 @@ import math
 from dataclasses import fields
 from typing import Sequence
 
-from gpucast.cluster import timeshare_kernel
+from gpucast.cluster.timeshare import kernel as timeshare_kernel
 # What is solved (a job's timeline, the constants, the solve's settings) and the fixed-point solve
 # itself live below this module; their names stay importable from here.
-from gpucast.cluster.timeshare_model import (_HELD_CAP, _ITERATIONS, _TOLERANCE, Constants, JobTimeline,  # noqa: F401
+from gpucast.cluster.timeshare.model import (_HELD_CAP, _ITERATIONS, _TOLERANCE, Constants, JobTimeline,  # noqa: F401
                                              _by_held, _jit, _waits)
-from gpucast.cluster.timeshare_solve import _cached, _canonical, _iterate_held, _key, _plain, _solve, solve  # noqa: F401
+from gpucast.cluster.timeshare.solve import _cached, _canonical, _iterate_held, _key, _plain, _solve, solve  # noqa: F401
 
 
 def _constants(d: dict, base: "Constants | None" = None) -> "Constants":
@@ -121,7 +130,7 @@ _FIT = _packaged_fit()
 # Source: benchmarks/colocation.py, fitted on every pair Gavel measured (K80/P100/V100), packaged in
 # gpucast/data/gavel/timeshare_fit.json with its provenance; Constants()' starts where it is absent.
 FITTED = _constants(_FIT.get("constants", {}))
-# Per (gpu, Gavel job type) timeline corrections from the same fit (timeshare_fit.corrected).
+# Per (gpu, Gavel job type) timeline corrections from the same fit (timeshare.fit.corrected).
 GAVEL_CORRECTIONS = {(r["gpu"], r["job_type"]): (float(r["busy_logit"]), float(r["log_gaps"]))
                      for r in _FIT.get("corrections", [])}
 
@@ -139,7 +148,7 @@ _CURRENT_FIT = _packaged_current()
 # Source: benchmarks/colocation_current.py, fitted on measured pairs of real training scripts on a
 # current GPU (an RTX 3090: Lucid's artifact, Hu et al. ASPLOS '23; the data is not packaged, only
 # these constants and their provenance, gpucast/data/timeshare_current.json), the jobs' timelines
-# gpucast's predictions of their solo runs (timeshare_pairs.predicted_timelines: nothing measured
+# gpucast's predictions of their solo runs (timeshare.pairs.predicted_timelines: nothing measured
 # about the jobs enters; the file keeps the fit on anchored timelines beside it, "anchored_constants").
 # FITTED's where absent.
 CURRENT = _constants(_CURRENT_FIT.get("constants", {}), FITTED.with_(stretch="held"))
@@ -254,7 +263,7 @@ def predicting() -> Constants:
 
 
 def compiled_scores(c: Constants, mode: str | None = None):
-    """:func:`gpucast.cluster.timeshare_kernel.scores` with the solve settings of :func:`slowdowns`
+    """:func:`gpucast.cluster.timeshare.kernel.scores` with the solve settings of :func:`slowdowns`
     under constants ``c``, or ``None`` where :func:`slowdowns_many` would not take the compiled
     solve for ``c`` and ``mode`` (MPS, the "want" stretch, Numba missing): the caller works in Python."""
     if not _jit(c, mode or _MODE[0]):
@@ -277,7 +286,7 @@ def slowdowns_many(sets: Sequence[Sequence[JobTimeline]], c: Constants | None = 
                    mode: str | None = None) -> list[list[float]]:
     """:func:`slowdowns` of each set of jobs in ``sets`` (each set one GPU's jobs), the same
     numbers to the last bit: the sets the compiled solve covers
-    (:mod:`gpucast.cluster.timeshare_kernel`) are solved in one call, which spends the
+    (:mod:`gpucast.cluster.timeshare.kernel`) are solved in one call, which spends the
     interpreter's overhead once (a placement asks for hundreds at a time), the rest one by one."""
     c = c if c is not None else _ACTIVE[0]
     mode = mode or _MODE[0]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from gpucast.cluster import timeshare_kernel
+from gpucast.cluster.timeshare import kernel as timeshare_kernel
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +108,7 @@ def _by_held(c: Constants) -> bool:
 
 
 def _jit(c: Constants, mode: str) -> bool:
-    """Whether sets under ``c`` and ``mode`` are solved by :mod:`gpucast.cluster.timeshare_kernel`
+    """Whether sets under ``c`` and ``mode`` are solved by :mod:`gpucast.cluster.timeshare.kernel`
     (time slices with the "held" stretch, Numba available); everything else is solved in Python."""
     return mode == "timeslice" and _by_held(c) and timeshare_kernel.available()
 
