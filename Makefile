@@ -4,10 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Test processes (pytest-xdist; each test file runs whole in one of them). 2 on this project's 2-core
-# machine: the suite takes about 7.5 min instead of 12 (docs/contributing.md).
+# machine (docs/contributing.md).
 TEST_WORKERS ?= 2
 
-.PHONY: run test bench docs clean
+.PHONY: run test test-slow bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,13 @@ $(STAMP): $(BIN)/python pyproject.toml
 run: $(STAMP)
 	$(BIN)/gpucast demo
 
+# `make test`: everything but the end-to-end runs marked slow (real gpucast processes, a live Slurm, Ray,
+# whole simulations), minutes on this project's 2-core machine; `make test-slow` runs those; CI runs both.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m slow
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/capture_speed.py

@@ -21,6 +21,8 @@ import pytest
 from gpucast.cli import DEMO_GPUS, DEMO_JOBS
 from gpucast.job import Job
 
+pytestmark = pytest.mark.slow  # end-to-end: `make test-slow` (docs/contributing.md)
+
 BIN = Path(sys.executable).parent / "gpucast"
 CMD = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "gpucast.cli"]
 REQUIRED_GPUS = {"k80", "p100", "v100-16gb", "v100-32gb", "t4", "a10", "l4", "rtx-3090", "rtx-4090",

@@ -13,6 +13,8 @@ import pytest
 from gpucast.graph.onnx.export import export_zoo
 from tests.test_cli import CMD, TIMEOUT_S
 
+pytestmark = pytest.mark.slow  # end-to-end: `make test-slow` (docs/contributing.md)
+
 MODULE_PY = """\
 import torch.nn as nn
 

@@ -35,6 +35,7 @@ HEAVY = ("torch", "torchvision", "transformers")
 RUNNER = f"""
 import json, sys
 from gpucast.cli import main
+
 sys.argv = ["gpucast", *json.loads(sys.argv[1])]
 code = 0
 try:
@@ -114,6 +115,7 @@ def runs(tmp_path_factory):
     return out, {"shared": shared, "flag": flag, "var": var}
 
 
+@pytest.mark.slow  # the module fixture's real CLI processes
 def test_a_hit_prints_what_the_miss_printed_without_importing_torch(runs):
     r, _ = runs
     assert "torch" in r["miss"].heavy  # the check sees torch where a capture ran
@@ -122,6 +124,7 @@ def test_a_hit_prints_what_the_miss_printed_without_importing_torch(runs):
     assert "gpucast prediction" in r["hit"].stdout and "mlp-small" in r["hit"].stdout
 
 
+@pytest.mark.slow  # the module fixture's real CLI processes
 def test_a_json_hit_is_byte_identical_to_a_fresh_prediction(runs):
     r, dirs = runs
     assert "torch" in r["flag"].heavy  # --no-cache predicted afresh
@@ -132,6 +135,7 @@ def test_a_json_hit_is_byte_identical_to_a_fresh_prediction(runs):
     assert Prediction.from_dict(stored).to_dict() == stored
 
 
+@pytest.mark.slow  # the module fixture's real CLI processes
 def test_no_cache_flag_and_variable_neither_write_nor_read(runs):
     r, dirs = runs
     assert "torch" in r["var"].heavy
@@ -140,6 +144,7 @@ def test_no_cache_flag_and_variable_neither_write_nor_read(runs):
         assert not (dirs[name] / disk_cache.SUBDIR).exists(), name
 
 
+@pytest.mark.slow  # the module fixture's real CLI processes
 def test_a_config_file_asked_again_is_a_hit_without_transformers(runs):
     r, _ = runs
     assert "transformers" in r["hf_miss"].heavy and "torch" in r["hf_miss"].heavy  # checked and captured
@@ -148,6 +153,7 @@ def test_a_config_file_asked_again_is_a_hit_without_transformers(runs):
     assert json.loads(r["hf_hit"].stdout)["job"]["model"] == "hf:bert"
 
 
+@pytest.mark.slow  # the module fixture's real CLI processes
 def test_an_edited_config_file_misses(runs):
     r, _ = runs
     assert "torch" in r["hf_changed"].heavy  # captured afresh

@@ -7,6 +7,8 @@ from typer.testing import CliRunner
 from gpucast.cluster import mixes
 from gpucast.cluster.truth import Profile, predict_cached
 
+SLOW = pytest.mark.slow  # whole mixes drawn and simulated: `make test-slow` (docs/contributing.md)
+
 # Stated tolerances of the drawn mixes (fixed seed 0), in utilization points: the candidates'
 # predicted utilizations are discrete and a block of ten jobs can only approximate ten quantiles.
 MEAN_TOLERANCE = 3.0
@@ -23,6 +25,7 @@ def _stats(trace, name):
     return mixes.statistics(trace, lambda j: predict_cached(Profile.from_trace_job(j), gpu).util_pct)
 
 
+@SLOW
 def test_philly_mix_averages_about_52_percent(drawn):
     s = _stats(drawn["philly-mix"], "philly-mix")
     assert abs(s["mean_pct"] - 52.0) <= MEAN_TOLERANCE
@@ -30,12 +33,14 @@ def test_philly_mix_averages_about_52_percent(drawn):
     assert s["p10_pct"] < 30 < 80 < s["p90_pct"]       # a spread, not one job type
 
 
+@SLOW
 def test_pai_mix_has_a_median_of_ten_percent_or_less(drawn):
     s = _stats(drawn["pai-mix"], "pai-mix")
     assert abs(s["median_pct"] - 10.0) <= MEDIAN_TOLERANCE
     assert s["share_under_100_pct"] >= 98.0             # 98 % of PAI's tasks used less than they asked
 
 
+@SLOW
 def test_a_mix_keeps_the_traces_arrivals_sizes_and_durations(drawn):
     from gpucast.cluster.traces import load_trace, solo_duration_s
 
@@ -47,11 +52,13 @@ def test_a_mix_keeps_the_traces_arrivals_sizes_and_durations(drawn):
     assert len({j.profile_key for j in mix.jobs}) >= 20
 
 
+@SLOW
 def test_the_same_seed_draws_the_same_mix(drawn):
     again = mixes.build("pai-mix")
     assert [j.fields for j in again.jobs] == [j.fields for j in drawn["pai-mix"].jobs]
 
 
+@SLOW
 @pytest.mark.parametrize("world", ["measured-pairs", "gavel"])
 @pytest.mark.parametrize("name", mixes.MIX_NAMES)
 def test_every_policy_runs_end_to_end_on_each_mix_and_world(drawn, name, world):
@@ -112,6 +119,7 @@ def test_a_bad_mix_file_gets_one_clear_error_line(tmp_path, text, expect):
     assert not out.exists()
 
 
+@SLOW
 def test_a_gang_larger_than_the_cluster_or_its_nodes_is_one_error_line(tmp_path):
     from gpucast.cli import app
 
@@ -128,6 +136,7 @@ def test_a_gang_larger_than_the_cluster_or_its_nodes_is_one_error_line(tmp_path)
         assert len(lines) == 1 and lines[0].startswith("error:") and expect in lines[0], r.output
 
 
+@SLOW
 def test_a_users_own_mix_from_a_small_yaml(tmp_path):
     p = tmp_path / "mine.yaml"
     p.write_text("name: mine\ntrace: gavel:ee9e8c\ntarget: {mean: 0.6, concentration: 4}\n"

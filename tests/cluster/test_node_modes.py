@@ -18,6 +18,8 @@ from gpucast.cluster.policies.gpucast import GpucastPolicy
 from gpucast.cluster.timeshare import JobTimeline
 from gpucast.cluster.truth import Truth
 
+pytestmark = pytest.mark.slow  # end-to-end: `make test-slow` (docs/contributing.md)
+
 GiB = 1 << 30
 
 

@@ -16,6 +16,8 @@ from gpucast.cluster.policies.base import GpuOccupancy, Policy
 from gpucast.cluster.policies.gpucast import GpucastPolicy
 from gpucast.cluster.trace_formats import Trace, TraceJob
 
+pytestmark = pytest.mark.slow  # end-to-end: `make test-slow` (docs/contributing.md)
+
 GPU = "a100-80gb"
 
 

@@ -17,6 +17,8 @@ from gpucast.cluster.policies.gpucast import GpucastPolicy
 from gpucast.cluster.result import JobRecord
 from gpucast.cluster.trace_formats import Trace, TraceJob
 
+pytestmark = pytest.mark.slow  # end-to-end: `make test-slow` (docs/contributing.md)
+
 GiB = 1 << 30
 GPU = "a100-80gb"
 

@@ -10,6 +10,8 @@ import gpucast.cluster as cl
 from gpucast.cluster import interference, timeshare
 from gpucast.cluster.timeshare import JobTimeline
 
+pytestmark = pytest.mark.slow  # end-to-end: `make test-slow` (docs/contributing.md)
+
 
 @pytest.mark.parametrize("mode", timeshare.MODES)
 def test_a_job_slows_more_the_more_its_neighbour_wants_the_sms(mode):

@@ -12,6 +12,8 @@ import pytest
 import gpucast.cluster as cl
 from gpucast.cluster import metrics, sweep
 
+pytestmark = pytest.mark.slow  # end-to-end: `make test-slow` (docs/contributing.md)
+
 BASE = sweep.Base(trace="gavel", gpus=8, limit=60, policies=("slot", "gpucast"))
 AXES = {"load": [1.0, 2.0], "seed": [0, 1]}
 

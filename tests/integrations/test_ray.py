@@ -22,6 +22,8 @@ from gpucast.integrations.resources import gpu_share  # noqa: E402
 from gpucast.prediction import Prediction  # noqa: E402
 from made_predictions import made_prediction
 
+pytestmark = pytest.mark.slow  # end-to-end: `make test-slow` (docs/contributing.md)
+
 GPU = "a100-80gb"
 SMALL = {"model": "mlp-small", "batch_size": 32,  # benchmark-style: inputs on the GPU (its MNIST
          "data": {"source": "device"},              # loader would make it loader-bound and tiny)

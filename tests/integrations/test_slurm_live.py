@@ -31,6 +31,8 @@ import slurm_cluster
 from serve_process import metric, running_service
 from slurm_cluster import SHARDS_PER_GPU, SlurmCluster
 
+pytestmark = pytest.mark.slow  # end-to-end: `make test-slow` (docs/contributing.md)
+
 GPU = "a100-80gb"
 SMALL = {"model": "mlp-small", "batch_size": 32,  # benchmark-style: inputs on the GPU (its MNIST
          "data": {"source": "device"},              # loader would make it loader-bound and tiny)
