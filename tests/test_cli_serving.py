@@ -29,6 +29,11 @@ def runs(tmp_path_factory):
                    "--set", "serve.input_len=128", "--set", "serve.output_len=16", "-g", "a100-80gb,h100",
                    "--tensors", "1,2", "--tpot", "1", "--json"],
         "err_advise_target": ["advise", "--hf-config", cfg, "--mode", "serve", "--ttft", "-1"],
+        "err_replicas": ["advise", "--hf-config", cfg, "--mode", "serve", "--replicas", "0"],
+        "advise_replicas": ["advise", "--hf-config", cfg, "--mode", "serve", "--precision", "bf16", "-b", "4",
+                            "--set", "serve.input_len=128", "--set", "serve.output_len=16", "--set",
+                            "serve.request_rate=8000", "--set", "serve.num_requests=200", "-g", "l4",
+                            "--tensors", "1", "--tpot", "0.0033", "--replicas", "8"],
         "err_engine": base + ["--set", "serve.engine=tgi"],
         "err_length": base + ["--set", "serve.input_len=0"],
         "err_context": base + ["--set", "serve.input_len=2000", "--set", "serve.output_len=100"],
@@ -65,9 +70,15 @@ def test_advise_serve_sizes_the_deployment(runs):
     assert best["usd_per_million_tokens"] == min(o["usd_per_million_tokens"] for o in a["options"] if o["feasible"])
 
 
+def test_advise_serve_sizes_the_replicas_in_its_table(runs):
+    r = runs["advise_replicas"]
+    assert r.rc == 0, str(r)
+    assert "replicas" in r.stdout and "replicas of 1 x l4" in r.stdout
+
+
 @pytest.mark.parametrize("name, needle", [
     ("err_engine", "serve.engine"), ("err_length", "serve.input_len"), ("err_context", "more than the model's 2048"),
-    ("err_load", "two kinds of load"), ("err_advise_target", "--ttft"), ("err_zoo", "Hugging Face decoder"), ("err_group", "applies to mode 'serve'"),
+    ("err_load", "two kinds of load"), ("err_advise_target", "--ttft"), ("err_replicas", "--replicas"), ("err_zoo", "Hugging Face decoder"), ("err_group", "applies to mode 'serve'"),
 ])
 def test_bad_serving_input_is_one_error_line_and_exit_2(runs, name, needle):
     r = runs[name]

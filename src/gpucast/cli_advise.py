@@ -204,6 +204,9 @@ def register(app: typer.Typer, cli) -> None:
                                                                             "at most this many seconds."),
                    engines: Optional[str] = typer.Option(None, "--engines", help="Serving: engines to try, e.g. "
                                                                                 "vllm,sglang (default: the job's)."),
+                   replicas: int = typer.Option(1, "--replicas", help="Serving: at most this many replicas of a "
+                                                                      "deployment behind a load balancer, each "
+                                                                      "serving its share of the load."),
                    report: Optional[Path] = typer.Option(None, "--report", help="Write the plot of the front here: an "
                                                                                "HTML page (offline) or, for "
                                                                                "FILE.svg, a static image."),
@@ -250,7 +253,7 @@ def register(app: typer.Typer, cli) -> None:
                 from gpucast.cli_advise_serving import advise_serving_cmd
 
                 advise_serving_cmd(cli, kw, parse_list(tensors, "--tensors"), parse_list(engines, "--engines", str),
-                                   ttft, tpot, prices, provider, as_json)
+                                   ttft, tpot, prices, provider, as_json, replicas)
                 return
             result = _search(kw)
             if reserved is not None:

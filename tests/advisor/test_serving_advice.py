@@ -39,3 +39,65 @@ def test_an_impossible_target_is_refused_with_its_reason():
 def test_only_serving_jobs_are_advised():
     with pytest.raises(JobError, match="mode 'serve'"):
         advise_serving(Job("resnet50"), ["a100-80gb"])
+
+
+def _busy_job(rate=2000.0):
+    return Job.from_hf_config(SMALL, batch_size=8, precision="bf16", mode="serve",
+                              serve=dict(input_len=256, output_len=32, request_rate=rate, num_requests=400))
+
+
+def test_replicas_share_a_load_one_deployment_cannot_meet():
+    from gpucast.api import predict
+
+    job = _busy_job()
+    alone = advise_serving(job, ["l4"], tensors=(1,), tpot_s=0.004)
+    assert alone.best is None and "TPOT" in alone.options[0].why and alone.options[0].replicas == 1
+    fleet = advise_serving(job, ["l4"], tensors=(1,), tpot_s=0.004, replicas=16)
+    o = fleet.options[fleet.best]
+    assert 1 < o.replicas <= 16 and f"{o.replicas} replicas of 1 x l4" in fleet.message
+    # one replica serves a Poisson stream at the rate over the replicas (a Poisson stream split at random)
+    one = predict(job.with_(serve=dict(job.serve.to_dict(), engine="vllm", request_rate=2000.0 / o.replicas)), "l4")
+    assert o.tpot_p90_s == pytest.approx(one.serving["tpot_p90_s"])
+    assert o.output_tokens_per_s == pytest.approx(o.replicas * one.serving["output_tokens_per_s"])
+    # ... and the fleet costs its replicas' GPUs for the tokens they generate together
+    assert o.usd_per_million_tokens == pytest.approx(
+        o.usd_per_gpu_hour * o.replicas / (o.output_tokens_per_s * 3600) * 1e6)
+    # the fewest that do: one replica fewer misses the target
+    fewer = predict(job.with_(serve=dict(job.serve.to_dict(), engine="vllm",
+                                         request_rate=2000.0 / (o.replicas - 1))), "l4")
+    assert fewer.serving["tpot_p90_s"] > 0.004
+
+
+def test_more_replicas_are_not_tried_for_what_they_cannot_mend():
+    # an impossible target holds at any count: the search stops at the most replicas it may try;
+    # a GPU without a price is not a matter of load: one replica, no more
+    a = advise_serving(_busy_job(), ["l4"], tensors=(1,), ttft_s=1e-6, replicas=4)
+    assert a.best is None and a.options[0].replicas == 4
+    calls = []
+
+    def counting(job, gpu):
+        from gpucast.api import predict
+        calls.append(job)
+        return predict(job, gpu)
+    b = advise_serving(_busy_job(), ["l4"], tensors=(1,), tpot_s=0.004, replicas=8, predict=counting,
+                       provider="nowhere")
+    assert b.best is None and len(calls) == 1 and "no price" in b.options[0].why
+
+
+def test_a_replica_takes_its_share_of_each_kind_of_load():
+    from gpucast.advisor.serving import replica_share
+
+    closed = Job.from_hf_config(SMALL, batch_size=8, precision="bf16", mode="serve",
+                                serve=dict(input_len=64, output_len=8, concurrency=10))
+    assert replica_share(closed, 4).serve.concurrency == 3  # ceil(10 / 4)
+    static = Job.from_hf_config(SMALL, batch_size=10, precision="bf16", mode="serve",
+                                serve=dict(input_len=64, output_len=8))
+    assert replica_share(static, 4).batch_size == 3
+    assert replica_share(_busy_job(), 5).serve.request_rate == pytest.approx(400.0)
+    assert replica_share(static, 1) is static
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, 5000])
+def test_a_bad_replica_count_is_refused(bad):
+    with pytest.raises(JobError, match="--replicas"):
+        advise_serving(_busy_job(), ["l4"], replicas=bad)

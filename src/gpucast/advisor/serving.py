@@ -1,5 +1,6 @@
-"""Sizing an LLM deployment: which GPU type, how many (tensor parallelism), which precision and engine
-meet a latency target at the job's load for the fewest dollars per million output tokens.
+"""Sizing an LLM deployment: which GPU type, how many (tensor parallelism), which precision and engine,
+and how many replicas of it, meet a latency target at the job's load for the fewest dollars per million
+output tokens.
 
 Every candidate is the job (``mode: serve``) with one GPU type, tensor degree, precision and engine,
 predicted by :func:`gpucast.api.predict` (its ``serving`` run: gpucast.estimate.serving). A candidate
@@ -10,8 +11,18 @@ at: a deployment that falls behind ends its run with a queue). Its cost per mill
 hourly price over the tokens it generates in an hour at the load (the load's own rate when it keeps
 up: a deployment is paid for by the hour, busy or not). The cheapest feasible candidate is the answer.
 
-Not modelled: replicas behind a load balancer (one deployment serves the whole load), pipeline
-parallelism, autoscaling, the price of the CPU hosts.
+Replicas (``replicas``: at most that many copies of a deployment behind a load balancer, 1 by default):
+a candidate that misses a latency target or falls behind its load with one replica is tried with 2, 4,
+... copies, each serving its share of the load (:func:`replica_share`), until one count meets the
+targets; the answer is the smallest such count. The load balancer sends each request to a replica at
+random, so a Poisson stream of rate ``lambda`` reaches each of ``r`` replicas as a Poisson stream of
+rate ``lambda / r`` (the splitting property of Poisson processes); a closed loop of ``C`` requests in
+flight keeps ``ceil(C / r)`` on each and a static batch of ``B`` prompts gives each ``ceil(B / r)``.
+Identical replicas under identical loads have the same latency distribution, so one replica's run is
+the fleet's percentiles; the fleet generates ``r`` times its tokens and costs ``r`` times its GPUs.
+
+Not modelled: routing smarter than random (least-loaded or prefix-affine balancers shorten queues and
+raise prefix-cache hits), pipeline parallelism, autoscaling, the price of the CPU hosts.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ class ServingOption:
     output_tokens_per_s: float | None = None
     usd_per_gpu_hour: float | None = None
     usd_per_million_tokens: float | None = None
+    replicas: int = 1  # copies of the deployment behind a load balancer (the tensor degree's GPUs each)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -58,16 +70,41 @@ class ServingAdvice:
                 "targets": self.targets}
 
 
-def _candidate(job: Job, gpu: str, t: int, precision: str, engine: str) -> Job:
+def replica_share(job: Job, r: int) -> Job:
+    """The load one of ``r`` replicas serves (module docstring): a Poisson rate over ``r``, a closed loop's
+    requests in flight or a static batch's prompts shared out, ``ceil`` of their share each."""
+    if r == 1:
+        return job
+    serve = job.serve or Serve()
+    if serve.load == "poisson":
+        return job.with_(serve=replace(serve, request_rate=serve.request_rate / r))
+    if serve.load == "closed":
+        return job.with_(serve=replace(serve, concurrency=math.ceil(serve.concurrency / r)))
+    return job.with_(batch_size=math.ceil(job.batch_size / r), serve=replace(serve, num_requests=None))
+
+
+def _candidate(job: Job, gpu: str, t: int, precision: str, engine: str, r: int = 1) -> Job:
     serve = replace(job.serve or Serve(), engine=engine)
-    return job.with_(precision=precision, gpus=t, parallel=(dict(tensor=t) if t > 1 else None), serve=serve)
+    one = job.with_(precision=precision, gpus=t, parallel=(dict(tensor=t) if t > 1 else None), serve=serve)
+    return replica_share(one, r)
+
+
+def _replica_counts(most: int) -> list[int]:
+    """1, 2, 4, ... up to ``most`` (``most`` itself last when it is not a power of two)."""
+    out, r = [], 1
+    while r < most:
+        out.append(r)
+        r *= 2
+    return out + [most]
 
 
 def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DEFAULT_TENSORS,
                    precisions: Sequence[str] | None = None, engines: Sequence[str] = DEFAULT_ENGINES,
                    ttft_s: float | None = None, tpot_s: float | None = None, prices=None, provider: str | None = None,
-                   progress: Callable[[int, int], None] | None = None, predict=None) -> ServingAdvice:
-    """The cheapest deployment of ``job`` meeting the targets (module docstring)."""
+                   progress: Callable[[int, int], None] | None = None, predict=None,
+                   replicas: int = 1) -> ServingAdvice:
+    """The cheapest deployment of ``job`` meeting the targets, with at most ``replicas`` copies of it
+    (module docstring)."""
     from gpucast.advisor import prices as price_tables
 
     if job.mode != "serve":
@@ -75,6 +112,8 @@ def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DE
     for name, v in (("ttft", ttft_s), ("tpot", tpot_s)):
         if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
             raise JobError(f"--{name} must be positive seconds, got {v!r}")
+    if not (isinstance(replicas, int) and not isinstance(replicas, bool) and 1 <= replicas <= 1024):
+        raise JobError(f"--replicas must be a whole number from 1 to 1024, got {replicas!r}")
     if predict is None:
         from gpucast.api import predict
     table = prices if isinstance(prices, price_tables.PriceTable) else price_tables.load(prices)
@@ -83,39 +122,28 @@ def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DE
     serve = job.serve or Serve()
     options = []
     for i, (g, t, p, e) in enumerate(combos):
-        price = table.price(g, provider)
-        try:
-            pred = predict(_candidate(job, g, t, p, e), g)
-        except JobError as exc:
-            options.append(ServingOption(g, t, p, e, False, str(exc)))
-            continue
-        finally:
-            if progress is not None:
-                progress(i + 1, len(combos))
-        s = pred.serving
-        why = []
-        if not pred.fits_in_memory:
-            why.append("does not fit")
-        if s["finished"] < s["requests"]:
-            why.append(f"{s['requests'] - s['finished']} requests never finish")
-        if ttft_s is not None and not s["ttft_p90_s"] <= ttft_s:
-            why.append(f"p90 TTFT {s['ttft_p90_s']:.3g} s > {ttft_s:g} s")
-        if tpot_s is not None and not s["tpot_p90_s"] <= tpot_s:
-            why.append(f"p90 TPOT {s['tpot_p90_s'] * 1e3:.3g} ms > {tpot_s * 1e3:g} ms")
-        if serve.load == "poisson" and s["arrival_span_s"] > 0:
-            # a deployment that keeps up finishes about one typical latency after the last arrival;
-            # one that falls behind builds a queue that the run's end still holds
-            offered = (s["requests"] - 1) / s["arrival_span_s"]
-            served = s["finished"] / max(s["latency_s"] - s["e2e_p50_s"], 1e-9)
-            if served < KEEP_UP * offered:
-                why.append(f"serves {served:.3g} of {offered:.3g} requests/s: a queue builds")
-        usd = price.usd_per_gpu_hour if price is not None else None
-        per_m = (usd * t / (s["output_tokens_per_s"] * 3600) * 1e6
-                 if usd is not None and s["output_tokens_per_s"] > 0 else None)
-        if usd is None:
-            why.append("no price")
-        options.append(ServingOption(g, t, p, e, not why, "; ".join(why) or "meets the targets", s["ttft_p90_s"],
-                                     s["tpot_p90_s"], s["output_tokens_per_s"], usd, per_m))
+        usd = (table.price(g, provider) or _NO_PRICE).usd_per_gpu_hour
+
+        def one(r):
+            return _option(job, serve, predict, g, t, p, e, r, usd, ttft_s, tpot_s)
+        below = 0  # the most replicas known to fall short of the targets
+        for r in _replica_counts(replicas):
+            option, load_bound = one(r)
+            if option.feasible or not load_bound:
+                break  # more replicas only help a deployment that its load holds back
+            below = r
+        if option.feasible:  # the fewest replicas between the last count that fell short and this one
+            above = option.replicas
+            while above - below > 1:
+                mid = (above + below) // 2
+                trial, _ = one(mid)
+                if trial.feasible:
+                    above, option = mid, trial
+                else:
+                    below = mid
+        options.append(option)
+        if progress is not None:
+            progress(i + 1, len(combos))
     feasible = [i for i, o in enumerate(options) if o.feasible]
     best = min(feasible, key=lambda i: options[i].usd_per_million_tokens) if feasible else None
     targets = {"ttft_p90_s": ttft_s, "tpot_p90_s": tpot_s, "load": serve.load, "request_rate": serve.request_rate}
@@ -123,8 +151,51 @@ def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DE
         message = f"no deployment of the {len(options)} tried meets the targets"
     else:
         o = options[best]
-        message = (f"{o.tensor} x {o.gpu} ({o.precision}, {o.engine}): p90 TTFT {o.ttft_p90_s:.3g} s, p90 TPOT "
+        copies = f"{o.replicas} replicas of " if o.replicas > 1 else ""
+        message = (f"{copies}{o.tensor} x {o.gpu} ({o.precision}, {o.engine}): p90 TTFT {o.ttft_p90_s:.3g} s, p90 TPOT "
                    f"{o.tpot_p90_s * 1e3:.3g} ms, {o.output_tokens_per_s:.0f} output tokens/s, "
                    f"${o.usd_per_million_tokens:.2f} per million output tokens: the cheapest of {len(feasible)} "
                    f"that meet the targets ({len(options)} tried)")
     return ServingAdvice(options, best, message, targets)
+
+
+class _NoPrice:
+    usd_per_gpu_hour = None
+
+
+_NO_PRICE = _NoPrice()
+
+
+def _option(job: Job, serve: Serve, predict, g: str, t: int, p: str, e: str, r: int, usd: float | None,
+            ttft_s: float | None, tpot_s: float | None) -> tuple[ServingOption, bool]:
+    """One candidate with ``r`` replicas, and whether what it misses is its load's doing (latency, a queue,
+    requests left unfinished): more replicas may then meet the targets."""
+    try:
+        pred = predict(_candidate(job, g, t, p, e, r), g)
+    except JobError as exc:
+        return ServingOption(g, t, p, e, False, str(exc), replicas=r), False
+    s = pred.serving
+    why, load = [], []
+    if not pred.fits_in_memory:
+        why.append("does not fit")
+    if s["finished"] < s["requests"]:
+        load.append(f"{s['requests'] - s['finished']} requests never finish")
+    if ttft_s is not None and not s["ttft_p90_s"] <= ttft_s:
+        load.append(f"p90 TTFT {s['ttft_p90_s']:.3g} s > {ttft_s:g} s")
+    if tpot_s is not None and not s["tpot_p90_s"] <= tpot_s:
+        load.append(f"p90 TPOT {s['tpot_p90_s'] * 1e3:.3g} ms > {tpot_s * 1e3:g} ms")
+    if serve.load == "poisson" and s["arrival_span_s"] > 0:
+        # a deployment that keeps up finishes about one typical latency after the last arrival;
+        # one that falls behind builds a queue that the run's end still holds
+        offered = (s["requests"] - 1) / s["arrival_span_s"]
+        served = s["finished"] / max(s["latency_s"] - s["e2e_p50_s"], 1e-9)
+        if served < KEEP_UP * offered:
+            load.append(f"serves {served:.3g} of {offered:.3g} requests/s: a queue builds")
+    if usd is None:
+        why.append("no price")
+    why += load
+    fleet = r * s["output_tokens_per_s"]
+    per_m = usd * t * r / (fleet * 3600) * 1e6 if usd is not None and fleet > 0 else None
+    option = ServingOption(g, t, p, e, not why, "; ".join(why) or "meets the targets", s["ttft_p90_s"],
+                           s["tpot_p90_s"], fleet, usd, per_m, replicas=r)
+    return option, bool(load) and pred.fits_in_memory and usd is not None
