@@ -8,11 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
+from read_only_dir import read_only_dir
 
 from gpucast import fileio
 from gpucast.fileio import OutputError, atomic_write_text, check_output_dir, reserve_output, reserve_outputs
-
-ROOT = os.geteuid() == 0
 
 
 def test_a_reservation_creates_its_temporary_file_now_and_commits_atomically(tmp_path):
@@ -51,17 +50,11 @@ def test_an_unwritable_destination_is_one_error_naming_the_flag(tmp_path, where,
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.skipif(ROOT, reason="root writes into read-only directories")
 def test_a_read_only_directory_is_refused(tmp_path):
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o555)
-    try:
+    with read_only_dir(tmp_path / "ro") as ro:
         with pytest.raises(OutputError, match="cannot create a file in directory"):
             reserve_output(ro / "x.json", "--json")
         assert list(ro.iterdir()) == []
-    finally:
-        ro.chmod(0o755)
 
 
 def test_a_write_failure_after_the_work_is_one_error_and_leaves_nothing(tmp_path, monkeypatch):
