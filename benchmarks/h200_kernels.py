@@ -101,9 +101,11 @@ def _module_row(row: dict):
         cin, cout, k, st, hw, g = CONV_LAYERS[name]
         n = int(n[1:])
 
-        def build():
-            x = torch.empty(n, cin, hw, hw, dtype=dtype, requires_grad=True)
-            w = torch.empty(cout, cin // g, k, k, dtype=dtype, requires_grad=True)
+        fmt = torch.contiguous_format if "nchw" in shape else torch.channels_last  # no word: channels-last
+
+        def build():  # the layout as measured (cuDNN transposes NCHW half-precision tensors: graph.layouts)
+            x = torch.empty(n, cin, hw, hw, dtype=dtype).to(memory_format=fmt).requires_grad_(True)
+            w = torch.empty(cout, cin // g, k, k, dtype=dtype).to(memory_format=fmt).requires_grad_(True)
             return (lambda: F.conv2d(x, w, None, st, k // 2, 1, g)), (x, w)
         return _recorded(build, op == "fwd+bwd"), "bf16" if dt == "bf16" else "fp32"
     if section == "batchnorm":

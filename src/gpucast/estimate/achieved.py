@@ -13,7 +13,7 @@ flash kernel in every release, or ``flash3``, the Hopper kernels of the flash-at
 
 ``bandwidth_per_sm`` in the same file holds, per memory-bound family whose kernels are reductions
 (``batchnorm``, ``batchnorm_bf16``: BatchNorm on bf16 inputs with fp32 parameters, as autocast runs
-it; ``layernorm``; ``softmax``), what one SM's blocks move per second: such kernels keep a fixed number
+it; ``layernorm``; ``softmax``; ``transpose``: cuDNN's NCHW/NHWC transposes, :mod:`gpucast.graph.layouts`), what one SM's blocks move per second: such kernels keep a fixed number
 of loads in flight per SM, so (Little's law) their rate is this figure times the SMs of the GPU or
 slice, capped by the DRAM roofline; plain elementwise kernels reach the roofline. Measured on our
 H200 (the sources say where), an extrapolation elsewhere.
@@ -66,7 +66,7 @@ def fractions(architecture: str, attention: str | None = None) -> dict[str, floa
     return {f: _value(own.get(f, t["reference"][f]), att) for f in FAMILIES}
 
 
-MEMORY_FAMILIES = ("batchnorm", "batchnorm_bf16", "layernorm", "softmax")
+MEMORY_FAMILIES = ("batchnorm", "batchnorm_bf16", "layernorm", "softmax", "transpose")
 
 
 @lru_cache(maxsize=1)
@@ -87,6 +87,8 @@ def memory_family_of(category: str, op: str = "", dtype: str = "") -> str:
         return "layernorm"
     if category == "softmax":
         return "softmax"
+    if category == "copy" and op in ("cudnn_nchw_to_nhwc", "cudnn_nhwc_to_nchw"):
+        return "transpose"  # cuDNN's layout transposes around a half-precision NCHW convolution
     return ""
 
 

@@ -42,7 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from gpucast import imports
-from gpucast.graph import rules
+from gpucast.graph import layouts, rules
 from gpucast.graph.blocks import PRE, BlockWatch, activation_regions, find_blocks, heads_of
 from gpucast.graph.memory import MemoryTracker
 from gpucast.graph.mirror import CudaMirror
@@ -118,6 +118,9 @@ class _Recorder(TorchDispatchMode):
                 return r
         out = self._run(func, args, kwargs)
         self._record(func, cat, cat is not None or has_flops, args, kwargs, out)
+        if cat == "conv":
+            for op, t in layouts.transposes(name, args, out):
+                self._record_kernel(op, "copy", t)
         return out
 
     def _run(self, func, args, kwargs):
@@ -143,6 +146,16 @@ class _Recorder(TorchDispatchMode):
         if spec is not None:
             self._out_cache[key] = spec
         return out
+
+    def _record_kernel(self, name: str, category: str, t: torch.Tensor) -> None:
+        """A kernel a library runs inside the op recorded last (:mod:`gpucast.graph.layouts`): it reads
+        and writes ``t``'s bytes, is launched from C++ and allocates nothing the step keeps."""
+        nbytes = rules.effective_bytes(t)
+        self.ops.append(OpRecord(
+            index=len(self.ops), phase=self.phase, op=name, category=category, shapes=(tuple(t.shape),),
+            out_shapes=(tuple(t.shape),), dtype=str(t.dtype).removeprefix("torch."), flops=0, bytes_read=nbytes,
+            bytes_written=nbytes, kernels=1, dispatch="cpp", costed=True, block=self.block,
+        ))
 
     def _record(self, func, cat, costed, args, kwargs, out, on_host=None, sync=False):
         name, _, _ = self._info(func)
