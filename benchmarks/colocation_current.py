@@ -129,7 +129,8 @@ def _protocol(pairs, tls, c) -> list[str]:
     md = ["| heavy pairs (both held > 0.6) | pairs | GPU work per second: mean (min-max) |", "| --- | ---: | ---: |"]
     for label, same in (("same family", True), ("two families", False)):
         w = [p.speed_a * tls[p.a.key].util + p.speed_b * tls[p.b.key].util for p in pairs
-             if tls[p.a.key].util > 0.6 and tls[p.b.key].util > 0.6 and (p.a.family == p.b.family) == same]
+             if tls[p.a.key].util > 0.6 and tls[p.b.key].util > 0.6 and (p.a.family == p.b.family) == same
+             and not np.isnan(p.speed_a + p.speed_b)]
         if w:
             md.append(f"| {label} | {len(w)} | {np.mean(w):.2f} ({min(w):.2f}-{max(w):.2f}) |")
     ps = tp.predict(pairs, tls, c)[0]
@@ -140,8 +141,27 @@ def _protocol(pairs, tls, c) -> list[str]:
     fams = sorted({f for f, _ in res})
     md += ["", "| job \\ neighbour | " + " | ".join(fams) + " |", "| --- | " + " | ".join("---:" for _ in fams) + " |"]
     for f in fams:
-        cells = (f"{np.mean(res[(f, g)]):+.3f}" if (f, g) in res else "" for g in fams)
+        cells = (f"{np.nanmean(res[(f, g)]):+.3f}" if (f, g) in res and not np.isnan(res[(f, g)]).all() else ""
+                 for g in fams)
         md.append(f"| {f} | " + " | ".join(cells) + " |")
+    return md
+
+
+def _bias_table(rep, plain) -> list[str]:
+    """Markdown: per family, the held-out fold's bias and the family's own jobs' bias, with the
+    relief and with the interleaving alone."""
+    import numpy as np
+
+    md = ["| family | held out: bias, relief | interleaving alone | its own jobs: n | bias, relief | "
+          "interleaving alone |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    fold = {f["held_out"]: f for f in rep["folds"]}
+    pfold = {f["held_out"]: f for f in plain["folds"]}
+    own = lambda r, fam: [x["predicted"] - x["measured"] for x in r["rows"] if x["family"] == fam]  # noqa: E731
+    for fam in fold:
+        a, b = own(rep, fam), own(plain, fam)
+        md.append(f"| {fam} | {fold[fam]['predicted_mean_speed'] - fold[fam]['mean_speed']:+.3f} | "
+                  f"{pfold[fam]['predicted_mean_speed'] - pfold[fam]['mean_speed']:+.3f} | {len(a)} | "
+                  + (f"{np.mean(a):+.3f} | {np.mean(b):+.3f} |" if a else "not measured | |"))
     return md
 
 
@@ -199,15 +219,20 @@ def main(argv=None) -> int:
     # from predictions alone: fitted and scored on predicted timelines; beside it, the constants
     # fitted on the same training pairs' anchored timelines used on the predicted ones
     prep = tp.holdout_report(pairs, ptl, today_tls=ptl, other_tls=tls)
-    c = tp.fit(pairs, ptl)
+    # the interleaving alone (no relief), held out the same way: the relief is packaged only where
+    # it beats it
+    plain = tp.holdout_report(pairs, ptl, today_tls=ptl, names=tp.PLAIN_NAMES)
+    use_relief = prep["mae"] < plain["mae"]
+    c = tp.fit(pairs, ptl) if use_relief else tp.fit(pairs, ptl, names=tp.PLAIN_NAMES)
     c_anchored = tp.fit(pairs, tls)
     y = np.array([[p.speed_a for p in pairs], [p.speed_b for p in pairs]])
+    seen = ~np.isnan(y)
     um = np.array([p.util_pct for p in pairs])
 
     def scores(t, cc):
         ps, pu = tp.predict(pairs, t, cc)
-        return {"mae": float(np.abs(ps - y).mean()), "util_mae": float(np.mean(np.abs(pu - um))),
-                "mean_speed": float(ps.mean())}
+        return {"mae": float(np.abs(ps - y)[seen].mean()), "util_mae": float(np.mean(np.abs(pu - um))),
+                "mean_speed": float(ps[seen].mean())}
 
     in_sample = scores(ptl, c)
     in_sample_anchored = scores(tls, c_anchored)
@@ -227,7 +252,7 @@ def main(argv=None) -> int:
     fmt = lambda cc: ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}"  # noqa: E731
                                for k, v in cc.items())
     md = ["### Co-location on a current GPU: measured pairs of real scripts (RTX 3090)", "",
-          f"`.venv/bin/python benchmarks/colocation_current.py` ({len(pairs)} pairs, {2 * len(pairs)} job speeds, "
+          f"`.venv/bin/python benchmarks/colocation_current.py` ({len(pairs)} pairs, {int(seen.sum())} job speeds measured (TD3's own are not: `gpucast.learn.lucid.SPEED_NOT_MEASURED`), "
           f"{len({s.family for s in solos})} families; speed = throughput together / alone; every figure held out by "
           "family: the constants fitted on the other families' pairs).", "",
           "**From predictions alone** (each job's timeline is gpucast's prediction of its solo run, nothing "
@@ -235,6 +260,15 @@ def main(argv=None) -> int:
           "pairs' mean), against constants fitted on the training pairs' *anchored* timelines and used on the "
           "predicted ones, and against Gavel's constants.", ""]
     md += _family_table(prep, "anchored-fitted constants")
+    md += ["", f"The interleaving alone (the same constants without the relief of a light neighbour, "
+           f"`Constants.relief`), held out the same way: speed MAE {plain['mae']:.3f}, mean predicted speed "
+           f"{plain['predicted_mean_speed']:.3f}, decisions worth {100 * plain['worth']:.1f}%; the relief is "
+           + ("**used** (it beats the interleaving alone held out)." if use_relief else
+              "**not used** (it does not beat the interleaving alone held out).")
+           + " Bias per family (predicted − measured mean speed; held out: every pair with a job of the family; "
+           "the family's own jobs: their speeds beside any neighbour, each predicted with the constants of the fold "
+           "that held the family out or its neighbour's):", ""]
+    md += _bias_table(prep, plain)
     md += ["", f"Share decisions (share when the predicted summed speed exceeds 1 + {prep['min_gain']:g}) are worth "
            f"**{100 * prep['worth']:.1f}%** of the oracle's gain ({100 * prep['worth_any_gain']:.1f}% at a margin "
            f"of 0; anchored-fitted constants: {100 * prep['other_worth']:.1f}%, mean speed "
@@ -287,7 +321,7 @@ def main(argv=None) -> int:
     (RESULTS / "colocation_current.md").write_text("\n".join(md), encoding="utf-8")
     lean = lambda r: {k: v for k, v in r.items() if k != "rows"}  # noqa: E731  (the rows: in the tables above)
     (RESULTS / "colocation_current.json").write_text(json.dumps(
-        {"predictions_alone": lean(prep), "sweep": {str(k): lean(v["report"]) for k, v in sweep.items()}, "tick": tick,
+        {"predictions_alone": lean(prep), "interleaving_alone": lean(plain), "relief_used": use_relief, "sweep": {str(k): lean(v["report"]) for k, v in sweep.items()}, "tick": tick,
          "fit": doc, "solo_check": {str(k): v for k, v in solo_check.items()}, "gavel": gavel}, indent=1) + "\n",
         encoding="utf-8")
     print("\n".join(md))

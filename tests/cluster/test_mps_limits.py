@@ -30,10 +30,10 @@ def test_a_lone_job_pays_its_limit_on_its_compute_bound_kernels_only():
 
 def test_limits_that_fit_side_by_side_leave_only_bandwidth_and_host_sharing():
     a = JobTimeline(0.1, 0.05, 2, mem_bound=0.0)
-    alone = mps.slowdowns([a], [0.5])[0]
-    together = mps.slowdowns([a, a], [0.5, 0.5])
+    c = timeshare.world().with_(relief=0.0)     # the closed form, without the learned relief
+    alone = mps.slowdowns([a], [0.5], c)[0]
+    together = mps.slowdowns([a, a], [0.5, 0.5], c)
     # compute-bound kernels on disjoint SM halves: only the shared host cores slow them
-    c = timeshare.world()
     host_only = (0.05 * (1 + c.host * 0.5) + 0.05 / 0.5) / 0.1
     assert together == pytest.approx([host_only, host_only])
     assert together[0] >= alone
@@ -66,8 +66,11 @@ def test_kernels_on_sms_kept_apart_still_share_dram():
     """Two jobs that do nothing but saturate DRAM, each on its own half of the SMs: each gets half
     the bandwidth, so each runs twice as slow (the fair-share closed form); compute-bound ones on
     their halves do not slow each other at all (beyond each one's own limit)."""
+    # the closed form alone: without the fitted thrash of kernels on shared SMs (whose jobs here
+    # have none) and without the relief (neighbours that hold the whole GPU take all it says)
+    c = timeshare.CURRENT.with_(bandwidth=0.0)
     memory = JobTimeline(0.1, 0.1, 1, mem_bound=1.0)
-    assert mps.slowdowns([memory, memory], [0.5, 0.5]) == pytest.approx([2.0, 2.0])
+    assert mps.slowdowns([memory, memory], [0.5, 0.5], c) == pytest.approx([2.0, 2.0])
     compute = JobTimeline(0.1, 0.1, 1, mem_bound=0.0)
-    assert mps.slowdowns([compute, compute], [0.5, 0.5]) == pytest.approx([2.0, 2.0])   # the limit's own x2
-    assert mps.slowdowns([compute, memory], [0.5, 0.5]) == pytest.approx([2.0, 1.0])
+    assert mps.slowdowns([compute, compute], [0.5, 0.5], c) == pytest.approx([2.0, 2.0])   # the limit's own x2
+    assert mps.slowdowns([compute, memory], [0.5, 0.5], c) == pytest.approx([2.0, 1.0])

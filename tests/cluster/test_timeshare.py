@@ -126,11 +126,18 @@ def test_the_packaged_fit_says_where_it_came_from_and_beats_a_constant():
     assert "Gavel" in fit["provenance"]["data"]
     got = {k: v for k, v in timeshare.FITTED.as_dict().items() if k in fit["constants"]}
     assert got == pytest.approx(fit["constants"]) and timeshare.FITTED.stretch == "want"
-    obs = tf.observations(["v100-16gb"])
-    y = tf._flat(obs)
-    pred = [s for p in tf.predict(obs, timeshare.FITTED, corrections=timeshare.GAVEL_CORRECTIONS) for s in p]
-    mean = sum(y) / len(y)
-    assert tf.rmse(pred, y) < 0.8 * tf.rmse([mean] * len(y), y)
+    # fitted on speeds (1 / slowdown, fit.OBJECTIVE): in-sample on every GPU type the per-job speed
+    # error is below that GPU's mean speed's (issue 40's target, held out by pair, in
+    # benchmarks/results/colocation.md)
+    import numpy as np
+
+    assert tf.OBJECTIVE == "speed"
+    for gpu in tf.GPUS:
+        obs = tf.observations([gpu])
+        y = 1.0 / np.array(tf._flat(obs))
+        pred = 1.0 / np.array([s for p in tf.predict(obs, timeshare.FITTED, corrections=timeshare.GAVEL_CORRECTIONS)
+                               for s in p])
+        assert np.abs(pred - y).mean() < np.abs(y.mean() - y).mean(), gpu
 
 
 def test_fitting_improves_on_the_training_pairs():
@@ -141,9 +148,11 @@ def test_fitting_improves_on_the_training_pairs():
     obs = [o for o in tf.observations(["v100-16gb"]) if o[1] in types and o[2] in types]
     assert len(obs) >= 10
     start = Constants()
-    before = tf.rmse([s for p in tf.predict(obs, start) for s in p], tf._flat(obs))
+    speeds = lambda c, corr=None: [1.0 / s for p in tf.predict(obs, c, corrections=corr) for s in p]  # noqa: E731
+    y = [1.0 / s for s in tf._flat(obs)]
+    before = tf.rmse(speeds(start), y)
     c, corr = tf.fit_corrections(obs, start)
-    after = tf.rmse([s for p in tf.predict(obs, c, corrections=corr) for s in p], tf._flat(obs))
+    after = tf.rmse(speeds(c, corr), y)
     assert after < 0.8 * before
     assert set(corr) == {("v100-16gb", t) for t in types}
 
@@ -327,3 +336,35 @@ def test_the_fused_iteration_is_the_general_loop_to_the_last_bit(world):
         assert all(x >= 1.0 for x in fused[0])
         checked += 1
     assert checked == 1500
+
+
+def test_relief_takes_off_only_what_a_light_neighbour_is_said_to_take():
+    """Constants.relief (the learned correction on the RTX 3090 pairs): a job's loss beside
+    neighbours that hold less than the whole GPU shrinks by exp(-relief x (1 - their held share)),
+    never grows, vanishes as they fill the GPU, and 0 leaves the interleaving as it is."""
+    from gpucast.cluster.timeshare.model import relieved
+
+    heavy = JobTimeline(0.1, 0.095, 5)
+    c0 = timeshare.CURRENT.with_(relief=0.0)
+    c = c0.with_(relief=1.5)
+    for busy in (0.005, 0.02, 0.05, 0.08):
+        light = JobTimeline(0.1, busy, 200)
+        plain = timeshare.slowdowns([heavy, light], c0)
+        got = timeshare.slowdowns([heavy, light], c)
+        for s0, s1, other in zip(plain, got, (light.util, heavy.util)):
+            assert 1.0 <= s1 <= s0
+            loss0, loss1 = 1 - 1 / s0, 1 - 1 / s1
+            assert loss1 == pytest.approx(loss0 * math.exp(-1.5 * (1 - other)), rel=1e-9)
+    # the more the neighbour holds, the more the heavy job loses (monotone in its held share)
+    losses = [1 - 1 / timeshare.slowdowns([heavy, JobTimeline(0.1, b, 200)], c)[0] for b in (0.01, 0.03, 0.06, 0.09)]
+    assert losses == sorted(losses) and losses[0] < losses[-1]
+    # two saturated jobs: each neighbour holds the whole GPU, nothing to relieve
+    full = JobTimeline(0.1, 0.1, 0)
+    assert timeshare.slowdowns([full, full], c) == pytest.approx(timeshare.slowdowns([full, full], c0))
+    assert relieved((1.5, 1.2), (0.2, 0.9), 0.0) == (1.5, 1.2)
+    # the array solve (used to fit) gives the same numbers as the set solve
+    import numpy as np
+    light = JobTimeline(0.1, 0.02, 200)
+    sd = timeshare.solve(np.array([[heavy.step_s], [light.step_s]]), np.array([[heavy.busy_s], [light.busy_s]]),
+                         np.array([[heavy.gaps], [light.gaps]]), np.array([[heavy.mem_bound], [light.mem_bound]]), c)
+    assert list(sd[:, 0]) == pytest.approx(timeshare.slowdowns([heavy, light], c), rel=1e-4)

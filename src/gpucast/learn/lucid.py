@@ -29,7 +29,7 @@ from pathlib import Path
 
 from gpucast.job import Job
 from gpucast.learn.lucid_jobs import (HOST_SCALE_TO_REFERENCE, JOBS, LSTM_GPU_INDEX_SAMPLE_S,  # noqa: F401
-                                      LUCID_STACK, STEP_TIME_NOT_COMPARABLE, FamilyJob)
+                                      LUCID_STACK, SPEED_NOT_MEASURED, STEP_TIME_NOT_COMPARABLE, FamilyJob)
 from gpucast.learn.rows import MeasuredRow, RowsError, from_records
 
 __all__ = ["JOBS", "FamilyJob", "Single", "Pair", "singles", "pairs", "single_records", "single_rows",

@@ -31,6 +31,7 @@ environment, :func:`available` is False and every solve and score runs in Python
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -87,7 +88,7 @@ def solve(sets, c, iterations: int, tolerance: float, held_cap: float):
     count = np.fromiter(map(len, sets), dtype=np.int64, count=len(sets))
     sd, want = _kernel()(np.array(flat, dtype=np.float64), count, float(c.host), float(c.switch_s),
                          float(c.slice_s), float(c.bandwidth), int(iterations), float(tolerance),
-                         float(held_cap))
+                         float(held_cap), float(c.relief))
     sdl, wl = sd.tolist(), want.tolist()
     out, o = [], 0
     for n in count.tolist():
@@ -107,12 +108,12 @@ def state(jobs, c, iterations: int, tolerance: float, held_cap: float) -> tuple[
     tab = np.array([(j.step_s, j.busy_s, j.gaps, j.mem_bound, nan if j.syncs is None else j.syncs, j.hidden_s,
                      -1.0 if j.syncs is None else j.syncs) for j in jobs], dtype=np.float64)
     sd, util = _compiled()["state"](tab, float(c.host), float(c.switch_s), float(c.slice_s), float(c.bandwidth),
-                                    int(iterations), float(tolerance), float(held_cap))
+                                    int(iterations), float(tolerance), float(held_cap), float(c.relief))
     return sd.tolist(), util
 
 
 def _solve_sets(flat, count, c_host, switch_s, slice_s, bw, iterations, tol,
-                cap):  # pragma: no cover - compiled; the tests compare it with Python
+                cap, relief):  # pragma: no cover - compiled; the tests compare it with Python
     # flat: (step_s, busy_s, gaps, mem_bound, syncs or NaN) of every job, set after set; count:
     # the jobs of each set. Returns the slowdowns and wanting shares, one per job, in that order.
     width = 1
@@ -125,7 +126,8 @@ def _solve_sets(flat, count, c_host, switch_s, slice_s, bw, iterations, tol,
     base = 0
     for r in range(count.shape[0]):
         n = count[r]
-        _solve_one(flat, base, n, c_host, switch_s, slice_s, bw, iterations, tol, cap, scratch, out_sd, out_want)
+        _solve_one(flat, base, n, c_host, switch_s, slice_s, bw, iterations, tol, cap, relief, scratch, out_sd,
+                   out_want)
         base += n
     return out_sd, out_want
 
@@ -133,7 +135,7 @@ def _solve_sets(flat, count, c_host, switch_s, slice_s, bw, iterations, tol,
 _SCRATCH = 18   # rows of _solve_one's scratch array
 
 
-def _solve_one(flat, base, n, c_host, switch_s, slice_s, bw, iterations, tol, cap, scratch, out_sd,
+def _solve_one(flat, base, n, c_host, switch_s, slice_s, bw, iterations, tol, cap, relief, scratch, out_sd,
                out_want):  # pragma: no cover - compiled; the tests compare it with Python
     # One set: the n jobs from job ``base`` of ``flat`` (5 values each, as _solve_sets reads them),
     # their slowdowns and wanting shares written to out_sd/out_want from index ``base``.
@@ -267,9 +269,18 @@ def _solve_one(flat, base, n, c_host, switch_s, slice_s, bw, iterations, tol, ca
             fr[i] = 1.0 - a if a < 1.0 else 0.0
         if done:
             break
+    util_sum = 0.0                          # model.relieved: the others' summed held shares
+    for i in range(n):
+        util_sum += busy[i] / step[i]
     for i in range(n):
         v = new[i] / step[i]
-        out_sd[base + i] = v if v > 1.0 else 1.0
+        if not v > 1.0:
+            v = 1.0
+        elif relief > 0.0:
+            free = 1.0 - (util_sum - busy[i] / step[i])
+            if free > 0.0:
+                v = 1.0 / (1.0 - (1.0 - 1.0 / v) * math.exp(-relief * free))
+        out_sd[base + i] = v
         out_want[base + i] = want[i]
 
 
@@ -315,12 +326,12 @@ def scores(table, nres, rows, eqs, gmem, before, known, ids, jrow: int, jeq: int
                                  bool(use_pairs),
                                  int(cap), float(min_gain), float(consolidate), float(slice_cost), float(c.host),
                                  float(c.switch_s), float(c.slice_s), float(c.bandwidth), int(iterations),
-                                 float(tolerance), float(held_cap))
+                                 float(tolerance), float(held_cap), float(c.relief))
 
 
 def _score_sets(table, nres, rows, eqs, gmem, cbefore, cknown, ids, jrow, jeq, pairs, use_pairs, cap, min_gain,
                 consolidate, slice_cost, c_host, switch_s, slice_s, bw, iterations, tol,
-                held_cap):  # pragma: no cover - compiled; the tests compare it with Python
+                held_cap, relief):  # pragma: no cover - compiled; the tests compare it with Python
     K = ids.shape[0]
     width = rows.shape[1] + 1
     out = np.empty(K)
@@ -359,14 +370,14 @@ def _score_sets(table, nres, rows, eqs, gmem, cbefore, cknown, ids, jrow, jeq, p
                 before[i] = cbefore[r, i]
         else:
             _set_slowdowns(table, ridx, reqs, n, pairs, use_pairs, c_host, switch_s, slice_s, bw, iterations,
-                           tol, held_cap, scratch, buf, order, sd_s, want_s, before)
+                           tol, held_cap, relief, scratch, buf, order, sd_s, want_s, before)
             for i in range(n):
                 cbefore[r, i] = before[i]
             cknown[r] = True
         ridx[n] = jrow
         reqs[n] = jeq
         _set_slowdowns(table, ridx, reqs, n + 1, pairs, use_pairs, c_host, switch_s, slice_s, bw, iterations,
-                       tol, held_cap, scratch, buf, order, sd_s, want_s, after)
+                       tol, held_cap, relief, scratch, buf, order, sd_s, want_s, after)
         harm = 0.0
         for i in range(n):
             harm += table[ridx[i], 8] * (1.0 / before[i] - 1.0 / after[i])
@@ -382,7 +393,7 @@ def _score_sets(table, nres, rows, eqs, gmem, cbefore, cknown, ids, jrow, jeq, p
 
 
 def _set_slowdowns(table, ridx, reqs, m, pairs, use_pairs, c_host, switch_s, slice_s, bw, iterations, tol,
-                   held_cap, scratch, buf, order, sd_s, want_s,
+                   held_cap, relief, scratch, buf, order, sd_s, want_s,
                    out):  # pragma: no cover - compiled; the tests compare it with Python
     # The slowdowns of the m jobs of rows ridx[:m] (_eq numbers reqs[:m]) into out[:m], in that
     # order: a measured pair where interference.measured_pair answers (a pair in _eq order, both
@@ -407,7 +418,7 @@ def _set_slowdowns(table, ridx, reqs, m, pairs, use_pairs, c_host, switch_s, sli
         rw = ridx[order[k]]
         for col in range(5):
             buf[5 * k + col] = table[rw, col]
-    _solve_one(buf, 0, m, c_host, switch_s, slice_s, bw, iterations, tol, held_cap, scratch, sd_s, want_s)
+    _solve_one(buf, 0, m, c_host, switch_s, slice_s, bw, iterations, tol, held_cap, relief, scratch, sd_s, want_s)
     for k in range(m):
         out[order[k]] = sd_s[k]
 
@@ -441,7 +452,7 @@ def _before(table, ridx, reqs, x, y):  # pragma: no cover - compiled
 
 
 def _state(tab, c_host, switch_s, slice_s, bw, iterations, tol,
-           held_cap):  # pragma: no cover - compiled; the tests compare it with Python
+           held_cap, relief):  # pragma: no cover - compiled; the tests compare it with Python
     # timeshare._solve (the canonical order: by _key, then position) and then timeshare._util_pct
     # with gpucast.estimate.nvml's idle_visible and combined_reported, in the jobs' own order.
     n = tab.shape[0]
@@ -455,7 +466,7 @@ def _state(tab, c_host, switch_s, slice_s, bw, iterations, tol,
     for k in range(n):
         for col in range(5):
             buf[5 * k + col] = tab[order[k], col]
-    _solve_one(buf, 0, n, c_host, switch_s, slice_s, bw, iterations, tol, held_cap, scratch, sd_s, want_s)
+    _solve_one(buf, 0, n, c_host, switch_s, slice_s, bw, iterations, tol, held_cap, relief, scratch, sd_s, want_s)
     sd = np.empty(n)
     want = np.empty(n)
     for k in range(n):

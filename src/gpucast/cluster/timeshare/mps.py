@@ -24,8 +24,9 @@ fitted), so its time stretches by the share of time ``j`` runs memory-bound kern
 (``m_j^p = m_j busy_j / busy_j^p``, the memory-bound share of ``j``'s kernel time under its
 limit: ``a_j m_j^p`` is then ``j``'s memory-bound seconds over its step); where the SMs
 overlap the first factor already counts the neighbour's kernels, and the fitted ``bandwidth``
-(about 0: fitted on time-sliced pairs, whose kernels never overlap) is kept as ``timeshare`` has
-it. With every limit at 1 this is exactly ``timeshare``'s MPS mode (a test checks they agree).
+(fitted on time-sliced pairs, whose kernels never overlap) and ``relief`` (on the loss beyond a
+job's own limit) are kept as ``timeshare`` has them. With every limit at 1 this is exactly
+``timeshare``'s MPS mode (a test checks they agree).
 Limits that add up to at most 100 % give disjoint SM shares (``c_ij = 0``): the jobs then slow
 each other only through DRAM bandwidth and the host, and each pays its own limit even alone. The
 slowdown is over the job's solo step *without* a limit, so a limit's own cost is in it.
@@ -42,6 +43,8 @@ MPS measurements (there are none here: the RTX 3090 pairs ran time-sliced).
 """
 
 from __future__ import annotations
+
+import math
 
 from typing import Sequence
 
@@ -153,6 +156,14 @@ def _solve(jobs, limits, c):
             hs = [0.5 * (x + y) for x, y in zip(nhs, hs)]
         if done:
             break
+    if c.relief > 0.0:
+        # timeshare.relieved on the loss beyond each job's own limit (its step alone under it)
+        total = sum(b / s for b, s in zip(busy, step))
+        for i in range(n):
+            alone = host[i] + lim[i]
+            free = 1.0 - (total - busy[i] / step[i])
+            if free > 0.0 and new[i] > alone:
+                new[i] = alone / (1.0 - (1.0 - alone / new[i]) * math.exp(-c.relief * free))
     return step, new, want, lim
 
 

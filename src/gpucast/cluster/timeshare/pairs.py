@@ -17,7 +17,10 @@ co-location model interleaves, comes one of two ways:
   co-location physics with the solo runs known.
 
 :func:`fit` is least squares on the speeds (scipy's ``least_squares``; slice and switch in log
-space, within the bounds of :mod:`gpucast.cluster.timeshare.fit`, whose packing it reuses).
+space, within the bounds of :mod:`gpucast.cluster.timeshare.fit`, whose packing it reuses), the
+relief of a light neighbour (``Constants.relief``) with the rest (:data:`NAMES`; :data:`PLAIN_NAMES`
+without it, what it is checked against). Speeds a set did not measure are NaN and take no part
+(Lucid's TD3: :func:`from_lucid`).
 :func:`holdout_report` holds out one workload family at a time (every pair with a job of that
 family), fits on the rest and scores the held-out pairs: per-job speed MAE against a constant
 (the training pairs' mean speed), against the constants fitted on another kind of timeline and
@@ -43,8 +46,14 @@ from gpucast.cluster.timeshare import FITTED, Constants, JobTimeline, solve
 from gpucast.cluster.timeshare.fit import _pack, _unpack   # the same bounds, slice and switch in log space
 
 # Constants fitted here. host contention too: the measured host-bound jobs (an RL environment, a
-# Python negative sampler) keep nearly all their speed, which the fit must be free to say.
-NAMES = ("slice_s", "switch_s", "bandwidth", "host")
+# Python negative sampler) keep nearly all their speed, which the fit must be free to say; and the
+# relief of a light neighbour (Constants.relief: the learned correction where the interleaving stops).
+NAMES = ("slice_s", "switch_s", "bandwidth", "host", "relief")
+# The interleaving alone (what the relief is checked against, held out).
+PLAIN_NAMES = ("slice_s", "switch_s", "bandwidth", "host")
+# Where the fits start: Gavel's constants with the "held" stretch and no relief (Gavel's own
+# relief is its world's; a fit without the relief among its names is the interleaving alone).
+START = FITTED.with_(stretch="held", relief=0.0)
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,7 @@ class Solo:
 class Pair:
     a: Solo
     b: Solo
-    speed_a: float      # throughput together / alone
+    speed_a: float      # throughput together / alone (NaN: not measured, see from_lucid)
     speed_b: float
     util_pct: float | None = None   # the GPU's NVML utilization while both ran
 
@@ -150,20 +159,24 @@ def predict(pairs: Sequence[Pair], tls: dict[str, JobTimeline], c: Constants):
     return 1.0 / sd, util
 
 
-def fit(pairs: Sequence[Pair], tls: dict[str, JobTimeline], start: Constants = FITTED.with_(stretch="held"),
+def fit(pairs: Sequence[Pair], tls: dict[str, JobTimeline], start: Constants = START,
         names: Sequence[str] = NAMES) -> Constants:
     """Least-squares constants on the pairs' measured speeds."""
     import numpy as np
     from scipy.optimize import least_squares
 
     y = np.array([[p.speed_a for p in pairs], [p.speed_b for p in pairs]])
+    seen = ~np.isnan(y)          # speeds not measured (NaN) take no part
     names = list(names)
     best = None
-    for x0_c in (start, start.with_(host=0.0, bandwidth=0.0)):
+    starts = [start, start.with_(host=0.0, bandwidth=0.0)]
+    if "relief" in names and not start.relief > 0.0:
+        starts.append(start.with_(relief=1.0))     # a start off the bound, where the interleaving alone sits
+    for x0_c in starts:
         x0, lo, hi = _pack(x0_c, names)
 
         def resid(x):
-            return (predict(pairs, tls, _unpack(start, names, x))[0] - y).ravel()
+            return (predict(pairs, tls, _unpack(start, names, x))[0] - y)[seen]
 
         r = least_squares(resid, x0, bounds=(lo, hi), diff_step=1e-3, max_nfev=300)
         if best is None or r.cost < best.cost:
@@ -177,21 +190,25 @@ def decisions_worth(pred_speeds, speeds, min_gain: float = 0.0) -> float:
     (every pair whose measured gain is positive)."""
     import numpy as np
 
-    gain = np.asarray(speeds).sum(0) - 1.0
-    share = np.asarray(pred_speeds).sum(0) - 1.0 > min_gain
+    speeds = np.asarray(speeds, dtype=float)
+    known = ~np.isnan(speeds).any(0)     # pairs with both speeds measured
+    gain = speeds[:, known].sum(0) - 1.0
+    share = np.asarray(pred_speeds)[:, known].sum(0) - 1.0 > min_gain
     best = float(np.clip(gain, 0.0, None).sum())
     return float(gain[share].sum()) / best if best > 0 else 1.0
 
 
-def holdout_report(pairs: Sequence[Pair], tls: dict[str, JobTimeline], start: Constants = FITTED.with_(stretch="held"),
+def holdout_report(pairs: Sequence[Pair], tls: dict[str, JobTimeline], start: Constants = START,
                    min_gain: float = 0.2, progress: Callable | None = None,
                    today_tls: dict[str, JobTimeline] | None = None,
-                   other_tls: dict[str, JobTimeline] | None = None) -> dict:
+                   other_tls: dict[str, JobTimeline] | None = None, names: Sequence[str] = NAMES) -> dict:
     """Held-out-family scores (module docstring), pooled over every held-out pair. The constants
     are fitted on the training families' pairs with ``tls`` and predict the held-out pairs with
     ``tls``; ``other_tls``: also constants fitted on those timelines (the same training pairs) and
     applied to ``tls`` (``other_mae``); ``today_tls``: the timelines today's model (Gavel's
-    constants) is scored on (None: NVML's measured utilization as busy time, :func:`nvml_as_busy`)."""
+    constants) is scored on (None: NVML's measured utilization as busy time, :func:`nvml_as_busy`);
+    ``names``: the constants fitted (:data:`NAMES`; :data:`PLAIN_NAMES`: the interleaving alone,
+    the relief left at ``start``'s). Speeds not measured (NaN) are left out of every score."""
     import numpy as np
 
     fams = sorted({p.a.family for p in pairs} | {p.b.family for p in pairs})
@@ -203,20 +220,24 @@ def holdout_report(pairs: Sequence[Pair], tls: dict[str, JobTimeline], start: Co
         train = [p for p in pairs if fam not in (p.a.family, p.b.family)]
         if not test or not train:
             continue
-        c = fit(train, tls, start)
+        c = fit(train, tls, start, names)
         ps, pu = predict(test, tls, c)
         os_, ou = predict(test, today_tls, FITTED)
-        xs = predict(test, tls, fit(train, other_tls, start))[0] if other_tls is not None else np.full_like(ps, np.nan)
+        xs = predict(test, tls, fit(train, other_tls, start, names))[0] if other_tls is not None else np.full_like(ps, np.nan)
         y = np.array([[p.speed_a for p in test], [p.speed_b for p in test]])
-        mean = float(np.mean([[p.speed_a, p.speed_b] for p in train]))
+        mean = float(np.nanmean([[p.speed_a, p.speed_b] for p in train]))
         um = np.array([p.util_pct if p.util_pct is not None else np.nan for p in test])
-        rows.append({"held_out": fam, "pairs": len(test), "mae": float(np.abs(ps - y).mean()),
-                     "constant_mae": float(np.abs(mean - y).mean()), "today_mae": float(np.abs(os_ - y).mean()),
-                     "other_mae": float(np.abs(xs - y).mean()), "util_mae": float(np.nanmean(np.abs(pu - um))),
-                     "mean_speed": float(y.mean()), "predicted_mean_speed": float(ps.mean()),
-                     "other_mean_speed": float(xs.mean()), "constants": c.as_dict()})
+        k_ = ~np.isnan(y)
+        rows.append({"held_out": fam, "pairs": len(test), "speeds": int(k_.sum()),
+                     "mae": float(np.abs(ps - y)[k_].mean()),
+                     "constant_mae": float(np.abs(mean - y)[k_].mean()), "today_mae": float(np.abs(os_ - y)[k_].mean()),
+                     "other_mae": float(np.abs(xs - y)[k_].mean()), "util_mae": float(np.nanmean(np.abs(pu - um))),
+                     "mean_speed": float(y[k_].mean()), "predicted_mean_speed": float(ps[k_].mean()),
+                     "other_mean_speed": float(xs[k_].mean()), "constants": c.as_dict()})
         for j, p in enumerate(test):
             for side, (me, nb) in enumerate(((p.a, p.b), (p.b, p.a))):
+                if np.isnan(y[side, j]):
+                    continue
                 R.append({"job": me.key, "neighbour": nb.key, "held_out": fam, "family": me.family,
                           "held": tls[me.key].util, "neighbour_held": tls[nb.key].util,
                           "predicted": float(ps[side, j]), "measured": float(y[side, j]),
@@ -233,28 +254,35 @@ def holdout_report(pairs: Sequence[Pair], tls: dict[str, JobTimeline], start: Co
             progress(k + 1, len(fams))
     P, O, X, C, Y = (np.concatenate(v, axis=1) for v in (P, O, X, C, Y))
     U, UO, UM = (np.concatenate(v) for v in (U, UO, UM))
-    return {"folds": rows, "pairs": int(Y.shape[1]), "mae": float(np.abs(P - Y).mean()),
-            "constant_mae": float(np.abs(C - Y).mean()), "today_mae": float(np.abs(O - Y).mean()),
-            "other_mae": float(np.abs(X - Y).mean()), "other_mean_speed": float(X.mean()),
+    k_ = ~np.isnan(Y)
+    return {"folds": rows, "pairs": int(Y.shape[1]), "speeds": int(k_.sum()), "mae": float(np.abs(P - Y)[k_].mean()),
+            "constant_mae": float(np.abs(C - Y)[k_].mean()), "today_mae": float(np.abs(O - Y)[k_].mean()),
+            "other_mae": float(np.abs(X - Y)[k_].mean()), "other_mean_speed": float(X[k_].mean()),
             "util_mae": float(np.nanmean(np.abs(U - UM))), "today_util_mae": float(np.nanmean(np.abs(UO - UM))),
             "worth": decisions_worth(P, Y, min_gain), "worth_any_gain": decisions_worth(P, Y, 0.0),
             "today_worth": decisions_worth(O, Y, min_gain),
             "other_worth": decisions_worth(X, Y, min_gain) if other_tls is not None else float("nan"),
-            "min_gain": min_gain, "mean_speed": float(Y.mean()), "predicted_mean_speed": float(P.mean()),
+            "min_gain": min_gain, "mean_speed": float(Y[k_].mean()), "predicted_mean_speed": float(P[k_].mean()),
             "rows": R}
 
 
 def from_lucid(root) -> tuple[list[Solo], list[Pair]]:
     """Lucid's RTX 3090 solo runs and pairs (``root``: ``data/measured/lucid-rtx3090``, read by
     :mod:`gpucast.learn.lucid`) as :class:`Solo` and :class:`Pair` (step time: batch / speed, which
-    for TD3 is one ``learn()`` call: a cycle of the script all the same, as its pair speeds are)."""
+    for TD3 is one ``learn()`` call: a cycle of the script all the same). The speeds of the
+    families in :data:`gpucast.learn.lucid.SPEED_NOT_MEASURED` (TD3: 1.000 in every pair, not a
+    measurement) are NaN; their neighbours' speeds are kept."""
     from gpucast.learn import lucid
+
+    def speed(family, value):
+        return float("nan") if family in lucid.SPEED_NOT_MEASURED else value
 
     singles = lucid.singles(root)
     by = {}
     for s in singles:
         by[s.key] = Solo(key=f"{s.model} b{s.batch_size}{' amp' if s.amp else ''}", family=s.model, job=s.job(),
                          gpu=lucid.GPU, step_s=s.step_time_s, util_pct=s.gpu_util_pct)
-    pairs = [Pair(by[p.key1], by[p.key2], p.speed1_vs_solo, p.speed2_vs_solo, p.gpu_util_pct)
+    pairs = [Pair(by[p.key1], by[p.key2], speed(p.family1, p.speed1_vs_solo), speed(p.family2, p.speed2_vs_solo),
+                  p.gpu_util_pct)
              for p in lucid.pairs(root, singles)]
     return list(by.values()), pairs

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from gpucast.cluster.timeshare import kernel as timeshare_kernel
 from gpucast.cluster.timeshare.model import (_HELD_CAP, _ITERATIONS, _TOLERANCE, Constants, JobTimeline, _by_held,
-                                             _jit, _waits)
+                                             _jit, _waits, relieved)
 
 
 def _canonical(jobs: Sequence[JobTimeline]) -> list[int]:
@@ -77,7 +77,8 @@ def _plain(jobs: tuple, c: Constants, mode: str, fused: bool = True) -> tuple:
     rng = range(n)
     bw = c.bandwidth
     if ts and by_held and fused:
-        return _iterate_held(n, step, busy, waits, m, host_new, act, ratio, cost, new, want, hs, bw)
+        sd, want = _iterate_held(n, step, busy, waits, m, host_new, act, ratio, cost, new, want, hs, bw)
+        return relieved(sd, [b / s for b, s in zip(busy, step)], c.relief), want
     for _ in range(_ITERATIONS):
         amsum = sum([a * q for a, q in zip(act, m)])
         run_share = hs if by_held else act
@@ -125,7 +126,8 @@ def _plain(jobs: tuple, c: Constants, mode: str, fused: bool = True) -> tuple:
             hs = [0.5 * (x + y) for x, y in zip(nhs, hs)]
         if done:
             break
-    return tuple(max(1.0, t / s) for t, s in zip(new, step)), tuple(want)
+    sd = relieved(tuple(max(1.0, t / s) for t, s in zip(new, step)), [b / s for b, s in zip(busy, step)], c.relief)
+    return sd, tuple(want)
 
 
 def _iterate_held(n, step, busy, waits, m, host_new, act, ratio, cost, new, want, hs, bw) -> tuple:
@@ -263,4 +265,9 @@ def solve(step, busy, gaps, mem_bound, c: Constants, mode: str = "timeslice", wa
         if done:
             break
     sd = np.maximum(1.0, new / step)
+    if c.relief > 0.0:     # relieved(), over the columns
+        util = busy / step
+        free = 1.0 - (util.sum(0) - util)
+        loss = (1.0 - 1.0 / sd) * np.exp(-c.relief * np.maximum(free, 0.0))
+        sd = np.where(free > 0.0, 1.0 / (1.0 - loss), sd)
     return (sd, want) if wants else sd
