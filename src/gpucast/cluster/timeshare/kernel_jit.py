@@ -183,8 +183,9 @@ def _solve_one(flat, base, n, c_host, switch_s, slice_s, bw, iterations, tol, ca
         if done:
             break
     util_sum = 0.0                          # model.relieved: the others' summed held shares
-    for i in range(n):
-        util_sum += busy[i] / step[i]
+    if relief > 0.0:
+        for i in range(n):
+            util_sum += busy[i] / step[i]
     for i in range(n):
         v = new[i] / step[i]
         if not v > 1.0:

@@ -44,12 +44,11 @@ MPS measurements (there are none here: the RTX 3090 pairs ran time-sliced).
 
 from __future__ import annotations
 
-import math
-
 from typing import Sequence
 
 from gpucast.cluster import timeshare
 from gpucast.cluster.timeshare import JobTimeline
+from gpucast.cluster.timeshare.model import relieved
 
 
 # A memory-bound kernel running beside another on SMs of its own gets this share of its time
@@ -157,13 +156,10 @@ def _solve(jobs, limits, c):
         if done:
             break
     if c.relief > 0.0:
-        # timeshare.relieved on the loss beyond each job's own limit (its step alone under it)
-        total = sum(b / s for b, s in zip(busy, step))
-        for i in range(n):
-            alone = host[i] + lim[i]
-            free = 1.0 - (total - busy[i] / step[i])
-            if free > 0.0 and new[i] > alone:
-                new[i] = alone / (1.0 - (1.0 - alone / new[i]) * math.exp(-c.relief * free))
+        # the relief on the loss beyond each job's own limit: its slowdown over its step alone under it
+        alone = [h + b for h, b in zip(host, lim)]
+        rel = relieved([t / a for t, a in zip(new, alone)], [b / s for b, s in zip(busy, step)], c.relief)
+        new = [a * r for a, r in zip(alone, rel)]
     return step, new, want, lim
 
 
