@@ -37,6 +37,8 @@ from importlib import resources
 
 import yaml
 
+from gpucast.graph.layouts import is_depthwise as _depthwise_shapes
+
 FAMILIES = ("matmul", "matmul_fp8", "conv", "conv_depthwise", "conv_depthwise_backward", "attention",
             "attention_backward", "rnn", "other")
 # Families whose kernels run on the CUDA cores whatever the dtype (no tensor-core form): their
@@ -97,7 +99,7 @@ def is_depthwise(op: str, shapes: tuple) -> bool:
     second dimension is 1 and the input has several channels)."""
     try:
         x, w = (shapes[1], shapes[2]) if op.endswith("backward") else (shapes[0], shapes[1])
-        return len(w) >= 3 and w[1] == 1 and x[1] > 1
+        return _depthwise_shapes(x, w)
     except (IndexError, TypeError):
         return False
 

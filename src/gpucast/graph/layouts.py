@@ -41,8 +41,14 @@ def _nchw_half(t) -> bool:
             and t.is_contiguous() and not t.is_contiguous(memory_format=torch.channels_last))
 
 
+def is_depthwise(x_shape, w_shape) -> bool:
+    """A depthwise convolution, from its input's and weight's shapes: one input channel per group,
+    more than one group (the weight's second dimension is 1 and the input has several channels)."""
+    return len(w_shape) >= 3 and w_shape[1] == 1 and x_shape[1] > 1
+
+
 def _depthwise(x: torch.Tensor, w: torch.Tensor) -> bool:
-    return w.dim() == 4 and w.shape[1] == 1 and x.shape[1] > 1
+    return w.dim() == 4 and is_depthwise(x.shape, w.shape)
 
 
 def _pointwise(w: torch.Tensor, stride, padding) -> bool:
