@@ -51,6 +51,7 @@ def runs(tmp_path_factory):
         "err_divisible": base + ["--gpus", "6", "--set", "parallel.tensor=4"],
         "err_sharding": base + ["--gpus", "8", "--set", "parallel.sharding=zero4"],
         "err_network": base + ["--gpus", "8", "--set", "parallel.network=ib"],
+        "err_framework": base + ["--gpus", "8", "--set", "parallel.framework=jax"],
         "err_group": base + ["--set", "paralel.tensor=2"],
         "err_adapter": base + ["--set", "adapter.kind=dora"],
         "err_targets": base + ["--set", "adapter.kind=lora", "--set", "adapter.targets=nothing_here"],
@@ -67,6 +68,7 @@ def test_set_describes_a_plan_and_json_carries_it(runs):
     assert p["job"]["parallel"] == {"tensor": 2, "pipeline": 2, "grad_accum": 4}
     assert pl["global_batch"] == 2 * 4 * 2
     assert set(pl["step_breakdown_s"]) >= {"compute_s", "tensor_parallel_comm_s", "pipeline_bubble_s"}
+    assert pl["framework"] == "megatron" and pl["framework_host_s"] > 0  # tensor parallelism: Megatron-LM's
 
 
 def test_the_table_prints_the_plan_line(runs):
@@ -84,7 +86,8 @@ def test_a_job_file_holds_the_parallel_group(runs):
 def test_explain_shows_the_step_breakdown_and_stages(runs):
     r = runs["explain"]
     assert r.rc == 0, str(r)
-    for text in ("One optimizer step", "recompute", "data parallel comm", "Per pipeline stage", "busiest GPU"):
+    for text in ("One optimizer step", "recompute", "data parallel comm", "Per pipeline stage", "busiest GPU",
+                 "framework: fsdp"):
         assert text in r.stdout, text
 
 
@@ -100,6 +103,7 @@ def test_adapters_from_the_command_line(runs):
     ("err_divisible", "must be a multiple of parallel.tensor x parallel.pipeline"),
     ("err_sharding", "parallel.sharding"),
     ("err_network", "parallel.network"),
+    ("err_framework", "parallel.framework"),
     ("err_group", "--set takes GROUP.FIELD=VALUE"),
     ("err_adapter", "adapter.kind"),
     ("err_targets", "match no Linear layer"),

@@ -41,3 +41,7 @@ def print_plan(console, p, gib) -> None:
         console.print(f"collectives: {pl['comm_calls']} NCCL calls a step, {pl['comm_fixed_s'] * 1e3:.2f} ms of fixed "
                       f"costs (base latency and ring steps; hidden behind compute where the overlap allows)",
                       highlight=False)
+    if pl.get("framework"):
+        console.print(f"framework: {pl['framework']}, {pl.get('framework_host_s', 0.0) * 1e3:.2f} ms of host work a step "
+                      f"around the model's ops (its Python calls and the collectives' c10d calls; step time only "
+                      f"where the host sets the pace)", highlight=False)

@@ -17,6 +17,9 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
   Korthikanti et al. 2022) | ``full`` (every layer keeps only its input and runs its forward again
   in backward);
 * ``grad_accum``: micro-batches per optimizer step (``batch_size`` is the micro-batch);
+* ``framework``: the trainer whose Python runs around the model, :data:`FRAMEWORKS` (unset:
+  ``megatron`` with tensor or pipeline parallelism, ``deepspeed`` for ZeRO, ``fsdp`` for FSDP,
+  ``torch`` for DDP; the host time each adds is :mod:`gpucast.estimate.parallel.framework`'s);
 * ``gpus_per_node`` (8) and ``network``, the links between nodes: ``KIND-GBIT`` with KIND in
   :data:`NETWORK_KINDS`, Gbit/s per node (``roce-1600``: 1,600 Gbit/s per node), or per GPU
   with ``/gpu`` (``ib-400/gpu``: a 400 Gbit/s NIC per GPU, 3,200 Gbit/s per 8-GPU node). Unset:
@@ -39,10 +42,12 @@ import torch.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gpucast.surroundings import SpecError, _is_int, _Spec
 
+# The training framework whose Python runs around the model (gpucast.estimate.parallel.framework).
+FRAMEWORKS = ("megatron", "deepspeed", "fsdp", "torch")
 SHARDINGS = ("ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "fsdp-hybrid")
 RECOMPUTE = ("none", "selective", "full")
 NETWORK_KINDS = ("ib", "roce", "eth", "efa")
@@ -103,8 +108,13 @@ class Parallel(_Spec):
     grad_accum: int | None = None
     gpus_per_node: int | None = None
     network: str | None = None
+    # Out of the repr, as Stack.loss: the simulator's truth draws each job's error from a hash of
+    # its fields' repr (gpucast.cluster.truth._unit_normal); a new field there would redraw them.
+    framework: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        self._check("framework", self.framework is None or self.framework in FRAMEWORKS,
+                    f"one of {', '.join(FRAMEWORKS)}")
         for name in ("tensor", "pipeline", "grad_accum"):
             v = getattr(self, name)
             self._check(name, v is None or (_is_int(v) and 1 <= v <= MAX_DEGREE), f"an integer between 1 and {MAX_DEGREE}")

@@ -89,6 +89,10 @@ class ParallelSpec(BaseModel):
     gpus_per_node: Optional[StrictInt] = None
     network: Optional[str] = Field(None, description="Between nodes: KIND-GBIT per node or KIND-GBIT/gpu, "
                                                      "e.g. roce-1600, ib-400/gpu.")
+    framework: Optional[Literal["megatron", "deepspeed", "fsdp", "torch"]] = Field(
+        None, description="The trainer whose Python runs around the model (its host work per layer, micro-batch "
+                          "and step); unset: megatron with tensor/pipeline parallelism, deepspeed for ZeRO, "
+                          "fsdp for FSDP, torch for DDP.")
 
 
 class AdapterSpec(BaseModel):

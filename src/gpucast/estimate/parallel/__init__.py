@@ -56,6 +56,8 @@ from gpucast.estimate.parallel.activations import StageActivations, stage_activa
 from gpucast.estimate.parallel.checks import check_plan
 from gpucast.estimate.parallel.constants import DEFAULT_PARALLEL, ParallelConstants
 from gpucast.estimate.parallel.flops import convention, model_flops_per_sample, peak_flops
+from gpucast.estimate.parallel.framework import (FrameworkConstants, collective_host_s, framework_host,
+                                                 framework_micro_collectives, framework_of, framework_step_collectives)
 from gpucast.estimate.parallel.memory import RankParams, rank_memory
 from gpucast.estimate.parallel.ranks import (OpLayout, optimizer_share, split_times, stage_blocks, stage_of_ops,
                                              stage_ops, sub_trace, subset)
@@ -113,11 +115,11 @@ class _Stage:
 def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | None = None,
                   env: Environment | None = None, window_s: float | None = None,
                   consts: ParallelConstants | None = None, comm: CommConstants | None = None,
-                  corners: bool = True) -> Estimate:
+                  corners: bool = True, framework: FrameworkConstants | None = None) -> Estimate:
     """The parallel plan's step, memory and utilization (module docstring) as an :class:`Estimate`
-    whose ``plan`` holds the breakdown. ``consts``/``comm`` override the published and fitted
-    constants (fitting does); ``corners=False`` skips the intervals' extra runs (they are then the
-    point)."""
+    whose ``plan`` holds the breakdown. ``consts``/``comm``/``framework`` override the published and
+    fitted constants (fitting does); ``corners=False`` skips the intervals' extra runs (they are then
+    the point)."""
     env = env or Environment.default()
     consts = consts or DEFAULT_PARALLEL
     comm = comm or DEFAULT_COMM
@@ -163,6 +165,17 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     gather_b, reduce_b = comm_bytes_per_param(strat, job.precision)
     act_b = 2 if job.precision in HALF else 4
     shard = place.dp.n
+    fw_name = framework_of(par)
+    torch_hf = torch_host_factor(stack.torch, env)
+    fw = [_framework_on_stage(st, fw_name, trace, lay, job, par, strat, act_b, gather_b, reduce_b, place, links, comm,
+                              consts, cfg, framework) for st in stages]
+    for st, (extra, _) in zip(stages, fw):
+        st.host = st.host + extra * torch_hf
+    fw_step = _framework_step(fw_name, par, strat, stages, trace, lay, place, links, comm, cfg, gather_b, reduce_b,
+                              framework)
+    if len(opt_idx):
+        host = host.copy()
+        host[opt_idx] += fw_step * torch_hf / len(opt_idx)
 
     def compose(kscale: float = 1.0, hscale: float = 1.0) -> dict:
         per = []
@@ -266,6 +279,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         "step_breakdown_s": breakdown,
         "comm_fixed_s": base["fixed"],
         "comm_calls": base["n_calls"],
+        "framework": fw_name,
+        "framework_host_s": (m * fw[slow][1] + fw_step) * torch_hf * hf,
         "bubble_fraction": (p - 1) / (m + p - 1) if p > 1 else 0.0,
         "slowest_stage": slow, "busiest_memory_stage": busiest,
         "memory_per_stage_bytes": [mm.total_bytes for mm in mems],
@@ -328,6 +343,48 @@ def _stage(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total
         nblocks = 0
     return _Stage(k=k, blocks=nblocks, sub=sub_trace(trace, idx), n_fwd=n_fwd, n_re=n_re, kt=subset(kt, idx),
                   host=host[idx], params=rp, flops=float(flops[idx].sum()))
+
+
+def _framework_on_stage(st: _Stage, name: str, trace: Trace, lay, job: Job, par: Parallel, strat, act_b: int,
+                        gather_b, reduce_b, place: Placement, links: Links, comm: CommConstants,
+                        consts: ParallelConstants, cfg: EstimatorConfig,
+                        fc: FrameworkConstants | None) -> tuple[np.ndarray, float]:
+    """The framework's host seconds on stage ``st``'s ops (:mod:`.framework`): each phase's share
+    spread over that phase's ops, the micro-batch's on its first op, the c10d calls of the
+    micro-batch's collectives over all its ops; and their sum (seconds a micro-batch)."""
+    calls: list = []
+    _tp_comm(st, lay, job, par, act_b, place, links, comm, calls)
+    if par.pipeline > 1:
+        calls.append((2, "send-recv", place.pp))
+    _dp_micro(strat, st, gather_b, reduce_b, 0.0, 0.0, place, links, comm, consts, cfg, calls)
+    n_calls = sum(n for n, _, _ in calls) + framework_micro_collectives(name, par.tensor, place.dp.n)
+    tensors = trace.param_tensors * (st.blocks / lay.blocks if lay is not None and lay.blocks else 1.0)
+    fh = framework_host(name, par.sharding, par.recompute, st.blocks, tensors, cfg, fc)
+    n = len(st.host)
+    extra = np.zeros(n)
+    n_bwd = n - st.n_fwd - st.n_re
+    for lo, count, secs in ((0, st.n_fwd, fh.forward_s), (st.n_fwd, st.n_re, fh.recompute_s),
+                            (st.n_fwd + st.n_re, n_bwd, fh.backward_s)):
+        if count:
+            extra[lo:lo + count] += secs / count
+    if n:
+        extra[0] += fh.micro_batch_s
+        extra += collective_host_s(n_calls, cfg, fc) / n
+    return extra, float(extra.sum())
+
+
+def _framework_step(name: str, par: Parallel, strat, stages: list, trace: Trace, lay, place: Placement, links: Links,
+                    comm: CommConstants, cfg: EstimatorConfig, gather_b, reduce_b,
+                    fc: FrameworkConstants | None) -> float:
+    """The framework's host seconds once a step (its optimizer's loops, the once-a-step collectives'
+    c10d calls), on the first stage's rank."""
+    st = stages[0]
+    calls: list = []
+    _dp_step(strat, st, gather_b, reduce_b, 0.0, place, links, comm, cfg, calls)
+    n_calls = sum(n for n, _, _ in calls) + framework_step_collectives(name)
+    tensors = trace.param_tensors * (st.blocks / lay.blocks if lay is not None and lay.blocks else 1.0)
+    fh = framework_host(name, par.sharding, par.recompute, st.blocks, tensors, cfg, fc)
+    return fh.step_s + collective_host_s(n_calls, cfg, fc)
 
 
 def _act_bytes(lay, job: Job, act_b: int) -> float:
