@@ -9,7 +9,8 @@ becomes a ``mode: serve`` job (the model's published config.json shape, ``engine
 
 One constant per engine is fitted on this set, the one it identifies: the engine's host time per
 iteration (a run's latency moves by its iterations times that time). Held out by model: each model's
-rows use the time fitted on the other models' rows (a grid of 0-30 ms, least MdAPE). The table also
+rows use the time fitted on the other models' rows (a grid of 0-30 ms, least MdAPE: gpucast.learn.serving_fit, which `gpucast calibrate` fits
+a cluster's serving rows with). The table also
 gives the errors with the engines' priors (gpucast.estimate.serving.engines) and the time fitted on all
 rows. Rows of models gpucast cannot describe (DeciLM-7B's per-layer KV-head counts) are unanswered.
 
@@ -72,20 +73,23 @@ def job_of(row: dict):
                                          engine=ENGINES[row["framework"]]))
 
 
-HOST_GRID_S = [i * 1e-4 for i in range(0, 301)]  # 0-30 ms per iteration, 0.1 ms apart
+def _term(x: dict):
+    """The row's latency as a function of the host time per iteration: every iteration's wall time moves
+    by the difference (the run's iterations stay the same: the scheduler does not see the clock)."""
+    from gpucast.learn.serving_fit import Term
+
+    return Term(predicted=x["predicted_s"], slope=x["iterations"], prior=x["host_prior_s"], measured=x["measured_s"])
 
 
 def _at(x: dict, host_s: float) -> float:
-    """The row's predicted latency with another host time per iteration: every iteration's wall time
-    moves by the difference (the run's iterations stay the same: the scheduler does not see the clock)."""
-    return x["predicted_s"] + x["iterations"] * (host_s - x["host_prior_s"])
+    return _term(x).at(host_s)
 
 
 def fit_host(rows: list[dict]) -> float | None:
-    """The host time per iteration (on HOST_GRID_S) whose predictions have the least MdAPE on ``rows``."""
-    if not rows:
-        return None
-    return min(HOST_GRID_S, key=lambda h: statistics.median(abs(_at(x, h) / x["measured_s"] - 1) for x in rows))
+    """The host time per iteration (gpucast.learn.serving_fit.HOST_GRID_S) with the least MdAPE on ``rows``."""
+    from gpucast.learn.serving_fit import best_host
+
+    return best_host([_term(x) for x in rows])
 
 
 def held_out(out: list[dict]) -> None:

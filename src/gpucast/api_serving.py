@@ -60,7 +60,7 @@ def serving_prediction(job, spec, config, env, version: str):
     # the counts (FLOPs, bytes, kernels) of a decode step near the run's mean shape: batch to a power of
     # two and context to the iteration grid, so deployments of one model share the trace
     tr, est = _estimate(job, (1 << (mean_batch.bit_length() - 1), 1, grid(total_ctx)[0], cache), spec, cfg, env)
-    engine = resolve(job.serve)
+    engine = resolve(job.serve, env)
     step, busy = iteration_model(job, spec, engine, env, cfg, serving["tensor"], job.serve.weights if job.serve else None,
                                  bool(job.serve and job.serve.kv_cache_dtype == "fp8")).cost(
         mean_batch, mean_batch, float(total_ctx), 0, 0.0)

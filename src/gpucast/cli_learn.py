@@ -41,10 +41,65 @@ def _fitter(rows, cli):
 
     from gpucast.learn.fit import Fitter
 
+    def check():
+        if any(r.serving for r in rows):
+            raise ValueError("serving rows (latency_s, ttft_s, tpot_s, output_tokens_per_s) are for gpucast calibrate")
+    cli._run(check)
     with Progress(TextColumn("capturing the rows' jobs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=cli.err, transient=True) as bar:
         task = bar.add_task("capture", total=len(rows))
         return cli._run(lambda: Fitter(rows, progress=lambda i, n: bar.update(task, completed=i)))
+
+
+def _serving_fit(rows, env, cli):
+    """Each engine's host time per iteration fitted on the serving rows (gpucast.learn.serving_fit)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gpucast.learn.serving_fit import fit_serving
+
+    with Progress(TextColumn("predicting the serving rows"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=cli.err, transient=True) as bar:
+        task = bar.add_task("serving", total=len(rows))
+        fit = cli._run(lambda: fit_serving(rows, env, progress=lambda i, n: bar.update(task, completed=i)))
+
+    def check():
+        if not fit.engines:
+            raise ValueError(f"no serving row could be predicted ({fit.unanswered[0]})")
+    cli._run(check)
+    return fit
+
+
+def _print_calibration(cal, cli) -> None:
+    lines = [("before (the base constants)", cal.before), ("after (fitted, on these rows)", cal.after),
+             (f"cross-validated (held out by {cal.cv_unit})", cal.cross_validated)]
+    cli.console.print(_metrics_table(f"gpucast calibrate: {cal.rows} rows, {len(cal.groups)} groups, "
+                                     f"GPUs {', '.join(cal.gpus)}", lines))
+    moved = ", ".join(f"{p} {v:.3g}" for p, v in cal.info.get("values", {}).items()) or "none"
+    w = cal.info.get("prior_weight")
+    how = ("the base kept: held-out rows were predicted best without a fit" if w is None and cal.params
+           else f"prior weight {w:g}" + (" (chosen by the cross-validation)" if cal.cross_validated else ""))
+    cli.console.print(f"fitted: {moved}; {how}", highlight=False)
+    if not cal.conformal:
+        cli.console.print("intervals: too few held-out rows for 80 % split-conformal intervals; predictions "
+                          "keep the constant-corner bands", highlight=False)
+    else:
+        cli.console.print("80 % intervals (log half-widths): " + ", ".join(
+            f"{q} {c['halfwidth']:.3f} from {c['rows']} rows" for q, c in cal.conformal.items()), highlight=False)
+
+
+def _print_serving_fit(fit, cli) -> None:
+    from rich.table import Table
+
+    t = Table(title="serving rows: each engine's host time per iteration (MdAPE of the measured figures)")
+    for col in ("engine", "rows", "groups", "host ms / iteration", "before", "after", "held out by group"):
+        t.add_column(col, justify="left" if col == "engine" else "right")
+    for e, f in fit.engines.items():
+        t.add_row(e, str(f.rows), str(len(f.groups)), f"{f.prior_s * 1e3:.2f} -> {f.fitted_s * 1e3:.2f}",
+                  f"{100 * f.mdape_before:.1f} %", f"{100 * f.mdape_after:.1f} %",
+                  "-" if f.mdape_held_out is None else f"{100 * f.mdape_held_out:.1f} %")
+    cli.console.print(t)
+    for line in fit.unanswered[:5]:
+        cli.err.print(f"not predicted: {line}", highlight=False, markup=False)
 
 
 def _metrics_table(title: str, lines: list[tuple[str, dict | None]]):
@@ -88,7 +143,8 @@ def register(app: typer.Typer, cli) -> None:
                       cv: bool = typer.Option(True, "--cv/--no-cv", help="Cross-validate (and give intervals)."),
                       as_json: bool = typer.Option(False, "--json", help="Print the environment document as JSON.")
                       ) -> None:
-        """Fit an environment (host, loader, context, per-GPU speed) to a cluster's measured jobs."""
+        """Fit an environment (host, loader, context, per-GPU speed; a serving engine's host time per
+        iteration from serve rows) to a cluster's measured jobs."""
         from gpucast.fileio import reserve_output
         from gpucast.learn import artifacts
         from gpucast.learn.calibrate import calibrate
@@ -102,31 +158,24 @@ def register(app: typer.Typer, cli) -> None:
         # Reserve the file before the fit: an unwritable --out is one error line, not a lost fit.
         with cli._run(lambda: reserve_output(out, "--out")) as reserved:
             measured = cli._run(lambda: read_rows(rows))
-            fitter = _fitter(measured, cli)
-            with cli.err.status("calibrating") as status:
-                cal = cli._run(lambda: calibrate(fitter, base=start, cross_validate=cv, label=label or out.stem,
-                                                 progress=lambda s: status.update(s)))
-            doc = artifacts.document(cal, label or out.stem, rows)
+            serving_rows = [r for r in measured if r.serving]
+            training = [r for r in measured if not r.serving]
+            cal = None
+            if training:
+                fitter = _fitter(training, cli)
+                with cli.err.status("calibrating") as status:
+                    cal = cli._run(lambda: calibrate(fitter, base=start, cross_validate=cv, label=label or out.stem,
+                                                     progress=lambda s: status.update(s)))
+            sfit = _serving_fit(serving_rows, cal.env if cal is not None else start, cli) if serving_rows else None
+            doc = artifacts.document(cal, label or out.stem, rows, serving=sfit, serving_rows=serving_rows, base=start)
             cli._run(lambda: artifacts.save_environment(doc, reserved))
         if as_json:
             print(json.dumps(doc, indent=2, default=float))
         else:
-            lines = [("before (the base constants)", cal.before), ("after (fitted, on these rows)", cal.after),
-                     (f"cross-validated (held out by {cal.cv_unit})", cal.cross_validated)]
-            cli.console.print(_metrics_table(f"gpucast calibrate: {cal.rows} rows, {len(cal.groups)} groups, "
-                                             f"GPUs {', '.join(cal.gpus)}", lines))
-            moved = ", ".join(f"{p} {v:.3g}" for p, v in cal.info.get("values", {}).items()) or "none"
-            w = cal.info.get("prior_weight")
-            how = ("the base kept: held-out rows were predicted best without a fit" if w is None and cal.params
-                   else f"prior weight {w:g}" + (" (chosen by the cross-validation)" if cal.cross_validated else ""))
-            cli.console.print(f"fitted: {moved}; {how}", highlight=False)
-            if not cal.conformal:
-                cli.console.print("intervals: too few held-out rows for 80 % split-conformal intervals; predictions "
-                                  "keep the constant-corner bands", highlight=False)
-            else:
-                cli.console.print("80 % intervals (log half-widths): " + ", ".join(
-                    f"{q} {c['halfwidth']:.3f} from {c['rows']} rows" for q, c in cal.conformal.items()),
-                    highlight=False)
+            if cal is not None:
+                _print_calibration(cal, cli)
+            if sfit is not None:
+                _print_serving_fit(sfit, cli)
         cli.err.print(f"wrote {out}", highlight=False, markup=False)
 
     learn_app = typer.Typer(no_args_is_help=True, add_completion=False,

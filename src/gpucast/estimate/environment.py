@@ -33,6 +33,7 @@ from importlib import resources
 
 
 PER_GPU = "gpu_kernel_factors"
+PER_ENGINE = "serving_host_s"
 
 
 def _c(value, unit: str, source: str, prior_sigma: float | None = None):
@@ -233,6 +234,12 @@ class Environment:
         "unit": "factor per GPU type", "prior_sigma": 0.1, "kind": "per-gpu",
         "source": "Per-GPU-type kernel time factor on top of kernel_time_factor, as (gpu, factor) pairs: a "
                   "cluster's cards may run below their boost clock or with older libraries; 1 when absent."})
+    serving_host_s: tuple = field(default=(), metadata={
+        "unit": "s per iteration, per engine", "kind": "per-engine",
+        "source": "An LLM serving engine's host time per iteration on this cluster (scheduling, input preparation, "
+                  "sampling; gpucast.estimate.serving.engines), as (engine, seconds) pairs, fitted by gpucast "
+                  "calibrate on measured serving rows (gpucast.learn.serving_fit); the packaged fit or the engine's "
+                  "prior when absent."})
     # ---------------------------------------------------------------- what made this environment (not constants)
     label: str = field(default="default", metadata={
         "kind": "meta", "unit": "", "source": "Name of the environment: 'default', or the label and digest of a "
@@ -256,26 +263,39 @@ class Environment:
         return self.kernel_time_factor * per.get(gpu, per.get(gpu.split(":", 1)[0], 1.0))
 
     # ---------------------------------------------------------------- named parameters for fitting
+    def serving_host(self, engine: str) -> float | None:
+        """The engine's host seconds per iteration fitted for this cluster (None: not fitted here)."""
+        return dict(self.serving_host_s).get(engine)
+
     def param(self, name: str) -> float:
-        """A fittable parameter's value: a field name, or ``gpu_kernel_factors:<gpu>``."""
+        """A fittable parameter's value: a field name, ``gpu_kernel_factors:<gpu>`` or
+        ``serving_host_s:<engine>`` (nan when that engine has none here)."""
         if name.startswith(PER_GPU + ":"):
             return float(dict(self.gpu_kernel_factors).get(name.split(":", 1)[1], 1.0))
+        if name.startswith(PER_ENGINE + ":"):
+            v = self.serving_host(name.split(":", 1)[1])
+            return float("nan") if v is None else float(v)
         return getattr(self, name)
 
     def with_params(self, values: dict) -> "Environment":
         """A copy with fittable parameters set (integers rounded for integer fields)."""
         per_gpu = dict(self.gpu_kernel_factors)
+        per_engine = dict(self.serving_host_s)
         plain = {}
         meta = {f.name: f for f in fields(self)}
         for name, v in values.items():
             if name.startswith(PER_GPU + ":"):
                 per_gpu[name.split(":", 1)[1]] = float(v)
+            elif name.startswith(PER_ENGINE + ":"):
+                per_engine[name.split(":", 1)[1]] = float(v)
             elif name in meta:
                 plain[name] = int(round(v)) if isinstance(meta[name].default, int) else float(v)
             else:
                 raise ValueError(f"unknown environment constant {name!r}")
         if per_gpu != dict(self.gpu_kernel_factors):
             plain[PER_GPU] = tuple(sorted(per_gpu.items()))
+        if per_engine != dict(self.serving_host_s):
+            plain[PER_ENGINE] = tuple(sorted(per_engine.items()))
         return self.replace(**plain)
 
     @classmethod
@@ -293,7 +313,7 @@ class Environment:
             if f.metadata.get("kind") == "meta":
                 continue
             v = getattr(self, f.name)
-            out[f.name] = dict(v) if f.metadata.get("kind") == "per-gpu" else v
+            out[f.name] = dict(v) if f.metadata.get("kind") in ("per-gpu", "per-engine") else v
         return out
 
     def replace(self, **changes) -> "Environment":

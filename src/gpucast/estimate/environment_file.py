@@ -10,6 +10,7 @@ Layout (``format: 1``)::
     provenance: {rows: 5, files: [{path, sha256}], groups: [...], gpus: [...], measured: {...}}
     fit: {params: [...], prior_weight: 4.0, before: {...}, after: {...}, cross_validated: {...}, cv_unit: group}
     constants: {item_s: 3.1e-05, gpu_kernel_factors: {a100-40gb: 1.12}, ...}   # the fitted ones
+    #          serving_host_s: {vllm: 0.0042}: an engine's host seconds per iteration (serving rows)
     intervals: {util_pct: {level: 0.8, log_halfwidth: 0.05, rows: 5}, ...}
 
 :func:`load_environment` lays ``constants`` over the base and returns the Environment with
@@ -33,7 +34,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from gpucast.estimate.environment import PER_GPU, Environment
+from gpucast.estimate.environment import PER_ENGINE, PER_GPU, Environment
 from gpucast.version import __version__
 
 FORMAT = 1
@@ -108,6 +109,19 @@ def load_environment(path: str | Path) -> tuple[Environment, list[str]]:
                 raise EnvironmentFileError(f"environment file {str(path)!r}: {PER_GPU} must map GPU names to factors")
             for gpu, f in v.items():
                 values[f"{PER_GPU}:{gpu}"] = _positive(path, f"{PER_GPU}.{gpu}", f)
+        elif name == PER_ENGINE:
+            from gpucast.estimate.serving.engines import ENGINES
+
+            if not isinstance(v, dict):
+                raise EnvironmentFileError(f"environment file {str(path)!r}: {PER_ENGINE} must map engines to seconds")
+            for engine, secs in v.items():
+                if engine not in ENGINES:
+                    raise EnvironmentFileError(f"environment file {str(path)!r}: {PER_ENGINE}.{engine}: not an engine "
+                                               f"({', '.join(ENGINES)})")
+                if isinstance(secs, bool) or not isinstance(secs, (int, float)) or not 0 <= secs < 10:
+                    raise EnvironmentFileError(f"environment file {str(path)!r}: constant '{PER_ENGINE}.{engine}' "
+                                               f"must be seconds between 0 and 10, got {secs!r}")
+                values[f"{PER_ENGINE}:{engine}"] = float(secs)
         elif name not in known:
             raise EnvironmentFileError(f"environment file {str(path)!r}: constant {name!r} is not known to gpucast "
                                        f"{__version__} (written by {doc.get('gpucast_version', '?')}): calibrate again")

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from gpucast.version import __version__
-from gpucast.estimate.environment import PER_GPU, Environment
+from gpucast.estimate.environment import PER_ENGINE, PER_GPU, Environment
 # The environment file's format, reader and writer live below the predictor (probe-host and --env
 # use them too); re-exported here, where calibrate's documents are made.
 from gpucast.estimate.environment_file import FEW_ROWS, FORMAT, _plain
@@ -30,28 +30,44 @@ def file_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def document(cal, label: str, files: list[str | Path]) -> dict:
-    """The YAML document of a :class:`~gpucast.learn.calibrate.Calibration`."""
-    values = {}
-    for name in cal.params:
+def document(cal, label: str, files: list[str | Path], serving=None, serving_rows: list | None = None,
+             base: Environment | None = None) -> dict:
+    """The YAML document of a :class:`~gpucast.learn.calibrate.Calibration` (``None`` when the rows held
+    no training runs) and of a serving fit (:class:`~gpucast.learn.serving_fit.ServingFit` on
+    ``serving_rows``; ``None`` without serving rows)."""
+    values: dict = {}
+    for name in (cal.params if cal is not None else ()):
         if name.startswith(PER_GPU + ":"):
             values.setdefault(PER_GPU, {})[name.split(":", 1)[1]] = _num(cal.env.param(name))
         else:
             values[name] = _num(cal.env.param(name))
+    serving_rows = serving_rows or []
+    if serving is not None and serving.engines:
+        values[PER_ENGINE] = {e: _num(v) for e, v in serving.values().items()}
+    fit = {}
+    if cal is not None:
+        fit = {"params": list(cal.params), "prior_weight": cal.info.get("prior_weight"), "before": cal.before,
+               "after": cal.after, "cross_validated": cal.cross_validated, "cv_unit": cal.cv_unit}
+    if serving is not None:
+        fit["serving"] = serving.summary()
+    measured = dict(cal.measured) if cal is not None else {}
+    if serving_rows:
+        measured["serving"] = len(serving_rows)
     return {
         "gpucast_environment": FORMAT,
         "gpucast_version": __version__,
         "label": label,
         "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
-        "base": _base_name(cal.base),
-        "provenance": {"rows": cal.rows, "files": [{"path": str(p), "sha256": file_digest(p)} for p in files
-                                                   if Path(p).is_file()],
-                       "groups": list(cal.groups), "gpus": list(cal.gpus), "measured": dict(cal.measured)},
-        "fit": _rounded({"params": list(cal.params), "prior_weight": cal.info.get("prior_weight"),
-                         "before": cal.before, "after": cal.after,
-                         "cross_validated": cal.cross_validated, "cv_unit": cal.cv_unit}),
+        "base": _base_name(cal.base if cal is not None else base or Environment.default()),
+        "provenance": {"rows": (cal.rows if cal is not None else 0) + len(serving_rows),
+                       "files": [{"path": str(p), "sha256": file_digest(p)} for p in files if Path(p).is_file()],
+                       "groups": sorted(set(cal.groups if cal is not None else []) | {r.group for r in serving_rows}),
+                       "gpus": sorted(set(cal.gpus if cal is not None else []) | {r.gpu for r in serving_rows}),
+                       "measured": measured},
+        "fit": _rounded(fit),
         "constants": values,
-        "intervals": {c[0]: {"level": c[1], "log_halfwidth": _num(c[2]), "rows": c[3]} for c in cal.env.conformal},
+        "intervals": ({c[0]: {"level": c[1], "log_halfwidth": _num(c[2]), "rows": c[3]} for c in cal.env.conformal}
+                      if cal is not None else {}),
     }
 
 

@@ -11,11 +11,16 @@ column                        required   meaning
 ``model``                     these two  or the job's fields flat: ``model`` and any of ``batch_size``,
                                          ``seq_len``, ``input_shape`` (``3,224,224``), ``precision``,
                                          ``mode``, ``optimizer``, ``gpus``, ``input_pipeline_s``,
-                                         ``data.<field>``, ``loop.<field>``, ``stack.<field>``
+                                         ``data.<field>``, ``loop.<field>``, ``stack.<field>``,
+                                         ``serve.<field>``, ``parallel.<field>``
 ``util_pct``                  at least   mean ``utilization.gpu`` over the steady state, 0-100
 ``memory_mib``                one of     peak memory of the process as nvidia-smi shows it (MiB)
 ``memory_bytes``              these      the same in bytes
 ``step_time_s``                          mean step time (seconds)
+``latency_s``                            a ``mode: serve`` job's measured serving figures: a static
+``ttft_s``, ``tpot_s``                   batch's wall time, mean time to first token, mean time per
+``output_tokens_per_s``                  output token, generated tokens per second (the job's
+                                         ``serve`` group says engine, lengths and load)
 ``group``                     no         the unit held out together in cross-validation (default:
                                          the model name): an architecture, a job type
 ``label``                     no         free text that names the run in messages
@@ -49,10 +54,12 @@ from gpucast.job import Job, JobError
 
 JOB_COLUMNS = ("model", "batch_size", "seq_len", "input_shape", "precision", "mode", "optimizer", "gpus",
                "input_pipeline_s")
-SURROUNDING_GROUPS = ("data", "loop", "stack")
+SURROUNDING_GROUPS = ("data", "loop", "stack", "serve", "parallel")
 MEASURED_COLUMNS = ("util_pct", "memory_mib", "memory_bytes", "step_time_s")
+# What a serving run measures (gpucast.learn.serving_fit fits an engine's host time on them).
+SERVING_COLUMNS = ("latency_s", "ttft_s", "tpot_s", "output_tokens_per_s")
 OTHER_COLUMNS = ("gpu", "job", "group", "label")
-COLUMNS = OTHER_COLUMNS + JOB_COLUMNS + MEASURED_COLUMNS
+COLUMNS = OTHER_COLUMNS + JOB_COLUMNS + MEASURED_COLUMNS + SERVING_COLUMNS
 FORMATS = (".csv", ".parquet", ".jsonl")
 
 
@@ -70,6 +77,7 @@ class MeasuredRow:
     memory_mib: float | None = None
     step_time_s: float | None = None
     source: str = ""                # the file it came from
+    serving: tuple = ()             # (column, value) of SERVING_COLUMNS a serving run measured
 
 
 # ------------------------------------------------------------------------------ reading files
@@ -207,7 +215,8 @@ def _row(rec: dict, i: int, source: str) -> MeasuredRow:
     known = set(COLUMNS)
     for k in rec:
         if k not in known and k.split(".", 1)[0] not in SURROUNDING_GROUPS:
-            _fail(source, i, k, f"unknown column (known: {', '.join(COLUMNS)}, data./loop./stack.<field>)")
+            _fail(source, i, k, f"unknown column (known: {', '.join(COLUMNS)}, "
+                                f"{'/'.join(g + '.' for g in SURROUNDING_GROUPS)}<field>)")
     gpu = rec.get("gpu")
     if not isinstance(gpu, str):
         _fail(source, i, "gpu", "required: a gpucast GPU name" if gpu is None else f"must be a GPU name, got {gpu!r}")
@@ -231,15 +240,32 @@ def _row(rec: dict, i: int, source: str) -> MeasuredRow:
         if "memory_mib" in measured:
             _fail(source, i, "memory_bytes", "give memory_mib or memory_bytes, not both")
         measured["memory_mib"] = measured.pop("memory_bytes") / 2**20
-    if not measured:
+    serving = []
+    for col in SERVING_COLUMNS:
+        if col not in rec:
+            continue
+        v = rec[col]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            _fail(source, i, col, f"must be a positive number, got {v!r}")
+        serving.append((col, float(v)))
+    if job.mode == "serve":
+        if measured:
+            _fail(source, i, next(iter(measured)), "a serve job's row measures the serving run: "
+                                                   f"{', '.join(SERVING_COLUMNS)}")
+        if not serving:
+            _fail(source, i, "latency_s", f"a serve job's row needs one of {', '.join(SERVING_COLUMNS)}")
+    elif serving:
+        _fail(source, i, serving[0][0], "serving figures need a job of mode 'serve'")
+    if not measured and not serving:
         _fail(source, i, "util_pct", "a row needs at least one measurement (util_pct, memory_mib or "
-                                     "memory_bytes, step_time_s)")
+                                     "memory_bytes, step_time_s; a serve job's latency_s, ttft_s, tpot_s, "
+                                     "output_tokens_per_s)")
     group = rec.get("group")
     if group is None:  # the model: a module job's name without its "module:" prefix
         group = job.model.removeprefix("module:")
     return MeasuredRow(job=job, gpu=gpu, group=str(group), label=str(rec.get("label", f"row {i}")), source=source,
                        util_pct=measured.get("util_pct"), memory_mib=measured.get("memory_mib"),
-                       step_time_s=measured.get("step_time_s"))
+                       step_time_s=measured.get("step_time_s"), serving=tuple(serving))
 
 
 def _missing(v) -> bool:

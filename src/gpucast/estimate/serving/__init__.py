@@ -92,7 +92,7 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     from gpucast.graph.serving import kv_bytes_per_token, model_shape, trace_iteration
 
     serve = job.serve or Serve()
-    engine = resolve(serve)
+    engine = resolve(serve, env)
     shape = model_shape(job)
     t = _tensor(job, shape)
     if serve.load != "static" and not engine.continuous:

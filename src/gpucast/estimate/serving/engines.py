@@ -18,7 +18,8 @@ the job's ``serve`` fields over them (:func:`resolve`). What is modelled of an e
 * ``host_per_iteration_s``: the engine's own CPU work per iteration that the GPU waits for
   (scheduling, preparing inputs, sampling, detokenising): fitted on measured runs where the data
   identify it (``data/serving_fit.json``, written by ``benchmarks/llm_inference_a100.py --write-fit``:
-  vLLM and TensorRT-LLM on A100s), the prior below otherwise.
+  vLLM and TensorRT-LLM on A100s), the prior below otherwise; a cluster's own, fitted by ``gpucast
+  calibrate`` on its measured serving rows, comes with its environment (``Environment.serving_host_s``).
 
 Not modelled: speculative decoding, prefix-cache eviction policies (a hit rate is an input), LoRA
 adapters, multi-step scheduling, the engines' differences in attention kernels beyond the kernel model's
@@ -91,11 +92,16 @@ def fitted_host() -> dict[str, float]:
     return {k: float(v) for k, v in json.loads(path.read_text())["host_per_iteration_s"].items() if v is not None}
 
 
-def resolve(serve) -> Engine:
-    """The job's engine (default ``vllm``) with the ``serve`` group's settings over its defaults."""
+def resolve(serve, env=None) -> Engine:
+    """The job's engine (default ``vllm``) with the ``serve`` group's settings over its defaults; its
+    host time per iteration the cluster's (``env.serving_host_s``, fitted by ``gpucast calibrate`` on
+    serving rows), else the packaged fit, else the prior."""
     name = (serve.engine if serve is not None and serve.engine else "vllm")
     e = ENGINES[name]
-    if name in fitted_host():
+    own = env.serving_host(name) if env is not None else None
+    if own is not None:
+        e = replace(e, host_per_iteration_s=own)
+    elif name in fitted_host():
         e = replace(e, host_per_iteration_s=fitted_host()[name])
     if serve is None:
         return e
