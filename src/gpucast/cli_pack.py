@@ -78,6 +78,13 @@ def register(app: typer.Typer, cli) -> None:
             for lab, req in zip(result.labels, b.requests):
                 cli.console.print(f"  {lab}: " + ", ".join(f"{k}: {v}" for k, v in req.items()), highlight=False,
                                   markup=False)
+            for lab, solo, here in zip(result.labels, result.solo_serving or (), b.serving or ()):
+                if solo is not None and here is not None:
+                    cli.console.print(f"serving, {lab}: TTFT {here['ttft_s'] * 1e3:.1f} ms, TPOT "
+                                      f"{here['tpot_s'] * 1e3:.2f} ms under {b.detail} (alone on the whole GPU "
+                                      f"{solo['ttft_s'] * 1e3:.1f} / {solo['tpot_s'] * 1e3:.2f} ms)"
+                                      + (f", {here['preemptions']} preemptions" if here["preemptions"] else ""),
+                                      highlight=False, markup=False)
 
 
 def table(result):
@@ -91,7 +98,7 @@ def table(result):
         t.add_column(lab, justify="right")
     for name in ("progress", "worst", "memory"):
         t.add_column(name, justify="right")
-    mem = sum(result.memory_bytes) / 2**30
+    mem = result.shared_memory_bytes / 2**30
     for i, a in enumerate(result.arrangements):
         cells = [f"x{s:.2f}" + (f" {a.slices[k]}" if a.slices else "") for k, s in enumerate(a.slowdowns)]
         fits = "fits" if a.memory_fits else "does not fit"

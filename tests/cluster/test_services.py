@@ -49,12 +49,48 @@ def test_a_mix_adds_its_services_as_named(tmp_path):
      "a service is a one-GPU inference job"),
     ({"model": "resnet50", "duration_s": 60, "latency_ms": 10, "mode": "train"},
      "a service is a one-GPU inference job"),
+    ({"model": "resnet50", "duration_s": 60, "latency_ms": 10, "tpot_ms": 10},
+     "services[1].tpot_ms: a mode infer service's target is latency_ms"),
+    ({"model": "hf:llama", "duration_s": 60, "latency_ms": 10, "serve": {"engine": "vllm"}},
+     "services[1].latency_ms: a mode serve service's target is tpot_ms"),
 ])
 def test_bad_services_are_one_line(tmp_path, entry, words):
     p = _mix(tmp_path, [entry])
     with pytest.raises(mixes.MixError) as e:
         mixes.load(str(p))
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+# A 1.1B Llama (TinyLlama's shape) served by vLLM at 4 requests a second, told a third of the GPU.
+LLAMA_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
+            "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048}
+SERVE = {"engine": "vllm", "input_len": 512, "output_len": 128, "request_rate": 4, "gpu_memory_utilization": 0.3}
+
+
+def test_an_llm_deployment_is_a_service_whose_step_is_its_decode_iteration(tmp_path):
+    """A ``serve`` group makes a service an LLM deployment: mode serve, its target tpot_ms, its step
+    in the simulator the serving model's decode iteration under its load, its memory what its engine
+    is told to take; alone on its GPU with no error it meets a target above its predicted TPOT."""
+    import json
+
+    import gpucast
+    from gpucast.cluster.behaviour import Profile
+    from gpucast.cluster.truth import Truth
+    from gpucast.job import Job
+
+    entry = {"id": "chat", "arrival_s": [0], "duration_s": 3600, "tpot_ms": 20, "model": "hf:llama",
+             "hf_config": json.dumps(LLAMA_1B), "batch_size": 8, "precision": "bf16", "serve": SERVE}
+    tr = cl.load_trace(str(_mix(tmp_path, [entry])), limit=None)
+    (svc,) = [tj for tj in tr.jobs if tj.latency_s is not None]
+    f = dict(svc.fields)
+    assert f["mode"] == "serve" and svc.latency_s == pytest.approx(0.020)
+    pred = gpucast.predict(Job.from_dict(f), GPU)
+    beh = Truth(error_sigma=0, seed=0).behaviour(Profile.from_trace_job(svc), GPU)
+    assert beh.step_time_s == pytest.approx(pred.step_time_s)
+    assert beh.step_time_s == pytest.approx(pred.serving["tpot_s"], rel=0.2)  # a decode iteration ~ TPOT
+    assert 0.25 * 80 * GiB < beh.memory_bytes < 0.4 * 80 * GiB  # the third of the GPU it was told
+    run = cl.simulate(Trace("chat", [svc]), cl.ClusterSpec.homogeneous(GPU, 1), "gpucast", error_sigma=0)
+    assert run.records[0].late_s == 0.0
 
 
 def _trace(latency_s, lifetime=1000.0, train_at=100.0):

@@ -26,6 +26,10 @@ does not fit (the predicted peaks summed over the GPU's memory; under MIG each j
 slice's) is listed, not chosen. :func:`why` says which is best and what decided it; each arrangement
 carries its Kubernetes requests (:mod:`gpucast.integrations.k8s_pack`).
 
+LLM serving deployments (``mode: serve``) are packed as their engines run side by side: each engine
+that preallocates is started at a share of the GPU's memory and predicted again there, and each
+arrangement carries its TTFT and TPOT (:mod:`gpucast.advisor.pack_serving`).
+
 Not modelled: phases of a job that change over its run (the slowdowns are steady state), two jobs
 in one MIG slice, MIG placement rules beyond the totals, HAMi's memory limits (``gpumem``), a
 limiter lending idle capacity to a busy neighbour.
@@ -59,6 +63,7 @@ class Arrangement:
     slices: tuple[str, ...] | None = None
     requests: tuple = ()     # each job's Kubernetes container limits (gpucast.integrations.k8s_pack)
     node: str = ""                      # the GPU's configuration for them
+    serving: tuple = ()      # each job's TTFT/TPOT here (gpucast.advisor.pack_serving.figures; None: not serving)
 
     @property
     def progress(self) -> float:
@@ -73,7 +78,8 @@ class Arrangement:
         return {"mode": self.mode, "detail": self.detail, "slowdowns": list(self.slowdowns),
                 "progress": self.progress, "worst_slowdown": self.worst, "memory_fits": self.memory_fits,
                 **({"slices": list(self.slices)} if self.slices is not None else {}),
-                "requests": list(self.requests), "node": self.node}
+                "requests": list(self.requests), "node": self.node,
+                **({"serving": list(self.serving)} if any(x is not None for x in self.serving) else {})}
 
 
 @dataclass(frozen=True)
@@ -90,11 +96,27 @@ class Packing:
     best: int | None
     why: tuple[str, ...]
     model_version: str = ""      # gpucast.api.model_version of the predictions
+    # a serving job's gpu_memory_utilization when the jobs share the whole GPU (None: not a serving job
+    # that preallocates; gpucast.advisor.pack_serving), and its TTFT/TPOT alone on the whole GPU
+    memory_shares: tuple = ()
+    solo_serving: tuple = ()
+
+    @property
+    def shared_memory_bytes(self) -> int:
+        """What the jobs hold together on the whole GPU: each serving engine its share, the others
+        their peaks."""
+        shares = self.memory_shares or (None,) * len(self.memory_bytes)
+        return sum(int(f * self.gpu_memory_bytes) if f is not None else m for m, f in zip(self.memory_bytes, shares))
 
     def to_dict(self) -> dict:
-        return {"gpu": self.gpu, "model_version": self.model_version, "jobs": [{"job": lab, "solo_step_s": s, "memory_bytes": m}
-                                          for lab, s, m in zip(self.labels, self.solo_step_s, self.memory_bytes)],
-                "gpu_memory_bytes": self.gpu_memory_bytes,
+        return {"gpu": self.gpu, "model_version": self.model_version,
+                "jobs": [{"job": lab, "solo_step_s": s, "memory_bytes": m,
+                          **({"gpu_memory_utilization": f} if f is not None else {}),
+                          **({"serving": sv} if sv is not None else {})}
+                         for lab, s, m, f, sv in zip(self.labels, self.solo_step_s, self.memory_bytes,
+                                                     self.memory_shares or (None,) * len(self.labels),
+                                                     self.solo_serving or (None,) * len(self.labels))],
+                "gpu_memory_bytes": self.gpu_memory_bytes, "shared_memory_bytes": self.shared_memory_bytes,
                 "arrangements": [a.to_dict() for a in self.arrangements],
                 "best": None if self.best is None else self.arrangements[self.best].mode, "why": list(self.why)}
 
@@ -117,6 +139,9 @@ def pack(jobs: Sequence, gpu: str = "a100-80gb", config=None, env=None,
     from gpucast.hardware import get_gpu
     from gpucast.integrations import k8s_pack
 
+    from gpucast.advisor import pack_serving
+    from gpucast.serving import Serve
+
     js = [_as_job(j) for j in jobs]
     if not 2 <= len(js) <= MAX_JOBS:
         raise PackError(f"pack takes 2 to {MAX_JOBS} jobs, got {len(js)} (one job: `gpucast advise`)")
@@ -127,7 +152,8 @@ def pack(jobs: Sequence, gpu: str = "a100-80gb", config=None, env=None,
         raise PackError(f"{gpu} is a MIG slice: pack takes a whole GPU and chooses the slices")
     spec = get_gpu(gpu)
     profs = [p for p in mig.profiles(spec.name) if p.compute_slices < p.of_compute] if spec.name in mig.capable() else []
-    total, done = len(js) * (1 + len(profs)), 0
+    preallocating = sum(1 for j in js if j.mode == "serve" and (j.serve is None or j.serve.engine != "hf"))
+    total, done = len(js) * (1 + len(profs)) + preallocating, 0
 
     def predicted(job, g):
         nonlocal done
@@ -139,39 +165,65 @@ def pack(jobs: Sequence, gpu: str = "a100-80gb", config=None, env=None,
 
     whole = [predicted(j, spec) for j in js]
     on_slice = {p.name: [predicted(j, get_gpu(p.full_name)) for j in js] for p in profs}
-    arrangements = list(_shared(whole, spec.memory_bytes))
+    # serving engines that preallocate each get their share of the whole GPU, and are predicted at it
+    shares = pack_serving.memory_shares(whole, spec.memory_bytes)
+    at_share = [predicted(j.with_(serve=replace(j.serve or Serve(), gpu_memory_utilization=f)), spec)
+                if f is not None else w for j, w, f in zip(js, whole, shares)]
+    mem = [int(f * spec.memory_bytes) if f is not None else int(p.memory_peak_bytes) for p, f in zip(whole, shares)]
+    fits = sum(mem) <= spec.memory_bytes and all(p.fits_in_memory for p, f in zip(at_share, shares) if f is not None)
+    arrangements = list(_shared(whole, at_share, fits))
     best_mig = _best_layout(spec.name, profs, whole, on_slice)
     if best_mig is not None:
         arrangements.append(best_mig)
-    mem = [int(p.memory_peak_bytes) for p in whole]
     for i, a in enumerate(arrangements):
         reqs, node = k8s_pack.requests(a.mode, spec.name, mem, a.slices)
         arrangements[i] = replace(a, requests=tuple(reqs), node=node)
     fitting = [i for i, a in enumerate(arrangements) if a.memory_fits]
     best = max(fitting, key=lambda i: _rank(arrangements[i])) if fitting else None
     labels = tuple(label(j) for j in js)
+    why_lines = why(arrangements, best, labels, spec.name, bool(profs)) + pack_serving_why(labels, shares, fits)
     return Packing(spec.name, labels, tuple(p.step_time_s for p in whole),
                    tuple(int(p.memory_peak_bytes) for p in whole), int(spec.memory_bytes), tuple(arrangements), best,
-                   tuple(why(arrangements, best, labels, spec.name, bool(profs))), model_version(env))
+                   tuple(why_lines), model_version(env), tuple(shares),
+                   tuple(pack_serving.figures(p) for p in whole))
 
 
-def _shared(whole, gpu_memory: float):
+def pack_serving_why(labels, shares, fits: bool) -> list[str]:
+    """A line on the serving engines' memory shares when the jobs share the whole GPU."""
+    parts = [f"{lab} {f:.2f}" for lab, f in zip(labels, shares) if f is not None]
+    if not parts:
+        return []
+    return [f"sharing the whole GPU, each serving engine is started with serve.gpu_memory_utilization at its share "
+            f"(its weights and the KV cache its load holds, and a part of what is left): {', '.join(parts)}"
+            + ("" if fits else "; these do not fit the GPU")]
+
+
+def _shared(whole, at_share, fits: bool):
     """The arrangements of the jobs sharing the whole GPU: time-slicing (with and without HAMi core
-    limits), MPS (without limits and as replicas)."""
+    limits), MPS (without limits and as replicas). ``at_share``: each job as it runs there (a serving
+    engine at its memory share, gpucast.advisor.pack_serving); a slowdown is over the job alone on the
+    whole GPU (``whole``)."""
+    from gpucast.advisor import pack_serving
     from gpucast.advisor.sharing import timeline
     from gpucast.cluster import timeshare
     from gpucast.cluster.timeshare import mps
 
-    tls = [timeline(p) for p in whole]
+    tls = [timeline(p) for p in at_share]
+    own = [a.step_time_s / w.step_time_s for a, w in zip(at_share, whole)]  # a smaller cache's own cost
     n = len(tls)
-    fits = math.fsum(p.memory_peak_bytes for p in whole) <= gpu_memory
+
+    def arrangement(mode, detail, slowdowns):
+        s = tuple(x * o for x, o in zip(slowdowns, own))
+        return Arrangement(mode, detail, s, fits,
+                           serving=tuple(pack_serving.figures(p, x) for p, x in zip(at_share, slowdowns)))
+
     ts = timeshare.slowdowns(tls, timeshare.CURRENT, "timeslice")
-    yield Arrangement("timeslice", f"time-slicing, {n} replicas", tuple(ts), fits)
-    yield Arrangement("timeslice+hami", f"time-slicing + HAMi gpucores {100 // n}",
-                      tuple(max(1.0, s) for s in timeshare.throttled(tls, ts, [1.0 / n] * n)), fits)
-    yield Arrangement("mps", "MPS, no limits", tuple(timeshare.slowdowns(tls, timeshare.CURRENT, "mps")), fits)
-    yield Arrangement(f"mps:{n}", f"MPS, {n} replicas ({100 // n} % of the SMs each)",
-                      tuple(mps.slowdowns(tls, [1.0 / n] * n, timeshare.CURRENT)), fits)
+    yield arrangement("timeslice", f"time-slicing, {n} replicas", ts)
+    yield arrangement("timeslice+hami", f"time-slicing + HAMi gpucores {100 // n}",
+                      [max(1.0, s) for s in timeshare.throttled(tls, ts, [1.0 / n] * n)])
+    yield arrangement("mps", "MPS, no limits", timeshare.slowdowns(tls, timeshare.CURRENT, "mps"))
+    yield arrangement(f"mps:{n}", f"MPS, {n} replicas ({100 // n} % of the SMs each)",
+                      mps.slowdowns(tls, [1.0 / n] * n, timeshare.CURRENT))
 
 
 def _best_layout(gpu: str, profs, whole, on_slice) -> Arrangement | None:
@@ -183,6 +235,7 @@ def _best_layout(gpu: str, profs, whole, on_slice) -> Arrangement | None:
     from scipy.optimize import linear_sum_assignment
 
     from gpucast import mig
+    from gpucast.advisor import pack_serving
     from gpucast.hardware import get_gpu
 
     n = len(whole)
@@ -203,7 +256,8 @@ def _best_layout(gpu: str, profs, whole, on_slice) -> Arrangement | None:
         # among fitting assignments (a large penalty per misfit), then the progress itself
         rows, cols = linear_sum_assignment(gain - n * 10.0 * ~fit, maximize=True)
         a = Arrangement("mig", f"MIG {text}", tuple(1.0 / gain[i, k] for i, k in zip(rows, cols)),
-                        bool(fit[rows, cols].all()), tuple(profs[combo[k]].name for k in cols))
+                        bool(fit[rows, cols].all()), tuple(profs[combo[k]].name for k in cols),
+                        serving=tuple(pack_serving.figures(on_slice[profs[combo[k]].name][i]) for i, k in zip(rows, cols)))
         if best is None or (a.memory_fits, *_rank(a)) > (best.memory_fits, *_rank(best)):
             best = a
     return best

@@ -37,6 +37,15 @@ A mix is a small YAML file (the packaged ones: ``gpucast/data/mixes/philly-mix.y
         latency_ms: 20           # the most a batch may take, on its GPU, shared or not
         model: resnet50          # the rest are Job fields of a one-GPU job; mode is infer
         batch_size: 8
+      - id: llama-1b-chat        # an LLM deployment (mode serve, by its serve group)
+        arrival_s: [0]
+        duration_s: 86400
+        tpot_ms: 25              # the most one decode iteration may take (its TPOT), shared or not
+        model: hf:llama
+        hf_config: '{"model_type": "llama", ...}'
+        batch_size: 8
+        precision: bf16
+        serve: {engine: vllm, input_len: 512, output_len: 128, request_rate: 4, gpu_memory_utilization: 0.3}
 
 How a mix is drawn (:func:`build`, fixed by ``seed``):
 
@@ -69,7 +78,12 @@ Services are added as named too: each arrival is a one-GPU inference job (``mode
 default for a service) that serves batches back to back for ``duration_s`` and then ends, with
 ``latency_ms``, the most one batch may take (the simulator and the ``gpucast`` policy read it:
 :mod:`gpucast.cluster.engine`). Its batch size and model say how much GPU it uses; request
-arrivals and queueing between batches are not modelled (a batch's time is its latency).
+arrivals and queueing between batches are not modelled (a batch's time is its latency). A service
+with a ``serve`` group is an LLM deployment (``mode: serve``, :mod:`gpucast.estimate.serving`): its
+step is one decode iteration of its engine under its load (continuous batching at its request rate),
+its target ``tpot_ms`` the most one such iteration may take (its TPOT), its memory what its engine
+is told to take (``serve.gpu_memory_utilization`` of the GPU: vLLM's default 0.9 keeps a GPU to
+itself; a smaller share lets it sit beside other jobs).
 
 Bad YAML raises :class:`MixError`: one line naming the file and the field.
 """
@@ -89,7 +103,7 @@ DEFAULT_CONCENTRATION = 3.0
 MIX_NAMES = ("philly-mix", "pai-mix", "llm-mix")
 _TOP_KEYS = {"name", "description", "trace", "gpu", "seed", "target", "workloads", "gangs", "services"}
 _GANG_KEYS = {"id", "arrival_s", "steps", "duration_s"}     # the rest of a gang entry are Job fields
-_SERVICE_KEYS = {"id", "arrival_s", "duration_s", "latency_ms"}   # the rest of a service entry are Job fields
+_SERVICE_KEYS = {"id", "arrival_s", "duration_s", "latency_ms", "tpot_ms"}  # the rest of a service entry are Job fields
 _NOT_DRAWN = ("gpus", "parallel")                           # fields a drawn workload may not set
 _TARGET_KEYS = {"mean", "median", "concentration", "source"}
 
@@ -345,21 +359,28 @@ def _parse_services(services, mix_name: str, bad) -> tuple:
     for i, e in enumerate(services, 1):
         at = f"services[{i}]"
         sid, arrivals = _named(e, at, f"{mix_name}-service{i}", bad)
-        for key in ("duration_s", "latency_ms"):
+        f = {k: v for k, v in e.items() if k not in _SERVICE_KEYS}
+        f.setdefault("mode", "serve" if "serve" in f else "infer")
+        target = "tpot_ms" if f["mode"] == "serve" else "latency_ms"
+        other = "latency_ms" if target == "tpot_ms" else "tpot_ms"
+        if other in e:
+            bad(f"{at}.{other}", f"a mode {f['mode']} service's target is {target}"
+                                 + (" (the most one decode iteration may take)" if target == "tpot_ms" else
+                                    " (the most one batch may take)"))
+        for key in ("duration_s", target):
             if not _number(e.get(key)) or e[key] <= 0:
                 bad(f"{at}.{key}", f"must be a positive number, got {e.get(key)!r}")
-        f = {k: v for k, v in e.items() if k not in _SERVICE_KEYS}
-        f.setdefault("mode", "infer")
         try:
             job = Job.from_dict(f)
         except Exception as err:  # noqa: BLE001 - Job's own one-line validation message
             bad(at, str(err).splitlines()[0])
-        if job.gpus != 1 or job.parallel is not None or job.mode != "infer":
-            bad(at, "a service is a one-GPU inference job (gpus 1, no parallel group, mode infer)")
+        if job.gpus != 1 or job.parallel is not None or job.mode not in ("infer", "serve"):
+            bad(at, "a service is a one-GPU inference job (gpus 1, no parallel group, mode infer) or an LLM "
+                    "deployment (mode serve, with its serve group)")
         keys = set(f) | {"precision"}
         items = tuple(sorted((key, getattr(job, key)) for key in keys))
         out.append(Service(sid, tuple(float(a) for a in arrivals), float(e["duration_s"]),
-                           float(e["latency_ms"]) / 1e3, items))
+                           float(e[target]) / 1e3, items))
     return tuple(out)
 
 
