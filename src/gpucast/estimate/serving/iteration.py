@@ -51,11 +51,16 @@ FUSION_BYTES = 3.0
 KEEP = ("matmul", "attention", "embedding")
 
 
+# The grid points by exponent: GRID_STEP ** k rounded (k up to 2 ** 64 tokens; a table instead of two
+# powers per call, the same values).
+_POINTS = tuple(max(1, round(GRID_STEP ** k)) for k in range(257))
+
+
 def grid(x: float) -> tuple[int, int, float]:
     """Grid points around ``x`` (>= 1) and the weight of the upper one."""
     x = max(1.0, float(x))
     k = math.log(x, GRID_STEP)
-    lo, hi = max(1, round(GRID_STEP ** math.floor(k))), max(1, round(GRID_STEP ** math.ceil(k)))
+    lo, hi = _POINTS[math.floor(k)], _POINTS[math.ceil(k)]
     if hi <= lo:
         return lo, lo, 0.0
     return lo, hi, min(1.0, max(0.0, (x - lo) / (hi - lo)))
@@ -92,6 +97,7 @@ class IterationModel:
             _COSTS.pop(next(iter(_COSTS)))
         self._dense: dict[int, tuple[float, float]] = shared[0]
         self._attn: dict[tuple, float] = shared[1]
+        self._by_tokens: dict[int, tuple[float, float, float]] = {}  # this engine's (dense, eager, all-reduce)
 
     # ------------------------------------------------------------------ pieces
     def _trace(self, batch: int, new: int, ctx: int):
@@ -221,17 +227,14 @@ class IterationModel:
     # ------------------------------------------------------------------ the iteration
     def cost(self, ntok: int, ndec: int, dctx: float, ptok: int, pctx: float) -> tuple[float, float]:
         """(wall seconds, GPU-busy seconds) of one iteration (module docstring)."""
-        gpu_s, eager_s = self._interp(self._dense_at, ntok)
+        gpu_s, eager_s, comm = self._per_tokens(ntok)
         attn = 0.0
         if ndec:
-            def dec(b):
-                return self._interp(lambda c: self._attention(b, 1, c), max(dctx, 1.0))
-            attn += self._interp(dec, ndec, pow2)
+            attn += self._decode_attention(ndec, max(dctx, 1.0))
         if ptok:
             def pre(p):
                 return self._interp(lambda c: self._attention(1, p, c), pctx) if pctx >= 1 else self._attention(1, p, 0)
             attn += self._interp(pre, ptok)
-        comm = self._allreduce(ntok)
         busy = gpu_s + attn + comm
         if self.needs_eager(ntok):
             wall = max(busy, eager_s + attn + comm)
@@ -239,6 +242,31 @@ class IterationModel:
             wall = busy
         return wall + self.engine.host_per_iteration_s, busy
 
+    def _per_tokens(self, ntok: int) -> tuple[float, float, float]:
+        """The dense part's (GPU, eager wall) seconds at ``ntok`` tokens, interpolated on the grid, and
+        the tensor-parallel all-reduces' seconds; memoised by token count (iterations repeat them)."""
+        got = self._by_tokens.get(ntok)
+        if got is None:
+            gpu_s, eager_s = self._interp(self._dense_at, ntok)
+            got = self._by_tokens[ntok] = (gpu_s, eager_s, self._allreduce(ntok))
+        return got
+
+    def _decode_attention(self, ndec: int, dctx: float) -> float:
+        """Decode attention of ``ndec`` sequences at a mean context ``dctx``: interpolated between the
+        batch sizes (powers of two) and the contexts (the grid) around them, the context's grid
+        points found once for both batch sizes."""
+        blo, bhi, bw = pow2(ndec)
+        clo, chi, cw = grid(dctx)
+
+        def at(b):
+            a = self._attention(b, 1, clo)
+            if cw == 0.0 or chi == clo:
+                return a
+            return a + (self._attention(b, 1, chi) - a) * cw
+        a = at(blo)
+        if bw == 0.0 or bhi == blo:
+            return a
+        return a + (at(bhi) - a) * bw
 
 
 def model_job(job):
