@@ -7,9 +7,9 @@ short replays keep it there, NVML read 1,980 MHz after the GEMM section). The mo
 (FLOPs by torch.utils.flop_counter's formulas, bytes of its operands) with
 gpucast.estimate.kernels.kernel_times on the catalog's ``h200`` without its sustained clock (a burst,
 as in benchmarks/kernel_checks.py). SDPA backends map to the model's kernels: ``flash`` (PyTorch's
-FlashAttention-2) -> ``flash2``; ``cudnn`` (cuDNN's fused attention, the backend PyTorch 2.11 chose by
-default on the H200: its ``default`` rows match the ``cudnn`` ones) -> ``flash3``, the Hopper-native
-kernel the model knows.
+FlashAttention-2) -> ``flash2``; ``cudnn`` (cuDNN's fused attention) -> ``cudnn``; ``default`` -> the
+kernel the model picks for PyTorch 2.11 on a Hopper GPU when the job names none (``stack.torch=2.11``:
+cuDNN's, gpucast.estimate.achieved.attention_kernel; its rows match the ``cudnn`` ones).
 
 The table groups rows (median and spread of predicted / measured time); the JSON has every row.
 
@@ -33,7 +33,7 @@ RESULTS = REPO_ROOT / "benchmarks" / "results"
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "tf32": "float32", "fp32": "float32", "fp8": "float8_e4m3fn"}
 PRECISION = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32", "fp8": "fp8"}
-ATTENTION = {"flash": "flash2", "cudnn": "flash3"}
+ATTENTION = {"flash": "flash2", "cudnn": "cudnn", "default": None}  # None: stack.torch 2.11's default
 
 
 def _trace(op, precision):
@@ -167,7 +167,8 @@ def predict(row: dict) -> float | None:
         b, h, s, d = (int(x) for x in shape.split()[0].split("x"))
         rec = kc._op("attention", (b, h, s, d), "bfloat16")
         rec = dataclasses.replace(rec, flops=rec.flops // 2)  # causal: half the scores (the measured row's count)
-        precision, stack = "bf16", Stack(attention=ATTENTION[row["backend"]])
+        kernel = ATTENTION[row["backend"]]
+        precision, stack = "bf16", (Stack(attention=kernel) if kernel else Stack(torch="2.11"))
     elif section == "memory" and op in ("copy", "add", "gelu", "softmax", "layernorm"):
         rec = _memory_op(op, dt, shape)
         precision = "bf16" if dt == "bf16" else "fp32"
@@ -187,7 +188,7 @@ def group_of(row: dict) -> str:
         size = "M <= 64" if m <= 64 else ("M 512-2048" if m <= 2048 else "M >= 3072")
         return f"GEMM {dt}, {size}"
     if s == "attention":
-        return f"attention fwd, {row['backend']} -> {ATTENTION[row['backend']]}"
+        return f"attention fwd, {row['backend']} -> {ATTENTION[row['backend']] or 'torch 2.11 default'}"
     if s == "conv":
         name, n, layout = (row["shape"].split() + ["nhwc"])[:3]
         kind = "depthwise" if name.startswith("mbv2") else ("7x7 stem" if name.endswith("conv1") else "dense")

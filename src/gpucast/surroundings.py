@@ -194,8 +194,9 @@ def version_tuple(v: str) -> tuple[int, ...]:
 # How a language model's loss is computed (Stack.loss; gpucast.graph.lm_loss says what each holds).
 LM_LOSSES = ("upcast", "fused", "chunked")
 # Fused attention kernels a stack can run (gpucast.estimate.achieved): PyTorch's SDPA flash kernel is
-# FlashAttention-2's in every release; "flash3": the flash-attn 3 package's Hopper kernels.
-ATTENTION_KERNELS = ("flash2", "flash3")
+# FlashAttention-2's in every release; "flash3": the flash-attn 3 package's Hopper kernels; "cudnn":
+# cuDNN's fused attention (PyTorch's SDPA default on Hopper from 2.11: achieved.attention_kernel).
+ATTENTION_KERNELS = ("flash2", "flash3", "cudnn")
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,8 @@ class Stack(_Spec):
     # the simulator's truth draws each job's error from a hash of its fields' repr
     # (gpucast.cluster.truth._unit_normal), and a new field there would redraw every job's error.
     loss: str | None = field(default=None, repr=False)
-    # The fused attention kernel (ATTENTION_KERNELS; unset: "flash2", PyTorch's own). Out of the repr
+    # The fused attention kernel (ATTENTION_KERNELS; unset: PyTorch's own default for the release and GPU,
+    # gpucast.estimate.achieved.attention_kernel). Out of the repr
     # for the same reason as loss.
     attention: str | None = field(default=None, repr=False)
 

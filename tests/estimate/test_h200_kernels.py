@@ -138,3 +138,31 @@ def test_reductions_are_capped_per_sm_and_elementwise_ops_are_not():
     assert bn == pytest.approx(8 * n / (caps["batchnorm"] * 132), rel=0.05) and bn > 3 * relu
     assert seconds("native_batch_norm", "norm", half) == pytest.approx(2 * bn, rel=0.05)
     assert seconds("relu", "elementwise", half) == pytest.approx(relu, rel=0.05)
+
+
+def test_pytorch_2_11s_default_attention_on_hopper_is_cudnns_at_long_sequences(rows):
+    """The SDPA rows timed with PyTorch's default backend (2.11 + cuDNN 9.19 on the H200), predicted
+    for a job that names only its release (``stack.torch=2.11``: the model picks cuDNN's kernel there),
+    each within 20 % and their median within 10 % from 2k tokens on (the 64-head 2k row is the farthest,
+    0.83); FlashAttention-2's kernel (the default for an unnamed release) would be 1.7x too slow there."""
+    from gpucast.estimate.achieved import attention_kernel, fractions
+    from gpucast.surroundings import Stack
+
+    ratios = [q for r, q in rows if r["section"] == "attention" and r["backend"] == "default"
+              and int(r["shape"].split()[0].split("x")[2]) >= 2048]
+    assert len(ratios) >= 3
+    assert all(0.8 <= q <= 1.2 for q in ratios), ratios
+    assert 0.9 <= statistics.median(ratios) <= 1.1
+    assert attention_kernel(Stack(torch="2.11"), "hopper") == "cudnn"
+    assert fractions("hopper", "flash2")["attention"] < 0.65 * fractions("hopper", "cudnn")["attention"]
+
+
+@pytest.mark.parametrize("stack,arch,kernel", [
+    (dict(), "hopper", "flash2"), (dict(torch="2.10"), "hopper", "flash2"), (dict(torch="2.11"), "ampere", "flash2"),
+    (dict(torch="2.12", attention="flash2"), "hopper", "flash2"), (dict(attention="flash3"), "ampere", "flash3"),
+])
+def test_the_attention_kernel_is_the_jobs_or_its_releases_default(stack, arch, kernel):
+    from gpucast.estimate.achieved import attention_kernel
+    from gpucast.surroundings import Stack
+
+    assert attention_kernel(Stack(**stack), arch) == kernel

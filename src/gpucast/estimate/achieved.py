@@ -9,7 +9,9 @@ busy with the architecture's largest tile. What a smaller grid loses on top is
 (Volta to Ada, and the older SIMT GPUs); an architecture lists only the families whose kernels
 reach a different share there, each with the published figures it comes from. Attention also
 depends on the kernel the job's stack runs (``stack.attention``: ``flash2``, PyTorch's own SDPA
-flash kernel in every release, or ``flash3``, the Hopper kernels of the flash-attn 3 package).
+flash kernel, ``flash3``, the Hopper kernels of the flash-attn 3 package, or ``cudnn``, cuDNN's fused
+attention); unset, the one PyTorch's SDPA picks by default for the stack's release on the GPU
+(:func:`attention_kernel`).
 
 ``bandwidth_per_sm`` in the same file holds, per memory-bound family whose kernels are reductions
 (``batchnorm``, ``batchnorm_bf16``: BatchNorm on bf16 inputs with fp32 parameters, as autocast runs
@@ -45,6 +47,32 @@ FAMILIES = ("matmul", "matmul_fp8", "conv", "conv_depthwise", "conv_depthwise_ba
 # fraction is of the FP32 vector peak.
 CUDA_CORE_FAMILIES = frozenset({"conv_depthwise", "conv_depthwise_backward"})
 DEFAULT_ATTENTION = "flash2"
+# The first PyTorch release whose SDPA prefers cuDNN's attention on Hopper by default: aten's
+# sdp_utils.cpp check_prefer_cudnn_attention() orders cuDNN first on sm90/sm100 when the bundled cuDNN
+# is newer than 9.15.0 (the guard pytorch/pytorch#138522 set after 2.5.0's cuDNN-first default was
+# withdrawn in 2.5.1); the code is in 2.10, and 2.11's wheels are the first to bundle such a cuDNN
+# (transformers PR #48163's review; our H200 on 2.11 + cuDNN 9.19: its default SDPA rows equal its
+# cuDNN rows, benchmarks/h200_kernels.py).
+CUDNN_ATTENTION_FROM = (2, 11)
+# Architectures where that preference holds and a cuDNN figure is known (Blackwell's sm100 prefers
+# cuDNN too; achieved.yaml has no Blackwell cuDNN figure, so it keeps FlashAttention-2's there).
+CUDNN_ATTENTION_ARCHITECTURES = frozenset({"hopper"})
+
+
+def attention_kernel(stack, architecture: str) -> str:
+    """The fused attention kernel a job runs: its ``stack.attention``, else PyTorch SDPA's default for
+    the stack's release on ``architecture`` (cuDNN on Hopper from :data:`CUDNN_ATTENTION_FROM`; an
+    unset release keeps :data:`DEFAULT_ATTENTION`, the kernel of the stacks the constants were built on)."""
+    from gpucast.surroundings import version_tuple
+
+    own = getattr(stack, "attention", None)
+    if own:
+        return own
+    torch = getattr(stack, "torch", None)
+    if (torch and architecture in CUDNN_ATTENTION_ARCHITECTURES
+            and version_tuple(torch)[:2] >= CUDNN_ATTENTION_FROM):
+        return "cudnn"
+    return DEFAULT_ATTENTION
 
 
 @lru_cache(maxsize=1)

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucast.estimate import tiles
-from gpucast.estimate.achieved import CUDA_CORE_FAMILIES, bandwidth_caps, family_of, fractions, memory_family_of
+from gpucast.estimate.achieved import (CUDA_CORE_FAMILIES, attention_kernel, bandwidth_caps, family_of, fractions,
+                                       memory_family_of)
 from gpucast.estimate.constants import OLD_ARCHITECTURES, EstimatorConfig
 from gpucast.graph.trace import Trace
 from gpucast.hardware import GpuSpec, get_gpu
@@ -189,7 +190,7 @@ def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfi
     n = len(a.flops)
     peak = np.empty(n)
     eff = np.empty(n)
-    frac = fractions(gpu.architecture, getattr(stack, "attention", None))
+    frac = fractions(gpu.architecture, attention_kernel(stack, gpu.architecture))
     scales = scales or {}
     cache: dict[tuple, tuple[float, float]] = {}
     for i, (cat, dt, fam) in enumerate(zip(a.category, a.dtype, a.family)):

@@ -66,9 +66,10 @@ class StackSpec(BaseModel):
         None, description="A language model's loss: 'upcast' (fp32 logits, transformers' own), 'fused' (one kernel "
                           "on logits in the compute dtype, llm-foundry's default), 'chunked' (head and loss fused "
                           "in chunks, Liger-Kernel).")
-    attention: Optional[Literal["flash2", "flash3"]] = Field(
-        None, description="The fused attention kernel: 'flash2' (PyTorch's SDPA flash kernel, the default) or "
-                          "'flash3' (the flash-attn 3 package's Hopper kernels).")
+    attention: Optional[Literal["flash2", "flash3", "cudnn"]] = Field(
+        None, description="The fused attention kernel: 'flash2' (PyTorch's SDPA flash kernel), 'flash3' (the "
+                          "flash-attn 3 package's Hopper kernels) or 'cudnn' (cuDNN's fused attention); unset: "
+                          "PyTorch's default for stack.torch on the GPU (cuDNN on Hopper from 2.11, else flash2).")
 
 
 Sharding = Literal["ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "fsdp-hybrid"]
