@@ -40,6 +40,10 @@ def runs(tmp_path_factory):
         "err_load": base + ["--set", "serve.concurrency=4", "--set", "serve.request_rate=2"],
         "err_zoo": ["predict", "resnet18-cifar", "--mode", "serve"],
         "err_group": ["predict", "resnet18-cifar", "--set", "serve.input_len=8"],
+        "err_stages": base + ["--gpus", "4", "--set", "parallel.pipeline=4"],
+        "err_expert": base + ["--gpus", "2", "--set", "parallel.tensor=2", "--set", "parallel.expert=2"],
+        "err_expert_train": ["predict", "--hf-config", cfg, "--mode", "train", "-b", "4", "--gpus", "2",
+                             "--set", "parallel.tensor=2", "--set", "parallel.expert=2"],
     }
     with ThreadPoolExecutor(len(todo)) as pool:
         futures = {k: pool.submit(_gpucast, args, d) for k, args in todo.items()}
@@ -79,6 +83,8 @@ def test_advise_serve_sizes_the_replicas_in_its_table(runs):
 @pytest.mark.parametrize("name, needle", [
     ("err_engine", "serve.engine"), ("err_length", "serve.input_len"), ("err_context", "more than the model's 2048"),
     ("err_load", "two kinds of load"), ("err_advise_target", "--ttft"), ("err_replicas", "--replicas"), ("err_zoo", "Hugging Face decoder"), ("err_group", "applies to mode 'serve'"),
+    ("err_stages", "at most the model's 2 layers"), ("err_expert", "has no experts"),
+    ("err_expert_train", "parallel.expert"),
 ])
 def test_bad_serving_input_is_one_error_line_and_exit_2(runs, name, needle):
     r = runs[name]

@@ -18,9 +18,9 @@ from __future__ import annotations
 from gpucast.estimate import estimate
 from gpucast.estimate.environment import Environment
 from gpucast.estimate.constants import DEFAULT
-from gpucast.estimate.serving import predict_serving
+from gpucast.estimate.serving import decode_step, predict_serving
 from gpucast.estimate.serving.engines import resolve
-from gpucast.estimate.serving.iteration import grid, iteration_model, model_job
+from gpucast.estimate.serving.iteration import grid, model_job
 from gpucast.prediction import Prediction
 
 
@@ -61,9 +61,7 @@ def serving_prediction(job, spec, config, env, version: str):
     # two and context to the iteration grid, so deployments of one model share the trace
     tr, est = _estimate(job, (1 << (mean_batch.bit_length() - 1), 1, grid(total_ctx)[0], cache), spec, cfg, env)
     engine = resolve(job.serve, env)
-    step, busy = iteration_model(job, spec, engine, env, cfg, serving["tensor"], job.serve.weights if job.serve else None,
-                                 bool(job.serve and job.serve.kv_cache_dtype == "fp8")).cost(
-        mean_batch, mean_batch, float(total_ctx), 0, 0.0)
+    step, busy = decode_step(job, spec, cfg, env, mean_batch, float(total_ctx))
     util = round(100.0 * serving["gpu_busy_share"], 2)
     if engine.gpu_memory_utilization is not None:
         peak = int(mem["budget_bytes"] + mem["non_torch_bytes"])

@@ -10,7 +10,8 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
   heads and the vocabulary; two all-reduces per layer in forward and two in backward);
 * ``pipeline``: pipeline-parallel degree *p* (layers in *p* contiguous stages, 1F1B schedule,
   bubble ``(p-1)/(m+p-1)`` with *m* = ``grad_accum`` micro-batches);
-* data parallelism is what is left: ``d = gpus / (t * p)``;
+* data parallelism is what is left: ``d = gpus / (t * p)`` (serving: ``d`` replicas of the
+  deployment behind a load balancer);
 * ``sharding``: what the *d* data-parallel replicas shard (:data:`SHARDINGS`; the table of what
   each shards and when it gathers is :mod:`gpucast.estimate.parallel.sharding`);
 * ``recompute``: activation checkpointing, ``none`` | ``selective`` (the attention core only,
@@ -20,6 +21,9 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
 * ``framework``: the trainer whose Python runs around the model, :data:`FRAMEWORKS` (unset:
   ``megatron`` with tensor or pipeline parallelism, ``deepspeed`` for ZeRO, ``fsdp`` for FSDP,
   ``torch`` for DDP; the host time each adds is :mod:`gpucast.estimate.parallel.framework`'s);
+* ``expert``: expert-parallel degree *e* of a mixture-of-experts model served (``mode: serve``):
+  its experts spread whole over groups of the tensor-parallel ranks (*e* divides *t*;
+  :mod:`gpucast.estimate.serving.experts`); training with expert parallelism is refused;
 * ``gpus_per_node`` (8) and ``network``, the links between nodes: ``KIND-GBIT`` with KIND in
   :data:`NETWORK_KINDS`, Gbit/s per node (``roce-1600``: 1,600 Gbit/s per node), or per GPU
   with ``/gpu`` (``ib-400/gpu``: a 400 Gbit/s NIC per GPU, 3,200 Gbit/s per 8-GPU node). Unset:
@@ -111,11 +115,12 @@ class Parallel(_Spec):
     # Out of the repr, as Stack.loss: the simulator's truth draws each job's error from a hash of
     # its fields' repr (gpucast.cluster.truth._unit_normal); a new field there would redraw them.
     framework: str | None = field(default=None, repr=False)
+    expert: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._check("framework", self.framework is None or self.framework in FRAMEWORKS,
                     f"one of {', '.join(FRAMEWORKS)}")
-        for name in ("tensor", "pipeline", "grad_accum"):
+        for name in ("tensor", "pipeline", "grad_accum", "expert"):
             v = getattr(self, name)
             self._check(name, v is None or (_is_int(v) and 1 <= v <= MAX_DEGREE), f"an integer between 1 and {MAX_DEGREE}")
         self._check("gpus_per_node", self.gpus_per_node is None or (_is_int(self.gpus_per_node) and 1 <= self.gpus_per_node <= 64),
@@ -173,6 +178,9 @@ def check_job(job) -> None:
                         f"({t} x {p} = {t * p})")
     if job.mode != "train" and (par.grad_accum or 1) > 1:
         raise SpecError("field 'parallel.grad_accum' applies to training (mode 'train')")
+    if job.mode != "serve" and (par.expert or 1) > 1:
+        raise SpecError("field 'parallel.expert' applies to serving (mode 'serve'): expert parallelism in "
+                        "training is not modelled")
     if job.adapter is not None and job.mode != "train":
         raise SpecError("field 'adapter' applies to training (mode 'train')")
 

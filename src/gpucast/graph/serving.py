@@ -168,6 +168,7 @@ def _shape_of(cfg) -> dict:
         "max_context": int(getattr(cfg, "max_position_embeddings", None) or 0),
         "experts": int(getattr(cfg, "num_local_experts", None) or getattr(cfg, "num_experts", None) or 0),
         "experts_per_token": int(getattr(cfg, "num_experts_per_tok", None) or 0),
+        "tied": bool(getattr(cfg, "tie_word_embeddings", False)),
     }
 
 
@@ -187,9 +188,10 @@ def kv_bytes_per_token(job, kv_dtype_bytes: int | None = None) -> int:
 
 def model_shape(job) -> dict:
     """``{'layers', 'hidden', 'heads', 'kv_heads', 'head_dim', 'vocab', 'intermediate',
-    'max_context', 'experts', 'experts_per_token', 'parameters'}`` of the job's HF config;
+    'max_context', 'experts', 'experts_per_token', 'tied', 'parameters'}`` of the job's HF config;
     ``max_context`` is ``max_position_embeddings``, ``experts`` ``num_local_experts`` or
-    ``num_experts`` (0 for a dense model), ``parameters`` the count of the meta-built model
+    ``num_experts`` (0 for a dense model), ``tied`` whether the head shares the embedding's weights,
+    ``parameters`` the count of the meta-built model
     (built once per config and precision, cached)."""
     shape = _shape_of(_hf_config(job))
     shape["parameters"] = _model(job).parameters

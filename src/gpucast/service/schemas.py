@@ -94,6 +94,8 @@ class ParallelSpec(BaseModel):
         None, description="The trainer whose Python runs around the model (its host work per layer, micro-batch "
                           "and step); unset: megatron with tensor/pipeline parallelism, deepspeed for ZeRO, "
                           "fsdp for FSDP, torch for DDP.")
+    expert: Optional[StrictInt] = Field(None, description="Expert-parallel degree of a mixture-of-experts model "
+                                                          "served (mode serve; divides tensor).")
 
 
 class AdapterSpec(BaseModel):

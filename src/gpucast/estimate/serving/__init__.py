@@ -6,8 +6,12 @@ from the model's traced forward (:mod:`.iteration`) and the engine's scheduler r
 (:mod:`.run`). :func:`predict_serving` returns ``Prediction.serving``: a dict whose keys are listed in
 :data:`KEYS`.
 
-Not modelled: pipeline parallelism in serving (refused), expert parallelism, speculative decoding,
-disaggregated prefill/decode, what a load balancer in front of several replicas does.
+How the deployment spans its GPUs (tensor-parallel ranks, pipeline stages and their streams of
+batches, replicas behind a round-robin load balancer, expert parallelism) is :mod:`.stages` and
+:mod:`.experts`.
+
+Not modelled: speculative decoding, disaggregated prefill/decode, load balancers that route by load or
+prefix.
 """
 
 from __future__ import annotations
@@ -18,8 +22,11 @@ import numpy as np
 
 from gpucast.estimate.serving.engines import resolve
 from gpucast.estimate.serving.iteration import iteration_model, model_job
+from gpucast.estimate.comm import Links
 from gpucast.estimate.serving.memory import kv_per_rank, plan, weight_bytes
-from gpucast.estimate.serving.run import Requests, simulate, static_batches
+from gpucast.estimate.serving.run import Requests, RunResult, simulate, static_batches
+from gpucast.estimate.serving.stages import Layout, layout, send_time, shares, split, stage_kv, stage_weights, staged
+from gpucast.plan import Parallel
 from gpucast.job import JobError
 from gpucast.serving import Serve, parse_length
 
@@ -76,15 +83,72 @@ def requests_of(job, serve: Serve, max_context: int) -> Requests:
     return req
 
 
-def _tensor(job, shape) -> int:
-    par = job.parallel
-    t = (par.tensor or 1) if par is not None else 1
-    if par is not None and (par.pipeline or 1) > 1:
-        raise JobError("field 'parallel.pipeline': pipeline parallelism is not modelled for mode 'serve' "
-                       "(use tensor parallelism)")
-    if shape["heads"] % t:
-        raise JobError(f"field 'parallel.tensor' ({t}) must divide the model's {shape['heads']} attention heads")
-    return t
+def _links(gpu, job) -> tuple[Links, int]:
+    par = (job.parallel or Parallel()).resolved(gpu.nvlink_gbs)
+    return Links.of(gpu, par.network_spec()), par.gpus_per_node
+
+
+def _run(req: Requests, cost, engine, kv_tokens: int, serve: Serve, batch: int, lay: Layout) -> RunResult:
+    """The run of every replica and pipeline stream (:mod:`.stages`), merged into one result."""
+    if engine.continuous:
+        streams = lay.replicas * lay.streams
+        if serve.load == "closed":  # a stream per client at most
+            streams = min(streams, serve.concurrency)
+        seqs = max(1, engine.max_num_seqs // lay.streams)
+        kv = kv_tokens // lay.streams
+
+        def one(sub: Requests, k: int) -> RunResult:
+            return simulate(sub, cost, seqs, engine.max_num_batched_tokens, kv, engine.block_size,
+                            engine.chunked_prefill, serve.load, clients[k] if clients else None)
+        clients = shares(serve.concurrency, streams) if serve.load == "closed" else None
+    else:
+        streams = lay.replicas
+        each = shares(batch, streams)
+
+        def one(sub: Requests, k: int) -> RunResult:
+            return static_batches(sub, cost, max(1, each[k]))
+    if streams == 1:
+        return one(req, 0)
+    order = np.argsort(req.arrival_s, kind="stable")
+    parts = [ix for ix in split(order, streams) if len(ix)]
+    subs = [one(Requests(req.arrival_s[ix], req.prompt[ix], req.output[ix]), k) for k, ix in enumerate(parts)]
+    n = len(req)
+    start, first, finish, arrival = (np.full(n, np.nan) for _ in range(4))
+    for ix, r in zip(parts, subs):
+        start[ix], first[ix], finish[ix] = r.start_s, r.first_token_s, r.finish_s
+        arrival[ix] = r.arrival_s if r.arrival_s is not None else req.arrival_s[ix]
+    its = sum(r.iterations for r in subs)
+    notes = list(dict.fromkeys(note for r in subs for note in r.notes))
+    # streams of one replica share its GPUs (each busy for its stage of every stream); replicas have their own
+    per_replica = lay.streams if engine.continuous else 1
+    return RunResult(
+        start, first, finish, its, sum(r.busy_s for r in subs) / lay.replicas,
+        max(r.max_batch for r in subs),
+        sum(r.mean_batch * r.iterations for r in subs) / its if its else 0.0,
+        sum(r.preemptions for r in subs), notes,
+        (sum(r.mean_context * r.iterations for r in subs) / its) if its else 0.0,
+        max(r.peak_kv_tokens for r in subs) * per_replica, arrival)
+
+
+def staged_cost(job, gpu, engine, env, cfg, lay: Layout, shape: dict):
+    """The cost of one iteration of a stream of the deployment (:mod:`.iteration` under :mod:`.stages`)."""
+    serve = job.serve or Serve()
+    model = iteration_model(job, gpu, engine, env, cfg, lay.tensor, serve.weights, serve.kv_cache_dtype == "fp8",
+                            lay.expert)
+    if lay.pipeline <= 1:
+        return model.cost
+    links, per_node = _links(gpu, job)
+    return staged(model.cost, lay, engine.host_per_iteration_s,
+                  lambda n: send_time(n, shape["hidden"], lay, links, per_node), sequential=not engine.continuous)
+
+
+def decode_step(job, gpu, cfg, env, batch: int, context: float) -> tuple[float, float]:
+    """(wall, one GPU's busy seconds) of a decode iteration of ``batch`` sequences at ``context`` tokens."""
+    from gpucast.graph.serving import model_shape
+
+    shape = model_shape(job)
+    lay = layout(job, shape)
+    return staged_cost(job, gpu, resolve(job.serve, env), env, cfg, lay, shape)(batch, batch, context, 0, 0.0)
 
 
 def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
@@ -94,30 +158,29 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     serve = job.serve or Serve()
     engine = resolve(serve, env)
     shape = model_shape(job)
-    t = _tensor(job, shape)
+    lay = layout(job, shape)
+    t = lay.tensor
     if serve.load != "static" and not engine.continuous:
         raise JobError(f"engine '{engine.name}' runs static batches (model.generate): set no concurrency or "
                        f"request_rate, or choose vllm, sglang or trtllm")
     req = requests_of(job, serve, shape["max_context"] or (1 << 30))
     kv_fp8 = serve.kv_cache_dtype == "fp8"
-    kv_token = kv_per_rank(kv_bytes_per_token(job, 1 if kv_fp8 else None), shape["kv_heads"], t)
+    kv_token = stage_kv(kv_per_rank(kv_bytes_per_token(job, 1 if kv_fp8 else None), shape["kv_heads"], t), lay)
     if engine.paged:
         chunk = int(min(engine.max_num_batched_tokens, max(req.prompt.max(), 1)))
         act_tr = trace_iteration(model_job(job), 1, chunk, 0, "paged")
     else:
         act_tr = trace_iteration(model_job(job), int(min(len(req), job.batch_size)), int(req.prompt.max()), 0,
                                  "dynamic")
-    weights = weight_bytes(act_tr.parameter_bytes, shape["parameters"], t, serve.weights)  # the traced model's bytes
+    weights = stage_weights(weight_bytes(act_tr.parameter_bytes, shape["parameters"], t, serve.weights),
+                            shape["parameters"], shape, lay)  # the traced model's bytes
     activations = int(act_tr.memory.at_peak.get("activations", 0) + act_tr.memory.at_peak.get("temporaries", 0)) // t
     cuda_graphs = engine.cuda_graphs
     mem = plan(gpu.memory_bytes, weights, kv_token, activations, context_bytes, engine, cuda_graphs)
-    model = iteration_model(job, gpu, engine, env, cfg, t, serve.weights, kv_fp8)
-    if engine.continuous:
-        res = simulate(req, model.cost, engine.max_num_seqs, engine.max_num_batched_tokens, mem.kv_cache_tokens,
-                       engine.block_size, engine.chunked_prefill, serve.load, serve.concurrency)
-    else:
-        need = int((req.prompt.max() + req.output.max()) * min(len(req), job.batch_size))
-        res = static_batches(req, model.cost, job.batch_size)
+    cost = staged_cost(job, gpu, engine, env, cfg, lay, shape)
+    res = _run(req, cost, engine, mem.kv_cache_tokens, serve, job.batch_size, lay)
+    if not engine.continuous:
+        need = int((req.prompt.max() + req.output.max()) * min(len(req), -(-job.batch_size // lay.replicas)))
         if need > mem.kv_cache_tokens:
             res.notes.append(f"the batch's cache needs {need} tokens, more than the {mem.kv_cache_tokens} that fit")
     done = np.isfinite(res.finish_s)
@@ -143,7 +206,8 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
         "kv_cache_tokens": mem.kv_cache_tokens, "kv_bytes_per_token": mem.kv_bytes_per_token,
         "max_batch": res.max_batch, "mean_batch": round(res.mean_batch, 2), "preemptions": res.preemptions,
         "iterations": res.iterations, "gpu_busy_share": min(1.0, res.busy_s / makespan) if makespan > 0 else 0.0,
-        "memory": mem.to_dict(), "finished": int(done.sum()), "tensor": t,
+        "memory": mem.to_dict(), "finished": int(done.sum()), "tensor": t, "pipeline": lay.pipeline,
+        "replicas": lay.replicas, "expert": lay.expert,
         "notes": list(res.notes) + ([f"{req.clipped} of {len(req)} drawn requests were longer than the model's "
                                      f"context and were cut to it"] if getattr(req, "clipped", 0) else []),
         "arrival_span_s": float(arrival.max() - arrival.min()) if len(arrival) else 0.0,

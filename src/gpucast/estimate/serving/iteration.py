@@ -20,7 +20,8 @@ engine's host time per iteration; without them (``hf``, or an eager iteration) t
 estimator gives the traced forward on its own (each op dispatched from Python,
 :mod:`gpucast.estimate.host`), plus the same host time. Weight-only int8/int4 cut the GEMMs' weight
 bytes to 8/16 or 4/16 (the dequantising kernels' math is not modelled); an FP8 KV cache halves the
-attention's K/V bytes.
+attention's K/V bytes. Mixture-of-experts GEMMs read the experts the iteration's tokens reach, on the
+busiest rank under expert parallelism (:mod:`.experts`).
 
 Results are memoised on a grid (token counts and contexts in steps of ~19 %, batch sizes in powers
 of two) and interpolated linearly between grid points, so a run of thousands of iterations costs a
@@ -36,6 +37,7 @@ import numpy as np
 
 from gpucast.estimate.comm import Group, Links, collective_time
 from gpucast.estimate.kernels import kernel_times
+from gpucast.estimate.serving.experts import routed
 from gpucast.plan import Parallel
 
 GRID_STEP = 2 ** 0.25  # ~19 % between grid points of token counts and contexts
@@ -77,12 +79,14 @@ def pow2(x: int) -> tuple[int, int, float]:
 class IterationModel:
     """Costs of iterations of ``job`` on ``gpu`` under ``engine`` (module docstring)."""
 
-    def __init__(self, job, gpu, engine, env, cfg, tensor: int = 1, weights: str = "auto", kv_fp8: bool = False):
+    def __init__(self, job, gpu, engine, env, cfg, tensor: int = 1, weights: str = "auto", kv_fp8: bool = False,
+                 expert: int = 1):
         from gpucast.graph.serving import model_shape
 
         job = model_job(job)  # traces depend on the model and precision only
         self.job, self.gpu, self.engine, self.env, self.cfg = job, gpu, engine, env, cfg
         self.t = tensor
+        self.e = expert
         self.weight_scale = {"auto": 1.0, "int8": 0.5, "int4": 0.25}[weights or "auto"]
         self.kv_scale = 0.5 if kv_fp8 else 1.0
         self.shape = model_shape(job)
@@ -91,8 +95,8 @@ class IterationModel:
         self.links = Links.of(gpu, par.network_spec())
         # GPU times depend on the model, GPU, plan and whether small ops are fused, not on the engine's
         # scheduler settings: engines with their own kernels (vLLM, SGLang, TensorRT-LLM) share them
-        shared = _COSTS.setdefault((job.key, gpu, tensor, self.weight_scale, self.kv_scale, engine.name == "hf",
-                                    id(env), cfg), ({}, {}))
+        shared = _COSTS.setdefault((job.key, gpu, tensor, expert, self.weight_scale, self.kv_scale,
+                                    engine.name == "hf", id(env), cfg), ({}, {}))
         if len(_COSTS) > _COSTS_MAX:
             _COSTS.pop(next(iter(_COSTS)))
         self._dense: dict[int, tuple[float, float]] = shared[0]
@@ -152,7 +156,7 @@ class IterationModel:
         """(the trace as the engine runs it, its ops' GPU seconds)."""
         from gpucast.surroundings import Stack
 
-        trace = self._fused(self._quantised(trace))
+        trace = self._fused(self._quantised(routed(trace, self.shape, self.t, self.e, self.weight_scale)))
         return trace, kernel_times(trace, self.gpu, self.job.precision, self.cfg,
                                    self.job.stack or Stack(), split=self._split(trace)).time
 
@@ -282,13 +286,13 @@ _COSTS_MAX = 64
 
 
 def iteration_model(job, gpu, engine, env, cfg, tensor: int = 1, weights: str | None = "auto",
-                    kv_fp8: bool = False) -> IterationModel:
+                    kv_fp8: bool = False, expert: int = 1) -> IterationModel:
     """A shared :class:`IterationModel` (its memoised costs serve every job of the same model, GPU,
     engine and plan)."""
-    key = (model_job(job).key, gpu, engine, tensor, weights or "auto", kv_fp8, id(env), cfg)
+    key = (model_job(job).key, gpu, engine, tensor, weights or "auto", kv_fp8, expert, id(env), cfg)
     m = _MODELS.get(key)
     if m is None:
         if len(_MODELS) >= _MODELS_MAX:
             _MODELS.pop(next(iter(_MODELS)))
-        m = _MODELS[key] = IterationModel(job, gpu, engine, env, cfg, tensor, weights or "auto", kv_fp8)
+        m = _MODELS[key] = IterationModel(job, gpu, engine, env, cfg, tensor, weights or "auto", kv_fp8, expert)
     return m

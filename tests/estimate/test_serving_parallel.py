@@ -1,0 +1,150 @@
+"""A deployment over several GPUs: pipeline stages, replicas and expert parallelism (mode 'serve').
+
+Expected values come from closed forms stated per test (a stage's layers and weights, the chance an
+expert is hit, the busiest rank of a top-2 router over four ranks, identical replicas doubling a
+closed loop's throughput), not from the code's own output. Real Hugging Face model definitions, built
+on the meta device."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from transformers import LlamaConfig, MixtralConfig
+
+import gpucast
+from gpucast.estimate.serving.experts import busiest, hit_probability, routed
+from gpucast.estimate.serving.stages import Layout
+from gpucast.job import Job, JobError
+
+# Llama-3-8B's published config.json shape (untied head)
+LLAMA3_8B = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192).to_dict()
+SMALL = LlamaConfig(hidden_size=512, intermediate_size=1024, num_hidden_layers=6, num_attention_heads=8,
+                    num_key_value_heads=4, vocab_size=2048, max_position_embeddings=4096).to_dict()
+TINY_MOE = MixtralConfig(hidden_size=512, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=8,
+                         num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=2, vocab_size=1024,
+                         max_position_embeddings=4096).to_dict()
+
+
+def _serve(cfg, gpus=1, parallel=None, batch=8, **serve):
+    return Job.from_hf_config(cfg, batch_size=batch, precision="bf16", mode="serve", gpus=gpus, parallel=parallel,
+                              serve=dict(dict(input_len=256, output_len=32), **serve))
+
+
+# ----------------------------------------------------------------- pipeline stages
+def test_a_stage_holds_its_layers_weights_and_cache():
+    one = gpucast.predict(_serve(LLAMA3_8B, batch=1, output_len=4), "a100-80gb").serving
+    two = gpucast.predict(_serve(LLAMA3_8B, gpus=2, parallel=dict(pipeline=2), batch=1, output_len=4),
+                          "a100-80gb").serving
+    # closed form: 16 of 32 layers, plus the embedding (first stage) or the head (last): 128,256 x 4,096 bf16
+    end = 128256 * 4096 * 2
+    w1 = one["memory"]["weights_bytes"]
+    assert two["memory"]["weights_bytes"] == pytest.approx((w1 - 2 * end) / 2 + end, rel=1e-3)
+    assert two["memory"]["kv_bytes_per_token"] == one["memory"]["kv_bytes_per_token"] // 2
+    # half the cache per token and fewer weights: more than twice the tokens fit
+    assert two["kv_cache_tokens"] > 2 * one["kv_cache_tokens"]
+    assert (two["pipeline"], two["replicas"], two["tensor"]) == (2, 1, 1)
+
+
+def test_uneven_stages_stretch_the_cycle_by_the_largest_stage():
+    lay = Layout(tensor=1, pipeline=3, replicas=1, expert=1, layers=32)
+    assert lay.stage_layers == 11 and lay.imbalance == pytest.approx(33 / 32)
+    assert Layout(tensor=2, pipeline=4, replicas=1, expert=1, layers=32).imbalance == 1.0
+
+
+def test_hf_runs_its_stages_one_after_another():
+    one = gpucast.predict(_serve(SMALL, engine="hf"), "a100-80gb")
+    two = gpucast.predict(_serve(SMALL, gpus=2, parallel=dict(pipeline=2), engine="hf"), "a100-80gb")
+    # accelerate's device_map: the same forward, layer after layer, plus a send per stage boundary and step
+    assert two.serving["latency_s"] >= one.serving["latency_s"]
+    assert two.serving["latency_s"] == pytest.approx(one.serving["latency_s"], rel=0.15)
+    # each GPU busy for its three layers of six only
+    assert two.serving["gpu_busy_share"] < 0.75 * one.serving["gpu_busy_share"]
+
+
+def test_engines_keep_a_batch_in_flight_per_stage():
+    one = gpucast.predict(_serve(SMALL, batch=32), "a100-80gb").serving
+    two = gpucast.predict(_serve(SMALL, gpus=2, parallel=dict(pipeline=2), batch=32), "a100-80gb").serving
+    # two streams of 16 sequences, each through the whole model: faster than one stream of 32, and no
+    # faster than two independent GPUs could be
+    assert two["max_batch"] == 16
+    assert two["latency_s"] < one["latency_s"]
+    reps = gpucast.predict(_serve(SMALL, gpus=2, batch=32), "a100-80gb").serving
+    assert two["latency_s"] >= reps["latency_s"] * 0.999
+
+
+# ----------------------------------------------------------------- replicas
+def test_two_replicas_serve_twice_the_closed_loop_of_one():
+    one = gpucast.predict(_serve(SMALL, concurrency=8, num_requests=64), "a100-80gb").serving
+    two = gpucast.predict(_serve(SMALL, gpus=2, concurrency=16, num_requests=128), "a100-80gb").serving
+    assert two["replicas"] == 2
+    assert two["output_tokens_per_s"] == pytest.approx(2 * one["output_tokens_per_s"], rel=0.02)
+    assert two["tpot_s"] == pytest.approx(one["tpot_s"], rel=0.02)
+
+
+# ----------------------------------------------------------------- experts
+def test_routing_reads_the_experts_the_tokens_reach():
+    # one token reaches exactly its top-k experts; many reach all of them
+    assert 8 * hit_probability(8, 2, 1) == pytest.approx(2.0)
+    assert 8 * hit_probability(8, 2, 64) == pytest.approx(8.0, abs=1e-6)
+    assert busiest(8, 2, 4, 1)[0] == pytest.approx(8 * (1 - 0.75 ** 4))
+    # top-2 of 8 experts over 4 ranks of 2: both land on one rank with chance 1/7, so the busiest rank
+    # holds 1 + 1/7 of them on average (the independent-rank approximation within 2 %)
+    hit, rows = busiest(8, 2, 1, 4)
+    assert hit == pytest.approx(8 / 7, rel=0.02) and rows == pytest.approx(8 / 7, rel=0.02)
+    # many tokens: every rank gets its share of the rows, within a few per cent
+    assert busiest(8, 2, 8192, 4)[1] == pytest.approx(8192 * 2 / 4, rel=0.03)
+
+
+def test_expert_weights_read_follow_routing_and_quantisation():
+    from gpucast.graph.serving import model_shape, trace_iteration
+    from gpucast.estimate.serving.iteration import model_job
+
+    job = _serve(TINY_MOE)
+    shape = model_shape(job)
+    tr = trace_iteration(model_job(job), 4, 1, 64, "paged")
+    before = [o for o in tr.ops if o.op == "_grouped_mm"]
+    after = [o for o in routed(tr, shape, 1, 1).ops if o.op == "_grouped_mm"]
+    quarter = [o for o in routed(tr, shape, 1, 1, 0.25).ops if o.op == "_grouped_mm"]
+    for b, a, q in zip(before, after, quarter):
+        per_expert = b.shapes[1][1] * b.shapes[1][2] * 2
+        # the trace read min(8 experts, 8 rows); 4 tokens reach 8 (1 - 0.75^4) = 5.47 on average
+        assert b.bytes_read - a.bytes_read == pytest.approx((8 - 8 * (1 - 0.75 ** 4)) * per_expert, rel=1e-3)
+        assert a.bytes_read - q.bytes_read == pytest.approx(0.75 * 8 * (1 - 0.75 ** 4) * per_expert, rel=1e-3)
+        assert a.flops == b.flops
+
+
+def test_expert_parallelism_costs_at_batch_one_and_matches_tensor_parallelism_at_scale():
+    def tpot(batch, par):
+        job = _serve(TINY_MOE, gpus=4, parallel=par, batch=batch, input_len=128, output_len=64)
+        return gpucast.predict(job, "a100-80gb").serving["tpot_s"]
+    # one token: its two experts land on one rank (of four) with chance 1/7, and that rank reads them
+    # whole; tensor parallelism reads a quarter of each on every rank
+    assert tpot(1, dict(tensor=4, expert=4)) > tpot(1, dict(tensor=4))
+    assert tpot(256, dict(tensor=4, expert=4)) == pytest.approx(tpot(256, dict(tensor=4)), rel=0.1)
+
+
+@pytest.mark.parametrize("cfg, gpus, par, needle", [
+    (TINY_MOE, 4, dict(tensor=4, expert=3), "must divide parallel.tensor"),
+    (TINY_MOE, 1, dict(expert=2), "must divide parallel.tensor"),
+    (SMALL, 2, dict(tensor=2, expert=2), "has no experts"),
+    (SMALL, 8, dict(pipeline=8), "at most the model's 6 layers"),
+])
+def test_bad_layouts_are_one_line_errors(cfg, gpus, par, needle):
+    with pytest.raises(JobError) as e:
+        gpucast.predict(_serve(cfg, gpus=gpus, parallel=par), "a100-80gb")
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_expert_parallelism_in_training_is_refused():
+    with pytest.raises(JobError, match="parallel.expert"):
+        Job.from_hf_config(TINY_MOE, batch_size=4, precision="bf16", mode="train", gpus=2,
+                           parallel=dict(tensor=2, expert=2))
+
+
+def test_the_expert_field_keeps_the_jobs_repr():
+    # the simulator's truth draws each job's error from its repr: a new field must not move it
+    a = Job.from_hf_config(TINY_MOE, batch_size=4, precision="bf16", mode="serve", gpus=2, parallel=dict(tensor=2))
+    b = dataclasses.replace(a, parallel=dataclasses.replace(a.parallel, expert=2))
+    assert repr(a) == repr(b) and a.key != b.key
