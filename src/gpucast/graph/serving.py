@@ -99,6 +99,11 @@ __all__ = ["CACHES", "kv_bytes_per_token", "model_shape", "trace_iteration"]
 CACHES = ("paged", "dynamic")
 MODELS_KEPT = 4  # meta-built models (an 8B or 70B shape: about 0.3 s to build)
 TRACES_KEPT = 64  # memoised iteration traces (~1.6 MB each for an 8B shape; the estimator memoises its costs)
+# Models of one or two layers (the serving estimator's layer samples: gpucast.estimate.serving.iteration)
+# are kept apart, more of them: their traces are ~1/16-1/40 of a whole model's.
+SMALL_LAYERS = 2
+SMALL_MODELS_KEPT = 16
+SMALL_TRACES_KEPT = 1024
 _ATTN = "gpucast_serving"  # the attention (and mask) implementation the serving models run
 _REGIONS = ("pre", "post", "sharded", "replicated", "attention_core")
 _ATTENTION_LAYERS = {"full_attention", "sliding_attention", "chunked_attention"}  # HF's layer_types we trace
@@ -134,6 +139,12 @@ class _LRU:
 _CONFIGS = _LRU(64)
 _MODELS = _LRU(MODELS_KEPT)
 _TRACES = _LRU(TRACES_KEPT)
+_SMALL_MODELS = _LRU(SMALL_MODELS_KEPT)
+_SMALL_TRACES = _LRU(SMALL_TRACES_KEPT)
+
+
+def _small(job) -> bool:
+    return _shape_of(_hf_config(job))["layers"] <= SMALL_LAYERS
 
 
 # --------------------------------------------------------------------------- the job's config
@@ -237,13 +248,14 @@ def _model(job) -> _Model:
     _hf_config(job)  # a Hugging Face job, or a JobError
     weights, _, _ = _dtypes(_precision(job))
     key = (job.hf_config, str(weights))
-    built = _MODELS.get(key)
+    models = _SMALL_MODELS if _small(job) else _MODELS
+    built = models.get(key)
     if built is None:
         with imports.LOCK:  # as tracer._build: a model's library modules are imported on first use
-            built = _MODELS.get(key)
+            built = models.get(key)
             if built is None:
                 built = _build(job)
-                _MODELS.put(key, built)
+                models.put(key, built)
     return built
 
 
@@ -419,10 +431,11 @@ def trace_iteration(job, batch: int, new_tokens: int, context: int, cache: str =
     context, cache); the trace returned is shared: read it, do not change it."""
     _check_shape(batch, new_tokens, context, cache)
     key = (job.key, batch, new_tokens, context, cache)
-    trace = _TRACES.get(key)
+    traces = _SMALL_TRACES if _small(job) else _TRACES
+    trace = traces.get(key)
     if trace is None:
         trace = _trace(job, batch, new_tokens, context, cache)
-        _TRACES.put(key, trace)
+        traces.put(key, trace)
     return trace
 
 

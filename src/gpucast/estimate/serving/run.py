@@ -111,8 +111,18 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
         budget = max_num_batched_tokens
         dec = []
         pre: list[tuple[int, int]] = []
-        # decodes first (each needs room for one more token), preempting the newest when the cache is full
-        i = 0
+        # decodes first (each needs room for one more token), preempting the newest when the cache is full.
+        # A sequence needs a new block when its tokens fill whole blocks (kv % blk == 0); when the free
+        # blocks cover every decode's need at once, no preemption can happen: take them all (fast path)
+        dec = [r for r in running if done_prefill[r] >= target[r]]
+        need_all = sum(1 for r in dec if kv[r] % blk == 0) if blk > 1 else len(dec)
+        if need_all <= cap_blocks - used_blocks:
+            used_blocks += need_all
+            budget -= len(dec)
+            i = len(running)
+        else:
+            dec = []
+            i = 0
         while i < len(running):
             r = running[i]
             if done_prefill[r] < target[r]:
@@ -169,7 +179,7 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
             notes.append("requests larger than the KV cache never start")
             break
         ntok = len(dec) + sum(take for _, take in pre)
-        dctx = sum(kv[r] for r in dec) / len(dec) if dec else 0.0
+        dctx = sum(map(kv.__getitem__, dec)) / len(dec) if dec else 0.0
         ptok = sum(take for _, take in pre)
         pctx = sum(done_prefill[r] for r, _ in pre) / len(pre) if pre else 0.0
         dt, b = cost(ntok, len(dec), dctx, ptok, pctx)
@@ -192,9 +202,14 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
                 generated[r] += 1
                 if first[r] != first[r]:
                     first[r] = t
-        still = []
-        for r in running:
-            if generated[r] >= out[r] and done_prefill[r] >= target[r]:
+        # only sequences of this iteration can have finished in it
+        done = [r for r in dec if generated[r] >= out[r]]
+        done += [r for r, _ in pre if generated[r] >= out[r] and done_prefill[r] >= target[r]]
+        if done:
+            gone = set(done)
+            for r in running:  # in running order, as the requests' clients return
+                if r not in gone:
+                    continue
                 finish[r] = t
                 finished += 1
                 used_blocks -= blocks(kv[r])
@@ -203,9 +218,7 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
                     arrival[sent] = t
                     waiting.append(sent)
                     sent += 1
-            else:
-                still.append(r)
-        running = still
+            running = [r for r in running if r not in gone]
     return RunResult(np.array(start), np.array(first), np.array(finish), iterations, busy, max_batch,
                      batch_sum / iterations if iterations else 0.0, preemptions, notes,
                      ctx_sum / dec_sum if dec_sum else 0.0, peak_blocks * blk, arrival)
