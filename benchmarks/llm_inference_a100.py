@@ -12,7 +12,8 @@ iteration (a run's latency moves by its iterations times that time). Held out by
 rows use the time fitted on the other models' rows (a grid of 0-30 ms, least MdAPE: gpucast.learn.serving_fit, which `gpucast calibrate` fits
 a cluster's serving rows with). The table also
 gives the errors with the engines' priors (gpucast.estimate.serving.engines) and the time fitted on all
-rows. Rows of models gpucast cannot describe (DeciLM-7B's per-layer KV-head counts) are unanswered.
+rows. DeciLM-7B's config (remote code, per-layer KV-head counts) is read as vLLM runs it: a Llama with
+the largest layer's K/V heads in every layer (gpucast.graph.hf_remote).
 
     .venv/bin/python benchmarks/llm_inference_a100.py [--limit N] [--out benchmarks/results]
 """
@@ -53,6 +54,13 @@ CONFIGS = {  # the models' published config.json shapes (Hugging Face hub)
                                         num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                                         vocab_size=32000, max_position_embeddings=32768, num_local_experts=8,
                                         num_experts_per_tok=2),
+    # Deci/DeciLM-7B's config.json (model_type "deci": transformers runs it with the hub's remote code)
+    "Deci/DeciLM-7B": dict(model_type="deci", architectures=["DeciLMForCausalLM"], hidden_act="silu",
+                           hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                           num_key_value_heads=32,
+                           num_key_value_heads_per_layer=[4] * 5 + [2] * 5 + [4] + [2] * 9 + [1] * 11 + [4],
+                           vocab_size=32000, max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=10000.0,
+                           rope_scaling={"factor": 2.0, "type": "dynamic"}, tie_word_embeddings=False),
     "Qwen/Qwen2-7B": dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                           num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
                           max_position_embeddings=131072, tie_word_embeddings=False),

@@ -8,7 +8,8 @@
   that class's defaults (``to_diff_dict``), which are the architecture's reference size.
 
 A string that is neither (e.g. a hub id like ``org/model``) is an error: gpucast never
-downloads. The list of model types and a named class's defaults come from transformers once per
+downloads. A few remote-code architectures are read as the transformers one they run as
+(:mod:`gpucast.graph.hf_remote`: DeciLM as vLLM's Llama with uniform K/V heads). The list of model types and a named class's defaults come from transformers once per
 installed version: they are remembered in gpucast's disk cache (:func:`_remembered`), so making a
 job from a config (and a ``gpucast predict`` answered from the prediction cache) imports neither
 transformers nor torch. ``transformers_version`` and ``_name_or_path`` are dropped, so a config's key does
@@ -149,6 +150,9 @@ def resolve_config(config) -> dict:
 
 
 def _check(data: dict, origin: str) -> dict:
+    from gpucast.graph.hf_remote import runs_as
+
+    data = runs_as(data)  # remote-code architectures as the transformers one they run as
     model_type = data.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise JobError(f"Hugging Face config {origin}: no 'model_type' (which architecture is it?)")
