@@ -148,3 +148,65 @@ def test_the_expert_field_keeps_the_jobs_repr():
     a = Job.from_hf_config(TINY_MOE, batch_size=4, precision="bf16", mode="serve", gpus=2, parallel=dict(tensor=2))
     b = dataclasses.replace(a, parallel=dataclasses.replace(a.parallel, expert=2))
     assert repr(a) == repr(b) and a.key != b.key
+
+
+# ----------------------------------------------------------------- MLA and FP8 weights
+# DeepSeek-V3's attention and MoE layout at a small size (its config.json's fields, scaled down)
+TINY_MLA = dict(model_type="deepseek_v3", hidden_size=1024, intermediate_size=2048, moe_intermediate_size=256,
+                num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=16, n_routed_experts=8,
+                num_experts_per_tok=2, n_group=2, topk_group=1, vocab_size=4000, kv_lora_rank=256, q_lora_rank=384,
+                qk_rope_head_dim=32, qk_nope_head_dim=64, v_head_dim=64, first_k_dense_replace=1,
+                max_position_embeddings=16384)
+
+
+def test_mla_caches_one_latent_per_token_on_every_rank():
+    def serving(t, ctx):
+        job = _serve(TINY_MLA, gpus=t, parallel=dict(tensor=t) if t > 1 else None, input_len=ctx, output_len=16)
+        return gpucast.predict(job, "h100").serving
+    one, two = serving(1, 512), serving(2, 512)
+    # vLLM's MLA cache: per layer the compressed K/V (kv_lora_rank) and the rotary key (qk_rope_head_dim), one
+    # "head", kept whole by every tensor-parallel rank
+    assert one["kv_bytes_per_token"] == 4 * (256 + 32) * 2 == two["kv_bytes_per_token"]
+    # a longer context costs the decode more
+    assert serving(1, 8192)["tpot_s"] > one["tpot_s"]
+
+
+def test_mla_decode_reads_the_latents_not_the_decompressed_heads():
+    from gpucast.estimate.serving.engines import resolve
+    from gpucast.estimate.serving.iteration import iteration_model
+    from gpucast.hardware import get_gpu
+    from gpucast.estimate.constants import DEFAULT
+    from gpucast.estimate.environment import Environment
+
+    job = _serve(TINY_MLA)
+    model = iteration_model(job, get_gpu("h100"), resolve(job.serve), Environment.default(), DEFAULT)
+    from gpucast.graph.serving import trace_iteration
+    from gpucast.estimate.serving.iteration import model_job
+    tr = trace_iteration(model_job(job), 8, 1, 256, "paged")
+    op = next(o for o in tr.ops if o.category == "attention")
+    lat = model._latent_decode(op, 8, 4097)
+    # the latents of 8 sequences x 4,097 tokens, 288 dims of 2 bytes, read once; the query's 16 heads x 288
+    assert lat.bytes_read == 8 * 4097 * 288 * 2 + 8 * 16 * 288 * 2
+    # scores over 288 dims and weighted latents over 256, per head and cached token
+    assert lat.flops == 2 * 8 * 16 * 4097 * (288 + 256)
+    # the traced (decompressed) attention reads every head's keys and values: far more per token
+    assert op.bytes_read / 257 > 5 * (288 * 2 * 8)
+
+
+def test_hf_with_mla_is_one_error_line():
+    with pytest.raises(JobError, match="decompresses the whole cache"):
+        gpucast.predict(_serve(TINY_MLA, engine="hf"), "h100")
+
+
+def test_fp8_weights_take_one_byte_and_decode_faster():
+    def serving(precision):
+        job = Job.from_hf_config(LLAMA3_8B, batch_size=1, precision=precision, mode="serve",
+                                 serve=dict(input_len=256, output_len=16))
+        return gpucast.predict(job, "h100").serving
+    bf16, fp8 = serving("bf16"), serving("fp8")
+    # the linear layers at one byte a weight, the embedding and the head (128,256 x 4,096 each) at two
+    end = 128256 * 4096 * 2
+    w = bf16["memory"]["weights_bytes"]
+    assert fp8["memory"]["weights_bytes"] == pytest.approx((w - 2 * end) / 2 + 2 * end, rel=1e-3)
+    # batch-1 decode reads the weights: nearly half the bytes, at least a quarter faster
+    assert fp8["tpot_s"] < 0.8 * bf16["tpot_s"]

@@ -190,7 +190,8 @@ def test_model_shape_of_llama3_8b_has_its_published_parameter_count():
     shape = serving.model_shape(Job.from_hf_config(cfg.to_dict(), batch_size=1, precision="bf16", mode="infer"))
     assert shape == {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "vocab": 128256,
                      "intermediate": 14336, "max_context": 8192, "experts": 0, "experts_per_token": 0,
-                     "tied": False, "parameters": 8_030_261_248}  # Meta-Llama-3-8B
+                     "tied": False, "cache_k_dim": 128, "cache_v_dim": 128, "mla": None,
+                     "parameters": 8_030_261_248}  # Meta-Llama-3-8B
 
 
 def test_amp_keeps_fp32_weights_and_runs_attention_in_the_amp_dtype():

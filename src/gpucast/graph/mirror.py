@@ -77,7 +77,9 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
         return _ORIGINAL_SDPA(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                               is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
     half = query.dtype in (torch.float16, torch.bfloat16)
-    if half and attn_mask is None and query.shape[-1] <= 256:
+    # flash needs equal head dims for q, k and v (aten sdp_utils' check_head_dim_size_flash); MLA's values
+    # are narrower than its keys and run the memory-efficient kernel, which takes them
+    if half and attn_mask is None and query.shape[-1] <= 256 and value.shape[-1] == query.shape[-1]:
         # the flash kernel reads grouped K/V heads as they are (enable_gqa: no copies)
         return torch.ops.aten._scaled_dot_product_flash_attention(
             query, key, value, dropout_p, is_causal, False, scale=scale)[0]

@@ -72,9 +72,10 @@ detokenisation), CUDA graphs, ragged batches (every sequence here has the same c
 tokens), prefix caching, speculative decoding, tensor-parallel collectives (the estimator adds
 them from ``Trace.layout``), LoRA adapters, sliding-window attention in the paged cache (it reads
 the whole context, as the closed form of :func:`kv_bytes_per_token` counts it), and attention
-layouts other than (grouped-)multi-head attention: MLA (DeepSeek-V2/V3, ``kv_lora_rank``) is
-refused, and so are models with linear-attention or state-space layers (Mamba, Jamba,
-Qwen3-Next).
+layouts other than (grouped-)multi-head attention and MLA (DeepSeek-V2/V3, ``kv_lora_rank``: its
+cache holds the compressed latent and the rotary key per token, as transformers' own layer caches
+them; the serving estimator decodes over it as vLLM does): models with linear-attention or
+state-space layers (Mamba, Jamba, Qwen3-Next) are refused.
 """
 
 from __future__ import annotations
@@ -167,7 +168,7 @@ def _shape_of(cfg) -> dict:
         raise JobError(f"a serving iteration needs a transformer decoder with attention heads; the "
                        f"{cfg.model_type!r} config has none")
     heads, hidden = int(heads), int(hidden)
-    return {
+    shape = {
         "layers": int(cfg.num_hidden_layers),
         "hidden": hidden,
         "heads": heads,
@@ -177,10 +178,19 @@ def _shape_of(cfg) -> dict:
         # GPT-2-style configs: n_inner None means 4 x hidden
         "intermediate": int(getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None) or 4 * hidden),
         "max_context": int(getattr(cfg, "max_position_embeddings", None) or 0),
-        "experts": int(getattr(cfg, "num_local_experts", None) or getattr(cfg, "num_experts", None) or 0),
+        "experts": int(getattr(cfg, "num_local_experts", None) or getattr(cfg, "num_experts", None)
+                       or getattr(cfg, "n_routed_experts", None) or 0),
         "experts_per_token": int(getattr(cfg, "num_experts_per_tok", None) or 0),
         "tied": bool(getattr(cfg, "tie_word_embeddings", False)),
     }
+    lora = getattr(cfg, "kv_lora_rank", None)
+    if lora:  # MLA: one latent "head" cached per token, its compressed K/V and its rotary key
+        rope = int(cfg.qk_rope_head_dim)
+        shape.update(kv_heads=1, cache_k_dim=int(lora), cache_v_dim=rope,
+                     mla=dict(lora=int(lora), rope=rope, nope=int(cfg.qk_nope_head_dim), v=int(cfg.v_head_dim)))
+    else:
+        shape.update(cache_k_dim=shape["head_dim"], cache_v_dim=shape["head_dim"], mla=None)
+    return shape
 
 
 def kv_bytes_per_token(job, kv_dtype_bytes: int | None = None) -> int:
@@ -189,20 +199,22 @@ def kv_bytes_per_token(job, kv_dtype_bytes: int | None = None) -> int:
     fp16/bf16/amp-*/fp8 (fp8 weights keep a bf16 cache, vLLM's ``kv_cache_dtype="auto"``), 4 for
     fp32/tf32; pass 1 for an fp8 cache. From the HF config: ``num_key_value_heads`` (default
     ``num_attention_heads``), ``head_dim`` (default ``hidden_size // num_attention_heads``),
-    ``num_hidden_layers``. Not modelled beyond this closed form: MLA (DeepSeek-V2/V3 cache one
-    compressed latent per token), sliding-window layers (they hold at most their window), and
-    layers without attention (linear attention, Mamba)."""
+    ``num_hidden_layers``; MLA (DeepSeek-V2/V3): layers x (``kv_lora_rank`` + ``qk_rope_head_dim``) x
+    dtype size, the one latent a token keeps. Not modelled beyond this closed form: sliding-window layers
+    (they hold at most their window), and layers without attention (linear attention, Mamba)."""
     s = _shape_of(_hf_config(job))
     size = kv_dtype_bytes if kv_dtype_bytes is not None else (4 if job.precision in ("fp32", "tf32") else 2)
-    return s["layers"] * s["kv_heads"] * s["head_dim"] * 2 * int(size)
+    return s["layers"] * s["kv_heads"] * (s["cache_k_dim"] + s["cache_v_dim"]) * int(size)
 
 
 def model_shape(job) -> dict:
     """``{'layers', 'hidden', 'heads', 'kv_heads', 'head_dim', 'vocab', 'intermediate',
-    'max_context', 'experts', 'experts_per_token', 'tied', 'parameters'}`` of the job's HF config;
-    ``max_context`` is ``max_position_embeddings``, ``experts`` ``num_local_experts`` or
-    ``num_experts`` (0 for a dense model), ``tied`` whether the head shares the embedding's weights,
-    ``parameters`` the count of the meta-built model
+    'max_context', 'experts', 'experts_per_token', 'tied', 'cache_k_dim', 'cache_v_dim', 'mla',
+    'parameters'}`` of the job's HF config; ``max_context`` is ``max_position_embeddings``, ``experts``
+    ``num_local_experts``, ``num_experts`` or ``n_routed_experts`` (0 for a dense model), ``tied`` whether
+    the head shares the embedding's weights, ``cache_k_dim``/``cache_v_dim`` what a token's cache holds
+    per K/V head (``head_dim``; MLA: the latent and the rotary key, one "head"), ``mla`` MLA's dims
+    (``lora``, ``rope``, ``nope``, ``v``; None without it), ``parameters`` the count of the meta-built model
     (built once per config and precision, cached)."""
     shape = _shape_of(_hf_config(job))
     shape["parameters"] = _model(job).parameters
@@ -298,9 +310,6 @@ def _check_causal_lm(job, cfg, cls) -> None:
     if other:
         raise JobError(f"a serving iteration of {job.model}: its {', '.join(sorted(map(str, other)))} layers are "
                        f"not modelled (attention layers only)")
-    if getattr(cfg, "kv_lora_rank", None):
-        raise JobError(f"a serving iteration of {job.model}: multi-head latent attention (kv_lora_rank) is not "
-                       f"modelled")
 
 
 # --------------------------------------------------------------------------- attention and masks
@@ -396,9 +405,10 @@ def _paged_classes() -> tuple[type, type]:
 def _paged_cache(m: _Model, dtype: torch.dtype, batch: int, new_tokens: int, context: int):
     PagedCache, PagedLayer = _paged_classes()
     s = m.shape
-    size = (batch, s["kv_heads"], context + new_tokens, s["head_dim"])
-    return PagedCache([PagedLayer(torch.empty(size, dtype=dtype, device="meta"),
-                                  torch.empty(size, dtype=dtype, device="meta"), context)
+    total = context + new_tokens
+    k, v = (batch, s["kv_heads"], total, s["cache_k_dim"]), (batch, s["kv_heads"], total, s["cache_v_dim"])
+    return PagedCache([PagedLayer(torch.empty(k, dtype=dtype, device="meta"),
+                                  torch.empty(v, dtype=dtype, device="meta"), context)
                        for _ in range(s["layers"])])
 
 
@@ -412,8 +422,9 @@ def _dynamic_cache(m: _Model, dtype: torch.dtype, batch: int, context: int):
     s = m.shape
     if context:
         for i in range(s["layers"]):
-            k = torch.empty((batch, s["kv_heads"], context, s["head_dim"]), dtype=dtype, device="meta")
-            cache.update(k, torch.empty_like(k), i)
+            k = torch.empty((batch, s["kv_heads"], context, s["cache_k_dim"]), dtype=dtype, device="meta")
+            v = torch.empty((batch, s["kv_heads"], context, s["cache_v_dim"]), dtype=dtype, device="meta")
+            cache.update(k, v, i)
     return cache
 
 

@@ -160,6 +160,9 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     shape = model_shape(job)
     lay = layout(job, shape)
     t = lay.tensor
+    if shape.get("mla") and engine.name == "hf":
+        raise JobError("engine 'hf' with multi-head latent attention (kv_lora_rank): transformers decompresses "
+                       "the whole cache every step, which is not modelled; choose vllm, sglang or trtllm")
     if serve.load != "static" and not engine.continuous:
         raise JobError(f"engine '{engine.name}' runs static batches (model.generate): set no concurrency or "
                        f"request_rate, or choose vllm, sglang or trtllm")
@@ -172,7 +175,9 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     else:
         act_tr = trace_iteration(model_job(job), int(min(len(req), job.batch_size)), int(req.prompt.max()), 0,
                                  "dynamic")
-    weights = stage_weights(weight_bytes(act_tr.parameter_bytes, shape["parameters"], t, serve.weights),
+    ends = shape["vocab"] * shape["hidden"] * 2 * (1 if shape.get("tied") else 2)  # embedding and head, 16-bit
+    fp8 = max(0, act_tr.parameter_bytes - ends) if job.precision == "fp8" else 0
+    weights = stage_weights(weight_bytes(act_tr.parameter_bytes, shape["parameters"], t, serve.weights, fp8),
                             shape["parameters"], shape, lay)  # the traced model's bytes
     activations = int(act_tr.memory.at_peak.get("activations", 0) + act_tr.memory.at_peak.get("temporaries", 0)) // t
     cuda_graphs = engine.cuda_graphs

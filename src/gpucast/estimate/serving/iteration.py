@@ -19,8 +19,12 @@ Its wall time: with CUDA graphs (decode iterations up to the captured batch) the
 engine's host time per iteration; without them (``hf``, or an eager iteration) the step gpucast's
 estimator gives the traced forward on its own (each op dispatched from Python,
 :mod:`gpucast.estimate.host`), plus the same host time. Weight-only int8/int4 cut the GEMMs' weight
-bytes to 8/16 or 4/16 (the dequantising kernels' math is not modelled); an FP8 KV cache halves the
-attention's K/V bytes. Mixture-of-experts GEMMs read the experts the iteration's tokens reach, on the
+bytes to 8/16 or 4/16 (the dequantising kernels' math is not modelled), ``fp8`` precision to 8/16
+(FP8 weights and activations: the GEMMs at the FP8 peak; the head's GEMM is cut too, though engines keep it
+in 16 bits); an FP8 KV cache halves the
+attention's K/V bytes. Multi-head latent attention (DeepSeek-V2/V3, ``kv_lora_rank``) decodes over the
+cached latents with the up-projections absorbed (:meth:`IterationModel._latent_decode`); its prefill runs
+the traced decompressed attention. Mixture-of-experts GEMMs read the experts the iteration's tokens reach, on the
 busiest rank under expert parallelism (:mod:`.experts`).
 
 Results are memoised on a grid (token counts and contexts in steps of ~19 %, batch sizes in powers
@@ -41,7 +45,7 @@ import numpy as np
 
 from gpucast.estimate.comm import Group, Links, collective_time
 from gpucast.estimate.kernels import kernel_times
-from gpucast.estimate.serving.experts import routed
+from gpucast.estimate.serving.experts import ITEMSIZE, routed
 from gpucast.plan import Parallel
 
 GRID_STEP = 2 ** 0.25  # ~19 % between grid points of token counts and contexts
@@ -103,6 +107,8 @@ class IterationModel:
         self.t = tensor
         self.e = expert
         self.weight_scale = {"auto": 1.0, "int8": 0.5, "int4": 0.25}[weights or "auto"]
+        if self.weight_scale == 1.0 and job.precision == "fp8":  # FP8 weights (W8A8): one byte each
+            self.weight_scale = 0.5
         self.kv_scale = 0.5 if kv_fp8 else 1.0
         self.shape = model_shape(job)
         self.cache = "paged" if engine.paged else "dynamic"
@@ -252,6 +258,9 @@ class IterationModel:
             return 0.0
         total_ref = ref_ctx + new
         total = ctx + new
+        if new == 1 and self.shape.get("mla"):
+            sub = dataclasses.replace(tr, ops=[self._latent_decode(o, batch, total) for o in ops])
+            return float(self._times(sub, layers)[1].sum())
         scaled = []
         for o in ops:
             f = total / total_ref
@@ -265,6 +274,22 @@ class IterationModel:
                                               bytes_read=int(max(0.0, rest) + kv_now)))
         sub = dataclasses.replace(tr, ops=scaled)
         return float(self._times(sub, layers)[1].sum())
+
+    def _latent_decode(self, op, batch: int, total: int):
+        """A decode step's attention over MLA's latent cache as vLLM's MLA backends run it (FlashMLA; the
+        up-projections absorbed into the query and the output): every head's query of ``lora + rope`` dims
+        against each sequence's ``total`` cached latents (scores), then the weighted latents (``lora``
+        dims); the latents read once per sequence, by every tensor-parallel rank (one head: replicated),
+        so their bytes are stored ``t`` times over the split's division (module docstring)."""
+        m = self.shape["mla"]
+        heads, d, lora = self.shape["heads"], m["lora"] + m["rope"], m["lora"]
+        size = ITEMSIZE.get(op.dtype, 2)
+        latent = batch * total * d * size * self.kv_scale
+        q_out = batch * heads * (d + lora) * size
+        return dataclasses.replace(
+            op, shapes=((batch, heads, 1, d), (batch, 1, total, d), (batch, 1, total, lora)),
+            out_shapes=((batch, heads, 1, lora),), flops=int(2 * batch * heads * total * (d + lora)),
+            bytes_read=int(latent * self.t + batch * heads * d * size), bytes_written=int(q_out - batch * heads * d * size))
 
     def _interp(self, fn, x: float, snap=grid):
         lo, hi, w = snap(x)

@@ -2,8 +2,8 @@
 
 Closed forms, each from the engine's own accounting:
 
-* **weights**: the model's parameter bytes (traced on the meta device) over the tensor-parallel
-  degree ``t`` (every engine shards attention, MLP, embedding and head over ``t``; the norms'
+* **weights**: the model's parameter bytes (traced on the meta device; an ``fp8`` job's linear layers
+  one byte a weight, its embedding and head two) over the tensor-parallel degree ``t`` (every engine shards attention, MLP, embedding and head over ``t``; the norms'
   few weights are counted as sharded too), times ``weight_bits / 16`` for weight-only int8/int4
   (AWQ/GPTQ: packed weights, plus the fp16 scales of one group of 128 per output channel).
 * **KV cache per token** (per rank): layers x KV heads x head dim x 2 (K and V) x the cache dtype's
@@ -55,11 +55,13 @@ class ServingMemory:
                 "kv_cache_tokens": self.kv_cache_tokens}
 
 
-def weight_bytes(parameter_bytes: int, parameters: int, tensor: int, weights: str) -> int:
-    """Per-rank weight bytes (module docstring)."""
+def weight_bytes(parameter_bytes: int, parameters: int, tensor: int, weights: str, fp8_bytes: int = 0) -> int:
+    """Per-rank weight bytes (module docstring); ``fp8_bytes``: the traced (16-bit) bytes of the weights an
+    ``fp8`` job keeps in FP8, one byte each (all but the embedding and the head: vLLM's ``fp8`` quantises the
+    linear layers)."""
     bits = WEIGHT_BITS.get(weights or "auto", 16)
     if bits == 16:
-        return int(parameter_bytes / tensor)
+        return int((parameter_bytes - fp8_bytes / 2) / tensor)
     packed = parameters * bits / 8 + parameters / QUANT_GROUP * 2 * 2  # weights + fp16 scale and zero per group
     return int(packed / tensor)
 
