@@ -91,6 +91,7 @@ import torch
 from gpucast import imports
 from gpucast.graph.blocks import BlockWatch, find_blocks, heads_of
 from gpucast.graph.mirror import CudaMirror
+from gpucast.graph.serving_caches import cache_tensors, dynamic_cache, paged_cache
 from gpucast.graph.trace import Trace
 from gpucast.graph.tracer import AMP_DTYPES, PURE_DTYPES, CaptureError, _Recorder, _stage
 from gpucast.job import JobError
@@ -352,90 +353,6 @@ def _attention(module, query, key, value, attention_mask, dropout: float = 0.0, 
                                        is_causal=is_causal, **kwargs)
 
 
-# --------------------------------------------------------------------------- the caches
-@functools.cache
-def _paged_classes() -> tuple[type, type]:
-    """The paged cache (a transformers ``Cache`` of ``PagedLayer``), defined on first use."""
-    cu = imports.load("transformers.cache_utils")
-    if not hasattr(cu, "CacheLayerMixin"):
-        raise ImportError(f"serving traces need transformers' cache-layer API (cache_utils.CacheLayerMixin), which "
-                          f"transformers {imports.load('transformers').__version__} lacks: upgrade transformers")
-
-    class PagedLayer(cu.CacheLayerMixin):
-        """One layer's preallocated K/V for ``cached + new`` tokens; ``update`` writes the new ones."""
-
-        is_sliding = False
-        is_compileable = False
-
-        def __init__(self, keys: torch.Tensor, values: torch.Tensor, cached: int) -> None:
-            super().__init__()
-            self.keys, self.values, self.cached = keys, values, cached
-            self.device = keys.device
-            self.is_initialized = True
-
-        def lazy_initialization(self, key_states, value_states) -> None:
-            pass
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            end = self.cached + key_states.shape[-2]
-            self.keys[:, :, self.cached:end].copy_(key_states)
-            self.values[:, :, self.cached:end].copy_(value_states)
-            if end == self.keys.shape[-2]:
-                return self.keys, self.values
-            return self.keys[:, :, :end], self.values[:, :, :end]
-
-        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-            return self.cached + query_length, 0
-
-        def get_seq_length(self) -> int:
-            return self.cached
-
-        def get_max_length(self) -> int:
-            return self.keys.shape[-2]
-
-    class PagedCache(cu.Cache):
-        """A preallocated cache as serving engines keep one (gpucast.graph.serving)."""
-
-        def __init__(self, layers: list) -> None:
-            super().__init__(layers=layers)
-
-    return PagedCache, PagedLayer
-
-
-def _paged_cache(m: _Model, dtype: torch.dtype, batch: int, new_tokens: int, context: int):
-    PagedCache, PagedLayer = _paged_classes()
-    s = m.shape
-    total = context + new_tokens
-    k, v = (batch, s["kv_heads"], total, s["cache_k_dim"]), (batch, s["kv_heads"], total, s["cache_v_dim"])
-    return PagedCache([PagedLayer(torch.empty(k, dtype=dtype, device="meta"),
-                                  torch.empty(v, dtype=dtype, device="meta"), context)
-                       for _ in range(s["layers"])])
-
-
-def _dynamic_cache(m: _Model, dtype: torch.dtype, batch: int, context: int):
-    cu = imports.load("transformers.cache_utils")
-    _paged_classes()  # the same cache-layer API check
-    try:
-        cache = cu.DynamicCache(config=m.model.config)  # sliding-window layers as HF makes them
-    except TypeError:
-        cache = cu.DynamicCache()
-    s = m.shape
-    if context:
-        for i in range(s["layers"]):
-            k = torch.empty((batch, s["kv_heads"], context, s["cache_k_dim"]), dtype=dtype, device="meta")
-            v = torch.empty((batch, s["kv_heads"], context, s["cache_v_dim"]), dtype=dtype, device="meta")
-            cache.update(k, v, i)
-    return cache
-
-
-def _cache_tensors(cache) -> list[torch.Tensor]:
-    tensors = []
-    for layer in getattr(cache, "layers", ()):
-        tensors += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
-                    if isinstance(t, torch.Tensor)]
-    return tensors
-
-
 # --------------------------------------------------------------------------- the iteration
 def trace_iteration(job, batch: int, new_tokens: int, context: int, cache: str = "paged") -> Trace:
     """The ops of one engine iteration (module docstring). Memoised by (job.key, batch, new_tokens,
@@ -461,8 +378,8 @@ def _check_shape(batch, new_tokens, context, cache) -> None:
 def _trace(job, batch: int, new_tokens: int, context: int, cache: str) -> Trace:
     m = _model(job)
     _, amp, dtype = _dtypes(_precision(job))
-    kv = (_paged_cache(m, dtype, batch, new_tokens, context) if cache == "paged"
-          else _dynamic_cache(m, dtype, batch, context))
+    kv = (paged_cache(m.shape, dtype, batch, new_tokens, context) if cache == "paged"
+          else dynamic_cache(m.shape, m.model.config, dtype, batch, context))
     ids = torch.zeros((batch, new_tokens), dtype=torch.long, device="meta")
     kwargs = {"input_ids": ids, m.cache_kw: kv, "use_cache": True}
     if m.logits_kw:
@@ -470,7 +387,7 @@ def _trace(job, batch: int, new_tokens: int, context: int, cache: str) -> Trace:
     rec = _Recorder()
     for t in list(m.model.parameters()) + list(m.model.buffers()):
         rec.memory.track(t, "parameters", before_step=True)
-    for t in _cache_tensors(kv) + [ids]:  # the cache exists before the iteration (the estimator owns its size)
+    for t in cache_tensors(kv) + [ids]:  # the cache exists before the iteration (the estimator owns its size)
         rec.memory.track(t, "inputs", before_step=True)
     with m.lock:
         layout = _run(job, m, rec, kwargs, amp, cache == "paged")
