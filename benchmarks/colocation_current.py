@@ -24,8 +24,8 @@ job with its script's loader, loop and stack (:mod:`gpucast.learn.lucid`).
    lowest held-out ``speed MAE + combined-utilization MAE / 100``.
 4. What each set says per GPU generation: Gavel's measured pairs (K80, P100, V100; timelines as
    the simulator builds them, no per-job corrections) predicted with the constants fitted on the
-   RTX 3090 pairs (from predictions, and anchored), with Gavel's own constants (in-sample for
-   Gavel) and a constant: the heavy end (mean speeds 0.54-0.66).
+   RTX 3090 pairs (from predictions, with and without exclusive slices, and anchored), with Gavel's
+   own constants (in-sample for Gavel) and a constant: the heavy end (mean speeds 0.54-0.66).
 
 Writes ``src/gpucast/data/timeshare_current.json`` (the constants fitted on every pair from
 predictions alone, which ``gpucast.cluster.timeshare.CURRENT`` is; the anchored fit beside them
@@ -237,7 +237,8 @@ def main(argv=None) -> int:
     in_sample = scores(ptl, c)
     in_sample_anchored = scores(tls, c_anchored)
     solo_check = _solo_util_check(solos, (0.0, tick))
-    gavel = [] if args.no_gavel else _gavel_check({"predicted": c, "anchored": c_anchored})
+    gavel = [] if args.no_gavel else _gavel_check({"predicted": c, "exclusive": c.with_(exclusive="yes"),
+                                                  "anchored": c_anchored})
     keep = lambda cc: {k: v for k, v in cc.as_dict().items() if k in tp.NAMES or k == "stretch"}  # noqa: E731
     fitted = keep(c)
     doc = {"constants": fitted, "timelines": "predicted (gpucast's predictions of the solo runs, nothing measured)",
@@ -308,14 +309,17 @@ def main(argv=None) -> int:
     if gavel:
         md += ["", "**What each GPU generation's pairs say** (the heavy end): Gavel's measured pairs (timelines as the "
                "simulator builds them, no per-job corrections) with the constants fitted on the RTX 3090 pairs "
-               "(from predictions: the package; anchored), with Gavel's own constants (fitted on these pairs: "
+               "(from predictions; with exclusive slices, `Constants.exclusive`, as the package predicts a "
+               "data-center GPU; anchored), with Gavel's own constants (fitted on these pairs: "
                "in-sample) and a constant (per-GPU mean). MAE (mean predicted speed; decisions' worth).", "",
-               "| GPU | speeds | measured mean | RTX 3090, predictions | RTX 3090, anchored | Gavel's (in-sample) | "
-               "constant |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+               "| GPU | speeds | measured mean | RTX 3090, predictions | the same, exclusive (package) | "
+               "RTX 3090, anchored | Gavel's (in-sample) | constant |",
+               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         cell = lambda r: f"{r['mae']:.3f} ({r['mean_speed']:.2f}; {100 * r['worth']:.0f}%)"  # noqa: E731
         for g in gavel:
             md.append(f"| {g['gpu']} | {g['observations']} | {g['mean_speed']:.3f} | {cell(g['predicted'])} | "
-                      f"{cell(g['anchored'])} | {cell(g['gavel'])} | {g['constant_mae']:.3f} |")
+                      f"{cell(g['exclusive'])} | {cell(g['anchored'])} | {cell(g['gavel'])} | "
+                      f"{g['constant_mae']:.3f} |")
     md += ["", f"Wall time {time.time() - t0:.0f} s.", ""]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "colocation_current.md").write_text("\n".join(md), encoding="utf-8")

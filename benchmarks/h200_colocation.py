@@ -4,7 +4,8 @@ data-center GPU of today).
 Reads the co-located groups of ``data/measurements/*.parquet`` (suite h200-v1: two jobs started
 together on one H200, default time-slicing, each job's step time together and alone) and predicts
 each job's speed (throughput together / alone) with :mod:`gpucast.cluster.timeshare` under its
-packaged constants (``CURRENT``: fitted on Lucid's RTX 3090 pairs from predictions; ``FITTED``:
+packaged constants (``CURRENT``: fitted on Lucid's RTX 3090 pairs from predictions, resolved for the
+H200 as gpucast predicts it, with exclusive time slices, and beside it as fitted, without; ``FITTED``:
 Gavel's), from two kinds of timelines (:mod:`gpucast.cluster.timeshare.pairs`):
 
 * **predicted**: gpucast's predictions alone, each job as the harness ran it
@@ -14,7 +15,8 @@ Gavel's), from two kinds of timelines (:mod:`gpucast.cluster.timeshare.pairs`):
 * **anchored**: the simulated step matched to the job's measured solo run.
 
 Baseline: a constant, each job predicted at the mean measured speed of the other pairs' jobs.
-Nothing is fitted here: 8 pairs are evidence, not a training set.
+Nothing is fitted here: 12 pairs are evidence, not a training set. Each pair's sharing decision
+(share where the two speeds sum above 1) is scored against the measured sum.
 
     .venv/bin/python benchmarks/h200_colocation.py [--out benchmarks/results]
 """
@@ -87,28 +89,35 @@ def main(argv=None) -> int:
     out = {"pairs": [], "summary": {}}
     preds = {}
     for tl_name, tl in tls.items():
-        for c_name, c in (("CURRENT", timeshare.CURRENT), ("FITTED", timeshare.FITTED)):
+        for c_name, c in (("CURRENT", timeshare.CURRENT.on("h200")), ("CURRENT, no cap", timeshare.CURRENT.on(None)),
+                          ("FITTED", timeshare.FITTED)):
             sp, util = predict(pairs, tl, c)
             preds[(tl_name, c_name)] = (sp, util)
             flat = [float(sp[i, k]) for k in range(len(pairs)) for i in range(2)]
             out["summary"][f"{tl_name}/{c_name}"] = {
                 "speed_mae": statistics.mean(abs(x - y) for x, y in zip(flat, measured)),
                 "mean_predicted": statistics.mean(flat),
-                "util_mae": statistics.mean(abs(float(util[k]) - (p.util_pct or 0)) for k, p in enumerate(pairs))}
+                "util_mae": statistics.mean(abs(float(util[k]) - (p.util_pct or 0)) for k, p in enumerate(pairs)),
+                # sharing decisions (share where the summed speed is above 1) that come out as measured
+                "decisions_right": statistics.mean(float((sp[0, k] + sp[1, k] > 1.0) == (p.speed_a + p.speed_b > 1.0))
+                                                   for k, p in enumerate(pairs))}
     const = []
     for k in range(len(pairs)):
         others = [s for j, p in enumerate(pairs) if j != k for s in (p.speed_a, p.speed_b)]
         m = statistics.mean(others)
         const += [abs(m - pairs[k].speed_a), abs(m - pairs[k].speed_b)]
     out["summary"]["constant (other pairs' mean)"] = {"speed_mae": statistics.mean(const),
-                                                      "mean_predicted": None, "util_mae": None}
+                                                      "mean_predicted": None, "util_mae": None,
+                                                      "decisions_right": None}
     sp_main = preds[("predicted", "CURRENT")][0]
     lines = ["# Co-located pairs measured on an H200 vs the co-location model", "",
              "`.venv/bin/python benchmarks/h200_colocation.py` over the co-located groups of "
              "`data/measurements/*.parquet` (suite h200-v1; 2 jobs on one H200, default time-slicing). "
              "Speed = throughput together / alone. Predicted from gpucast's predictions alone (jobs as the "
              f"harness ran them, host speed per collection: " + ", ".join(f"{c} {v:.2f}" for c, v in sorted(cpu_speed.items())) + ") or anchored on the measured solo runs; constants CURRENT "
-             "(Lucid RTX 3090 fit) and FITTED (Gavel's).", "",
+             "(Lucid RTX 3090 fit, as gpucast predicts an H200: exclusive time slices, `Constants.exclusive`; "
+             "\"no cap\": as fitted on the GeForce card) and FITTED (Gavel's). The per-pair columns are "
+             "predicted/CURRENT.", "",
              "| job A | job B | measured A | measured B | predicted A | predicted B |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
     for k, p in enumerate(pairs):
@@ -119,12 +128,14 @@ def main(argv=None) -> int:
                              "predicted": {f"{t}/{c}": [float(v[0][0, k]), float(v[0][1, k])]
                                            for (t, c), v in preds.items()}})
     lines += ["", f"Measured mean speed {statistics.mean(measured):.2f} over {len(measured)} jobs.", "",
-              "| timelines / constants | per-job speed MAE | mean predicted speed | combined util MAE (pts) |",
-              "| --- | ---: | ---: | ---: |"]
+              "| timelines / constants | per-job speed MAE | mean predicted speed | combined util MAE (pts) | "
+              "sharing decisions right |",
+              "| --- | ---: | ---: | ---: | ---: |"]
     for name, s in out["summary"].items():
         mp = "-" if s["mean_predicted"] is None else f"{s['mean_predicted']:.2f}"
         um = "-" if s["util_mae"] is None else f"{s['util_mae']:.1f}"
-        lines.append(f"| {name} | {s['speed_mae']:.3f} | {mp} | {um} |")
+        dr = "-" if s["decisions_right"] is None else f"{100 * s['decisions_right']:.0f}%"
+        lines.append(f"| {name} | {s['speed_mae']:.3f} | {mp} | {um} | {dr} |")
     text = "\n".join(lines) + "\n"
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "h200_colocation.json").write_text(json.dumps(out, indent=1) + "\n")

@@ -2,7 +2,9 @@
 gpucast's measured error, next to the reference work's published gains.
 
 For each co-location world (``--colocation``: ``measured-pairs``, the model fitted on current-GPU
-pairs of real scripts, and ``gavel``, fitted on Gavel's K80/P100/V100 pairs, a sensitivity run),
+pairs of real scripts; ``data-center``, the same with exclusive time slices on data-center GPUs, as
+gpucast predicts them, its policies predicting so too; and ``gavel``, fitted on Gavel's
+K80/P100/V100 pairs, a sensitivity run),
 each trace (``gavel``, ``philly-mix``, ``pai-mix``) on 128 x v100-16gb (16 nodes of 8), at the
 trace's own load and at a queue-keeping load (arrivals compressed to offer ``--heavy`` times the
 cluster's capacity), every policy: cluster GPU utilization as NVML reads it (over the busy period,
@@ -34,7 +36,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 POLICIES = ("slot", "slot-fifo", "profiling", "horus", "packing", "gpucast", "oracle")
-WORLDS = ("measured-pairs", "gavel")
+WORLDS = ("measured-pairs", "data-center", "gavel")
 TRACES = ("gavel", "philly-mix", "pai-mix")
 SWEEP = (0.0, 0.5, 1.0, 2.0)
 OOM_SEEDS = "0,1,2,3,4"

@@ -108,7 +108,7 @@ def test_an_environment_file_changes_what_the_policies_see(run, tmp_path):
     (["--error-sigma", "speed=0.1"], "error: --error-sigma 'speed=0.1': expected"),
     (["--load", "0"], "error: --load must be > 0"),
     (["--trace", "no-such-mix.yaml"], "error: no-such-mix.yaml: no such mix file"),
-    (["--colocation", "moon"], "error: unknown --colocation 'moon'; choose from measured-pairs, gavel"),
+    (["--colocation", "moon"], "error: unknown --colocation 'moon'; choose from measured-pairs, data-center, gavel"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, start):
     small = [] if "--limit" in args else ["--limit", 5]  # were the input good, a short run

@@ -116,9 +116,11 @@ def register(app: typer.Typer, cli) -> None:
                  colocation: str = typer.Option("measured-pairs", "--colocation",
                                                 help="How jobs sharing a GPU slow each other in the simulated "
                                                      "world: 'measured-pairs' (the co-location model fitted on "
-                                                     "measured pairs of real scripts on a current GPU) or 'gavel' "
-                                                     "(fitted on Gavel's K80/P100/V100 pairs; a sensitivity run). "
-                                                     "gpucast's policies always predict with gpucast's model."),
+                                                     "measured pairs of real scripts on a current GPU, as "
+                                                     "fitted), 'data-center' (the same with exclusive time "
+                                                     "slices on data-center GPUs, as gpucast predicts them; "
+                                                     "the policies predict so too) or 'gavel' (fitted on "
+                                                     "Gavel's K80/P100/V100 pairs; a sensitivity run)."),
                  colocation_mode: str = typer.Option("timeslice", "--colocation-mode",
                                                      help="How the jobs on one GPU share it, in the simulated "
                                                           "world and in the policies' predictions alike: "

@@ -37,9 +37,12 @@ def test_every_mode_is_the_simulators_model_of_it(packed):
     tls = [timeline(predict(parse_job(j), GPU)) for j in JOBS]
     by = {a.mode: a for a in packed.arrangements}
     assert list(by) == ["timeslice", "timeslice+hami", "mps", "mps:3", "mig"]
-    assert by["timeslice"].slowdowns == pytest.approx(timeshare.slowdowns(tls, timeshare.CURRENT, "timeslice"))
-    assert by["mps"].slowdowns == pytest.approx(timeshare.slowdowns(tls, timeshare.CURRENT, "mps"))
-    assert by["mps:3"].slowdowns == pytest.approx(mps.slowdowns(tls, [1 / 3] * 3, timeshare.CURRENT))
+    c = timeshare.CURRENT.on(GPU)       # a data-center GPU: exclusive slices (the data-center world's model)
+    assert c.exclusive == "yes" and c == timeshare.WORLDS["data-center"].on(GPU)
+    assert by["timeslice"].slowdowns == pytest.approx(timeshare.slowdowns(tls, c, "timeslice"))
+    assert sum(t.util / s for t, s in zip(tls, by["timeslice"].slowdowns)) <= 1.0 + 1e-9
+    assert by["mps"].slowdowns == pytest.approx(timeshare.slowdowns(tls, c, "mps"))
+    assert by["mps:3"].slowdowns == pytest.approx(mps.slowdowns(tls, [1 / 3] * 3, c))
     assert all(h >= t - 1e-12 for h, t in zip(by["timeslice+hami"].slowdowns, by["timeslice"].slowdowns))
     for a in packed.arrangements:
         assert a.progress == pytest.approx(sum(1 / s for s in a.slowdowns)) and a.worst == max(a.slowdowns)

@@ -96,6 +96,19 @@ def test_the_compiled_fill_scores_as_score_does(cls, params):
 
 
 @pytest.mark.parametrize("cls", [GpucastPolicy, OraclePolicy])
+def test_the_data_center_world_scores_as_score_does(cls):
+    """Exclusive slices on the data-center GPUs (truth and prediction; the GeForce-free type mix
+    resolves every GPU so) and the margin they bring: the compiled fill with each GPU type's
+    resolved constants is score's."""
+    try:
+        timeshare.set_world("data-center")
+        _check(cls(), seed=11)
+    finally:
+        timeshare.set_world(None)
+        timeshare.set_constants(None)
+
+
+@pytest.mark.parametrize("cls", [GpucastPolicy, OraclePolicy])
 def test_gpus_shared_in_different_modes_score_as_score_does(cls):
     """Some GPUs time-sliced, some under MPS, some in the run's mode: the time-sliced ones by the
     compiled fill, the MPS ones in Python, each as :meth:`score` says for that GPU's mode."""

@@ -216,16 +216,37 @@ def test_nvml_reads_a_shared_gpu_at_least_as_busy_as_its_kernels_hold_it():
 
 
 def test_worlds_switch_the_truth_and_leave_gpucasts_model():
-    assert timeshare.world() == timeshare.CURRENT and timeshare.world_name() == "measured-pairs"
+    assert timeshare.world() == timeshare.MEASURED_PAIRS and timeshare.world_name() == "measured-pairs"
+    assert timeshare.MEASURED_PAIRS == timeshare.CURRENT.with_(exclusive="no")
     try:
         assert timeshare.set_world("gavel") == timeshare.FITTED
         assert timeshare.world() == timeshare.FITTED and timeshare.world_name() == "gavel"
-        assert timeshare.slowdowns([HALF, HALF]) == slowdowns([HALF, HALF], timeshare.CURRENT)
+        assert timeshare.slowdowns([HALF, HALF]) == slowdowns([HALF, HALF], timeshare.MEASURED_PAIRS)
         with pytest.raises(ValueError, match="unknown co-location world"):
             timeshare.set_world("moon")
     finally:
         timeshare.set_world(None)
-    assert timeshare.world() == timeshare.CURRENT
+    assert timeshare.world() == timeshare.MEASURED_PAIRS
+
+
+def test_the_data_center_world_caps_truth_and_prediction_alike():
+    import gpucast.cluster as cl
+
+    assert timeshare.WORLDS["data-center"] == timeshare.CURRENT
+    before = timeshare.predicting()
+    trace = cl.synthetic(200, seed=4, mean_interarrival_s=20)
+    spec = cl.ClusterSpec.homogeneous("v100-16gb", 8, gpus_per_node=8)
+    res = cl.simulate(trace, spec, "gpucast", seed=1, colocation="data-center")
+    assert res.params["colocation"] == "data-center"
+    assert timeshare.predicting() is before and timeshare.world_name() == "measured-pairs"
+    try:
+        timeshare.set_world("data-center")
+        assert timeshare.predicting() == timeshare.CURRENT
+        sat = JobTimeline(0.1, 0.1, 0.0)
+        assert timeshare.slowdowns([sat, sat], timeshare.world().on("v100-16gb")) == pytest.approx([2.0, 2.0])
+    finally:
+        timeshare.set_world(None)
+        timeshare.set_constants(None)
 
 
 def test_the_current_gpu_fit_says_where_it_came_from():

@@ -41,19 +41,27 @@ def _random_sets(seed: int, count: int):
     return sets
 
 
+def _world(world):
+    # the worlds' constants with the "held" stretch; "exclusive": the measured-pairs constants as a
+    # data-center GPU resolves them (Constants.exclusive, the cap applied after the relief)
+    if world == "exclusive":
+        return timeshare.CURRENT.on("v100-16gb")
+    return timeshare.WORLDS[world].with_(stretch="held")
+
+
 def _python(jobs, c, monkeypatch):
     with monkeypatch.context() as m:
         m.setitem(timeshare_kernel._STATE, "ok", False)
         return timeshare._plain(jobs, c, "timeslice")
 
 
-@pytest.mark.parametrize("world", ["measured-pairs", "gavel"])
+@pytest.mark.parametrize("world", ["measured-pairs", "gavel", "exclusive"])
 def test_the_kernel_is_the_python_iteration_to_the_last_bit(world, monkeypatch):
     # Two to five jobs of every kind (saturated, idle, many gaps, fewer than one gap, syncs below
     # one, memory-bound shares outside 0..1, busy beyond the step or below 0, a step below the
     # 1e-12 floor), the exclusive-slice bound binding or not.
     assert timeshare_kernel.available()
-    c = timeshare.WORLDS[world].with_(stretch="held")
+    c = _world(world)
     sets = _random_sets(11, 1500)
     batch = timeshare_kernel.solve(sets, c, timeshare._ITERATIONS, timeshare._TOLERANCE, timeshare._HELD_CAP)
     for jobs, together in zip(sets, batch):
@@ -109,7 +117,7 @@ def test_many_sets_at_once_are_each_set_alone(jit, monkeypatch):
     if not jit:
         monkeypatch.setitem(timeshare_kernel._STATE, "ok", False)
     sets = [(), (JobTimeline(0.1, 0.05, 1.0),)] + [tuple(reversed(s)) for s in _random_sets(5, 300)]
-    for c in (timeshare.CURRENT, timeshare.FITTED, timeshare.FITTED.with_(stretch="held")):
+    for c in (timeshare.CURRENT, timeshare.FITTED, timeshare.FITTED.with_(stretch="held"), _world("exclusive")):
         for mode in ("timeslice", "mps"):
             many = timeshare.slowdowns_many(sets, c, mode)
             assert [len(x) for x in many] == [len(s) for s in sets]
@@ -117,12 +125,12 @@ def test_many_sets_at_once_are_each_set_alone(jit, monkeypatch):
                 assert got == timeshare.slowdowns(jobs, c, mode), jobs
 
 
-@pytest.mark.parametrize("world", ["measured-pairs", "gavel"])
+@pytest.mark.parametrize("world", ["measured-pairs", "gavel", "exclusive"])
 def test_a_gpu_state_in_one_call_is_the_solve_and_nvmls_reading(world, monkeypatch):
     # timeshare.shared_state (the engine's new shared GPU states): the slowdowns of slowdowns()
     # and the reading of gpu_util_pct(), in the jobs' own order, from the compiled call and from
     # Python alike.
-    c = timeshare.WORLDS[world].with_(stretch="held")
+    c = _world(world)
     for jobs in _random_sets(17, 800):
         sd, util = timeshare.shared_state(jobs, c, "timeslice")
         with monkeypatch.context() as m:

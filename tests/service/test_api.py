@@ -9,7 +9,7 @@ from conftest import WARM, metric
 from onnx_files import mlp_onnx_bytes
 
 import gpucast
-from gpucast.cluster import GpuOccupancy, choose_gpu, make_policy
+from gpucast.cluster import GpuOccupancy, choose_gpu, make_policy, timeshare
 from gpucast.cluster.truth import Observation
 from gpucast.hardware import catalog, get_gpu
 from gpucast.job import Job
@@ -293,11 +293,31 @@ def test_place_answers_what_choose_gpu_answers(client):
              GpuOccupancy(1, "t4", get_gpu("t4").memory_bytes, jobs=(_obs(j, "t4"),) * 2),
              GpuOccupancy(2, "h100", get_gpu("h100").memory_bytes, jobs=(_obs(j, "h100"),)),
              GpuOccupancy(3, "t4", get_gpu("t4").memory_bytes)]    # an empty GPU: some answer exists
-    index, slowdowns = choose_gpu(make_policy("gpucast"), state, {"t4": _obs(j, "t4"), "h100": _obs(j, "h100")})
+    with timeshare.predicting_with(timeshare.CURRENT):     # gpucast's model, as the service predicts
+        index, slowdowns = choose_gpu(make_policy("gpucast"), state, {"t4": _obs(j, "t4"), "h100": _obs(j, "h100")})
     assert got["gpu"] == index and got["gpu"] is not None
     assert got["predicted_slowdowns"] == pytest.approx(slowdowns)
     assert got["gpu_type"] == state[index].gpu_type and got["reason"] is None
     assert len(got["occupants"]) == len(state[index].jobs) + 1
+
+
+def test_place_predicts_exclusive_slices_on_a_data_center_gpu(client):
+    """Two busy jobs on an H100: the service's slowdowns are gpucast's model there (their kernels
+    together hold at most the GPU), not the RTX 3090 fit's, which lets them do more."""
+    big = {"workload": "resnet50", "batch_size": 64}
+    r = client.post("/v1/place", json={"gpus": [{"gpu_type": "h100", "jobs": [big]}], "job": big, "policy": "gpucast"})
+    assert r.status_code == 200, r.text
+    o = _obs(Job("resnet50", batch_size=64), "h100")
+    tl = o.timeline(upper=True)
+    capped = timeshare.slowdowns([tl, tl], timeshare.CURRENT.on("h100"))
+    fitted = timeshare.slowdowns([tl, tl], timeshare.MEASURED_PAIRS)
+    assert capped[0] > fitted[0]
+    # together they would keep 2 / 1.96 of one job's speed (our H200's saturated pairs: 0.92): below
+    # the 0.2 margin of exclusive slices, so the service says no; the RTX 3090 fit would share
+    assert 2.0 / capped[0] - 1.0 < 0.2
+    assert r.json()["gpu"] is None and "sharing that does not pay" in r.json()["reason"]
+    state = [GpuOccupancy(0, "h100", get_gpu("h100").memory_bytes, jobs=(o,))]
+    assert choose_gpu(make_policy("gpucast"), state, {"h100": o})[0] == 0     # the measured-pairs world's answer
 
 
 def test_place_reads_each_gpus_sharing_mode(client):

@@ -5,7 +5,8 @@ whole GPU, every way an operator can configure the GPU for them:
 
 * **time-slicing** (CUDA's default; the NVIDIA device plugin's time-slicing replicas): the jobs in
   the GPU's time slices, :func:`gpucast.cluster.timeshare.slowdowns` in mode ``timeslice`` with the
-  measured-pairs constants (:data:`gpucast.cluster.timeshare.CURRENT`, as the advisor uses);
+  measured-pairs constants (:data:`gpucast.cluster.timeshare.CURRENT`, as the advisor uses; on a
+  data-center GPU with exclusive slices, ``Constants.exclusive``);
 * **time-slicing with HAMi core limits** (``nvidia.com/gpucores`` = 100 / N each): the same, then
   the duty-cycle throttle (:func:`gpucast.cluster.timeshare.throttled`): each job held to its share
   of the time even while the others idle;
@@ -217,13 +218,14 @@ def _shared(whole, at_share, fits: bool):
         return Arrangement(mode, detail, s, fits,
                            serving=tuple(pack_serving.figures(p, x) for p, x in zip(at_share, slowdowns)))
 
-    ts = timeshare.slowdowns(tls, timeshare.CURRENT, "timeslice")
+    c = timeshare.CURRENT.on(whole[0].gpu)     # exclusive slices on a data-center GPU (Constants.exclusive)
+    ts = timeshare.slowdowns(tls, c, "timeslice")
     yield arrangement("timeslice", f"time-slicing, {n} replicas", ts)
     yield arrangement("timeslice+hami", f"time-slicing + HAMi gpucores {100 // n}",
                       [max(1.0, s) for s in timeshare.throttled(tls, ts, [1.0 / n] * n)])
-    yield arrangement("mps", "MPS, no limits", timeshare.slowdowns(tls, timeshare.CURRENT, "mps"))
+    yield arrangement("mps", "MPS, no limits", timeshare.slowdowns(tls, c, "mps"))
     yield arrangement(f"mps:{n}", f"MPS, {n} replicas ({100 // n} % of the SMs each)",
-                      mps.slowdowns(tls, [1.0 / n] * n, timeshare.CURRENT))
+                      mps.slowdowns(tls, [1.0 / n] * n, c))
 
 
 def _best_layout(gpu: str, profs, whole, on_slice) -> Arrangement | None:

@@ -44,7 +44,7 @@ def timesliced(pred, share: float | None) -> float:
     from gpucast.cluster import timeshare
 
     tl = timeline(pred)
-    s = timeshare.slowdowns([tl, tl], timeshare.CURRENT, "timeslice")[0]
+    s = timeshare.slowdowns([tl, tl], timeshare.CURRENT.on(pred.gpu), "timeslice")[0]
     return max(1.0, timeshare.throttled([tl], [s], [share])[0])
 
 
@@ -54,7 +54,7 @@ def under_mps(pred, share: float | None) -> float:
     from gpucast.cluster.timeshare import mps
 
     tl = timeline(pred)
-    return max(1.0, mps.slowdowns([tl, tl], [share, share], timeshare.CURRENT)[0])
+    return max(1.0, mps.slowdowns([tl, tl], [share, share], timeshare.CURRENT.on(pred.gpu))[0])
 
 
 def smallest_slice(gpu_name: str, memory_bytes: int):

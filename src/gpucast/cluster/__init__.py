@@ -63,7 +63,7 @@ def simulate(trace, cluster_spec, policy_name: str, *, seed: int = 0, error_sigm
     truth = Truth(error_sigma=error_sigma, seed=seed, **tru)
     from gpucast.cluster import timeshare
 
-    before = (timeshare.world(), timeshare.world_name(), timeshare.mode())
+    before = (timeshare.world(), timeshare.world_name(), timeshare.mode(), timeshare.predicting())
     if colocation is not None:
         timeshare.set_world(colocation)
     try:
@@ -73,7 +73,7 @@ def simulate(trace, cluster_spec, policy_name: str, *, seed: int = 0, error_sigm
         extra = dict(res.params)      # what the engine reports of the run (MIG re-partitions)
         world, mode = timeshare.world_name(), timeshare.mode()
     finally:
-        timeshare._ACTIVE[1], timeshare._WORLD_NAME[0], timeshare._MODE[0] = before
+        timeshare._ACTIVE[1], timeshare._WORLD_NAME[0], timeshare._MODE[0], timeshare._ACTIVE[0] = before
     sim_defaults = {"checkpoint_s": 1800.0, "oom_after_s": 60.0, "max_oom_failures": 3}
     res.params = {"seed": seed, "error_sigma": truth.errors.as_dict(), "trace": tr.name, "n_jobs": len(tr.jobs),
                   "colocation": world, "sharing": mode,

@@ -175,7 +175,7 @@ def shared_slowdowns(timelines: Sequence, job_types: Sequence[str | None] | None
     m = measured_pair(len(timelines), job_types, gpu, mode)
     if m is not None:
         return m
-    return sharing.slowdowns(timelines, timeshare.world(), mode)
+    return sharing.slowdowns(timelines, timeshare.world().on(gpu), mode)
 
 
 def shared_slowdowns_many(sets: Sequence[tuple[Sequence, Sequence[str | None] | None]],
@@ -191,7 +191,7 @@ def shared_slowdowns_many(sets: Sequence[tuple[Sequence, Sequence[str | None] | 
         else:
             model.append(timelines)
             where.append(k)
-    for k, sd in zip(where, sharing.slowdowns_many(model, timeshare.world(), mode)):
+    for k, sd in zip(where, sharing.slowdowns_many(model, timeshare.world().on(gpu), mode)):
         out[k] = sd
     return out
 

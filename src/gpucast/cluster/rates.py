@@ -159,7 +159,8 @@ class GpuRates:
         if s is not None:
             util = min(100.0, sum([b.util_pct / sd for b, sd in zip(bs, s)]))
         else:
-            s, util = sharing.shared_state([b.timeline() for b in bs], timeshare.world(), mode or timeshare.mode())
+            s, util = sharing.shared_state([b.timeline() for b in bs], timeshare.world().on(gt),
+                                           mode or timeshare.mode())
         return tuple([1.0 / (b.step_time_s * sd) for b, sd in zip(bs, s)]), util
 
     @staticmethod

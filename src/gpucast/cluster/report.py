@@ -110,6 +110,9 @@ WORLD_SOURCES = {
     "measured-pairs": "jobs sharing a GPU slow each other as the co-location model fitted on 335 measured pairs of "
                       "real training scripts on an RTX 3090 says (Lucid's artifact; benchmarks/colocation_current.py: "
                       "held-out-family speed error 0.06, a constant's 0.11)",
+    "data-center": "the measured-pairs model with exclusive time slices, as gpucast predicts a data-center GPU: "
+                   "jobs sharing a GPU together do at most one GPU of work (Constants.exclusive; our H200's "
+                   "pairs: speed error 0.13, a constant's 0.14; gpucast's policies predict with it too)",
     "gavel": "jobs sharing a GPU slow each other as the co-location model fitted on Gavel's measured pairs on "
              "K80/P100/V100 says (benchmarks/colocation.py; a sensitivity run: on job families it never saw it "
              "errs more than a constant)",

@@ -4,8 +4,9 @@ Every job (those on the GPUs, on their GPU's type; the new one, on each type pre
 predicted through the service's cache; each prediction becomes the
 :class:`~gpucast.cluster.truth.Observation` a policy told predictions sees
 (:meth:`Observation.from_prediction`), and the simulator's own rule,
-:func:`gpucast.cluster.choose_gpu`, picks the GPU. Nothing here decides anything: the answer is
-the policy's, with the numbers it was given.
+:func:`gpucast.cluster.choose_gpu`, picks the GPU, with gpucast's co-location model
+(:data:`gpucast.cluster.timeshare.CURRENT`: exclusive time slices on data-center GPUs). Nothing
+here decides anything: the answer is the policy's, with the numbers it was given.
 """
 
 from __future__ import annotations
@@ -52,7 +53,10 @@ async def place(req: dict, predictor: Predictor, settings: Settings) -> dict:
                           jobs=tuple(obs(j, t) for j in jobs), mode=m)
              for i, (g, t, jobs, m) in enumerate(zip(gpus, types, running, modes))]
     new_obs = {t: obs(new_job, t) for t in set(types)}
-    index, slowdowns = choose_gpu(policy, state, new_obs)
+    from gpucast.cluster import timeshare
+
+    with timeshare.predicting_with(timeshare.CURRENT):   # gpucast's model: exclusive slices on data-center GPUs
+        index, slowdowns = choose_gpu(policy, state, new_obs)
     out = {"gpu": index, "gpu_type": None, "policy": policy.name,
            "predicted_slowdowns": [round(s, 6) for s in slowdowns], "occupants": [], "reason": None}
     if index is None:

@@ -31,7 +31,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from gpucast.cluster import gangs
+from gpucast.cluster import gangs, timeshare
 from gpucast.cluster.timeshare import modes as sharing, mps
 from gpucast.cluster.behaviour import Observation
 from gpucast.cluster.policies.gang_choice import _INF, _TRUE, _gang_np, gang  # noqa: F401 (gang re-exported)
@@ -125,7 +125,8 @@ class Policy:
 
     def predicted_slowdowns(self, gpu: GpuOccupancy, job: Observation) -> list[float]:
         """Slowdowns this policy expects for ``gpu``'s jobs and then ``job`` if it joined."""
-        return sharing.slowdowns([o.timeline() for o in gpu.jobs + (job,)], mode=gpu.mode)
+        return sharing.slowdowns([o.timeline() for o in gpu.jobs + (job,)], timeshare.predicting().on(gpu.gpu_type),
+                                 mode=gpu.mode)
 
     # ------------------------------------------------------------------ queue policy
 

@@ -45,7 +45,11 @@ its latency target, nor is a job placed beside a service where the service's wou
 would do better); on a slice or under a limit it must meet its target alone. A run with services
 scores in Python (the compiled fill has no latency rule).
 
-How it trades utilization against JCT: ``min_gain`` is the knob; at 0 (the default) any net
+How it trades utilization against JCT: ``min_gain`` is the knob; unset, it is 0 on a GPU whose
+time slices let two jobs do more than one GPU of work under the constants the policy predicts with
+(the measured-pairs model) and :data:`EXCLUSIVE_MIN_GAIN` (0.2) where they are exclusive (a
+data-center GPU under :data:`gpucast.cluster.timeshare.CURRENT`: gpucast's model outside the
+simulator, the simulator's ``data-center`` world). At 0 any net
 gain shares a GPU (more jobs running, each slower: utilization up, the shared jobs' run times
 longer); higher values share only where the jobs hardly meet (JCT of running jobs protected,
 less packing). 0 since the co-location model was fitted on current-GPU pairs of real scripts:
@@ -63,6 +67,8 @@ peak memory under the error its told interval carries (:mod:`gpucast.cluster.pol
 
 from __future__ import annotations
 
+import functools
+
 import math
 from bisect import bisect_right
 
@@ -74,12 +80,21 @@ from gpucast.cluster.policies.base import Policy, obs_for
 from gpucast.cluster.policies.memory_bound import DEFAULT_MEMORY_RISK, TOLD_Z, _z, memory_bound  # noqa: F401
 from gpucast.cluster.policies.gpucast_mig import CARVE_LOOK, MigCarving  # noqa: F401 (CARVE_LOOK re-exported)
 
+# The least net gain for sharing a GPU whose time slices are exclusive (Constants.exclusive: two
+# jobs together do at most one GPU of work there, so sharing gains little and the predictions' error
+# decides). Our choice, from the simulator's data-center world (benchmarks/sim_mixes.py's data-center
+# tables; philly-mix at load 3, seed 0): at 0 queued-period utilization +29 % over slot with makespan
+# +20 %, at 0.1 +36 % and +0 %, at 0.2 +35 % and -10 % (the oracle +38 % at 0, +47 % at 0.2); 0.2
+# was also the rule when the model was fitted on Gavel's pairs.
+EXCLUSIVE_MIN_GAIN = 0.2
+
+
 class GpucastPolicy(MigCarving, Policy):
     name = "gpucast"
     told = "prediction"
     score_uses_index = False
     max_jobs_per_gpu = 4
-    min_gain = 0.0
+    min_gain = None          # None: by the GPU's constants (_gain: 0, or EXCLUSIVE_MIN_GAIN under exclusive slices)
     cautious = True
     weigh_gangs = False
     consolidate = 1.0
@@ -108,7 +123,8 @@ class GpucastPolicy(MigCarving, Policy):
     def _slowdowns(self, obs, gpu_type, mode=None) -> list[float]:
         """The slowdowns of the jobs of ``obs`` together on a ``gpu_type`` shared in ``mode`` (None:
         the run's)."""
-        return sharing.slowdowns([o.timeline(upper=self.cautious) for o in obs], mode=mode)
+        return sharing.slowdowns([o.timeline(upper=self.cautious) for o in obs], timeshare.predicting().on(gpu_type),
+                                 mode=mode)
 
     def score_key(self, obs):
         """What :meth:`score` reads of an observation: its memory bound, the timeline the
@@ -157,7 +173,8 @@ class GpucastPolicy(MigCarving, Policy):
     def _slowdowns_many(self, sets: list, gpu_type, mode=None) -> list:
         """:meth:`_slowdowns` of each tuple of observations in ``sets``, solved together
         (:func:`gpucast.cluster.timeshare.slowdowns_many`: the same numbers to the last bit)."""
-        return sharing.slowdowns_many([[o.timeline(upper=self.cautious) for o in obs] for obs in sets], mode=mode)
+        return sharing.slowdowns_many([[o.timeline(upper=self.cautious) for o in obs] for obs in sets],
+                                      timeshare.predicting().on(gpu_type), mode=mode)
 
     def _scores(self, job_obs, reps) -> list:
         """:meth:`score` on every GPU of ``reps`` at once: the sets the scores need that are not
@@ -202,7 +219,8 @@ class GpucastPolicy(MigCarving, Policy):
                 g, pre, job, own, keyed = x
                 if pre[3] is None:
                     pre[3] = self._remembered(g.jobs, g.gpu_type, own, g.mode)
-                out[k] = self._cost(pre, job, self._remembered(g.jobs + (job,), g.gpu_type, keyed, g.mode))
+                out[k] = self._cost(pre, job, self._remembered(g.jobs + (job,), g.gpu_type, keyed, g.mode),
+                                    self._gain(g.gpu_type))
         return out
 
     # ---- the compiled score fill (gpucast.cluster.timeshare.kernel.scores): the same scores
@@ -318,9 +336,9 @@ class GpucastPolicy(MigCarving, Policy):
                     return super()._class_scores(job_obs, todo)
                 if tab[2] is None:
                     tab[2] = np.array(tab[1], dtype=np.float64)
-                got = fill(tab[2], nres, rows, eqs, gmem, before, bknown, ids, jrow, jeq,
+                got = _fill_on(fill, gpu_type)(tab[2], nres, rows, eqs, gmem, before, bknown, ids, jrow, jeq,
                            self._pair_table(gpu_type) if use_pairs else _NO_PAIRS, use_pairs, self.max_jobs_per_gpu,
-                           self.min_gain, self.consolidate, job.slice_cost)
+                           self._gain(gpu_type), self.consolidate, job.slice_cost)
             if one:
                 sc = got
             else:
@@ -449,11 +467,21 @@ class GpucastPolicy(MigCarving, Policy):
         if pre[3] is None:
             pre[3] = self._remembered(gpu.jobs, gpu.gpu_type, None, gpu.mode)
         return self._cost(pre, job, self._remembered(gpu.jobs + (job,), gpu.gpu_type,
-                                                     self._joined_key(pre, job, gpu.gpu_type, gpu.mode), gpu.mode))
+                                                     self._joined_key(pre, job, gpu.gpu_type, gpu.mode), gpu.mode),
+                          self._gain(gpu.gpu_type))
 
-    def _cost(self, pre, job, after):
+    def _gain(self, gpu_type) -> float:
+        """The least net gain for sharing a ``gpu_type`` (:attr:`min_gain`, or where it is None the
+        default of the constants this policy solves that GPU with: :data:`EXCLUSIVE_MIN_GAIN` where
+        their time slices are exclusive there, 0 where not)."""
+        if self.min_gain is not None:
+            return self.min_gain
+        return EXCLUSIVE_MIN_GAIN if self._solve_constants()[0].on(gpu_type).exclusive == "yes" else 0.0
+
+    def _cost(self, pre, job, after, min_gain: float):
         """:meth:`score` of ``job`` joining the jobs of ``pre`` (a :meth:`_resident` entry with
-        their slowdowns together), given the slowdowns of all of them then (``job``'s last)."""
+        their slowdowns together), given the slowdowns of all of them then (``job``'s last), sharing
+        where the net gain is at least ``min_gain``."""
         w, before = pre[2], pre[3]
         if self.respect_latency:
             if pre[5] is not None and any(self._late(o, after[k]) for k, o in pre[5]):
@@ -461,13 +489,23 @@ class GpucastPolicy(MigCarving, Policy):
             if job.latency_s is not None and self._late(job, after[-1]):
                 return None
         harm = sum(k * (1.0 / b - 1.0 / a) for k, b, a in zip(w, before, after[:-1]))
-        if 1.0 / after[-1] - harm < self.min_gain:
+        if 1.0 / after[-1] - harm < min_gain:
             return None
         cost = sum(k * (a - b) for k, b, a in zip(w, before, after[:-1])) + after[-1] - 1.0
         return cost - self.consolidate + job.slice_cost
 
 
 _NO_PAIRS = np.full((1, 1, 2), np.nan)
+def _fill_on(fill, gpu_type):
+    """The compiled score fill ``fill`` with its constants resolved for ``gpu_type``
+    (:meth:`gpucast.cluster.timeshare.Constants.on`: exclusive slices on a data-center GPU)."""
+    c = fill.keywords["c"]
+    on = c.on(gpu_type)
+    if on is c:
+        return fill
+    return functools.partial(fill.func, *fill.args, **{**fill.keywords, "c": on})
+
+
 _FILL_CLASSES: dict = {}     # policy class -> whether its scores are GpucastPolicy's (_compiled_fill)
 
 

@@ -64,6 +64,14 @@ NVML, which reads the short gaps between tiny kernels as busy) overstates what i
 from a busy GPU. :data:`CURRENT` carries the fitted relief (held out by family it beats the solve
 alone: ``benchmarks/results/colocation_current.md``); :data:`FITTED` (Gavel's) has none.
 
+On data-center GPUs the slices are exclusive for the jobs together (:attr:`Constants.exclusive`,
+:func:`model.capped`): where the jobs' held shares of their shared steps sum to ``W > 1`` after the
+relief, every slowdown is multiplied by ``W``, so their kernels hold at most the whole GPU. The
+RTX 3090 pairs did up to a quarter more GPU work per second than that; Gavel's K80/P100/V100 pairs
+and our H200's did not. :data:`CURRENT` applies it on any GPU that is not a GeForce card
+(``Constants.on(gpu)``; ``benchmarks/results/h200_colocation.md``: per-job speed error 0.195 ->
+0.129 on the H200, a constant 0.137); :data:`MEASURED_PAIRS` is the fit as it is, on any GPU.
+
 Time-slicing (the default CUDA behaviour: one context on the GPU at a time) is the mode fitted
 here. ``mode="mps"`` states NVIDIA MPS from its documentation (the MPS server funnels the
 clients' work into one context, so kernels of different processes run concurrently and there is
@@ -86,12 +94,13 @@ stretch (both worlds the simulator runs in) in a fused pass that Numba compiles 
 installed (:mod:`gpucast.cluster.timeshare.kernel`, ``gpucast[fast]``; the same numbers to the last
 bit), and :func:`slowdowns_many` solves many sets in one call.
 
-Two sets of constants, one per generation of measurement. :data:`CURRENT` (the default, and the
-simulator's ``measured-pairs`` world) is fitted on measured pairs of real training scripts on an
+Two sets of constants, one per generation of measurement. :data:`CURRENT` (gpucast's model, with
+the cap on data-center GPUs; the simulator's ``data-center`` world, and without the cap its default
+``measured-pairs`` world, :data:`MEASURED_PAIRS`) is fitted on measured pairs of real training scripts on an
 RTX 3090 (``benchmarks/colocation_current.py``, :mod:`gpucast.cluster.timeshare.pairs`) with each
 job's timeline from gpucast's prediction alone, as gpucast's policies and a user without
-measurements see it (held out by family, per-job speed error 0.08 against 0.11 for a constant;
-0.06 with the timelines anchored to the measured solo runs: the rest is the predictions' error,
+measurements see it (held out by family, per-job speed error 0.070 against 0.105 for a constant;
+0.058 with the timelines anchored to the measured solo runs: the rest is the predictions' error,
 ``benchmarks/results/colocation_current.md``). :data:`FITTED` (the ``gavel``
 world) is fitted to Gavel's measured co-located pairs on K80, P100 and
 V100 (``benchmarks/colocation.py``, :mod:`gpucast.cluster.timeshare.fit`), and so are per-job
@@ -105,6 +114,7 @@ unmeasured job's co-location is weak evidence).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -122,7 +132,7 @@ from gpucast.cluster.timeshare.solve import _cached, _canonical, _iterate_held, 
 def _constants(d: dict, base: "Constants | None" = None) -> "Constants":
     """Constants from a fit file's ``constants`` mapping (unknown names ignored) over ``base``."""
     known = {f.name: f.type for f in fields(Constants)}
-    vals = {k: (str(v) if k == "stretch" else float(v)) for k, v in d.items() if k in known}
+    vals = {k: (str(v) if k in ("stretch", "exclusive") else float(v)) for k, v in d.items() if k in known}
     return (base or Constants()).with_(**vals)
 
 
@@ -161,12 +171,23 @@ _CURRENT_FIT = _packaged_current()
 # gpucast's predictions of their solo runs (timeshare.pairs.predicted_timelines: nothing measured
 # about the jobs enters; the file keeps the fit on anchored timelines beside it, "anchored_constants").
 # FITTED's where absent.
-CURRENT = _constants(_CURRENT_FIT.get("constants", {}), FITTED.with_(stretch="held", relief=0.0))
+# Exclusive time slices on data-center GPUs (Constants.exclusive: the evidence is there); the fit
+# itself is on a GeForce card, where the cap is off.
+CURRENT = _constants(_CURRENT_FIT.get("constants", {}),
+                     FITTED.with_(stretch="held", relief=0.0)).with_(exclusive="data-center")
+# CURRENT as fitted, on any GPU: time slices that let two jobs do more than one GPU of work
+# together, as the RTX 3090 pairs did.
+MEASURED_PAIRS = CURRENT.with_(exclusive="no")
 # The co-location worlds a simulation can run in (``gpucast simulate --colocation``): the model
-# fitted on current-GPU pairs of real scripts (the best validated: benchmarks/results/colocation_current.md)
-# and the one fitted on Gavel's K80/P100/V100 pairs (a sensitivity run).
-WORLDS = {"measured-pairs": CURRENT, "gavel": FITTED}
+# fitted on current-GPU pairs of real scripts as fitted (the default; the best validated:
+# benchmarks/results/colocation_current.md), the same with exclusive slices on data-center GPUs
+# (CURRENT as gpucast predicts a data-center GPU: benchmarks/results/h200_colocation.md) and the one
+# fitted on Gavel's K80/P100/V100 pairs (a sensitivity run).
+WORLDS = {"measured-pairs": MEASURED_PAIRS, "data-center": CURRENT, "gavel": FITTED}
 DEFAULT_WORLD = "measured-pairs"
+# What gpucast's policies predict with in a world other than the default's model: in the
+# data-center world, as gpucast predicts a data-center GPU (the cap); elsewhere the default's.
+PREDICTED_IN = {"data-center": CURRENT}
 
 def anchored(est, step_s: float, util_pct: float | None = None, c: Constants = FITTED) -> JobTimeline:
     """A job's timeline from its prediction ``est`` (a :class:`gpucast.cluster.truth.Estimate`)
@@ -226,11 +247,14 @@ def set_constants(c: Constants | None) -> None:
 
 def set_world(name: str | None) -> Constants:
     """Make :data:`WORLDS`' ``name`` the constants the simulator's truth runs in (None: the
-    default); gpucast's policies keep predicting with gpucast's model. Returns them."""
+    default); gpucast's policies keep predicting with gpucast's model (:data:`PREDICTED_IN`'s where
+    it names the world: the caller restores :func:`predicting`). Returns them."""
     name = name or DEFAULT_WORLD
     if name not in WORLDS:
         raise ValueError(f"unknown co-location world {name!r} ({', '.join(WORLDS)})")
     _ACTIVE[1] = WORLDS[name]
+    if name in PREDICTED_IN:
+        _ACTIVE[0] = PREDICTED_IN[name]
     _WORLD_NAME[0] = name
     return _ACTIVE[1]
 
@@ -265,6 +289,18 @@ def world() -> Constants:
 
 def world_name() -> str:
     return _WORLD_NAME[0]
+
+
+@contextlib.contextmanager
+def predicting_with(c: Constants):
+    """Within the block, gpucast's policies predict with ``c`` (:func:`predicting`); the service's
+    placements outside any simulation predict with :data:`CURRENT`, the simulator's with its world's."""
+    before = _ACTIVE[0]
+    _ACTIVE[0] = c
+    try:
+        yield c
+    finally:
+        _ACTIVE[0] = before
 
 
 def predicting() -> Constants:

@@ -82,7 +82,7 @@ def solve(sets, c, iterations: int, tolerance: float, held_cap: float):
     count = np.fromiter(map(len, sets), dtype=np.int64, count=len(sets))
     sd, want = _kernel()(np.array(flat, dtype=np.float64), count, float(c.host), float(c.switch_s),
                          float(c.slice_s), float(c.bandwidth), int(iterations), float(tolerance),
-                         float(held_cap), float(c.relief))
+                         float(held_cap), float(c.relief), c.exclusive == "yes")
     sdl, wl = sd.tolist(), want.tolist()
     out, o = [], 0
     for n in count.tolist():
@@ -102,7 +102,8 @@ def state(jobs, c, iterations: int, tolerance: float, held_cap: float) -> tuple[
     tab = np.array([(j.step_s, j.busy_s, j.gaps, j.mem_bound, nan if j.syncs is None else j.syncs, j.hidden_s,
                      -1.0 if j.syncs is None else j.syncs) for j in jobs], dtype=np.float64)
     sd, util = _compiled()["state"](tab, float(c.host), float(c.switch_s), float(c.slice_s), float(c.bandwidth),
-                                    int(iterations), float(tolerance), float(held_cap), float(c.relief))
+                                    int(iterations), float(tolerance), float(held_cap), float(c.relief),
+                                    c.exclusive == "yes")
     return sd.tolist(), util
 
 
@@ -147,4 +148,4 @@ def scores(table, nres, rows, eqs, gmem, before, known, ids, jrow: int, jeq: int
                                  bool(use_pairs),
                                  int(cap), float(min_gain), float(consolidate), float(slice_cost), float(c.host),
                                  float(c.switch_s), float(c.slice_s), float(c.bandwidth), int(iterations),
-                                 float(tolerance), float(held_cap), float(c.relief))
+                                 float(tolerance), float(held_cap), float(c.relief), c.exclusive == "yes")

@@ -26,7 +26,7 @@ def build() -> dict:
 
 
 def _solve_sets(flat, count, c_host, switch_s, slice_s, bw, iterations, tol,
-                cap, relief):  # pragma: no cover - compiled; the tests compare it with Python
+                cap, relief, exclusive):  # pragma: no cover - compiled; the tests compare it with Python
     # flat: (step_s, busy_s, gaps, mem_bound, syncs or NaN) of every job, set after set; count:
     # the jobs of each set. Returns the slowdowns and wanting shares, one per job, in that order.
     width = 1
@@ -39,8 +39,8 @@ def _solve_sets(flat, count, c_host, switch_s, slice_s, bw, iterations, tol,
     base = 0
     for r in range(count.shape[0]):
         n = count[r]
-        _solve_one(flat, base, n, c_host, switch_s, slice_s, bw, iterations, tol, cap, relief, scratch, out_sd,
-                   out_want)
+        _solve_one(flat, base, n, c_host, switch_s, slice_s, bw, iterations, tol, cap, relief, exclusive, scratch,
+                   out_sd, out_want)
         base += n
     return out_sd, out_want
 
@@ -48,7 +48,7 @@ def _solve_sets(flat, count, c_host, switch_s, slice_s, bw, iterations, tol,
 _SCRATCH = 18   # rows of _solve_one's scratch array
 
 
-def _solve_one(flat, base, n, c_host, switch_s, slice_s, bw, iterations, tol, cap, relief, scratch, out_sd,
+def _solve_one(flat, base, n, c_host, switch_s, slice_s, bw, iterations, tol, cap, relief, exclusive, scratch, out_sd,
                out_want):  # pragma: no cover - compiled; the tests compare it with Python
     # One set: the n jobs from job ``base`` of ``flat`` (5 values each, as _solve_sets reads them),
     # their slowdowns and wanting shares written to out_sd/out_want from index ``base``.
@@ -196,6 +196,13 @@ def _solve_one(flat, base, n, c_host, switch_s, slice_s, bw, iterations, tol, ca
                 v = 1.0 / (1.0 - (1.0 - 1.0 / v) * math.exp(-relief * free))
         out_sd[base + i] = v
         out_want[base + i] = want[i]
+    if exclusive:                           # model.capped: the kernels together hold one GPU at most
+        w = 0.0
+        for i in range(n):
+            w += busy[i] / step[i] / out_sd[base + i]
+        if w > 1.0:
+            for i in range(n):
+                out_sd[base + i] *= w
 
 
 _KEY_COLUMNS = (0, 1, 2, 3, 5, 6)   # timeshare._key's fields: the solve order of a set
@@ -203,7 +210,7 @@ _KEY_COLUMNS = (0, 1, 2, 3, 5, 6)   # timeshare._key's fields: the solve order o
 
 def _score_sets(table, nres, rows, eqs, gmem, cbefore, cknown, ids, jrow, jeq, pairs, use_pairs, cap, min_gain,
                 consolidate, slice_cost, c_host, switch_s, slice_s, bw, iterations, tol,
-                held_cap, relief):  # pragma: no cover - compiled; the tests compare it with Python
+                held_cap, relief, exclusive):  # pragma: no cover - compiled; the tests compare it with Python
     K = ids.shape[0]
     width = rows.shape[1] + 1
     out = np.empty(K)
@@ -242,14 +249,14 @@ def _score_sets(table, nres, rows, eqs, gmem, cbefore, cknown, ids, jrow, jeq, p
                 before[i] = cbefore[r, i]
         else:
             _set_slowdowns(table, ridx, reqs, n, pairs, use_pairs, c_host, switch_s, slice_s, bw, iterations,
-                           tol, held_cap, relief, scratch, buf, order, sd_s, want_s, before)
+                           tol, held_cap, relief, exclusive, scratch, buf, order, sd_s, want_s, before)
             for i in range(n):
                 cbefore[r, i] = before[i]
             cknown[r] = True
         ridx[n] = jrow
         reqs[n] = jeq
         _set_slowdowns(table, ridx, reqs, n + 1, pairs, use_pairs, c_host, switch_s, slice_s, bw, iterations,
-                       tol, held_cap, relief, scratch, buf, order, sd_s, want_s, after)
+                       tol, held_cap, relief, exclusive, scratch, buf, order, sd_s, want_s, after)
         harm = 0.0
         for i in range(n):
             harm += table[ridx[i], 8] * (1.0 / before[i] - 1.0 / after[i])
@@ -265,7 +272,7 @@ def _score_sets(table, nres, rows, eqs, gmem, cbefore, cknown, ids, jrow, jeq, p
 
 
 def _set_slowdowns(table, ridx, reqs, m, pairs, use_pairs, c_host, switch_s, slice_s, bw, iterations, tol,
-                   held_cap, relief, scratch, buf, order, sd_s, want_s,
+                   held_cap, relief, exclusive, scratch, buf, order, sd_s, want_s,
                    out):  # pragma: no cover - compiled; the tests compare it with Python
     # The slowdowns of the m jobs of rows ridx[:m] (_eq numbers reqs[:m]) into out[:m], in that
     # order: a measured pair where interference.measured_pair answers (a pair in _eq order, both
@@ -290,7 +297,8 @@ def _set_slowdowns(table, ridx, reqs, m, pairs, use_pairs, c_host, switch_s, sli
         rw = ridx[order[k]]
         for col in range(5):
             buf[5 * k + col] = table[rw, col]
-    _solve_one(buf, 0, m, c_host, switch_s, slice_s, bw, iterations, tol, held_cap, relief, scratch, sd_s, want_s)
+    _solve_one(buf, 0, m, c_host, switch_s, slice_s, bw, iterations, tol, held_cap, relief, exclusive, scratch, sd_s,
+               want_s)
     for k in range(m):
         out[order[k]] = sd_s[k]
 
@@ -324,7 +332,7 @@ def _before(table, ridx, reqs, x, y):  # pragma: no cover - compiled
 
 
 def _state(tab, c_host, switch_s, slice_s, bw, iterations, tol,
-           held_cap, relief):  # pragma: no cover - compiled; the tests compare it with Python
+           held_cap, relief, exclusive):  # pragma: no cover - compiled; the tests compare it with Python
     # timeshare._solve (the canonical order: by _key, then position) and then timeshare._util_pct
     # with gpucast.estimate.nvml's idle_visible and combined_reported, in the jobs' own order.
     n = tab.shape[0]
@@ -338,7 +346,8 @@ def _state(tab, c_host, switch_s, slice_s, bw, iterations, tol,
     for k in range(n):
         for col in range(5):
             buf[5 * k + col] = tab[order[k], col]
-    _solve_one(buf, 0, n, c_host, switch_s, slice_s, bw, iterations, tol, held_cap, relief, scratch, sd_s, want_s)
+    _solve_one(buf, 0, n, c_host, switch_s, slice_s, bw, iterations, tol, held_cap, relief, exclusive, scratch, sd_s,
+               want_s)
     sd = np.empty(n)
     want = np.empty(n)
     for k in range(n):

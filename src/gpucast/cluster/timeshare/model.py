@@ -7,6 +7,7 @@ up). Its names are importable from :mod:`gpucast.cluster.timeshare`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields, replace
 
 from gpucast.cluster.timeshare import kernel as timeshare_kernel
@@ -97,12 +98,72 @@ class Constants:
     # Fitted with the other constants by benchmarks/colocation_current.py, held out by family, and
     # kept only where it beats the interleaving alone held out (timeshare_current.json).
     relief: float = 0.0
+    # Whether time slices are exclusive for the jobs' kernels together (time slices only): where
+    # the jobs' held shares of their shared steps, sum_i u_i / s_i (u_i the solo held share, s_i
+    # the slowdown after the relief), come to W > 1, every slowdown is multiplied by W, so the
+    # jobs' kernels together hold at most the whole GPU (:func:`capped`). "yes", "no", or
+    # "data-center": yes on GPUs that are not GeForce cards, no on GeForce cards and where the GPU
+    # is not known (:meth:`on`). The evidence: on data-center GPUs heavy pairs did about one GPU of
+    # work per second, as exclusive slices allow (Gavel's K80/P100/V100 pairs: mean speeds 0.54,
+    # 0.60, 0.66; our H200's pairs of real scripts, benchmarks/results/h200_colocation.md: 0.46-0.59
+    # each where both kernels fill their steps), where the RTX 3090 pairs of real scripts (what the
+    # rest of CURRENT is fitted on) did up to 1.25 (benchmarks/results/colocation_current.md, "Beyond
+    # the model"); why the GeForce pairs do more is not established (the measuring protocol's
+    # per-job windows or the card), so the cap follows the GPU class the evidence comes from.
+    exclusive: str = "no"
+
+    def __post_init__(self):
+        if self.exclusive not in EXCLUSIVE:
+            raise ValueError(f"unknown exclusive {self.exclusive!r} ({', '.join(EXCLUSIVE)})")
+
+    def on(self, gpu) -> "Constants":
+        """These constants for jobs sharing ``gpu`` (a catalog name, a :class:`~gpucast.hardware.GpuSpec`
+        or None): :attr:`exclusive` resolved to "yes" or "no" by the GPU's class."""
+        if self.exclusive != "data-center":
+            return self
+        if gpu is None or isinstance(gpu, str):
+            return _resolved(self, gpu)      # the simulator asks per GPU state: one object per class
+        return replace(self, exclusive="yes" if data_center(gpu) else "no")
 
     def with_(self, **kw) -> "Constants":
         return replace(self, **kw)
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+EXCLUSIVE = ("no", "yes", "data-center")
+
+
+@functools.lru_cache(maxsize=256)
+def _resolved(c: Constants, gpu: str | None) -> Constants:
+    return replace(c, exclusive="yes" if data_center(gpu) else "no")
+
+
+@functools.lru_cache(maxsize=256)
+def _data_center(name: str) -> bool:
+    from gpucast.hardware import get_gpu
+
+    try:
+        spec = get_gpu(name)
+    except (KeyError, ValueError, OSError):
+        return False
+    return _not_geforce(spec)
+
+
+def _not_geforce(spec) -> bool:
+    return "geforce" not in (spec.display_name or spec.name).lower()
+
+
+def data_center(gpu) -> bool:
+    """Whether ``gpu`` (a catalog name, a GPU spec or None) is a data-center GPU for
+    :attr:`Constants.exclusive`: any known GPU that is not a GeForce card (NVIDIA's consumer line,
+    named so in its product name); None or an unknown name: False."""
+    if gpu is None:
+        return False
+    if isinstance(gpu, str):
+        return _data_center(gpu)
+    return _not_geforce(gpu)
 
 
 _ITERATIONS = 60
@@ -154,3 +215,26 @@ def relieved(sd, util, relief: float) -> tuple:
             s = 1.0 / (1.0 - loss)
         out.append(s)
     return tuple(out)
+
+
+def capped(sd, util, exclusive: str) -> tuple:
+    """Slowdowns ``sd`` of one GPU's jobs (solo held shares ``util``, same order) under exclusive
+    time slices (:attr:`Constants.exclusive` "yes"): where the shares of their shared steps the
+    jobs' kernels hold, ``W = sum u / s``, exceed the whole GPU, every slowdown is multiplied by
+    ``W`` (each job keeps its share of what the GPU can do); otherwise, and for any other value of
+    ``exclusive``, as they are."""
+    if exclusive != "yes":
+        return tuple(sd)
+    w = 0.0
+    for s, u in zip(sd, util):
+        w += u / s
+    if not w > 1.0:
+        return tuple(sd)
+    return tuple(s * w for s in sd)
+
+
+def finished(sd, util, c: Constants, mode: str) -> tuple:
+    """The solve's slowdowns ``sd`` with the learned relief (:func:`relieved`) and, in time slices,
+    the exclusive cap (:func:`capped`)."""
+    sd = relieved(sd, util, c.relief)
+    return capped(sd, util, c.exclusive) if mode == "timeslice" else sd

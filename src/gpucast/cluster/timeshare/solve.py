@@ -14,7 +14,7 @@ from typing import Sequence
 
 from gpucast.cluster.timeshare import kernel as timeshare_kernel
 from gpucast.cluster.timeshare.model import (_HELD_CAP, _ITERATIONS, _TOLERANCE, Constants, JobTimeline, _by_held,
-                                             _jit, _waits, relieved)
+                                             _jit, _waits, finished)
 
 
 def _canonical(jobs: Sequence[JobTimeline]) -> list[int]:
@@ -78,7 +78,7 @@ def _plain(jobs: tuple, c: Constants, mode: str, fused: bool = True) -> tuple:
     bw = c.bandwidth
     if ts and by_held and fused:
         sd, want = _iterate_held(n, step, busy, waits, m, host_new, act, ratio, cost, new, want, hs, bw)
-        return relieved(sd, [b / s for b, s in zip(busy, step)], c.relief), want
+        return finished(sd, [b / s for b, s in zip(busy, step)], c, mode), want
     for _ in range(_ITERATIONS):
         amsum = sum([a * q for a, q in zip(act, m)])
         run_share = hs if by_held else act
@@ -126,7 +126,7 @@ def _plain(jobs: tuple, c: Constants, mode: str, fused: bool = True) -> tuple:
             hs = [0.5 * (x + y) for x, y in zip(nhs, hs)]
         if done:
             break
-    sd = relieved(tuple(max(1.0, t / s) for t, s in zip(new, step)), [b / s for b, s in zip(busy, step)], c.relief)
+    sd = finished(tuple(max(1.0, t / s) for t, s in zip(new, step)), [b / s for b, s in zip(busy, step)], c, mode)
     return sd, tuple(want)
 
 
@@ -270,4 +270,7 @@ def solve(step, busy, gaps, mem_bound, c: Constants, mode: str = "timeslice", wa
         free = 1.0 - (util.sum(0) - util)
         loss = (1.0 - 1.0 / sd) * np.exp(-c.relief * np.maximum(free, 0.0))
         sd = np.where(free > 0.0, 1.0 / (1.0 - loss), sd)
+    if ts and c.exclusive == "yes":     # capped(), over the columns
+        w = (busy / step / sd).sum(0)
+        sd = np.where(w > 1.0, sd * w, sd)
     return (sd, want) if wants else sd
