@@ -75,6 +75,7 @@ def test_the_best_arrangement_keeps_the_most_progress(packed):
     b = packed.arrangements[packed.best]
     assert b.memory_fits and b.progress == max(a.progress for a in packed.arrangements if a.memory_fits)
     assert packed.why[0].startswith(f"best: {b.detail}: together the jobs keep {b.progress:.2f} of 3")
+    assert any(line.startswith(f"time slices on {GPU} are exclusive") for line in packed.why)   # a data-center GPU
 
 
 def test_what_does_not_fit_is_not_chosen():

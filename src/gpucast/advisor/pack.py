@@ -265,6 +265,12 @@ def _best_layout(gpu: str, profs, whole, on_slice) -> Arrangement | None:
     return best
 
 
+def _exclusive(gpu: str) -> bool:
+    from gpucast.cluster import timeshare
+
+    return timeshare.CURRENT.on(gpu).exclusive == "yes"
+
+
 def why(arrangements: Sequence[Arrangement], best: int | None, labels: Sequence[str], gpu: str,
         has_mig: bool) -> list[str]:
     """What decided the choice, a line each: the best arrangement and its progress, time-slicing
@@ -289,6 +295,9 @@ def why(arrangements: Sequence[Arrangement], best: int | None, labels: Sequence[
         else:
             out.append(f"time-slicing keeps {ts.progress:.2f} against MPS's {mp.progress:.2f}: under MPS the jobs' "
                        "concurrent kernels compete for the SMs and memory bandwidth")
+    if ts is not None and _exclusive(gpu):
+        out.append(f"time slices on {gpu} are exclusive (a data-center GPU): the jobs' kernels together hold it at "
+                   "most all the time, as measured pairs on data-center GPUs did (a GeForce card's pairs did more)")
     if hami is not None and ts is not None and hami.progress < ts.progress - 1e-3:
         out.append(f"HAMi core limits cost {ts.progress - hami.progress:.2f}: each job is held to its share of the "
                    "time even while the others idle")
