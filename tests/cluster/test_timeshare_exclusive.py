@@ -69,10 +69,21 @@ def test_capped_scales_every_slowdown_by_the_excess_work():
     assert capped((1.25, 1.6), (0.9, 0.8), "data-center") == (1.25, 1.6)    # unresolved: off
 
 
-def test_mps_runs_kernels_at_once_so_no_cap():
+def test_mps_shares_one_gpus_sms_too():
+    # MPS runs the kernels at once, but kernels that fill the SMs share them: two saturated jobs
+    # keep half each, as under time slices; the limited-MPS model agrees with the mode at limits 1
+    from gpucast.cluster.timeshare import mps
+
     t = JobTimeline(0.1, 0.1, 0.0, 0.5)
     c = timeshare.CURRENT
-    assert timeshare.slowdowns([t, t], c.on("h100"), "mps") == timeshare.slowdowns([t, t], c.on(None), "mps")
+    assert timeshare.slowdowns([t, t], c.on("h100"), "mps") == pytest.approx([2.0, 2.0])
+    assert timeshare.slowdowns([t, t], c.on(None), "mps")[0] < 1.8
+    light = JobTimeline(0.1, 0.03, 3.0, 0.3)
+    for jobs in ([t, t], [t, light], [light, light]):
+        assert mps.slowdowns(jobs, [None] * len(jobs), c.on("h100")) == pytest.approx(
+            timeshare.slowdowns(jobs, c.on("h100"), "mps"), rel=1e-9)
+    assert timeshare.slowdowns([light, light], c.on("h100"), "mps") == timeshare.slowdowns([light, light],
+                                                                                           c.on(None), "mps")
 
 
 def test_the_array_solve_caps_as_the_set_solve():

@@ -98,10 +98,13 @@ class Constants:
     # Fitted with the other constants by benchmarks/colocation_current.py, held out by family, and
     # kept only where it beats the interleaving alone held out (timeshare_current.json).
     relief: float = 0.0
-    # Whether time slices are exclusive for the jobs' kernels together (time slices only): where
-    # the jobs' held shares of their shared steps, sum_i u_i / s_i (u_i the solo held share, s_i
-    # the slowdown after the relief), come to W > 1, every slowdown is multiplied by W, so the
-    # jobs' kernels together hold at most the whole GPU (:func:`capped`). "yes", "no", or
+    # Whether the jobs' kernels together do at most one GPU of work: where the jobs' held shares
+    # of their shared steps, sum_i u_i / s_i (u_i the solo held share, s_i the slowdown after the
+    # relief), come to W > 1, every slowdown is multiplied by W (:func:`capped`). Time slices are
+    # exclusive (one context at a time); under MPS the kernels run at once but, taken to fill the
+    # SMs as gpucast costs them (mps.py's assumption), share one GPU's SMs and bandwidth: the same
+    # bound (two saturated jobs keep half each either way; kernels too small to fill the SMs
+    # would overlap for more, not modelled). "yes", "no", or
     # "data-center": yes on GPUs that are not GeForce cards, no on GeForce cards and where the GPU
     # is not known (:meth:`on`). The evidence: on data-center GPUs heavy pairs did about one GPU of
     # work per second, as exclusive slices allow (Gavel's K80/P100/V100 pairs: mean speeds 0.54,
@@ -234,7 +237,6 @@ def capped(sd, util, exclusive: str) -> tuple:
 
 
 def finished(sd, util, c: Constants, mode: str) -> tuple:
-    """The solve's slowdowns ``sd`` with the learned relief (:func:`relieved`) and, in time slices,
-    the exclusive cap (:func:`capped`)."""
-    sd = relieved(sd, util, c.relief)
-    return capped(sd, util, c.exclusive) if mode == "timeslice" else sd
+    """The solve's slowdowns ``sd`` with the learned relief (:func:`relieved`) and the cap at one
+    GPU of work (:func:`capped`; both modes, see :attr:`Constants.exclusive`)."""
+    return capped(relieved(sd, util, c.relief), util, c.exclusive)

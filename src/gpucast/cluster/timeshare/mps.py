@@ -26,7 +26,8 @@ limit: ``a_j m_j^p`` is then ``j``'s memory-bound seconds over its step); where 
 overlap the first factor already counts the neighbour's kernels, and the fitted ``bandwidth``
 (fitted on time-sliced pairs, whose kernels never overlap) and ``relief`` (on the loss beyond a
 job's own limit) are kept as ``timeshare`` has them. With every limit at 1 this is exactly
-``timeshare``'s MPS mode (a test checks they agree).
+``timeshare``'s MPS mode (a test checks they agree). On a data-center GPU (``Constants.exclusive``)
+the jobs together do at most one GPU of work there too: their kernels are taken to fill the SMs.
 Limits that add up to at most 100 % give disjoint SM shares (``c_ij = 0``): the jobs then slow
 each other only through DRAM bandwidth and the host, and each pays its own limit even alone. The
 slowdown is over the job's solo step *without* a limit, so a limit's own cost is in it.
@@ -160,6 +161,11 @@ def _solve(jobs, limits, c):
         alone = [h + b for h, b in zip(host, lim)]
         rel = relieved([t / a for t, a in zip(new, alone)], [b / s for b, s in zip(busy, step)], c.relief)
         new = [a * r for a, r in zip(alone, rel)]
+    if c.exclusive == "yes":
+        # at most one GPU of work (Constants.exclusive, model.capped): full-GPU kernel seconds per second
+        w = sum([b / t for b, t in zip(busy, new)])
+        if w > 1.0:
+            new = [t * w for t in new]
     return step, new, want, lim
 
 

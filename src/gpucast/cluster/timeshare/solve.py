@@ -270,7 +270,7 @@ def solve(step, busy, gaps, mem_bound, c: Constants, mode: str = "timeslice", wa
         free = 1.0 - (util.sum(0) - util)
         loss = (1.0 - 1.0 / sd) * np.exp(-c.relief * np.maximum(free, 0.0))
         sd = np.where(free > 0.0, 1.0 / (1.0 - loss), sd)
-    if ts and c.exclusive == "yes":     # capped(), over the columns
+    if c.exclusive == "yes":     # capped(), over the columns
         w = (busy / step / sd).sum(0)
         sd = np.where(w > 1.0, sd * w, sd)
     return (sd, want) if wants else sd
