@@ -496,6 +496,8 @@ class GpucastPolicy(MigCarving, Policy):
 
 
 _NO_PAIRS = np.full((1, 1, 2), np.nan)
+
+
 def _fill_on(fill, gpu_type):
     """The compiled score fill ``fill`` with its constants resolved for ``gpu_type``
     (:meth:`gpucast.cluster.timeshare.Constants.on`: exclusive slices on a data-center GPU)."""
