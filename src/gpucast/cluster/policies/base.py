@@ -460,7 +460,7 @@ class Policy:
     def _class_scores(self, job_obs, todo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`_scores` of ``job_obs``'s job on the classes ``todo`` (class ids of the score
         index): ``(scores, allowed)`` arrays, a score where allowed. A policy may work them out
-        from what it keeps per class (:meth:`gpucast.cluster.policies.gpucast.GpucastPolicy._class_scores`)."""
+        from what it keeps per class (:meth:`gpucast.cluster.policies.gpucast_fill.CompiledFill._class_scores`)."""
         crep = self._crep
         got = self._scores(job_obs, [crep[c] for c in todo.tolist()])
         ok = np.array([x is not None for x in got], dtype=bool)
