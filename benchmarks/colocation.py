@@ -64,15 +64,23 @@ def main() -> int:
                   f"{r['util_model_rmse']:.3f} | {-100 * r['reduction_vs_constant']:+.1f}% |")
     md += ["", "Per GPU type, held out by pair (the fits' residuals are speeds, 1 / slowdown): per-job speed MAE "
            "against a constant (the mean speed of the fold's training pairs on that GPU), mean speeds, and the "
-           "pairs whose sharing decision (summed speed above 1) comes out right.", "",
-           "| GPU | speeds | speed MAE | constant | mean speed measured / predicted | decisions right |",
-           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+           "pairs whose sharing decision (summed speed above 1) comes out right: of all pairs, of the pairs whose "
+           f"measured sum is more than {tf.CLEAR_MARGIN:g} from 1 (`timeshare.fit.CLEAR_MARGIN`: nearer, a "
+           "decision cannot be told from measurement noise), and sharing every pair; and the decisions' worth "
+           "(measured gain of the pairs shared over the oracle's).", "",
+           "| GPU | speeds | speed MAE | constant | mean speed measured / predicted | decisions right | "
+           "clear pairs: n, right | sharing every pair: right | decisions' worth |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for g, v in reports["pairs"]["by_gpu"].items():
         md.append(f"| {g} | {v['speeds']} | {v['mae']:.3f} | {v['constant_mae']:.3f} | {v['mean_speed']:.3f} / "
-                  f"{v['predicted_mean_speed']:.3f} | {100 * v['decisions_right']:.0f}% |")
+                  f"{v['predicted_mean_speed']:.3f} | {100 * v['decisions_right']:.0f}% | {v['clear_pairs']}, "
+                  f"{100 * v['decisions_right_clear']:.0f}% | {100 * v['always_share_right']:.0f}% | "
+                  f"{100 * v['worth']:.0f}% |")
     bg = reports["pairs"]["by_gpu"].values()
-    right = sum(v["decisions_right"] * v["speeds"] for v in bg) / sum(v["speeds"] for v in bg)
-    md += ["", f"Sharing decisions right over every held-out pair: {100 * right:.0f}%.", "",
+    pooled = lambda key, n="speeds": sum(v[key] * v[n] for v in bg) / sum(v[n] for v in bg)  # noqa: E731
+    md += ["", f"Sharing decisions right over every held-out pair: {100 * pooled('decisions_right'):.0f}% (sharing "
+           f"every pair: {100 * pooled('always_share_right'):.0f}%); over the clear pairs: "
+           f"{100 * pooled('decisions_right_clear', 'clear_pairs'):.0f}%.", "",
            f"In-sample (every pair): RMSE {ins['rmse']:.3f} against {ins['constant_rmse']:.3f} for a constant.", "",
            "Fitted constants: " + ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in c.as_dict().items()) + ".", "",
            "Per held-out family: " + "; ".join(f"{f['held_out']} {f['rmse']:.2f} vs {f['constant_rmse']:.2f}"

@@ -389,3 +389,20 @@ def test_relief_takes_off_only_what_a_light_neighbour_is_said_to_take():
     sd = timeshare.solve(np.array([[heavy.step_s], [light.step_s]]), np.array([[heavy.busy_s], [light.busy_s]]),
                          np.array([[heavy.gaps], [light.gaps]]), np.array([[heavy.mem_bound], [light.mem_bound]]), c)
     assert list(sd[:, 0]) == pytest.approx(timeshare.slowdowns([heavy, light], c), rel=1e-4)
+
+
+def test_held_out_decisions_are_scored_by_hand():
+    # three held-out pairs on one GPU, slowdowns (not speeds) as holdout_report pools them:
+    # measured sums 1.5 (clear gain), 0.98 (within CLEAR_MARGIN of 1) and 0.6 (clear loss);
+    # predicted sums 1.2, 1.1 and 1.1: right, wrong and wrong.
+    from gpucast.cluster.timeshare import fit as tf
+
+    test = [("k80", "a", "b", 0.0, 0.0)] * 3
+    y = [1 / 0.75, 1 / 0.75, 1 / 0.49, 1 / 0.49, 1 / 0.3, 1 / 0.3]
+    p = [1 / 0.6, 1 / 0.6, 1 / 0.55, 1 / 0.55, 1 / 0.55, 1 / 0.55]
+    got = tf._speeds_by_gpu([("fold", [("k80", "a", "b", 2.0, 2.0)], test)], p, y)["k80"]
+    assert got["decisions_right"] == pytest.approx(1 / 3)
+    assert got["clear_pairs"] == 2 and got["decisions_right_clear"] == pytest.approx(1 / 2)
+    assert got["always_share_right"] == pytest.approx(1 / 3)
+    # shared all three: gain 0.5 - 0.02 - 0.4 against the oracle's 0.5
+    assert got["worth"] == pytest.approx((0.5 - 0.02 - 0.4) / 0.5)

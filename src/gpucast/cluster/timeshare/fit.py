@@ -300,11 +300,20 @@ def holdout_report(kind: str = "pairs", gpus: Iterable[str] = GPUS, start: Const
             "n_observations": len(Y), "by_gpu": _speeds_by_gpu(splits, P, Y)}
 
 
+# Pairs whose measured summed speed lies within this of 1 gain or lose too little for their sharing
+# decision to be told from measurement noise (our choice: about twice the mean disagreement, 0.024,
+# of two identical jobs' speeds measured together in one Lucid run, benchmarks/results/colocation_current.md).
+CLEAR_MARGIN = 0.05
+
+
 def _speeds_by_gpu(splits, P, Y) -> dict:
     """Per GPU type, over the held-out observations (in the order :func:`holdout_report` pooled
     them): per-job speed (1 / slowdown) MAE of the model and of a constant (the mean speed of the
     fold's training pairs on that GPU), mean speeds, and the share of held-out pairs whose sharing
-    decision (summed speed above 1) the model gets right."""
+    decision (summed speed above 1) the model gets right: of all pairs, of those whose measured sum
+    is more than :data:`CLEAR_MARGIN` from 1 (``clear_pairs`` of them), and what sharing every pair
+    gets right; and the decisions' worth (the measured gain of the pairs the model shares over the
+    oracle's, :func:`gpucast.cluster.timeshare.pairs.decisions_worth` at a margin of 0)."""
     import numpy as np
 
     gpu, const = [], []
@@ -325,7 +334,14 @@ def _speeds_by_gpu(splits, P, Y) -> dict:
         out[g] = {"speeds": int(k.sum()), "mae": float(np.abs(ps[k] - ys[k]).mean()),
                   "constant_mae": float(np.nanmean(np.abs(const[k] - ys[k]))),
                   "mean_speed": float(ys[k].mean()), "predicted_mean_speed": float(ps[k].mean()),
-                  "decisions_right": float(np.mean((pp.sum(1) > 1.0) == (yy.sum(1) > 1.0)))}
+                  "decisions_right": float(np.mean((pp.sum(1) > 1.0) == (yy.sum(1) > 1.0))),
+                  "always_share_right": float(np.mean(yy.sum(1) > 1.0))}
+        clear = np.abs(yy.sum(1) - 1.0) > CLEAR_MARGIN
+        out[g]["clear_pairs"] = int(clear.sum())
+        out[g]["decisions_right_clear"] = float(np.mean((pp[clear].sum(1) > 1.0) == (yy[clear].sum(1) > 1.0)))
+        gain = yy.sum(1) - 1.0
+        best = float(np.clip(gain, 0.0, None).sum())
+        out[g]["worth"] = float(gain[pp.sum(1) > 1.0].sum()) / best if best > 0 else 1.0
     return out
 
 
