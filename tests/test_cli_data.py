@@ -225,3 +225,12 @@ def test_profile_suite_list_and_help():
     assert r.exit_code == 0 and "suite" in r.stdout and "run" in r.stdout
     r = invoke("profile", "suite")
     assert r.exit_code == 2 and "--out" in _one_error_line(r)
+
+
+def test_profile_suite_refuses_a_colocated_share_outside_0_to_1(tmp_path):
+    from gpucast.profile.suite import COLOCATED_SHARE
+
+    r = invoke("profile", "suite", "--out", str(tmp_path / "x"), "--colocated-share", "1.5")
+    assert r.exit_code == 2 and not (tmp_path / "x").exists()
+    r = invoke("profile", "suite", "--help")
+    assert r.exit_code == 0 and "--colocated-share" in r.stdout and f"{COLOCATED_SHARE:g}" in r.stdout

@@ -11,6 +11,9 @@
 # changes GPU clocks, power limits or modes (no nvidia-smi -ac/-lgc/-pl/-pm/-c): it measures the GPU
 # as it is lent, and records the clocks it saw in every row.
 #
+# Order: solo runs until 1 - GPUCAST_COLOCATED_SHARE of the budget is spent (default 0.25 kept for
+# the co-located groups), then the groups; GPUCAST_COLOCATED_SHARE=1 measures the groups first.
+#
 # Time: the suite stops starting new runs when its budget (GPUCAST_BUDGET_S, default 510 s) is
 # nearly spent, and a hard `timeout` (budget + 30 s) stops it regardless; the whole script ends
 # well inside 9.5 minutes. Configurations already in data/measurements/*.parquet (earlier
@@ -61,6 +64,10 @@ print(f"python {platform.python_version()} ({sys.executable}); torch {torch.__ve
 print(f"torch sees {torch.cuda.device_count()} GPU(s): {torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-'}")
 PY
 
+SHARE=()
+if [ -n "${GPUCAST_COLOCATED_SHARE:-}" ]; then
+    SHARE=(--colocated-share "$GPUCAST_COLOCATED_SHARE")
+fi
 PRIOR=()
 if compgen -G "data/measurements/*.parquet" > /dev/null; then
     PRIOR=(--prior data/measurements)
@@ -71,7 +78,7 @@ STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 rc=0
 timeout --signal=TERM --kill-after=15 "$HARD_S" \
     "$PY" -m gpucast.profile.suite --out "$WORK" --parquet "$OUT/measurements.parquet" --budget "$BUDGET_S" \
-    "${PRIOR[@]}" || rc=$?
+    "${PRIOR[@]}" "${SHARE[@]}" || rc=$?
 echo "== suite exited with $rc"
 
 STARTED="$STARTED" BUDGET_S="$BUDGET_S" SUITE_RC="$rc" "$PY" - "$OUT" <<'PY'

@@ -12,6 +12,9 @@
 #
 #     run   command: bash scripts/device/session.sh     timeout_s: 590
 #
+# GPUCAST_COLOCATED_SHARE=1 (passed on to collect.sh) measures the suite's co-located groups before
+# its solo runs: what the co-location model's open questions need (issue 40's note).
+#
 # Every stage has its own time box and hard timeout, and a stage's failure does not stop the next. The
 # suite gets what is left of SESSION_S (default 560 s) less a 45 s margin. Never changes clocks or modes.
 set -uo pipefail

@@ -295,7 +295,10 @@ def register(app: typer.Typer, cli) -> None:
                       no_resume: bool = typer.Option(False, "--no-resume", help="Measure done configurations again."),
                       window_s: float = typer.Option(2.0, "--window-s", min=0.1,
                                                      help="Steady window per run, seconds."),
-                      list_only: bool = typer.Option(False, "--list", help="Print the suite and exit (no GPU needed).")
+                      list_only: bool = typer.Option(False, "--list", help="Print the suite and exit (no GPU needed)."),
+                      colocated_share: float = typer.Option(0.25, "--colocated-share", min=0.0, max=1.0,  # suite.COLOCATED_SHARE
+                                                            help="Share of the budget kept for the co-located "
+                                                                 "groups (1: the groups first).")
                       ) -> None:
         """Measure the device suite, most informative configurations first, within a time budget."""
         from gpucast.profile import suite as s
@@ -320,7 +323,8 @@ def register(app: typer.Typer, cli) -> None:
             if not p.exists():
                 cli._fail(f"--prior {str(p)!r} does not exist")
         gpu_model_or_fail(cli)
-        res = s.run_suite(out, budget_s=budget, suite=suite, resume=not no_resume, prior=prior, window_s=window_s)
+        res = s.run_suite(out, budget_s=budget, suite=suite, resume=not no_resume, prior=prior, window_s=window_s,
+                          colocated_share=colocated_share)
         cli.console.print(f"{res.measured} configurations measured ({res.rows} rows), {res.skipped} skipped as done, "
                           f"stopped: {res.stopped}; rows in {res.parquet or '-'}", highlight=False, markup=False)
 

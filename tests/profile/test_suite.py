@@ -212,3 +212,21 @@ def test_main_list_needs_no_gpu(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(configs())
     assert "mlp-small" in lines[0]
+
+
+def test_main_refuses_a_colocated_share_outside_0_to_1(tmp_path, capsys):
+    assert suite.main(["--out", str(tmp_path), "--colocated-share", "1.5", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --colocated-share")
+    assert not any(tmp_path.iterdir())      # nothing written
+
+
+def test_a_colocated_share_of_one_runs_the_groups_first():
+    # _order with the whole budget kept for the groups: every group before any solo run
+    plan = configs()
+    clock = suite._Clock(100.0, {"solo": 1.0, "colocated": 1.0})
+    order = [c.kind for c in suite._order(plan, clock, 1.0)]
+    first_solo = order.index("solo")
+    assert first_solo == sum(k == "colocated" for k in order) > 0
+    # the default keeps the solo runs first while the budget is young
+    assert next(suite._order(plan, clock, suite.COLOCATED_SHARE)).kind == "solo"

@@ -345,6 +345,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--window-s", type=float, default=WINDOW_S, help="steady window per run, seconds")
     ap.add_argument("--list", action="store_true", help="print the suite and exit (no GPU needed)")
     ap.add_argument("--quiet", action="store_true", help="no progress output")
+    ap.add_argument("--colocated-share", type=float, default=COLOCATED_SHARE,
+                    help="share of the budget kept for the co-located groups, 0 to 1 (1: the groups first) "
+                         f"[{COLOCATED_SHARE:g}]")
     args = ap.parse_args(argv)
     if args.list:
         _print_list(configs())
@@ -355,6 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (args.budget > 0 and math.isfinite(args.budget)):
         print(f"error: --budget must be a positive number of seconds, got {args.budget:g}", file=sys.stderr)
         return 2
+    if not 0.0 <= args.colocated_share <= 1.0:
+        print(f"error: --colocated-share must be between 0 and 1, got {args.colocated_share:g}", file=sys.stderr)
+        return 2
     from gpucast.profile.nvml import GpuUnavailable
 
     signal.signal(signal.SIGTERM, _on_sigterm)
@@ -363,7 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if missing:
             raise FileNotFoundError(f"--prior {str(missing[0])!r} does not exist")
         run_suite(args.out, budget_s=args.budget, suite=args.suite, resume=not args.no_resume,
-                  progress=not args.quiet, prior=args.prior, parquet=args.parquet, window_s=args.window_s)
+                  progress=not args.quiet, prior=args.prior, parquet=args.parquet, window_s=args.window_s,
+                  colocated_share=args.colocated_share)
     except (GpuUnavailable, FileNotFoundError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
