@@ -17,7 +17,7 @@ from gpucast.service.limits import Settings
 
 
 async def place(req: dict, predictor: Predictor, settings: Settings) -> dict:
-    from gpucast.cluster import GpuOccupancy, choose_gpu, make_policy
+    from gpucast.cluster import GpuOccupancy, choose_gpu, make_policy, timeshare
     from gpucast.cluster.truth import Observation
     from gpucast.hardware import get_gpu
 
@@ -53,8 +53,6 @@ async def place(req: dict, predictor: Predictor, settings: Settings) -> dict:
                           jobs=tuple(obs(j, t) for j in jobs), mode=m)
              for i, (g, t, jobs, m) in enumerate(zip(gpus, types, running, modes))]
     new_obs = {t: obs(new_job, t) for t in set(types)}
-    from gpucast.cluster import timeshare
-
     with timeshare.predicting_with(timeshare.CURRENT):   # gpucast's model: exclusive slices on data-center GPUs
         index, slowdowns = choose_gpu(policy, state, new_obs)
     out = {"gpu": index, "gpu_type": None, "policy": policy.name,

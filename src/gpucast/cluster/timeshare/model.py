@@ -236,7 +236,7 @@ def capped(sd, util, exclusive: str) -> tuple:
     return tuple(s * w for s in sd)
 
 
-def finished(sd, util, c: Constants, mode: str) -> tuple:
+def finished(sd, util, c: Constants) -> tuple:
     """The solve's slowdowns ``sd`` with the learned relief (:func:`relieved`) and the cap at one
-    GPU of work (:func:`capped`; both modes, see :attr:`Constants.exclusive`)."""
+    GPU of work (:func:`capped`; in every mode, see :attr:`Constants.exclusive`)."""
     return capped(relieved(sd, util, c.relief), util, c.exclusive)

@@ -49,7 +49,7 @@ from typing import Sequence
 
 from gpucast.cluster import timeshare
 from gpucast.cluster.timeshare import JobTimeline
-from gpucast.cluster.timeshare.model import relieved
+from gpucast.cluster.timeshare.model import capped, relieved
 
 
 # A memory-bound kernel running beside another on SMs of its own gets this share of its time
@@ -161,11 +161,9 @@ def _solve(jobs, limits, c):
         alone = [h + b for h, b in zip(host, lim)]
         rel = relieved([t / a for t, a in zip(new, alone)], [b / s for b, s in zip(busy, step)], c.relief)
         new = [a * r for a, r in zip(alone, rel)]
-    if c.exclusive == "yes":
-        # at most one GPU of work (Constants.exclusive, model.capped): full-GPU kernel seconds per second
-        w = sum([b / t for b, t in zip(busy, new)])
-        if w > 1.0:
-            new = [t * w for t in new]
+    if c.exclusive == "yes":     # at most one GPU of work (Constants.exclusive): model.capped on the steps
+        sd = capped([t / s for t, s in zip(new, step)], [b / s for b, s in zip(busy, step)], c.exclusive)
+        new = [s * x for s, x in zip(step, sd)]
     return step, new, want, lim
 
 

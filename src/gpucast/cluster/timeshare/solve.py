@@ -78,7 +78,7 @@ def _plain(jobs: tuple, c: Constants, mode: str, fused: bool = True) -> tuple:
     bw = c.bandwidth
     if ts and by_held and fused:
         sd, want = _iterate_held(n, step, busy, waits, m, host_new, act, ratio, cost, new, want, hs, bw)
-        return finished(sd, [b / s for b, s in zip(busy, step)], c, mode), want
+        return finished(sd, [b / s for b, s in zip(busy, step)], c), want
     for _ in range(_ITERATIONS):
         amsum = sum([a * q for a, q in zip(act, m)])
         run_share = hs if by_held else act
@@ -126,7 +126,7 @@ def _plain(jobs: tuple, c: Constants, mode: str, fused: bool = True) -> tuple:
             hs = [0.5 * (x + y) for x, y in zip(nhs, hs)]
         if done:
             break
-    sd = finished(tuple(max(1.0, t / s) for t, s in zip(new, step)), [b / s for b, s in zip(busy, step)], c, mode)
+    sd = finished(tuple(max(1.0, t / s) for t, s in zip(new, step)), [b / s for b, s in zip(busy, step)], c)
     return sd, tuple(want)
 
 
