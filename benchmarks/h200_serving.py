@@ -44,12 +44,8 @@ SHAPES = {  # scripts/device/serving.py's MODELS
 }
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=DATA)
-    ap.add_argument("--out", type=Path, default=RESULTS)
-    a = ap.parse_args(argv)
-    warnings.filterwarnings("ignore")
+def predict_rows(files: list[Path]) -> list[dict]:
+    """Every prefill/decode row of ``files`` with its predicted wall and GPU time (ms)."""
     from gpucast.estimate import estimate
     from gpucast.estimate.constants import DEFAULT
     from gpucast.estimate.kernels import kernel_times
@@ -59,7 +55,6 @@ def main(argv=None) -> int:
     from gpucast.surroundings import Data, Loop, Stack
 
     gpu = dataclasses.replace(get_gpu("h200"), sustained_clock_mhz=None)
-    files = sorted(f for f in a.data.glob("*.csv") if not f.name.endswith(".requests.csv"))
     out = []
     for f in files:
         for r in csv.DictReader(f.open()):
@@ -79,6 +74,21 @@ def main(argv=None) -> int:
             if r.get("device_busy_ms"):
                 rec["measured_gpu_ms"] = float(r["device_busy_ms"])
             out.append(rec)
+    return out
+
+
+def data_files(data: Path) -> list[Path]:
+    return sorted(f for f in data.glob("*.csv") if not f.name.endswith(".requests.csv"))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    a = ap.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    files = data_files(a.data)
+    out = predict_rows(files)
     lines = ["# LLM inference iterations on an H200 (Hugging Face eager): predicted vs measured", "",
              f"`.venv/bin/python benchmarks/h200_serving.py` over {', '.join(f.name for f in files)} "
              "(data/measurements/serving, measured by scripts/device/serving.py). Ratio = predicted / measured.", "",
