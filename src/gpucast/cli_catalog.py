@@ -1,5 +1,6 @@
-"""`gpucast zoo`, `gpucast gpus` and `gpucast demo`: what gpucast knows of (the named workloads and the GPU
-catalog with its MIG slices) and the embedded default job of `make run`. Registered on the app by
+"""`gpucast zoo`, `gpucast gpus` and `gpucast demo`: what gpucast knows of (the named workloads, the GPU
+catalog with its MIG slices and, per GPU, the efficiency constants it takes and their sources) and the
+embedded default job of `make run`. Registered on the app by
 :mod:`gpucast.cli`, whose helpers (``_fail``, ``_run``, the consoles, the prediction table) they use.
 """
 
@@ -30,6 +31,27 @@ def _loop_of(w) -> str:
     parts = [f"{lp.item_calls} item" if lp.item_calls is not None else "", "tqdm" if lp.progress_bar else "",
              f"log/{lp.log_every}" if lp.log_every else "", "cudnn-bench" if lp.cudnn_benchmark else ""]
     return ", ".join(p for p in parts if p)
+
+
+def _print_constants(cli, specs, as_json: bool) -> None:
+    """``gpucast gpus --constants``: per GPU, the achieved-efficiency constants it takes and their sources."""
+    from gpucast.estimate.achieved_sources import PER_SM, applied
+
+    if as_json:
+        print(json.dumps([{"gpu": s.name, "architecture": s.architecture,
+                           "compute_capability": list(s.compute_capability),
+                           "constants": [r.to_dict() for r in applied(s)]} for s in specs], indent=2))
+        return
+    for s in specs:
+        cc = ".".join(str(x) for x in s.compute_capability)
+        t = Table(title=f"{s.name} ({s.architecture}, compute capability {cc}): achieved-efficiency constants "
+                        "(data/achieved.yaml; value: share of the sustained peak, or GB/s per SM for caps)")
+        for col in ("family", "value", "level", "measured on / cited from", "other architectures"):
+            t.add_column(col, justify="right" if col == "value" else "left")
+        for r in applied(s):
+            value = "no cap" if r.value is None else f"{r.value:g}" + (" GB/s/SM" if r.unit == PER_SM else "")
+            t.add_row(r.family, value, r.level, r.origin, r.architecture_independent)
+        cli.console.print(t)
 
 
 def register(app: typer.Typer, cli) -> None:
@@ -64,12 +86,23 @@ def register(app: typer.Typer, cli) -> None:
     def gpus(as_json: bool = cli._JSON,
              spec: List[Path] = typer.Option([], "--spec", help="Add a GPU from a YAML/JSON spec file; repeatable."),
              mig: bool = typer.Option(False, "--mig", help="List the MIG slices of the MIG-capable GPUs instead: "
-                                      "names to use as GPU:PROFILE (e.g. a100-40gb:1g.5gb).")) -> None:
-        """List the GPU catalog (datasheet figures), plus any --spec files; --mig: the MIG slices."""
+                                      "names to use as GPU:PROFILE (e.g. a100-40gb:1g.5gb)."),
+             constants: bool = typer.Option(False, "--constants", help="Per GPU, the achieved-efficiency "
+                                            "constants it takes (gpucast.estimate.achieved): value, the level "
+                                            "it comes from, what it was measured on or cited from."),
+             gpu: Optional[str] = typer.Option(None, "--gpu", help="Only this GPU (a catalog name, a --spec "
+                                               "GPU or GPU:PROFILE).")) -> None:
+        """List the GPU catalog (datasheet figures), plus any --spec files; --mig: the MIG slices;
+        --constants: the efficiency constants each GPU takes and their sources."""
         from gpucast import mig as mig_
         from gpucast.hardware import catalog, get_gpu, register_gpu
 
         cli._run(lambda: [register_gpu(s) for s in spec])
+        if mig and (constants or gpu):
+            cli._fail("--mig lists every MIG slice: give a slice as --gpu GPU:PROFILE instead")
+        if constants:
+            _print_constants(cli, [cli._run(lambda: get_gpu(gpu))] if gpu else list(catalog().values()), as_json)
+            return
         if mig:
             rows = [(p, get_gpu(p.full_name)) for g in mig_.capable() for p in mig_.profiles(g)]
             if as_json:
@@ -87,7 +120,7 @@ def register(app: typer.Typer, cli) -> None:
                           f"{s.memory_bandwidth_gbs:.0f}", f"{s.l2_bytes / 2**20:g}", p.resource_name)
             cli.console.print(t)
             return
-        specs = list(catalog().values())
+        specs = [cli._run(lambda: get_gpu(gpu))] if gpu else list(catalog().values())
         if as_json:
             print(json.dumps([s.to_dict() for s in specs], indent=2))
             return

@@ -121,7 +121,7 @@ def test_reductions_are_capped_per_sm_and_elementwise_ops_are_not():
     assert memory_family_of("norm", "native_layer_norm", "bfloat16") == "layernorm"
     assert memory_family_of("softmax", "_softmax", "float32") == "softmax"
     assert memory_family_of("elementwise", "relu", "float32") == ""
-    caps = bandwidth_caps()
+    caps = bandwidth_caps("hopper")
     assert 0 < caps["batchnorm_bf16"] < caps["batchnorm"] < caps["layernorm"]
 
     shape = (128, 256, 56, 56)

@@ -1,39 +1,56 @@
 """What each kernel family reaches of a GPU's sustained peak, per architecture and software.
 
-``data/achieved.yaml`` holds, per kernel family (``matmul`` and ``matmul_fp8``, ``conv``,
-``conv_depthwise`` and its backward, ``attention`` and ``attention_backward``, ``rnn``, ``other``), the fraction of the sustained peak (:meth:`GpuSpec.sustained_tflops
+``data/achieved.yaml`` holds, per kernel family (``matmul``, ``matmul_fp32`` and ``matmul_fp8``,
+``conv``, ``conv_depthwise`` and its backward, ``attention`` and ``attention_backward``, ``rnn``,
+``other``), the fraction of the sustained peak (:meth:`GpuSpec.sustained_tflops
 <gpucast.hardware.GpuSpec.sustained_tflops>`: the datasheet peak at the clock the card holds
 under its power limit) that the family's kernels reach in steady state: a large problem, every SM
 busy with the architecture's largest tile. What a smaller grid loses on top is
-:mod:`gpucast.estimate.tiles`'s. The ``reference`` row is the one the constants were built on
-(Volta to Ada, and the older SIMT GPUs); an architecture lists only the families whose kernels
-reach a different share there, each with the published figures it comes from. Attention also
-depends on the kernel the job's stack runs (``stack.attention``: ``flash2``, PyTorch's own SDPA
-flash kernel, ``flash3``, the Hopper kernels of the flash-attn 3 package, or ``cudnn``, cuDNN's fused
-attention); unset, the one PyTorch's SDPA picks by default for the stack's release on the GPU
-(:func:`attention_kernel`).
+:mod:`gpucast.estimate.tiles`'s. A GPU takes each family's entry from the most specific level that
+lists it (:data:`LEVELS`): its compute capability (``compute_capabilities``: chips whose SMs differ
+from the rest of their architecture, e.g. GA10x's FP32 lanes), its architecture (``architectures``),
+else ``reference``. Every entry names where it comes from (our measurements with the GPUs and stack,
+a published figure with its GPUs, or the reasoning it is derived by); a ``reference`` entry taken on
+particular GPUs says why other architectures may use it (:mod:`gpucast.estimate.achieved_sources`
+lists, per GPU, which entry applies). Attention also depends on the kernel the job's stack runs
+(``stack.attention``: ``flash2``, PyTorch's own SDPA flash kernel, ``flash3``, the Hopper kernels of
+the flash-attn 3 package, or ``cudnn``, cuDNN's fused attention); unset, the one PyTorch's SDPA picks
+by default for the stack's release on the GPU (:func:`attention_kernel`).
 
-``bandwidth_per_sm`` in the same file holds, per memory-bound family whose kernels are reductions
+FP32 GEMMs: a float32 matmul runs on the CUDA cores (cuBLAS SGEMM, family ``matmul_fp32``, a share of
+the FP32 vector peak) unless TF32 is on for matmuls: the job's ``tf32`` precision, or a PyTorch
+release from 1.7 to 1.11 on a GPU with TF32 (``torch.backends.cuda.matmul.allow_tf32`` defaulted to
+True there and to False from 1.12; :func:`matmul_family`). cuDNN keeps TF32 on for convolutions
+(``EstimatorConfig.conv_fp32_uses_tf32``). SGEMM's share differs by how many FP32 lanes share a warp
+scheduler: 16 on Volta, Turing and GA100 (near peak), 32 on GA10x, Ada, Hopper and Blackwell.
+
+``bandwidth_per_sm`` at each level holds, per memory-bound family whose kernels are reductions
 (``batchnorm``, ``batchnorm_bf16``: BatchNorm on bf16 inputs with fp32 parameters, as autocast runs
-it; ``layernorm``; ``softmax``; ``transpose``: cuDNN's NCHW/NHWC transposes, :mod:`gpucast.graph.layouts`), what one SM's blocks move per second: such kernels keep a fixed number
-of loads in flight per SM, so (Little's law) their rate is this figure times the SMs of the GPU or
-slice, capped by the DRAM roofline; plain elementwise kernels reach the roofline. Measured on our
-H200 (the sources say where), an extrapolation elsewhere.
+it; ``layernorm``; ``softmax``; ``transpose``: cuDNN's NCHW/NHWC transposes, :mod:`gpucast.graph.layouts`),
+what one SM's blocks move per second: such kernels keep a fixed number of loads in flight per SM, so
+(Little's law) their rate is this figure times the SMs of the GPU or slice, capped by the DRAM
+roofline; plain elementwise kernels, and families a GPU's levels do not list, reach the roofline.
+Measured on our H200; data-center Blackwell takes them by an argument the file states; other
+architectures have no cap.
 
 Depthwise convolutions on NCHW tensors run PyTorch's own kernels (``conv_depthwise2d`` in
 aten/src/ATen/native/cuda/DepthwiseConv2d.cu: one thread per output, the window read from global
 memory, no tensor cores); their fraction is of the FP32 vector peak (:data:`CUDA_CORE_FAMILIES`),
-measured on our H200 and assumed elsewhere (the kernel is the same code on every architecture).
+measured on our H200 and carried to other architectures at the same rate per SM and clock (the
+kernel is bound by instruction issue, four warp instructions per SM clock since Volta).
 
 Not modelled: channels-last depthwise convolutions (cuDNN's kernels, several times faster on the
 H200: traces do not know the layout), fp16 workloads that PyTorch sends to cuDNN's depthwise
 kernels; differences between cuBLAS/cuDNN releases within an architecture (one figure per
-architecture and family, for the stacks the sources measured), per-dtype differences beyond the
-datasheet peaks other than FP8's (FP16, BF16 and TF32 GEMMs share the matmul fraction).
+level and family, for the stacks the sources measured), per-dtype differences beyond the
+datasheet peaks other than FP8's and FP32's (FP16, BF16 and TF32 GEMMs share the matmul fraction);
+fp32 attention and RNN kernels on the CUDA cores (they take their tensor-core families' shares of the
+FP32 peak).
 """
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from importlib import resources
 
@@ -41,11 +58,15 @@ import yaml
 
 from gpucast.graph.layouts import is_depthwise as _depthwise_shapes
 
-FAMILIES = ("matmul", "matmul_fp8", "conv", "conv_depthwise", "conv_depthwise_backward", "attention",
-            "attention_backward", "rnn", "other")
-# Families whose kernels run on the CUDA cores whatever the dtype (no tensor-core form): their
-# fraction is of the FP32 vector peak.
-CUDA_CORE_FAMILIES = frozenset({"conv_depthwise", "conv_depthwise_backward"})
+FAMILIES = ("matmul", "matmul_fp32", "matmul_fp8", "conv", "conv_depthwise", "conv_depthwise_backward",
+            "attention", "attention_backward", "rnn", "other")
+# Families whose kernels run on the CUDA cores (no tensor cores): their fraction is of the FP32 vector peak.
+CUDA_CORE_FAMILIES = frozenset({"matmul_fp32", "conv_depthwise", "conv_depthwise_backward"})
+# achieved.yaml's levels, most specific first: a GPU takes a family from the first that lists it.
+LEVELS = ("compute_capability", "architecture", "reference")
+# PyTorch releases whose torch.backends.cuda.matmul.allow_tf32 defaulted to True (TF32 came in 1.7;
+# 1.12 turned it off for matmuls: the 1.12 release notes, pytorch/pytorch#76440); cuDNN's flag stays on.
+MATMUL_TF32_DEFAULT = ((1, 7), (1, 12))
 DEFAULT_ATTENTION = "flash2"
 # The first PyTorch release whose SDPA prefers cuDNN's attention on Hopper by default: aten's
 # sdp_utils.cpp check_prefer_cudnn_attention() orders cuDNN first on sm90/sm100 when the bundled cuDNN
@@ -80,31 +101,79 @@ def _table() -> dict:
     return yaml.safe_load(resources.files("gpucast").joinpath("data/achieved.yaml").read_text())
 
 
-def _value(entry, attention: str) -> float:
-    if isinstance(entry, dict) and "value" not in entry:  # per attention kernel
-        entry = entry.get(attention) or entry[DEFAULT_ATTENTION]
-    return float(entry["value"])
+def capability_key(compute_capability) -> str | None:
+    """``achieved.yaml``'s key for a compute capability (``(8, 6)`` -> ``"8.6"``); None when unknown."""
+    try:
+        major, minor = compute_capability
+        return f"{int(major)}.{int(minor)}"
+    except (TypeError, ValueError):
+        return None
+
+
+def levels(architecture: str, capability: str | None = None) -> list[tuple[str, dict]]:
+    """(level name, its table) a GPU of ``architecture`` and ``capability`` reads, most specific first:
+    ``"sm 8.6"``, ``"ampere"``, ``"reference"`` (the ones the file lists)."""
+    t = _table()
+    out = []
+    if capability and capability in (t.get("compute_capabilities") or {}):
+        out.append((f"sm {capability}", t["compute_capabilities"][capability] or {}))
+    if architecture in (t.get("architectures") or {}):
+        out.append((architecture, t["architectures"][architecture] or {}))
+    out.append(("reference", t["reference"]))
+    return out
+
+
+def lookup(family: str, architecture: str, capability: str | None = None,
+           attention: str | None = None, memory: bool = False) -> tuple[str, dict] | None:
+    """(level, entry) of ``family`` for a GPU: the most specific level listing it (for attention
+    families, listing the ``attention`` kernel or a default; ``memory``: a ``bandwidth_per_sm``
+    family); None when no level does (a memory family then has no cap)."""
+    att = attention or DEFAULT_ATTENTION
+    for name, table in levels(architecture, capability):
+        own = (table.get("bandwidth_per_sm") or {}) if memory else table
+        entry = own.get(family)
+        if isinstance(entry, dict) and "value" not in entry:  # per attention kernel
+            entry = entry.get(att) or entry.get(DEFAULT_ATTENTION)
+        if entry is not None:
+            return name, entry
+    return None
 
 
 @lru_cache(maxsize=64)
-def fractions(architecture: str, attention: str | None = None) -> dict[str, float]:
-    """Family -> steady-state fraction of the sustained peak on ``architecture`` with the
-    ``attention`` kernel (``None``: :data:`DEFAULT_ATTENTION`)."""
-    t = _table()
-    att = attention or DEFAULT_ATTENTION
-    own = t.get("architectures", {}).get(architecture, {}) or {}
-    return {f: _value(own.get(f, t["reference"][f]), att) for f in FAMILIES}
+def fractions(architecture: str, attention: str | None = None, capability: str | None = None) -> dict[str, float]:
+    """Family -> steady-state fraction of the sustained peak on ``architecture`` (and compute
+    ``capability``, e.g. ``"8.6"``) with the ``attention`` kernel (``None``: :data:`DEFAULT_ATTENTION`)."""
+    return {f: float(lookup(f, architecture, capability, attention)[1]["value"]) for f in FAMILIES}
 
 
 MEMORY_FAMILIES = ("batchnorm", "batchnorm_bf16", "layernorm", "softmax", "transpose")
 
 
-@lru_cache(maxsize=1)
-def bandwidth_caps() -> dict[str, float]:
-    """Memory family -> bytes per second one SM's blocks of it move (``achieved.yaml``'s
-    ``bandwidth_per_sm``, GB/s there); families it does not list have no cap."""
-    own = _table().get("bandwidth_per_sm", {}) or {}
-    return {f: float(own[f]["value"]) * 1e9 for f in MEMORY_FAMILIES if f in own}
+@lru_cache(maxsize=64)
+def bandwidth_caps(architecture: str, capability: str | None = None) -> dict[str, float]:
+    """Memory family -> bytes per second one SM's blocks of it move on a GPU of ``architecture``
+    (``bandwidth_per_sm``, GB/s in the file); families no level of the GPU lists have no cap."""
+    out = {}
+    for f in MEMORY_FAMILIES:
+        got = lookup(f, architecture, capability, memory=True)
+        if got is not None:
+            out[f] = float(got[1]["value"]) * 1e9
+    return out
+
+
+def matmul_tf32_by_default(stack) -> bool:
+    """Whether the job's PyTorch release runs float32 matmuls in TF32 unless told otherwise
+    (:data:`MATMUL_TF32_DEFAULT`; an unnamed release: no, as every release from 1.12)."""
+    got = re.match(r"(\d+)\.(\d+)", str(getattr(stack, "torch", None) or ""))
+    if not got:
+        return False
+    return MATMUL_TF32_DEFAULT[0] <= (int(got[1]), int(got[2])) < MATMUL_TF32_DEFAULT[1]
+
+
+def matmul_family(family: str, dtype: str, tf32: bool) -> str:
+    """``matmul_fp32`` for a float32 GEMM that runs on the CUDA cores (``tf32`` False: TF32 is off for
+    matmuls), else ``family`` unchanged."""
+    return "matmul_fp32" if family == "matmul" and dtype == "float32" and not tf32 else family
 
 
 def memory_family_of(category: str, op: str = "", dtype: str = "") -> str:

@@ -7,7 +7,9 @@ For an op with ``F`` FLOPs, ``B`` bytes moved and ``k`` kernels on a GPU (or MIG
   its power limit (:meth:`GpuSpec.sustained_tflops`: the datasheet peak times the card's clock
   factor for those units); ``a_fam``, what the op's kernel family (GEMM, convolution, attention
   forward or backward, RNN, other) reaches of it in steady state on this architecture with the
-  job's stack (:mod:`gpucast.estimate.achieved`, published figures); ``phi``, the share of that
+  job's stack (:mod:`gpucast.estimate.achieved`, published figures and our measurements; a float32
+  GEMM with TF32 off for matmuls, PyTorch's default from 1.12, is cuBLAS SGEMM on the CUDA cores:
+  family ``matmul_fp32``, :func:`gpucast.estimate.achieved.matmul_family`); ``phi``, the share of that
   steady state the op's grid reaches on this GPU's SMs: its tiles, their waves, the last wave's
   partial fill, the tile's size, split-K (:mod:`gpucast.estimate.tiles`; 1 for ops the grid model
   does not know); ``ramp``, the fixed time a math kernel loses filling and draining its pipelines;
@@ -39,7 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucast.estimate import tiles
-from gpucast.estimate.achieved import (CUDA_CORE_FAMILIES, attention_kernel, bandwidth_caps, family_of, fractions,
+from gpucast.estimate.achieved import (CUDA_CORE_FAMILIES, attention_kernel, bandwidth_caps, capability_key,
+                                       family_of, fractions, matmul_family, matmul_tf32_by_default,
                                        memory_family_of)
 from gpucast.estimate.constants import OLD_ARCHITECTURES, EstimatorConfig
 from gpucast.graph.trace import Trace
@@ -72,7 +75,7 @@ class OpArrays:
     costed: np.ndarray
     library: np.ndarray  # the op's kernels are cuDNN/cuBLAS ones (LIBRARY_CATEGORIES)
     family: np.ndarray  # object array: the op's kernel family (gpucast.estimate.achieved.family_of)
-    bytes_per_sm_cap: np.ndarray  # what one SM's blocks of the op move per second (inf: no cap; achieved.bandwidth_caps)
+    memory_family: np.ndarray  # object array: the op's memory-bound family ("" for none; achieved.memory_family_of)
 
     @classmethod
     def of(cls, trace: Trace) -> "OpArrays":
@@ -92,8 +95,7 @@ class OpArrays:
             costed=np.fromiter((o.costed for o in ops), dtype=bool, count=len(ops)),
             library=np.fromiter((o.category in LIBRARY_CATEGORIES for o in ops), dtype=bool, count=len(ops)),
             family=np.array([family_of(o.category, o.op, o.dtype, o.shapes) for o in ops], dtype=object),
-            bytes_per_sm_cap=np.fromiter((bandwidth_caps().get(memory_family_of(o.category, o.op, o.dtype), np.inf)
-                                          for o in ops), dtype=np.float64, count=len(ops)),
+            memory_family=np.array([memory_family_of(o.category, o.op, o.dtype) for o in ops], dtype=object),
         )
         trace._arrays = arr
         return arr
@@ -190,14 +192,19 @@ def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfi
     n = len(a.flops)
     peak = np.empty(n)
     eff = np.empty(n)
-    frac = fractions(gpu.architecture, attention_kernel(stack, gpu.architecture))
+    capability = capability_key(gpu.compute_capability)
+    frac = fractions(gpu.architecture, attention_kernel(stack, gpu.architecture), capability)
+    # float32 GEMMs: TF32 tensor cores where the job or its release turns TF32 on for matmuls, else SGEMM
+    mm_tf32 = (precision == "tf32" or matmul_tf32_by_default(stack)) and gpu.tf32_tflops is not None
     scales = scales or {}
     cache: dict[tuple, tuple[float, float]] = {}
     for i, (cat, dt, fam) in enumerate(zip(a.category, a.dtype, a.family)):
         key = (cat, dt, fam)
         val = cache.get(key)
         if val is None:
-            val = cache[key] = (math_peak(gpu, cat, dt, precision, cfg, fam), frac[fam] * scales.get(fam, 1.0))
+            fam = matmul_family(fam, dt, mm_tf32)
+            prec = "tf32" if (fam == "matmul" and dt == "float32") else precision
+            val = cache[key] = (math_peak(gpu, cat, dt, prec, cfg, fam), frac[fam] * scales.get(fam, 1.0))
         peak[i], eff[i] = val
     div = np.ones(n) if split is None else np.asarray(split, dtype=np.float64)
     flops, nbytes = a.flops / div, a.bytes / div
@@ -208,7 +215,10 @@ def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfi
     bw_whole = whole.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency
     reach = np.minimum(bw, bw_whole * mfill)
     # reductions' loads in flight per SM (Little's law): their rate grows with the SMs they have
-    reach = np.minimum(reach, a.bytes_per_sm_cap * gpu.sm_count)
+    caps = bandwidth_caps(gpu.architecture, capability)
+    if caps:
+        per_sm = np.fromiter((caps.get(f, np.inf) for f in a.memory_family), dtype=np.float64, count=n)
+        reach = np.minimum(reach, per_sm * gpu.sm_count)
     ramp = cfg.half_bytes_per_sm * whole.sm_count / bw_whole
     memory = np.where(nbytes > 0, nbytes / reach + ramp, 0.0)
     floor_s = cfg.kernel_floor_old_s if gpu.architecture in OLD_ARCHITECTURES else cfg.kernel_floor_s

@@ -13,7 +13,8 @@ the weight gradient, and the data gradient it returns.
 The tracer (:mod:`gpucast.graph.tracer`) records each transpose :func:`transposes` names as an op
 of its own after the convolution (``cudnn_nchw_to_nhwc`` / ``cudnn_nhwc_to_nchw``, category
 ``copy``, launched from C++, allocating nothing the step keeps: cuDNN's workspace). Their rate is
-``achieved.yaml``'s ``transpose`` family (``bandwidth_per_sm``).
+``achieved.yaml``'s ``transpose`` family (``bandwidth_per_sm``, measured on our H200: Hopper and
+data-center Blackwell; on other GPUs the DRAM roofline).
 
 Two kinds of convolution pay none: depthwise ones (PyTorch's own NCHW kernels) and 1x1 convolutions
 of stride 1 without padding (on NCHW a GEMM per image; our H200: ResNet-50's 64->256 1x1 layer at

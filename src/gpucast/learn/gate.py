@@ -181,9 +181,14 @@ def _fmt(fig: str, v: dict | None) -> str:
     return f"{x:.1f}"
 
 
+def _row_order(key: str) -> tuple:
+    s, gpu, group = key.split("/", 2)
+    return (s, gpu, group != "all", group.lower())
+
+
 def table(cells_: dict[str, dict], only_all: bool = False) -> str:
     """The cells as one Markdown table: a row per (set, GPU, group), a column per figure."""
-    rows = [k for k in cells_ if not only_all or k.endswith("/all")]
+    rows = sorted((k for k in cells_ if not only_all or k.endswith("/all")), key=_row_order)
     figs = [f for f in FIGURES if any(f in cells_[k] for k in rows)]
     head = "| set | GPU | group | rows | " + " | ".join(FIGURES[f][2] for f in figs) + " |"
     lines = [head, "| --- | --- | --- | ---: | " + " | ".join("---:" for _ in figs) + " |"]
