@@ -140,7 +140,8 @@ def gavel_pairs(progress=None) -> list[dict]:
 
 
 def h200_runs(progress=None) -> list[dict]:
-    """Our H200 solo steps (suite h200-v1): step time, NVML utilization and process memory, each
+    """Our H200 solo steps (suite h200-v1): step time, NVML utilization, process memory and whether
+    each (every one ran) is predicted to fit, each
     job as the harness ran it, on the measuring VM's host speed fitted per collection from its
     host-bound runs (as benchmarks/h200_runs.py does)."""
     hr = _bench("h200_runs")
@@ -157,7 +158,8 @@ def h200_runs(progress=None) -> list[dict]:
                     "util": (rec["predicted_util_pct"], rec["measured_util_pct"])
                     if rec["measured_util_pct"] is not None else None,
                     "memory": (rec["predicted_memory_bytes"], rec["measured_memory_bytes"])
-                    if rec["measured_memory_bytes"] else None, "memory_hi": rec["predicted_memory_hi_bytes"]})
+                    if rec["measured_memory_bytes"] else None, "memory_hi": rec["predicted_memory_hi_bytes"],
+                    "fits": rec["predicted_fits"]})
         _tick(progress)
     return out
 

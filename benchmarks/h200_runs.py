@@ -58,7 +58,7 @@ def predict_all(rows: list[dict], cpu_speed: float | dict | None) -> list[dict]:
                     "predicted_step_s": p.step_time_s, "predicted_host_s": p.host_time_s,
                     "measured_util_pct": r["util_mean_pct"], "predicted_util_pct": p.gpu_util_pct,
                     "measured_memory_bytes": r["proc_mem_max_bytes"], "predicted_memory_bytes": p.memory_peak_bytes,
-                    "predicted_memory_hi_bytes": p.memory_interval[1]})
+                    "predicted_memory_hi_bytes": p.memory_interval[1], "predicted_fits": p.fits_in_memory})
     return out
 
 

@@ -219,8 +219,14 @@ class Stack(_Spec):
     # gpucast.estimate.achieved.attention_kernel). Out of the repr
     # for the same reason as loss.
     attention: str | None = field(default=None, repr=False)
+    # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch >= 2.1; unset: off, PyTorch's
+    # default): the caching allocator grows one segment per pool instead of making one per request
+    # (gpucast.graph.allocator). Out of the repr for the same reason as loss.
+    expandable_segments: bool | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        self._check("expandable_segments", self.expandable_segments is None
+                    or isinstance(self.expandable_segments, bool), "true or false")
         self._check("loss", self.loss is None or self.loss in LM_LOSSES, f"one of {', '.join(LM_LOSSES)}")
         self._check("attention", self.attention is None or self.attention in ATTENTION_KERNELS,
                     f"one of {', '.join(ATTENTION_KERNELS)}")

@@ -35,7 +35,8 @@ def test_device_data_with_a_benchmark_loop_reproduces_the_model_before_surroundi
     # that model had no idle-kernel term and read utilization as busy / step (NVML's tick 0),
     # and no sustained (power-capped) clock: the T4 rows were costed at its boost-clock peaks
     gpu = dataclasses.replace(gpucast.hardware.get_gpu(row["gpu"]), sustained_clock_mhz=None)
-    p = _predict(job, gpu, env=Environment.default().replace(idle_kernel_s=0.0, nvml_tick_s=0.0))
+    ex = gpucast.explain(job, gpu, env=Environment.default().replace(idle_kernel_s=0.0, nvml_tick_s=0.0))
+    p = ex.prediction
     # Reproduced to 1e-12 until issue 37's kernel model (grids on the SMs, per-architecture achieved
     # fractions; gpucast.estimate.tiles/achieved): that model only adds what a partly filled grid loses
     # and moves the steady-state fractions (convolutions 0.65 -> 0.72 of peak for a full grid,
@@ -52,8 +53,11 @@ def test_device_data_with_a_benchmark_loop_reproduces_the_model_before_surroundi
     # The tracker now holds an op's output live during the op, beside inputs freed right after
     # (gpucast.graph.memory): that can only add to the recorded peak; most for the LM's
     # vocabulary-wide logits and their gradient (lstm-lm-small +21 %).
+    # The allocated peak now also holds the cuBLAS/cuBLASLt workspaces, which PyTorch >= 1.13
+    # allocates through its caching allocator (gpucast.estimate.memory), as torch's own figure does.
     recorded = row["memory_allocated_peak_bytes"]
-    assert recorded <= p.memory_allocated_peak_bytes <= 1.25 * recorded
+    tensors = p.memory_allocated_peak_bytes - ex.estimate.memory.breakdown["cublas_workspaces"]
+    assert recorded <= tensors <= 1.25 * recorded
 
 
 def test_a_serial_expensive_loader_is_input_bound_with_low_utilization():

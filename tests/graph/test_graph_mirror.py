@@ -50,6 +50,30 @@ def test_amp_bf16_runs_convs_in_bf16_and_records_the_casts(cap):
     assert bf16.flops == fp32.flops
 
 
+def test_inference_autocast_does_not_hold_the_weights_half_copies():
+    """Autocast caches the casts of fp32 leaves that require grad while autograd records
+    (``cached_cast``, ``autocast_mode.cpp``); under ``torch.inference_mode()`` it casts at every use
+    and the copy dies after it (a CPU check: ``to`` per use there; our H200's Llama inference rows
+    allocate the fp32 weights and activations, not a bf16 copy beside them). Four 2048x2048 layers:
+    16 MiB of fp32 weight and 8 MiB of bf16 copy each."""
+    mib, n = 2**20, 2048
+
+    def model():
+        return nn.Sequential(*[nn.Linear(n, n, bias=False) for _ in range(4)])
+
+    def job(mode):
+        return Job.from_module(model, lambda b: (torch.randn(b, n),), batch_size=8, mode=mode,
+                               precision="amp-bf16", optimizer=None if mode == "infer" else "sgd",
+                               loss_fn=lambda out, inputs: out.float().sum())
+
+    infer, train = capture(job("infer")), capture(job("train"))
+    weights = 4 * n * n * 4
+    assert infer.memory.peak_allocated_bytes < weights + 2 * 8 * mib  # one layer's copy at a time
+    # training keeps every layer's copy for the autocast region: all four live at the end of the forward
+    fwd = [o.index for o in train.ops if o.phase == "fwd"]
+    assert max(train.memory.timeline[i] for i in fwd) >= weights + 4 * 8 * mib
+
+
 # --------------------------------------------------------------------------- SDPA
 _BERT = dict(batch_size=2, seq_len=32)
 

@@ -45,10 +45,10 @@ from gpucast.cluster.timeshare import modes as sharing
 # (as NVML reports them) of Gavel's jobs with their scripts' loaders and PyTorch 1.4 stack, the
 # environment refitted on the three shared sets (issue 18; refitted again after issue 25's
 # per-set hosts and library-only 1.x kernel factor, 2026-12-02, and after issue 37's kernel model,
-# 2026-12-04; both coefficients kept non-negative: B came out negative and is 0). RMSE 1.253
-# against 1.254 for a constant slowdown: utilization alone explains little of Gavel's pair
-# slowdowns.
-A = 1.1259
+# 2026-12-04, and after issue 52's FP32 GEMMs on the CUDA cores, 2026-12-06; both coefficients kept
+# non-negative: B came out negative and is 0). RMSE 1.252 against 1.254 for a constant slowdown:
+# utilization alone explains little of Gavel's pair slowdowns.
+A = 1.1419
 B = 0.0
 
 

@@ -21,7 +21,9 @@ them; ``label`` and ``conformal`` say which calibrated environment this is and i
 interval half-widths. Fittable parameters are named by field, per-GPU ones
 ``gpu_kernel_factors:<gpu>`` (:meth:`Environment.param`, :meth:`Environment.with_params`).
 
-Nothing here is a measurement of ours.
+Nothing here is a measurement of ours but the three Hopper memory fields whose source says they
+were fitted on our H200 runs (``cuda_context_lazy_hopper_bytes``, ``cublas_handle_bytes``,
+``cudnn_handle_bytes``: :mod:`gpucast.estimate.memory_context`).
 """
 
 from __future__ import annotations
@@ -164,10 +166,33 @@ class Environment:
         "share of cuDNN 8's convolution libraries is smaller: an allowance, fitted on sets whose "
         "convnets and RNNs ran with eager loading (Lucid). None with lazy loading (the used kernels "
         "are in cuda_context_lazy_bytes).", 0.7)
+    cuda_context_lazy_hopper_bytes: int = _c(
+        613 * 2**20, "bytes",
+        "The lazily loaded context on Hopper (CUDA >= 12; gpucast.estimate.memory_context), without the "
+        "cuBLAS/cuDNN handles (cublas_handle_bytes, cudnn_handle_bytes): fitted on our H200's fresh-process "
+        "runs (h200-v1, data/measurements/2026-12-04-h200*.parquet: torch 2.11.0+cu130, CUDA 13.0, driver "
+        "580.159.04; NVML process memory - torch.cuda.max_memory_reserved, least squares with the two "
+        "handle terms over the 21 runs that opened their worker process, 630-762 MiB: 613.1 MiB, with "
+        "65.5 MiB per cuBLAS and 8.4 MiB per cuDNN handle; benchmarks/h200_memory.py, held out by family "
+        "there). Other architectures keep the cited cuda_context_lazy_bytes.", 0.1)
+    cublas_handle_bytes: int = _c(
+        131 * 2**19, "bytes per handle",
+        "Device memory one cuBLAS handle allocates for itself (cublasCreate, outside PyTorch's caching "
+        "allocator; PyTorch's cuBLAS workspaces are inside it), where measured (Hopper, lazy CUDA >= 12): "
+        "fitted with cuda_context_lazy_hopper_bytes on the same H200 runs (h200-v1: torch 2.11.0+cu130, "
+        "CUDA 13.0, driver 580.159.04; benchmarks/h200_memory.py; a training step holds two handles, one "
+        "per thread): 65.5 MiB; ~60 MB per cuBLAS handle on GH200 under CUDA 12 (pika-org/pika#1234).", 0.3)
+    cudnn_handle_bytes: int = _c(
+        8_808_038, "bytes per handle",
+        "Device memory one cuDNN handle and the engine libraries it loads hold outside the caching "
+        "allocator, where measured (Hopper, lazy CUDA >= 12, cuDNN 9.19): fitted with "
+        "cuda_context_lazy_hopper_bytes on the same H200 runs (h200-v1: torch 2.11.0+cu130, CUDA 13.0, "
+        "driver 580.159.04; benchmarks/h200_memory.py; convolutional GANs, which run no cuBLAS, "
+        "630 MiB against 742 MiB for MLPs and 760-762 MiB for CNNs with a linear head): 8.4 MiB.", 0.5)
     old_gpu_context_factor: float = _c(
         0.6, "factor", "Kepler/Pascal: fewer and smaller kernel images (one or two SASS targets).")
     cudnn_benchmark_workspace_ratio: float = _c(
-        4.0, "workspace bytes per fp32 byte of a convolution's operands",
+        2.0, "workspace bytes per fp32 byte of a convolution's operands",
         "With cudnn.benchmark PyTorch (aten/src/ATen/native/cudnn/Conv_v7.cpp) times every algorithm "
         "with the largest workspace any of them asks for, then empties the allocator's cache "
         "(emptyCache after the search): what stays is the workspace of the fastest algorithm, "
@@ -178,7 +203,12 @@ class Environment:
         "the next FFT size holds ~4 fp32 bytes of spectrum per fp32 byte of the map. Workspace = "
         "ratio x 4 bytes x (input + output + filter elements), per convolution, in fp32 because "
         "PyTorch runs half convolutions with fp32 math (cudnn/Descriptors.h). Fitted on sets measured "
-        "with cudnn.benchmark on (Lucid).", 0.7)
+        "with cudnn.benchmark on (Lucid, RTX 3090, torch 1.11): 4 under the earlier allowance (live "
+        "bytes + workspace over the step's reserved peak); replayed through the caching allocator "
+        "(gpucast.graph.allocator), Lucid's 35 solo runs are flat from 0.5 to 2 (memory MAPE 6.9-7.0 %) "
+        "and worse above (2.5: 8.7 %, 4: 10.5 %, ResNet-50 AMP over-predicted by 1.4-1.7x): 2, the "
+        "largest they allow, keeps the autotuned pick above the heuristics' (EstimatorConfig."
+        "cudnn_heuristic_workspace_ratio).", 0.7)
     cudnn_fp16_workspace_factor: float = _c(
         1.25, "factor",
         "Workspace of an fp16/bf16 convolution (autocast) relative to the fp32 one of the same "

@@ -1,71 +1,71 @@
 """Device memory of a job's process, as nvidia-smi would show it at the step's peak.
 
-``total = CUDA context + allocator reserved peak + library workspaces + DDP buckets``, the
+``total = outside the allocator + the caching allocator's reserved peak (+ DDP buckets)``, the
 quantity ``nvidia-smi memory.used`` shows for the process (``allocated_peak_bytes`` is torch's
-``max_memory_allocated``, kept apart):
+``max_memory_allocated``, ``reserved_peak_bytes`` its ``max_memory_reserved``). Each term is a
+key of :attr:`MemoryEstimate.breakdown` (``gpucast explain`` shows them; they sum to the total):
 
-* CUDA context and kernel images (:class:`~gpucast.estimate.environment.Environment`), by the
-  stack's loading mode and CUDA version (:func:`cuda_context_bytes`). With lazy module loading
-  (the stack's ``lazy``: PyTorch >= 2.0 on CUDA >= 11.7, or set) only the kernels used are loaded
-  (``cuda_context_lazy_bytes``). Without it every kernel image of PyTorch, cuBLAS and cuDNN for
-  the GPU's architecture is loaded when the context is made, and how much that is depends on the
-  build: the eager extra has one tier per CUDA major version (:data:`EAGER_CONTEXT_TIERS`:
-  cu10x, cu11x, >= 12), each a fittable constant with its own prior, since each build ships its
-  own set of images (the architectures it targets, its cuBLAS and cuDNN; published figures in the
-  constants' sources), so sets measured on different builds fit different tiers.
-  Since cuDNN 8 the library loads its convolution, normalisation and RNN sub-libraries on
-  first use, so an eagerly loading step that runs cuDNN (:func:`uses_cudnn`) holds their images
-  too (``cudnn_context_eager_bytes``). Kepler/Pascal scale the whole context by
-  ``old_gpu_context_factor``. Not visible to ``torch.cuda.memory_allocated``;
-* the caching allocator's reserved peak from the trace's timeline
-  (``gpucast.graph.memory``: live tensors rounded and packed into segments);
-* cuBLAS workspaces when the step runs GEMMs: PyTorch's default per (handle, stream), 32 MiB on
-  Hopper and Blackwell and 8,519,680 bytes before (``CUBLAS_WORKSPACE_CONFIG``'s defaults), one
-  handle per thread, so two in training (the autograd engine's thread runs backward);
-* cuDNN workspaces when it runs convolutions. With ``cudnn.benchmark`` each convolution
-  allocates the workspace of the algorithm the autotuner chose at every call and frees it after
-  (PyTorch empties the cache after the search itself, so the search's larger trial workspace is
-  gone by the steady state): a transient block on top of what is live at that op. Its size is
-  ``cudnn_benchmark_workspace_ratio`` x 4 bytes x the convolution's input, output and filter
-  elements (x ``cudnn_fp16_workspace_factor`` for half convolutions); the reserved memory grows
-  only where live bytes plus that block exceed the step's reserved peak
-  (:func:`cudnn_workspace_extra_bytes`). Without benchmark the heuristics' pick, the same way
-  with the smaller ``EstimatorConfig.cudnn_heuristic_workspace_ratio``;
-* with data parallelism (``gpus > 1``), DDP's gradient buckets: one flat copy of the gradients.
+* outside the allocator (:mod:`gpucast.estimate.memory_context`): ``cuda_context`` (the context and
+  the kernel images it loaded, by the stack's loading mode, CUDA release and the architecture),
+  ``cublas_handles`` and ``cudnn_handles`` (the libraries' own memory, per handle, where measured);
+* the tensors live at the allocated peak, by class (``parameters``, ``gradients``,
+  ``optimizer_state``, ``inputs``, ``activations``, ``temporaries``);
+* ``cublas_workspaces``: PyTorch's cuBLAS workspace per (handle, stream), 32 MiB on Hopper and
+  Blackwell and 8,519,680 bytes before (``CUBLAS_WORKSPACE_CONFIG``'s defaults), plus the 1 MiB
+  cuBLASLt one from PyTorch 2.0; one handle per thread that runs GEMMs (training: the main thread and
+  the autograd engine's). From PyTorch 1.13 they are allocated through the caching allocator
+  (``CublasHandlePool.cpp``, ``getNewWorkspace``; pytorch/pytorch#83461) and kept, so they sit in its
+  segments from the first GEMM on; before, cuBLAS allocated its own, outside it;
+* ``cudnn_workspaces``: what the convolutions' workspaces add to the reserved peak. PyTorch allocates
+  a convolution's workspace from the caching allocator at every call and frees it after. With
+  ``cudnn.benchmark`` it is the autotuned algorithm's (``cudnn_benchmark_workspace_ratio`` x 4 bytes
+  x the convolution's input, output and filter elements, x ``cudnn_fp16_workspace_factor`` for half
+  convolutions; PyTorch empties the cache after the search itself, so the trial workspaces are gone by
+  the steady state), without it the heuristics' pick (``EstimatorConfig.cudnn_heuristic_workspace_ratio``);
+* ``allocator_overhead``: the rest of the reserved peak: the allocator's 512-byte rounding, its
+  segment sizes and the fragmentation of its segments. The reserved peak is the caching allocator
+  replayed over the step's allocations in order (:func:`gpucast.graph.allocator.replay`, three steps,
+  the optimizer's state made in the first step's optimizer phase, where its first ``step()`` makes it)
+  with the libraries' workspaces inserted at their ops (:func:`library_blocks`), with growing
+  segments where the stack sets ``expandable_segments``;
+* ``ddp_buckets``: with data parallelism (``gpus > 1``), DDP's gradient buckets: one flat copy of
+  the gradients.
 
-Not modelled: the eager context's dependence on the GPU within a tier (each tier is fitted on
-one set's GPU), the autotuner's trial workspaces in the first step (they reach the peak a monitor
+Not modelled: the autotuner's trial workspaces in the first step (they reach the peak a monitor
 samples only if it catches that step), which algorithm cuDNN really picks (the ratio is a typical
-size, not a per-algorithm table), cuDNN RNN workspaces, segments the allocator adds when smaller
-requests split the cached blocks of large same-size tensors (vocabulary-wide logits), NCCL's own
-buffers, other processes, MIG, ``expandable_segments``.
+size, not a per-algorithm table), cuDNN RNN workspaces, NCCL's own buffers, the allocator's
+``PYTORCH_CUDA_ALLOC_CONF`` settings other than ``expandable_segments``, several streams, other
+processes, MIG.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpucast.estimate.constants import OLD_ARCHITECTURES, EstimatorConfig
+from gpucast.estimate.constants import EstimatorConfig
 from gpucast.estimate.environment import Environment
+from gpucast.estimate.memory_context import (  # noqa: F401  (re-exported: callers import them from here)
+    EAGER_CONTEXT_TIERS, GEMM_CATEGORIES, MAIN_THREAD_PHASES, cuda_context_bytes, eager_context_field,
+    library_handle_bytes, uses_cudnn)
+from gpucast.graph.allocator import LibraryBlock, replay
 from gpucast.graph.trace import OpRecord, Trace
 from gpucast.hardware import GpuSpec
 from gpucast.job import Job
-from gpucast.surroundings import Stack, Surroundings, version_tuple
+from gpucast.surroundings import Surroundings, version_tuple
 
-# The eager context's extra over the lazy part, by the CUDA version PyTorch was built with: the
-# first tier whose bound exceeds the version (Environment field names; sources there).
-EAGER_CONTEXT_TIERS: tuple[tuple[tuple[int, ...], str], ...] = (
-    ((11,), "cuda_context_eager_extra_cu10_bytes"),   # cu92..cu102
-    ((12,), "cuda_context_eager_extra_cu11_bytes"),   # cu110..cu118
-    ((10**6,), "cuda_context_eager_extra_bytes"),     # cu12x and later
-)
 # Architectures whose cuBLAS workspace default is PyTorch's 32 MiB (CublasHandlePool.cpp).
 LARGE_CUBLAS_WORKSPACE_ARCHITECTURES = ("hopper", "blackwell")
 HALF_DTYPES = ("float16", "bfloat16")
-# gpucast.graph.memory's large-block rounding and fragmentation allowance, restated so that this
-# module does not import torch (that one does; a test checks they agree).
-K_ROUND_LARGE = 2 << 20
+# PyTorch releases that allocate the cuBLAS workspace through the caching allocator
+# (pytorch/pytorch#83461, in 1.13) and keep a cuBLASLt workspace per handle beside it (2.0 on).
+CUBLAS_WORKSPACE_IN_ALLOCATOR_FROM = (1, 13)
+CUBLASLT_WORKSPACE_FROM = (2, 0)
+# Steps the allocator is replayed over (gpucast.graph.memory.REPLAYED_STEPS, restated so that this
+# module does not import torch; a test checks they agree).
+REPLAYED_STEPS = 3
+# gpucast.graph.memory's fragmentation allowance (estimate.parallel's per-stage memory uses it).
 FRAGMENTATION = 0.05
+K_ROUND_LARGE = 2 << 20
 
 
 @dataclass
@@ -73,40 +73,18 @@ class MemoryEstimate:
     total_bytes: int
     allocated_peak_bytes: int
     reserved_peak_bytes: int
-    breakdown: dict[str, int]  # tensor classes at the peak + context, workspaces, buckets
-
-
-def eager_context_field(stack: Stack) -> str:
-    """The Environment field holding the eager context's extra for ``stack``'s CUDA version."""
-    cuda = version_tuple(stack.cuda)
-    for bound, name in EAGER_CONTEXT_TIERS:
-        if cuda < bound:
-            return name
-    return EAGER_CONTEXT_TIERS[-1][1]
-
-
-def uses_cudnn(trace: Trace) -> bool:
-    """The step runs cuDNN: a convolution, a cuDNN RNN or a batch norm (cuDNN's on CUDA)."""
-    return any(o.category in ("conv", "rnn") or "batch_norm" in o.op for o in trace.ops)
-
-
-def cuda_context_bytes(gpu: GpuSpec, env: Environment, sur: Surroundings, cudnn: bool = False) -> int:
-    """The CUDA context with the kernel images it holds: lazy, or eager by the CUDA tier, plus
-    cuDNN's sub-libraries when an eagerly loading step runs cuDNN (``cudnn``)."""
-    stack = sur.stack
-    context = env.cuda_context_lazy_bytes
-    if not stack.lazy:
-        context += getattr(env, eager_context_field(stack)) + (env.cudnn_context_eager_bytes if cudnn else 0)
-    if gpu.architecture in OLD_ARCHITECTURES:
-        context *= env.old_gpu_context_factor
-    return int(context)
+    breakdown: dict[str, int]  # tensor classes at the peak + the named terms (module docstring); sums to total
 
 
 def cublas_workspace_bytes(gpu: GpuSpec, cfg: EstimatorConfig, mode: str) -> int:
     """PyTorch's default cuBLAS workspaces: one per handle, two handles in training."""
-    per_handle = (cfg.cublas_workspace_bytes if gpu.architecture in LARGE_CUBLAS_WORKSPACE_ARCHITECTURES
-                  else cfg.cublas_workspace_pre_hopper_bytes)
-    return per_handle * (cfg.cublas_handles_train if mode == "train" else 1)
+    return cublas_handle_workspace(gpu, cfg) * (cfg.cublas_handles_train if mode == "train" else 1)
+
+
+def cublas_handle_workspace(gpu: GpuSpec, cfg: EstimatorConfig) -> int:
+    """The cuBLAS workspace of one (handle, stream) on ``gpu``."""
+    return (cfg.cublas_workspace_bytes if gpu.architecture in LARGE_CUBLAS_WORKSPACE_ARCHITECTURES
+            else cfg.cublas_workspace_pre_hopper_bytes)
 
 
 def _numel(shape) -> int:
@@ -137,40 +115,80 @@ def conv_workspace_bytes(op: OpRecord, env: Environment, benchmark: bool = True,
     return int(ws)
 
 
-def cudnn_workspace_extra_bytes(trace: Trace, env: Environment, benchmark: bool = True,
-                                cfg: EstimatorConfig | None = None) -> int:
-    """Reserved bytes beyond the step's reserved peak that the convolutions' workspaces need: the
-    largest (live bytes at a convolution + its workspace, rounded to 2 MiB as a large block,
-    with the allocator's fragmentation allowance) over the step, less the reserved peak."""
-    m = trace.memory
-    timeline = m.timeline
-    need = 0
+def cublas_in_allocator(sur: Surroundings) -> bool:
+    """PyTorch allocates the cuBLAS workspaces through its caching allocator (1.13 on)."""
+    return version_tuple(sur.stack.torch) >= CUBLAS_WORKSPACE_IN_ALLOCATOR_FROM
+
+
+def cublas_blocks(trace: Trace, gpu: GpuSpec, cfg: EstimatorConfig, sur: Surroundings) -> list[LibraryBlock]:
+    """The cuBLAS (and cuBLASLt) workspaces PyTorch allocates through the caching allocator at each
+    thread's first GEMM (none before PyTorch 1.13: cuBLAS allocated its own, outside)."""
+    if not cublas_in_allocator(sur):
+        return []
+    torch = version_tuple(sur.stack.torch)
+    per = cublas_handle_workspace(gpu, cfg)
+    out = []
+    for thread in (MAIN_THREAD_PHASES, frozenset({"bwd"})):
+        first = next((o.index for o in trace.ops if o.phase in thread and o.category in GEMM_CATEGORIES), None)
+        if first is not None:
+            out.append(LibraryBlock(first, per, persistent=True))
+            if torch >= CUBLASLT_WORKSPACE_FROM:
+                out.append(LibraryBlock(first, cfg.cublaslt_workspace_bytes, persistent=True))
+    return out
+
+
+def cudnn_blocks(trace: Trace, env: Environment, benchmark: bool, cfg: EstimatorConfig) -> list[LibraryBlock]:
+    """Every convolution's workspace, made and freed around its op."""
+    out = []
     for op in trace.ops:
-        if op.category != "conv" or op.index >= len(timeline):
-            continue
-        ws = conv_workspace_bytes(op, env, benchmark, cfg)
-        if ws <= 0:
-            continue
-        block = -(-ws // K_ROUND_LARGE) * K_ROUND_LARGE
-        need = max(need, int((timeline[op.index] + block) * (1 + FRAGMENTATION)))
-    return max(0, need - m.peak_reserved_bytes)
+        if op.category == "conv":
+            ws = conv_workspace_bytes(op, env, benchmark, cfg)
+            if ws > 0:
+                out.append(LibraryBlock(op.index, ws))
+    return out
+
+
+def library_blocks(trace: Trace, gpu: GpuSpec, cfg: EstimatorConfig, env: Environment,
+                   sur: Surroundings) -> tuple[list[LibraryBlock], list[LibraryBlock]]:
+    """(cuBLAS, cuDNN) workspaces the step allocates through the caching allocator."""
+    return cublas_blocks(trace, gpu, cfg, sur), cudnn_blocks(trace, env, sur.loop.cudnn_benchmark, cfg)
+
+
+def _reserved(trace: Trace, blocks: list[LibraryBlock], expandable: bool = False) -> tuple[int, int]:
+    """(reserved, allocated) peaks with ``blocks``: the allocator replayed when the trace kept its
+    allocation log (``expandable``: with expandable segments), else the trace's own peaks plus the
+    blocks' bytes, each rounded to 2 MiB."""
+    m = trace.memory
+    if m.allocations is not None:
+        return replay(m.allocations, tuple(blocks), REPLAYED_STEPS, expandable)
+    persistent = sum(-(-b.nbytes // K_ROUND_LARGE) * K_ROUND_LARGE for b in blocks if b.persistent)
+    transient = max((-(-b.nbytes // K_ROUND_LARGE) * K_ROUND_LARGE for b in blocks if not b.persistent), default=0)
+    return m.peak_reserved_bytes + persistent + transient, m.peak_allocated_bytes + persistent
 
 
 def device_memory(trace: Trace, job: Job, gpu: GpuSpec, cfg: EstimatorConfig, env: Environment,
                   sur: Surroundings) -> MemoryEstimate:
     m = trace.memory
-    context = cuda_context_bytes(gpu, env, sur, uses_cudnn(trace))
-    cats = {o.category for o in trace.ops}
-    workspace = cublas_workspace_bytes(gpu, cfg, job.mode) if cats & {"matmul", "attention", "rnn"} else 0
-    if "conv" in cats:
-        workspace += cudnn_workspace_extra_bytes(trace, env, sur.loop.cudnn_benchmark, cfg)
+    outside = {"cuda_context": cuda_context_bytes(gpu, env, sur, uses_cudnn(trace))}
+    outside.update(library_handle_bytes(trace, gpu, env, sur))
+    cublas, cudnn = library_blocks(trace, gpu, cfg, env, sur)
+    expandable = bool(sur.stack.expandable_segments) and m.allocations is not None
+    reserved_blas, allocated = _reserved(trace, cublas, expandable)
+    # the trace's own peak is the default allocator's: a floor only for it
+    reserved_blas = max(reserved_blas, m.peak_allocated_bytes if expandable else m.peak_reserved_bytes)
+    reserved = max(_reserved(trace, cublas + cudnn, expandable)[0], reserved_blas) if cudnn else reserved_blas
+    blas_bytes = sum(b.nbytes for b in cublas)
+    gemms = bool({o.category for o in trace.ops} & GEMM_CATEGORIES)
+    own_blas = cublas_workspace_bytes(gpu, cfg, job.mode) if gemms and not cublas_in_allocator(sur) else 0
     buckets = trace.gradient_bytes if job.gpus > 1 and job.mode == "train" else 0
     breakdown = dict(m.at_peak)
-    breakdown["allocator_overhead"] = m.peak_reserved_bytes - m.peak_allocated_bytes
-    breakdown["cuda_context"] = context
-    breakdown["workspaces"] = workspace
+    tensors = sum(breakdown.values())
+    breakdown["cublas_workspaces"] = blas_bytes + own_blas
+    breakdown["cudnn_workspaces"] = reserved - reserved_blas
+    breakdown["allocator_overhead"] = reserved_blas - tensors - blas_bytes
+    breakdown.update(outside)
     if buckets:
         breakdown["ddp_buckets"] = buckets
-    total = context + m.peak_reserved_bytes + workspace + buckets
-    return MemoryEstimate(total_bytes=int(total), allocated_peak_bytes=m.peak_allocated_bytes,
-                          reserved_peak_bytes=m.peak_reserved_bytes, breakdown=breakdown)
+    total = sum(outside.values()) + reserved + own_blas + buckets
+    return MemoryEstimate(total_bytes=int(total), allocated_peak_bytes=int(max(allocated, m.peak_allocated_bytes)),
+                          reserved_peak_bytes=int(reserved), breakdown={k: int(v) for k, v in breakdown.items()})

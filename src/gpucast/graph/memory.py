@@ -10,12 +10,14 @@ Model, term by term:
 * Each allocation is rounded up as ``CUDACachingAllocator::round_size`` does: to a multiple
   of 512 bytes (``kMinBlockSize``). The sum of live rounded sizes is what
   ``torch.cuda.memory_allocated`` reports; its maximum is ``max_memory_allocated``.
-* Reserved memory (``max_memory_reserved``, what the process holds from the driver): small
-  allocations (<= 1 MiB, ``kSmallSize``) come from 2 MiB segments (``kSmallBuffer``);
-  allocations up to 10 MiB (``kMinLargeAlloc``) from 20 MiB segments (``kLargeBuffer``);
-  larger ones are rounded to 2 MiB (``kRoundLarge``). Segments are reused across the step,
-  so reserved = allocated peak + the tail waste of the segments live at the peak, plus
-  a fragmentation allowance (``FRAGMENTATION``) for blocks that cannot be coalesced.
+* Reserved memory (``max_memory_reserved``, what the process holds from the driver): the step's
+  allocations and frees, in the order the capture saw them, replayed through the caching
+  allocator's pools, block splitting and segment sizes (:mod:`gpucast.graph.allocator`) over
+  :data:`REPLAYED_STEPS` steps, the optimizer's state made at the first step's optimizer phase
+  (where its first ``step()`` makes it, between the blocks backward freed). Freed blocks of
+  different segments never merge, so reserved exceeds the allocated peak by the segments a
+  later, larger request could not reuse (the report's ``allocations`` keeps the log, so that
+  ``gpucast.estimate.memory`` replays it again with the libraries' workspaces).
 * Classes: storages live before the step are parameters, optimizer state or inputs;
   storages created in the forward/loss phases are activations; storages that end up as
   ``.grad`` are gradients; everything else created in backward/optimizer is temporaries.
@@ -32,38 +34,20 @@ from dataclasses import dataclass
 
 import torch
 
+from gpucast.graph.allocator import (  # noqa: F401  (round_size and the constants are re-exported)
+    K_LARGE_BUFFER, K_MIN_BLOCK_SIZE, K_MIN_LARGE_ALLOC, K_ROUND_LARGE, K_SMALL_BUFFER, K_SMALL_SIZE,
+    AllocationLog, replay, round_size, segment_size)
 from gpucast.graph.trace import MEMORY_CLASSES, MemoryReport
 
-# Source for the constants: c10/cuda/CUDACachingAllocator.cpp (PyTorch 2.x).
-K_MIN_BLOCK_SIZE = 512
-K_SMALL_SIZE = 1 << 20
-K_SMALL_BUFFER = 2 << 20
-K_MIN_LARGE_ALLOC = 10 << 20
-K_LARGE_BUFFER = 20 << 20
-K_ROUND_LARGE = 2 << 20
-# Share of the allocated peak lost to blocks that cannot be split or coalesced. Typical
-# max_memory_reserved / max_memory_allocated ratios of 1.02-1.10 in training loops;
-# calibrate against measurements (gpucast.learn).
+# The allocator's constants (c10/cuda/CUDACachingAllocator.cpp) live in gpucast.graph.allocator.
+# Steps the allocator is replayed over: the first (the optimizer's state appears) and two more,
+# by which the segments a step needs are all cached (a training loop's reserved memory is flat
+# after its first steps).
+REPLAYED_STEPS = 3
+# Share of the allocated peak lost to blocks that cannot be split or coalesced, for estimates that
+# have no allocation log to replay (gpucast.estimate.parallel's per-stage memory): typical
+# max_memory_reserved / max_memory_allocated ratios of 1.02-1.10 in training loops.
 FRAGMENTATION = 0.05
-
-
-def round_size(nbytes: int) -> int:
-    """The allocator's block size for a request (``round_size``); an empty tensor gets no block
-    (``CUDACachingAllocator::allocate`` skips ``malloc`` for size 0)."""
-    if nbytes == 0:
-        return 0
-    if nbytes < K_MIN_BLOCK_SIZE:
-        return K_MIN_BLOCK_SIZE
-    return K_MIN_BLOCK_SIZE * ((nbytes + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE)
-
-
-def segment_size(block: int) -> int:
-    """The segment ``cudaMalloc`` would be asked for to hold a block (``get_allocation_size``)."""
-    if block <= K_SMALL_SIZE:
-        return K_SMALL_BUFFER
-    if block < K_MIN_LARGE_ALLOC:
-        return K_LARGE_BUFFER
-    return K_ROUND_LARGE * ((block + K_ROUND_LARGE - 1) // K_ROUND_LARGE)
 
 
 @dataclass(slots=True)
@@ -89,6 +73,9 @@ class MemoryTracker:
         self._allocs: dict[int, _Alloc] = {}  # storage id -> its current allocation
         self._all: list[_Alloc] = []  # every allocation, in order (storage ids are reused)
         self._refs: list[weakref.ref] = []
+        # Allocations and frees in the order they happened: i + 1 when allocation i is made,
+        # -(i + 1) when it is freed (what the caching allocator replay needs).
+        self._events: list[int] = []
 
     def _key(self, t: torch.Tensor) -> int:
         return t.untyped_storage()._cdata
@@ -110,9 +97,12 @@ class MemoryTracker:
         rec = _Alloc(storage.nbytes(), cls, -1 if before_step else max(self._clock() - 1, 0))  # the op that made it
         self._allocs[key] = rec
         self._all.append(rec)
+        index = len(self._all)
+        self._events.append(index)
 
-        def _freed(_ref, rec=rec):
+        def _freed(_ref, rec=rec, index=index):
             rec.end = self._clock()
+            self._events.append(-index)
 
         self._refs.append(weakref.ref(storage, _freed))
 
@@ -151,16 +141,15 @@ class MemoryTracker:
         peak_op = max(peak_slot - 1, 0)
         at_peak = dict.fromkeys(MEMORY_CLASSES, 0)
         totals = dict.fromkeys(MEMORY_CLASSES, 0)
-        segments: dict[int, int] = {}
         for a in allocs:
             size = round_size(a.nbytes)
             totals[a.cls] += size
             start, end = _slots(a, n_ops)
             if start <= peak_slot < end:
                 at_peak[a.cls] += size
-                segments[size] = segments.get(size, 0) + 1
         peak = int(live[peak_slot]) if len(live) else 0
-        reserved = _reserved(segments, peak)
+        log = self.log(phases)
+        reserved = max(peak, replay(log, steps=REPLAYED_STEPS)[0])
         return MemoryReport(
             peak_allocated_bytes=peak,
             peak_reserved_bytes=reserved,
@@ -170,7 +159,22 @@ class MemoryTracker:
             totals=totals,
             timeline=live[1:].tolist(),
             at_backward_start=dict(at_backward_start or {}),
+            allocations=log,
         )
+
+    def log(self, phases: list[str]) -> AllocationLog:
+        """The step's allocations for the caching allocator's replay (:mod:`gpucast.graph.allocator`):
+        the storages live before the step first, the optimizer's state made at the first step's
+        optimizer phase (its first ``step()`` creates it), then the step's allocations and frees in
+        the order the capture saw them."""
+        allocs = self._all
+        before = [i for i, a in enumerate(allocs) if a.start < 0 and a.cls != "optimizer_state"]
+        late = [i for i, a in enumerate(allocs) if a.start < 0 and a.cls == "optimizer_state"]
+        step = [e for e in self._events if allocs[abs(e) - 1].start >= 0]
+        late_at = next((j for j, e in enumerate(step) if e > 0 and allocs[e - 1].start < len(phases)
+                        and phases[allocs[e - 1].start] == "optim"), len(step))
+        return AllocationLog(sizes=[a.nbytes for a in allocs], starts=[a.start for a in allocs],
+                             ends=[a.end for a in allocs], events=step, before=before, late=late, late_at=late_at)
 
 
 def _slots(a: _Alloc, n_ops: int) -> tuple[int, int]:
@@ -179,13 +183,3 @@ def _slots(a: _Alloc, n_ops: int) -> tuple[int, int]:
     start = a.start + 1
     end = a.end + 1 if a.end >= 0 else n_ops + 1
     return start, min(max(end, start + 1), n_ops + 1)
-
-
-def _reserved(blocks: dict[int, int], allocated_peak: int) -> int:
-    """Reserved bytes for the blocks live at the peak (size -> count)."""
-    small = sum(size * n for size, n in blocks.items() if size <= K_SMALL_SIZE)
-    large_mid = sum(size * n for size, n in blocks.items() if K_SMALL_SIZE < size < K_MIN_LARGE_ALLOC)
-    big = sum(segment_size(size) * n for size, n in blocks.items() if size >= K_MIN_LARGE_ALLOC)
-    small_seg = -(-small // K_SMALL_BUFFER) * K_SMALL_BUFFER
-    mid_seg = -(-large_mid // K_LARGE_BUFFER) * K_LARGE_BUFFER
-    return int(max(allocated_peak, small_seg + mid_seg + big) * (1 + FRAGMENTATION))

@@ -6,7 +6,12 @@ Tracing runs on the meta device, where four things differ from a CUDA run:
   (a ``TorchFunctionMode``) applies CUDA autocast's op lists itself: functions on the
   lower-precision list get their floating inputs cast to the AMP dtype, functions on the
   fp32 list get them cast to fp32, and "promote" functions run in the widest input dtype.
-  Casts of leaf tensors (parameters) are cached for the region, as autocast caches them.
+  Casts of leaf tensors (parameters) are cached for the region, as autocast caches them when
+  autograd records (``cached_cast`` in ``aten/src/ATen/autocast_mode.cpp``: fp32 leaves that
+  require grad); ``cache_casts=False`` casts them at every use and frees the copy after it, as
+  autocast does under ``torch.inference_mode()`` (the weights' half copies are not held: our H200
+  inference rows allocate fp32 Llama weights plus the activations, torch 2.11; a CPU autocast check
+  in torch 2.14 shows one ``to`` per use there, one per region under ``no_grad``).
   The casts are real ``aten._to_copy`` ops, so the trace records them and autograd records
   their backward. Lists: PyTorch's autocast documentation ("CUDA Ops that can autocast to
   float16 / to float32", ``aten/src/ATen/autocast_mode.cpp``). A function the mode cannot
@@ -152,12 +157,14 @@ class CudaMirror(TorchFunctionMode):
 
     ``amp_dtype`` is ``torch.float16``/``torch.bfloat16`` for AMP, or None (no autocast).
     ``on_rnn(entering: bool)`` is called around RNN calls (the recorder marks their ops).
+    ``cache_casts``: keep the parameters' casts for the region (autocast with autograd recording).
     """
 
-    def __init__(self, amp_dtype: torch.dtype | None = None, on_rnn=None) -> None:
+    def __init__(self, amp_dtype: torch.dtype | None = None, on_rnn=None, cache_casts: bool = True) -> None:
         super().__init__()
         self.amp_dtype = amp_dtype
         self.on_rnn = on_rnn
+        self.cache_casts = cache_casts
         self._cache: dict[int, torch.Tensor] = {}
 
     def __enter__(self):
@@ -217,7 +224,7 @@ class CudaMirror(TorchFunctionMode):
     def _cast(self, obj, target):
         if isinstance(obj, torch.Tensor):
             if obj.dtype in _CASTABLE and obj.dtype != target and obj.device.type == "meta":
-                if obj.is_leaf and obj.requires_grad:
+                if self.cache_casts and obj.is_leaf and obj.requires_grad:
                     cached = self._cache.get(id(obj))
                     if cached is None:
                         cached = self._cache[id(obj)] = obj.to(target)

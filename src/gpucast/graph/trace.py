@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from gpucast.graph.allocator import AllocationLog
     from gpucast.graph.blocks import BlockLayout
 
 PHASES = ("fwd", "loss", "bwd", "optim")
@@ -66,7 +67,8 @@ class MemoryReport:
     ``at_peak``: bytes live at the peak, by class. ``timeline``: live allocated bytes
     after each op (a list aligned with ``Trace.ops``). ``at_backward_start``: bytes live by
     class when backward begins (training only; empty for inference): the activations there are
-    what autograd saved for backward plus the forward's output and the loss.
+    what autograd saved for backward plus the forward's output and the loss. ``allocations``:
+    the step's allocations and frees in order, which the caching allocator is replayed over.
     """
 
     peak_allocated_bytes: int
@@ -77,6 +79,9 @@ class MemoryReport:
     totals: dict[str, int]
     timeline: list[int] = field(repr=False, default_factory=list)
     at_backward_start: dict[str, int] = field(default_factory=dict)
+    # The step's allocations in order (gpucast.graph.allocator.AllocationLog), for replaying the
+    # caching allocator with the libraries' workspaces; None where no capture made one.
+    allocations: "AllocationLog | None" = field(default=None, repr=False, compare=False)
 
 
 @dataclass

@@ -9,7 +9,9 @@ allocated; a 7B-parameter model costs no memory), then runs one steady-state ste
   2.0; before 2.0 ``zero_grad()`` zeroed every gradient in place (``set_to_none=False``, the 1.x
   default: one ``zero_`` per parameter from Python), so the gradients stay allocated across
   steps and the backward accumulates into them (one ``add_`` per parameter from the engine);
-* inference: forward only, under ``torch.no_grad()``.
+* inference: forward only, under ``torch.no_grad()``, with autocast's weight casts made at every
+  use and not kept, as under ``torch.inference_mode()`` (``gpucast.graph.mirror``), which is how
+  ``gpucast profile`` and PyTorch's recommended inference loops run it.
 
 Precision ``bf16``/``fp16`` (pure half precision) casts the model's floating weights and inputs
 before the step, as FSDP's ``MixedPrecision(param_dtype=...)`` and DeepSpeed's/Megatron-LM's bf16
@@ -368,7 +370,7 @@ def _capture(job: Job) -> Trace:
     watch = BlockWatch(rec, model, blocks) if blocks else None
     regions = None
     amp = AMP_DTYPES.get(job.precision)
-    mirror = CudaMirror(amp_dtype=amp, on_rnn=rec.on_rnn)
+    mirror = CudaMirror(amp_dtype=amp, on_rnn=rec.on_rnn, cache_casts=train)
     with rec:
         if train:
             with mirror:

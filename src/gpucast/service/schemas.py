@@ -70,6 +70,9 @@ class StackSpec(BaseModel):
         None, description="The fused attention kernel: 'flash2' (PyTorch's SDPA flash kernel), 'flash3' (the "
                           "flash-attn 3 package's Hopper kernels) or 'cudnn' (cuDNN's fused attention); unset: "
                           "PyTorch's default for stack.torch on the GPU (cuDNN on Hopper from 2.11, else flash2).")
+    expandable_segments: Optional[bool] = Field(
+        None, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator grows one "
+                          "segment per pool (unset: off, PyTorch's default).")
 
 
 Sharding = Literal["ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "fsdp-hybrid"]

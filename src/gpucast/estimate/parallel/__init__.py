@@ -50,7 +50,7 @@ from gpucast.estimate.constants import EstimatorConfig
 from gpucast.estimate.environment import Environment
 from gpucast.estimate.loader import loader_cost
 from gpucast.estimate.kernels import OpArrays, kernel_times
-from gpucast.estimate.memory import cublas_workspace_bytes, cuda_context_bytes
+from gpucast.estimate.memory import cublas_workspace_bytes, cuda_context_bytes, library_handle_bytes
 from gpucast.estimate.nvml import held_share, reported_share
 from gpucast.estimate.parallel.activations import StageActivations, stage_activations
 from gpucast.estimate.parallel.checks import check_plan
@@ -237,7 +237,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     u, h = utils(base)
     corner_u = [utils(c) for c in corners]
     # ------------------------------------------------------------------ memory of the busiest rank
-    context = cuda_context_bytes(gpu, env, prep.surroundings)
+    context = cuda_context_bytes(gpu, env, prep.surroundings) + sum(
+        library_handle_bytes(trace, gpu, env, prep.surroundings).values())
     workspaces = cublas_workspace_bytes(gpu, cfg, job.mode)
     communicators = int(t > 1) + int(p > 1) + int(d > 1) + int(place.dp_across.n > 1)
     mems = []
