@@ -147,11 +147,13 @@ def h200_runs(progress=None) -> list[dict]:
     hr = _bench("h200_runs")
     rows = hr.load(OURS)
     host_bound = [r for r in rows if r["util_mean_pct"] is not None and r["util_mean_pct"] < hr.HOST_BOUND_UTIL_PCT]
-    speeds = {c: v for c, (v, _) in hr.fit_by_collection(hr.predict_all(host_bound, None)).items()}
-    pooled = hr.fit_cpu_speed(hr.predict_all(host_bound, None))[0]
+    base = hr.predict_all(host_bound, None)
+    pooled = hr.fit_cpu_speed(base)[0]
+    fitted = {c: v for c, (v, _) in hr.fit_by_collection(base).items()}
+    speeds = {r["collection"]: fitted.get(r["collection"], pooled) for r in rows}
     out = []
     for r in rows:
-        rec = hr.predict_all([r], {r["collection"]: speeds.get(r["collection"], pooled)})[0]
+        rec = hr.predict_all([r], speeds)[0]
         group = f"{rec['family']} {'amp' if rec['precision'].startswith('amp') else rec['precision']}"
         out.append({"gpu": r["gpu_name"], "group": group,
                     "time": (rec["predicted_step_s"], rec["measured_step_s"]),
@@ -166,16 +168,10 @@ def h200_runs(progress=None) -> list[dict]:
 
 def h200_kernels(progress=None) -> list[dict]:
     """Our H200 single kernels (GEMMs, FP8, attention, convolutions, norms, memory-bound ops),
-    grouped by kind as benchmarks/h200_kernels.py groups them (the group's first word)."""
+    grouped by the section they were measured in (benchmarks/h200_kernels.py groups them finer)."""
     hk = _bench("h200_kernels")
-    out = []
-    for f in sorted((OURS / "kernels").glob("*.csv")):
-        for row in csv.DictReader(f.open()):
-            if not row["median_us"]:
-                continue
-            t = hk.predict(row)
-            if t is not None:
-                out.append({"gpu": "h200", "group": row["section"], "time": (t, float(row["median_us"]) * 1e-6)})
+    out = [{"gpu": "h200", "group": r["section"], "time": (r["predicted_us"], r["measured_us"])}
+           for r in hk.predict_rows(sorted((OURS / "kernels").glob("*.csv")))]
     _tick(progress)
     return out
 

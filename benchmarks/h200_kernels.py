@@ -206,15 +206,8 @@ def group_of(row: dict) -> str:
     return f"{op} {dt}, {size}"
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--data", type=Path, default=DATA)
-    a = ap.parse_args(argv)
-    files = sorted(a.data.glob("*.csv"))
-    if not files:
-        print(f"error: no kernel measurements under {a.data}", file=sys.stderr)
-        return 2
+def predict_rows(files: list[Path]) -> list[dict]:
+    """Every measured row of ``files`` the model has an op for, with its predicted time."""
     out = []
     for f in files:
         for row in csv.DictReader(f.open()):
@@ -227,6 +220,19 @@ def main(argv=None) -> int:
             out.append({"file": f.name, "section": row["section"], "op": row["op"], "dtype": row["dtype"],
                         "shape": row["shape"], "backend": row["backend"], "measured_us": round(meas * 1e6, 3),
                         "predicted_us": round(t * 1e6, 3), "ratio": round(t / meas, 4), "group": group_of(row)})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--data", type=Path, default=DATA)
+    a = ap.parse_args(argv)
+    files = sorted(a.data.glob("*.csv"))
+    if not files:
+        print(f"error: no kernel measurements under {a.data}", file=sys.stderr)
+        return 2
+    out = predict_rows(files)
     groups: dict[str, list[float]] = {}
     for r in out:
         groups.setdefault(r["group"], []).append(r["ratio"])
