@@ -6,7 +6,7 @@ model's tiles, waves and achieved fractions must hold on Hopper, so they are che
 BatchNorm, elementwise ops at CNN shapes, NCHW depthwise convolutions and grouped-query decode
 attention by their medians. The groups the model still misses (decode-sized GEMMs, short
 FlashAttention-2, the 3-channel stem, channels-last depthwise convolutions, NCHW convolutions at
-batch 32) are in the README and are not asserted here.
+batch 32) are in docs/accuracy.md and are not asserted here.
 """
 
 from __future__ import annotations
