@@ -141,3 +141,16 @@ def test_tf32_is_the_jobs_choice_or_its_releases_default():
     assert achieved.matmul_family("matmul", "float32", False) == "matmul_fp32"
     assert achieved.matmul_family("matmul", "float32", True) == "matmul"
     assert achieved.matmul_family("matmul", "bfloat16", False) == "matmul"
+
+
+def test_a_network_s_first_layer_is_the_stem_family_and_other_convolutions_are_not():
+    from gpucast.estimate.achieved import family_of
+
+    stem = ((32, 3, 224, 224), (64, 3, 7, 7))
+    assert family_of("conv", "convolution", "float32", stem) == "conv_stem"
+    grad = ((32, 64, 112, 112), (32, 3, 224, 224), (64, 3, 7, 7))
+    assert family_of("conv", "convolution_backward", "float32", grad) == "conv_stem_backward"
+    assert family_of("conv", "convolution", "float32", ((32, 64, 56, 56), (64, 64, 3, 3))) == "conv"
+    # a grouped layer of 3 channels per group, a transposed layer out to an image: not a stem
+    assert family_of("conv", "convolution", "float32", ((32, 96, 56, 56), (96, 3, 3, 3))) == "conv"
+    assert family_of("conv", "convolution", "float32", ((32, 64, 32, 32), (64, 3, 4, 4))) == "conv"

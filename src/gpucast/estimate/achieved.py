@@ -39,6 +39,11 @@ memory, no tensor cores); their fraction is of the FP32 vector peak (:data:`CUDA
 measured on our H200 and carried to other architectures at the same rate per SM and clock (the
 kernel is bound by instruction issue, four warp instructions per SM clock since Volta).
 
+A network's first convolution, over an image's 3 channels (:func:`is_stem`), runs far below the
+tensor cores' rate whatever the dtype (cuDNN wants input channels in multiples of 8 or 4); its
+fraction (``conv_stem`` and its backward) is of the FP32 vector peak, measured on our H200 and
+carried to other architectures as the depthwise kernels' are (the same rate per SM and clock).
+
 Not modelled: channels-last depthwise convolutions (cuDNN's kernels, several times faster on the
 H200: traces do not know the layout), fp16 workloads that PyTorch sends to cuDNN's depthwise
 kernels; differences between cuBLAS/cuDNN releases within an architecture (one figure per
@@ -59,9 +64,19 @@ import yaml
 from gpucast.graph.layouts import is_depthwise as _depthwise_shapes
 
 FAMILIES = ("matmul", "matmul_fp32", "matmul_fp8", "conv", "conv_depthwise", "conv_depthwise_backward",
-            "attention", "attention_backward", "rnn", "other")
+            "conv_stem", "conv_stem_backward", "attention", "attention_backward", "rnn", "other")
 # Families whose kernels run on the CUDA cores (no tensor cores): their fraction is of the FP32 vector peak.
-CUDA_CORE_FAMILIES = frozenset({"matmul_fp32", "conv_depthwise", "conv_depthwise_backward"})
+CUDA_CORE_FAMILIES = frozenset({"matmul_fp32", "conv_depthwise", "conv_depthwise_backward",
+                                "conv_stem", "conv_stem_backward"})
+# Families whose kernels are not tiled GEMMs on the tensor cores, so the grid model
+# (gpucast.estimate.tiles) does not apply: their fraction was measured at the whole problem.
+UNTILED_FAMILIES = frozenset({"conv_depthwise", "conv_depthwise_backward", "conv_stem", "conv_stem_backward"})
+# A convolution over this many input channels or fewer (one group) is an image network's first layer,
+# which cuDNN cannot feed to the tensor cores at their rate: their convolutions want the input
+# channels in multiples of 8 (FP16/BF16) or 4 (TF32), and a 3-channel image is padded or gathered
+# pixel by pixel (NVIDIA Deep Learning Performance Guide, 'Convolutional Layers: Channels In and Out';
+# MLPerf ResNet-50 submissions pad the image to 4 channels for cuDNN's C=4 first-layer kernels).
+STEM_MAX_CHANNELS = 4
 # achieved.yaml's levels, most specific first: a GPU takes a family from the first that lists it.
 LEVELS = ("compute_capability", "architecture", "reference")
 # PyTorch releases whose torch.backends.cuda.matmul.allow_tf32 defaulted to True (TF32 came in 1.7;
@@ -201,13 +216,26 @@ def is_depthwise(op: str, shapes: tuple) -> bool:
         return False
 
 
+def is_stem(op: str, shapes: tuple) -> bool:
+    """A convolution over at most :data:`STEM_MAX_CHANNELS` input channels in one group (an image
+    network's first layer: the input's and the weight's channels agree)."""
+    try:
+        x, w = (shapes[1], shapes[2]) if op.endswith("backward") else (shapes[0], shapes[1])
+        return len(w) >= 3 and x[1] == w[1] and 0 < x[1] <= STEM_MAX_CHANNELS
+    except (IndexError, TypeError):
+        return False
+
+
 def family_of(category: str, op: str = "", dtype: str = "", shapes: tuple = ()) -> str:
     """The kernel family of an op (anything not a library family is ``other``; a fused attention
     op's backward is ``attention_backward``, a GEMM on FP8 operands ``matmul_fp8``, a depthwise
     convolution ``conv_depthwise`` or ``conv_depthwise_backward``: PyTorch's own CUDA-core kernels
-    for NCHW tensors, not cuDNN's implicit GEMMs)."""
+    for NCHW tensors, not cuDNN's implicit GEMMs; a convolution over an image's few channels
+    ``conv_stem`` or ``conv_stem_backward``)."""
     if category == "conv" and is_depthwise(op, shapes):
         return "conv_depthwise_backward" if op.endswith("backward") else "conv_depthwise"
+    if category == "conv" and is_stem(op, shapes):
+        return "conv_stem_backward" if op.endswith("backward") else "conv_stem"
     if category == "attention" and op.endswith("backward"):
         return "attention_backward"
     if category == "matmul" and dtype.startswith("float8"):

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucast.estimate import tiles
-from gpucast.estimate.achieved import (CUDA_CORE_FAMILIES, attention_kernel, bandwidth_caps, capability_key,
-                                       family_of, fractions, matmul_family, matmul_tf32_by_default,
+from gpucast.estimate.achieved import (CUDA_CORE_FAMILIES, UNTILED_FAMILIES, attention_kernel, bandwidth_caps,
+                                       capability_key, family_of, fractions, matmul_family, matmul_tf32_by_default,
                                        memory_family_of)
 from gpucast.estimate.constants import OLD_ARCHITECTURES, EstimatorConfig
 from gpucast.graph.trace import Trace
@@ -144,7 +144,7 @@ def whole_gpu(gpu: GpuSpec) -> GpuSpec:
 
 
 def _fills(trace: Trace, gpu: GpuSpec, whole: GpuSpec, arch_rate: np.ndarray, cfg: EstimatorConfig,
-           split) -> tuple[np.ndarray, np.ndarray]:
+           split, families: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per op: ``phi``, the share of its family's steady rate its grid reaches on ``gpu`` (a slice of
     ``whole``, or ``whole`` itself) (:mod:`gpucast.estimate.tiles`; 1 for ops the grid model does
     not know), and the share of the DRAM bandwidth its blocks reach."""
@@ -156,11 +156,11 @@ def _fills(trace: Trace, gpu: GpuSpec, whole: GpuSpec, arch_rate: np.ndarray, cf
     cache: dict = {}
     for i, o in enumerate(trace.ops):
         t = int(split[i]) if split is not None else 1
-        key = (o.op, o.shapes, o.out_shapes, o.category, t, arch_rate[i])
+        key = (o.op, o.shapes, o.out_shapes, o.category, t, arch_rate[i], families[i])
         got = cache.get(key)
         if got is None:
             f, ctas = 1.0, 0
-            if o.flops > 0 and o.category in LIBRARY_CATEGORIES:
+            if o.flops > 0 and o.category in LIBRARY_CATEGORIES and families[i] not in UNTILED_FAMILIES:
                 probs = tiles.gemm_problems(o.op, o.shapes, o.out_shapes)
                 if probs:
                     if t > 1:
@@ -209,7 +209,7 @@ def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfi
     div = np.ones(n) if split is None else np.asarray(split, dtype=np.float64)
     flops, nbytes = a.flops / div, a.bytes / div
     whole = whole_gpu(gpu)
-    phi, mfill = _fills(trace, gpu, whole, peak * eff, cfg, None if split is None else div)
+    phi, mfill = _fills(trace, gpu, whole, peak * eff, cfg, None if split is None else div, a.family)
     compute = np.where(flops > 0, flops / (peak * eff * phi) + cfg.compute_ramp_s, 0.0)
     bw = gpu.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency
     bw_whole = whole.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency
