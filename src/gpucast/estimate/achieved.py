@@ -206,12 +206,16 @@ def memory_family_of(category: str, op: str = "", dtype: str = "") -> str:
     return ""
 
 
+def _input_and_weight(op: str, shapes: tuple) -> tuple:
+    """A convolution op's input and weight shapes (its backward's come after the output gradient)."""
+    return (shapes[1], shapes[2]) if op.endswith("backward") else (shapes[0], shapes[1])
+
+
 def is_depthwise(op: str, shapes: tuple) -> bool:
     """A depthwise convolution: one input channel per group, more than one group (the weight's
     second dimension is 1 and the input has several channels)."""
     try:
-        x, w = (shapes[1], shapes[2]) if op.endswith("backward") else (shapes[0], shapes[1])
-        return _depthwise_shapes(x, w)
+        return _depthwise_shapes(*_input_and_weight(op, shapes))
     except (IndexError, TypeError):
         return False
 
@@ -220,7 +224,7 @@ def is_stem(op: str, shapes: tuple) -> bool:
     """A convolution over at most :data:`STEM_MAX_CHANNELS` input channels in one group (an image
     network's first layer: the input's and the weight's channels agree)."""
     try:
-        x, w = (shapes[1], shapes[2]) if op.endswith("backward") else (shapes[0], shapes[1])
+        x, w = _input_and_weight(op, shapes)
         return len(w) >= 3 and x[1] == w[1] and 0 < x[1] <= STEM_MAX_CHANNELS
     except (IndexError, TypeError):
         return False

@@ -156,7 +156,7 @@ def _fills(trace: Trace, gpu: GpuSpec, whole: GpuSpec, arch_rate: np.ndarray, cf
     cache: dict = {}
     for i, o in enumerate(trace.ops):
         t = int(split[i]) if split is not None else 1
-        key = (o.op, o.shapes, o.out_shapes, o.category, t, arch_rate[i], families[i])
+        key = (o.op, o.shapes, o.out_shapes, o.category, t, arch_rate[i])
         got = cache.get(key)
         if got is None:
             f, ctas = 1.0, 0
