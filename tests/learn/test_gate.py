@@ -146,3 +146,12 @@ def test_a_baseline_revision_still_saying_why_fails_even_a_partial_check(tmp_pat
     assert any("still says 'WHY:'" in p for p in mod.check_docs(baseline))
     log.write_text(f"## Revision {rev} (today)\n\nThe GEMM fraction moved, because ...\n", encoding="utf-8")
     assert mod.check_docs(baseline) == []
+
+
+def test_the_answered_share_counts_rows_gpucast_could_not_express():
+    recs = [{"gpu": "h100", "answered": True, "time": (2.0, 1.0)}, {"gpu": "h100", "answered": False},
+            {"gpu": "h100", "answered": False}, {"gpu": "h100", "answered": True, "time": (1.0, 1.0)}]
+    f = gate.figures(recs)
+    assert f["answered"] == {"value": 50.0, "n": 4}
+    assert f["time_mdape"]["n"] == 2                # only the answered rows carry a time
+    assert gate.band("answered", 4) == 25.0           # a share: one row may flip

@@ -51,11 +51,12 @@ FIGURES: dict[str, tuple[float, str, str]] = {
     "memory_ratio": (0.01, "log1", "memory pred/meas"),
     "memory_cover": (0.0, "higher", "memory under interval top %"),
     "no_fit": (0.0, "lower", "ran, predicted not to fit %"),
+    "answered": (0.0, "higher", "answered %"),
     "speed_mae": (0.003, "lower", "co-located speed MAE"),
 }
 BANDS = {k: v[0] for k, v in FIGURES.items()}
 # Share figures (per cent of rows) also allow one row to flip: their band is max(band, 100 / rows).
-SHARE_FIGURES = frozenset({"memory_under", "memory_cover", "no_fit"})
+SHARE_FIGURES = frozenset({"memory_under", "memory_cover", "no_fit", "answered"})
 
 
 def _pairs(records: list[dict], key: str) -> list[tuple[float, float]]:
@@ -91,6 +92,9 @@ def figures(records: list[dict]) -> dict[str, dict]:
     fits = [bool(r["fits"]) for r in records if r.get("fits") is not None]
     if fits:
         out["no_fit"] = {"value": 100 * sum(not f for f in fits) / len(fits), "n": len(fits)}
+    asked = [bool(r["answered"]) for r in records if r.get("answered") is not None]
+    if asked:  # a set with rows gpucast cannot express yet (they carry no other figure)
+        out["answered"] = {"value": 100 * sum(asked) / len(asked), "n": len(asked)}
     s = _pairs(records, "speed")
     if s:
         out["speed_mae"] = {"value": statistics.mean(abs(p - m) for p, m in s), "n": len(s)}

@@ -1,0 +1,47 @@
+"""NVIDIA's NeMo 24.07 H100 training rows (data/measured/nemo-24.07-h100) as gpucast reads them for
+benchmarks/nemo_h100.py and the accuracy gate's nemo-h100 set: every row read with its parallel
+degrees, each model's shape known, the rows gpucast cannot express yet named with their reason."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("nemo_h100", REPO / "benchmarks" / "nemo_h100.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_row_is_read_and_every_model_has_a_shape():
+    nm = _bench()
+    rows = nm.read()
+    assert len(rows) == 18 and sum(r["task"] == "pretrain" for r in rows) == 12
+    assert {r["model"] for r in rows} <= set(nm.MODELS)
+    for r in rows:    # the table's own arithmetic: GBS = MBS x data parallel x gradient accumulation
+        dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
+        assert r["gbs"] % (r["mbs"] * dp) == 0, r
+
+
+def test_context_parallel_and_interleaved_rows_are_not_answered_and_say_why():
+    nm = _bench()
+    rows = nm.read()
+    for r in rows:
+        why = nm.unanswered(r)
+        assert (why is None) == (r["cp"] == 1 and r["vp"] == 1), r
+    llama3 = next(r for r in rows if r["model"] == "LLAMA3-70B")
+    assert "context parallelism 2" in nm.unanswered(llama3) and "5 virtual stages" in nm.unanswered(llama3)
+
+
+def test_a_row_becomes_the_megatron_job_a_user_would_write():
+    nm = _bench()
+    row = next(r for r in nm.read() if r["model"] == "LLAMA2-7B" and r["task"] == "pretrain")
+    job = nm.job_of(row)
+    assert job.precision == "fp8" and job.gpus == 8 and job.batch_size == 1 and job.seq_len == 4096
+    assert job.parallel.grad_accum == 128 // (1 * 8) and job.parallel.tensor == 1
+    lora = next(r for r in nm.read() if r["task"] == "LoRA")
+    assert nm.job_of(lora).adapter is not None
