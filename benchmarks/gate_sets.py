@@ -239,13 +239,14 @@ def llm_inference(sample: int | None = 40, progress=None) -> list[dict]:
     return out
 
 
-def nemo(progress=None) -> list[dict]:
+def nemo(sample: int | None = 10, progress=None) -> list[dict]:
     """NVIDIA's NeMo 24.07 FP8 training on DGX-H100: the share of recipes gpucast can express, time per
     token per GPU (the reciprocal of tokens/s per GPU) and whether each answered run (every one ran) is
-    predicted to fit; every row (18)."""
+    predicted to fit; an even sample (each row traces a model of 5-340 B parameters)."""
     nm = _bench("nemo_h100")
     out = []
-    for r in nm.predict_rows(nm.read(MEASURED / "nemo-24.07-h100"), lambda: _tick(progress)):
+    rows = spread(nm.read(MEASURED / "nemo-24.07-h100"), sample)
+    for r in nm.predict_rows(rows, lambda: _tick(progress)):
         rec = {"gpu": nm.GPU, "group": r["task"], "answered": r["predicted"] is not None, "fits": r["fits"]}
         if r["predicted"] is not None:
             rec["time"] = (1.0 / r["predicted"], 1.0 / r["tokens_per_s_per_gpu"])
@@ -281,6 +282,6 @@ SETS = {
     "h200-pairs": (h200_pairs, "our H200 co-located pairs (12)"),
     "llm-foundry": (llm_foundry, "llm-foundry MPT FSDP runs, 8-128 A100-40GB (40 of 78)"),
     "llm-inference-bench": (llm_inference, "LLM-Inference-Bench vLLM / TensorRT-LLM, A100-40GB (40 of 491)"),
-    "nemo-h100": (nemo, "NeMo 24.07 Megatron-Core FP8 training, 8-512 H100 (18: 12 pre-training, 6 SFT/LoRA)"),
+    "nemo-h100": (nemo, "NeMo 24.07 Megatron-Core FP8 training, 8-512 H100 (10 of 18, even over pre-training, SFT, LoRA)"),
     "kernel-checks": (kernel_checks, "published GEMM / attention throughputs, A100-B200"),
 }

@@ -11,9 +11,9 @@ config (:data:`MODELS`, each with its source), ``precision: fp8``, micro-batch `
 activation recompute, gradient accumulation ``gbs / (mbs x data parallel)``, 8 GPUs per node on
 8 x 400 Gbit/s InfiniBand (``ib-400/gpu``), Megatron's framework; LoRA rows take a rank-32 adapter
 on the attention's query/key/value projections (NeMo's default adapter dimension and target,
-assumed: the table does not say). A row is **not answered** when gpucast cannot express its
-recipe: context parallelism (``cp`` > 1) or an interleaved pipeline (``vp`` > 1) - issue 53 adds
-both; the table lists each with its reason. Not expressed in any row (so every answered row is
+assumed: the table does not say). ``parallel.virtual_pipeline`` = ``vp`` (interleaved 1F1B).
+A row is **not answered** when gpucast cannot express its recipe: context parallelism (``cp`` > 1;
+issue 53 adds it); the table lists each with its reason. Not expressed in any row (so every answered row is
 predicted without them): sequence parallelism, tensor-parallel communication overlap, the recipes'
 recompute settings, CUDA graphs (issue 53's items 1-2).
 
@@ -100,8 +100,6 @@ def unanswered(row: dict) -> str | None:
     why = []
     if row["cp"] > 1:
         why.append(f"context parallelism {row['cp']}")
-    if row["vp"] > 1:
-        why.append(f"interleaved pipeline, {row['vp']} virtual stages")
     return ", ".join(why) or None
 
 
@@ -116,6 +114,7 @@ def job_of(row: dict):
         config, batch_size=row["mbs"], seq_len=row["seq_len"], precision="fp8", optimizer="adamw",
         gpus=row["gpus"], parallel=dict(tensor=row["tp"], pipeline=row["pp"], sharding="zero1", recompute="none",
                                         grad_accum=row["gbs"] // (row["mbs"] * dp), framework="megatron",
+                                        virtual_pipeline=row["vp"],
                                         gpus_per_node=GPUS_PER_NODE, network=NETWORK), **extra)
 
 

@@ -10,6 +10,10 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
   heads and the vocabulary; two all-reduces per layer in forward and two in backward);
 * ``pipeline``: pipeline-parallel degree *p* (layers in *p* contiguous stages, 1F1B schedule,
   bubble ``(p-1)/(m+p-1)`` with *m* = ``grad_accum`` micro-batches);
+* ``virtual_pipeline``: interleaved 1F1B with *v* model chunks per pipeline rank (Megatron-LM's
+  virtual pipeline stages, Narayanan et al. 2021, sec. 2.2): the bubble shrinks to ``(p-1)/v``
+  micro-batch slots and each micro-batch crosses ``v`` times as many stage boundaries; the layers
+  must split evenly into ``p * v`` chunks (checked with the model), and it needs ``pipeline`` > 1;
 * data parallelism is what is left: ``d = gpus / (t * p)`` (serving: ``d`` replicas of the
   deployment behind a load balancer);
 * ``sharding``: what the *d* data-parallel replicas shard (:data:`SHARDINGS`; the table of what
@@ -116,11 +120,12 @@ class Parallel(_Spec):
     # its fields' repr (gpucast.cluster.truth._unit_normal); a new field there would redraw them.
     framework: str | None = field(default=None, repr=False)
     expert: int | None = field(default=None, repr=False)
+    virtual_pipeline: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._check("framework", self.framework is None or self.framework in FRAMEWORKS,
                     f"one of {', '.join(FRAMEWORKS)}")
-        for name in ("tensor", "pipeline", "grad_accum", "expert"):
+        for name in ("tensor", "pipeline", "grad_accum", "expert", "virtual_pipeline"):
             v = getattr(self, name)
             self._check(name, v is None or (_is_int(v) and 1 <= v <= MAX_DEGREE), f"an integer between 1 and {MAX_DEGREE}")
         self._check("gpus_per_node", self.gpus_per_node is None or (_is_int(self.gpus_per_node) and 1 <= self.gpus_per_node <= 64),
@@ -136,7 +141,7 @@ class Parallel(_Spec):
     def resolved(self, nvlink_gbs: float = 0.0) -> "Parallel":
         """Every field set: the defaults (module docstring) under the job's own values."""
         return self.merged(Parallel(tensor=1, pipeline=1, sharding="ddp", recompute="none", grad_accum=1,
-                                    gpus_per_node=8, network=default_network(nvlink_gbs)))
+                                    gpus_per_node=8, network=default_network(nvlink_gbs), virtual_pipeline=1))
 
     def network_spec(self) -> Network:
         return parse_network(self.network, self.gpus_per_node or 8)
@@ -176,6 +181,9 @@ def check_job(job) -> None:
     if job.gpus % (t * p):
         raise SpecError(f"field 'gpus' ({job.gpus}) must be a multiple of parallel.tensor x parallel.pipeline "
                         f"({t} x {p} = {t * p})")
+    if (par.virtual_pipeline or 1) > 1 and (p == 1 or job.mode != "train"):
+        raise SpecError("field 'parallel.virtual_pipeline' interleaves a training pipeline: it needs "
+                        "parallel.pipeline > 1 and mode 'train'")
     if job.mode != "train" and (par.grad_accum or 1) > 1:
         raise SpecError("field 'parallel.grad_accum' applies to training (mode 'train')")
     if job.mode != "serve" and (par.expert or 1) > 1:

@@ -114,6 +114,47 @@ def test_pipeline_bubble_follows_the_1f1b_formula():
     assert pl["layers_per_stage"] == [2, 2, 2, 2]
 
 
+def test_interleaved_stages_shrink_the_bubble_and_multiply_the_sends():
+    # Narayanan et al. 2021, sec. 2.2: v chunks per rank cut the bubble to (p-1)/v micro-batch slots
+    # and send each micro-batch across v times as many stage boundaries.
+    p, m, v = 4, 8, 2
+    plain = predict(_job(SMALL, gpus=p, parallel={"pipeline": p, "grad_accum": m}), "h100").plan
+    inter = predict(_job(SMALL, gpus=p, parallel={"pipeline": p, "grad_accum": m, "virtual_pipeline": v}), "h100").plan
+    assert inter["virtual_pipeline"] == v and plain["virtual_pipeline"] == 1
+    assert inter["bubble_fraction"] == pytest.approx(((p - 1) / v) / (m + (p - 1) / v))
+    a, b = plain["step_breakdown_s"], inter["step_breakdown_s"]
+    assert b["pipeline_p2p_s"] == pytest.approx(v * a["pipeline_p2p_s"], rel=1e-9)
+    slot = (a["pipeline_bubble_s"] / (p - 1))  # one micro-batch slot of the slowest stage, without interleaving
+    slot_v = b["pipeline_bubble_s"] / ((p - 1) / v)
+    assert slot_v > slot                       # the same slot plus its extra sends
+    assert inter["memory_per_stage_bytes"][0] > plain["memory_per_stage_bytes"][0]   # more micro-batches in flight
+
+
+def test_interleaved_in_flight_micro_batches_follow_megatron_s_warm_up():
+    from gpucast.estimate.parallel.activations import stage_activations
+
+    lay = trace(_job(SMALL)).layout
+    p, v = 4, 2
+    first = stage_activations(lay, 2, 0, p, 64, 1, "none", v)
+    assert first.in_flight == pytest.approx(p * (1 + (p - 1) / (p * v)))   # Korthikanti et al. 2022, 4.2.3
+    last = stage_activations(lay, 2, p - 1, p, 64, 1, "none", v)
+    assert last.in_flight == pytest.approx(((v - 1) * p + 1) / v)
+    assert stage_activations(lay, 2, 0, p, 1, 1, "none", v).in_flight == 1      # never more than m
+    assert stage_activations(lay, 2, 0, p, 64, 1, "none").in_flight == p        # plain 1F1B
+
+
+@pytest.mark.parametrize("parallel,message", [
+    ({"virtual_pipeline": 2}, "needs parallel.pipeline > 1"),
+    ({"pipeline": 2, "virtual_pipeline": 3}, "do not split into 2 x 3 equal chunks"),
+])
+def test_an_impossible_interleaving_is_one_clear_error(parallel, message):
+    from gpucast.job import JobError
+    from gpucast.surroundings import SpecError
+
+    with pytest.raises((SpecError, JobError), match=message):
+        predict(_job(SMALL, gpus=2, parallel=parallel), "h100")
+
+
 def test_tensor_and_pipeline_splits_conserve_the_split_flops():
     tr = trace(_job(SMALL))
     lay = OpLayout.of(tr)

@@ -43,6 +43,8 @@ def test_adapters_round_trip_through_the_schema(client):
     ({"gpus": 4, "parallel": {"sharding": "zero4"}}, "sharding"),
     ({"gpus": 4, "parallel": {"network": "carrier-pigeon"}}, "parallel.network"),
     ({"gpus": 4, "parallel": {"pipeline": 2, "sharding": "zero3"}}, "parallel.sharding"),
+    ({"gpus": 4, "parallel": {"virtual_pipeline": 2}}, "parallel.virtual_pipeline"),
+    ({"gpus": 4, "parallel": {"pipeline": 2, "virtual_pipeline": 5}}, "parallel.virtual_pipeline"),
     ({"adapter": {"kind": "dora"}}, "kind"),
     ({"adapter": {"kind": "lora", "targets": ["nothing_matches"]}}, "adapter"),
 ])

@@ -99,6 +99,8 @@ class ParallelSpec(BaseModel):
                           "fsdp for FSDP, torch for DDP.")
     expert: Optional[StrictInt] = Field(None, description="Expert-parallel degree of a mixture-of-experts model "
                                                           "served (mode serve; divides tensor).")
+    virtual_pipeline: Optional[StrictInt] = Field(None, description="Interleaved 1F1B: model chunks per pipeline "
+                                                                    "rank (training, pipeline > 1).")
 
 
 class AdapterSpec(BaseModel):

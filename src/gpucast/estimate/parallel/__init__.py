@@ -18,7 +18,9 @@ One optimizer step, on the rank of each pipeline stage *k*:
    per-micro-batch collectives (:mod:`.sharding`) less the part hidden behind the micro-batch's
    compute (``gather_overlap`` of it for FSDP/ZeRO-3; the first unit's gather never hides).
 3. **Pipeline**: 1F1B runs ``m + p - 1`` slots of the slowest stage's micro-batch; the bubble is
-   ``(p - 1)`` of them, ``(p-1)/(m+p-1)`` of the pipeline (Narayanan et al. 2021).
+   ``(p - 1)`` of them, ``(p-1)/(m+p-1)`` of the pipeline (Narayanan et al. 2021). Interleaved
+   (``virtual_pipeline`` *v* chunks per rank, their sec. 2.2): the bubble is ``(p - 1) / v`` slots
+   and each micro-batch makes ``v`` times the stage-boundary sends.
 4. **Once a step**: DDP's gradient all-reduce (or ZeRO-1's reduce-scatter) less what hides behind
    the last backward (``EstimatorConfig.comm_overlap``), the optimizer over the rank's (sharded)
    parameters, ZeRO-1/2's all-gather of the updated weights.
@@ -33,7 +35,7 @@ a tensor group sits inside a node when ``t <= gpus_per_node``; a data-parallel g
 has ``gpus_per_node / t`` of them on each node and shares the node's NICs with the other ``t``
 groups; pipeline neighbours are on different nodes once ``t d >= gpus_per_node``.
 
-Not modelled: sequence and context parallelism, interleaved (virtual) pipeline stages, expert
+Not modelled: sequence and context parallelism, expert
 parallelism, overlap of tensor-parallel communication with compute, CPU offload, straggling
 ranks, the data loader of the stages after the first.
 """
@@ -128,6 +130,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     prep = prepare(trace, job, gpu, config, env)
     cfg = prep.cfg
     t, p, m = par.tensor, par.pipeline, par.grad_accum
+    v = par.virtual_pipeline or 1
     d = job.gpus // (t * p)
     strat = STRATEGIES[par.sharding]
     place = placement(par, job.gpus, strat.hybrid)
@@ -190,15 +193,16 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             tp_c = _tp_comm(st, lay, job, par, act_b, place, links, comm, calls)
             p2p = 0.0
             if p > 1:
-                p2p = 2 * collective_time("send-recv", _act_bytes(lay, job, act_b) / t, place.pp, links, comm)
-                calls.append((2, "send-recv", place.pp))
+                p2p = 2 * v * collective_time("send-recv", _act_bytes(lay, job, act_b) / t, place.pp, links, comm)
+                calls.append((2 * v, "send-recv", place.pp))
             dp_micro = _dp_micro(strat, st, gather_b, reduce_b, fwd_busy, bwd_busy, place, links, comm, consts, cfg,
                                  calls)
             per.append(dict(tl=tl, re=re_busy, tp=tp_c, p2p=p2p, dp=dp_micro, bwd=bwd_busy, calls=calls,
                             micro=tl.step_time_s + tp_c + p2p + dp_micro))
         slow = max(range(p), key=lambda i: per[i]["micro"])
         t_slow = per[slow]["micro"]
-        pipe = (m + p - 1) * t_slow if p > 1 else m * per[0]["micro"]
+        bubble = (p - 1) / v * t_slow if p > 1 else 0.0   # interleaved: (p-1)/v slots (Narayanan et al. 2021)
+        pipe = m * t_slow + bubble if p > 1 else m * per[0]["micro"]
         st = stages[slow]
         step_calls: list = []
         dp_step = _dp_step(strat, st, gather_b, reduce_b, per[slow]["bwd"], place, links, comm, cfg, step_calls)
@@ -215,7 +219,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         fixed = m * _fixed(per[slow]["calls"], links, comm) + _fixed(step_calls, links, comm)
         n_calls = m * sum(n for n, _, _ in per[slow]["calls"]) + sum(n for n, _, _ in step_calls)
         return dict(per=per, slow=slow, step=step, pipe=pipe, dp_step=dp_step, opt=opt, opt_busy=opt_busy,
-                    bubble=(p - 1) * t_slow if p > 1 else 0.0, fixed=fixed, n_calls=n_calls)
+                    bubble=bubble, fixed=fixed, n_calls=n_calls)
 
     base = compose()
     corners = [compose(k, h) for k in cfg.kernel_time_range for h in cfg.host_time_range] if corners else [base]
@@ -244,7 +248,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     mems = []
     for st in stages:
         states = model_states(strat, job.precision, st.params.trainable, st.params.frozen_bytes, opt_per_param, shard)
-        acts = (stage_activations(lay, st.blocks, st.k, p, m, t, par.recompute) if lay is not None
+        acts = (stage_activations(lay, st.blocks, st.k, p, m, t, par.recompute, v) if lay is not None
                 else _whole_activations(trace))
         mems.append(rank_memory(states, acts, st.params, strat, gather_b, reduce_b, communicators, context,
                                 workspaces, consts))
@@ -273,7 +277,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     }
     nodes = place.nodes
     plan = {
-        "tensor": t, "pipeline": p, "data": d, "sharding": par.sharding, "recompute": par.recompute,
+        "tensor": t, "pipeline": p, "virtual_pipeline": v, "data": d, "sharding": par.sharding, "recompute": par.recompute,
         "grad_accum": m, "micro_batch": job.batch_size, "global_batch": samples,
         "gpus": job.gpus, "gpus_per_node": par.gpus_per_node, "nodes": nodes, "network": par.network,
         "layers_per_stage": [int(s.blocks) for s in stages],
@@ -282,7 +286,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         "comm_calls": base["n_calls"],
         "framework": fw_name,
         "framework_host_s": (m * fw[slow][1] + fw_step) * torch_hf * hf,
-        "bubble_fraction": (p - 1) / (m + p - 1) if p > 1 else 0.0,
+        "bubble_fraction": (p - 1) / v / (m + (p - 1) / v) if p > 1 else 0.0,
         "slowest_stage": slow, "busiest_memory_stage": busiest,
         "memory_per_stage_bytes": [mm.total_bytes for mm in mems],
         "util_per_stage_pct": [round(100 * x, 2) for x in u],

@@ -14,8 +14,12 @@ From the trace's activations live when backward starts (what autograd saved, by 
 The first stage adds what the embeddings saved, the last what the head and loss saved (the
 logits, vocabulary-parallel: divided by *t*). Under the 1F1B schedule stage *k* of *p* holds the
 activations of ``min(p - k, m)`` micro-batches at its peak (Narayanan et al. 2021, sec. 2.2), so
-the first stage holds *p* of them. Not modelled: sequence parallelism, activation offload,
-interleaved (virtual) stages.
+the first stage holds *p* of them. Interleaved over *v* chunks per rank, Megatron-LM's schedule
+runs ``2 (p - k - 1) + (v - 1) p`` warm-up chunk forwards before its first backward
+(megatron/core/pipeline_parallel/schedules.py, the interleaved schedule's warm-up count), so stage
+*k* holds ``(2 (p - k - 1) + (v - 1) p + 1) / v`` micro-batches' worth: ``p (1 + (p - 1) / (p v))``
+on the first stage (Korthikanti et al. 2022, sec. 4.2.3). Not modelled: sequence parallelism,
+activation offload.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from gpucast.graph.blocks import BlockLayout
 @dataclass(frozen=True)
 class StageActivations:
     per_micro_batch: float   # bytes one micro-batch leaves saved on this rank
-    in_flight: int           # micro-batches saved at the peak (1F1B)
+    in_flight: float         # micro-batches saved at the peak (1F1B; a fraction when interleaved)
     working: float           # the backward's transient: one block recomputed or its gradients
 
     @property
@@ -47,8 +51,9 @@ def per_block(layout: BlockLayout, tensor: int, recompute: str) -> float:
 
 
 def stage_activations(layout: BlockLayout, blocks: int, stage: int, stages: int, micro_batches: int,
-                      tensor: int, recompute: str) -> StageActivations:
-    """What stage ``stage`` of ``stages`` (holding ``blocks`` blocks) keeps for its backward."""
+                      tensor: int, recompute: str, chunks: int = 1) -> StageActivations:
+    """What stage ``stage`` of ``stages`` (holding ``blocks`` blocks in ``chunks`` interleaved chunks)
+    keeps for its backward."""
     a = layout.activations
     saved = blocks * per_block(layout, tensor, recompute)
     if stage == 0:
@@ -57,5 +62,9 @@ def stage_activations(layout: BlockLayout, blocks: int, stage: int, stages: int,
         saved += a.get("post", 0) / tensor
     whole_block = per_block(layout, tensor, "none")
     working = whole_block if recompute == "full" else 0.0
-    in_flight = min(stages - stage, micro_batches)
+    if chunks > 1 and stages > 1:
+        warmup = 2 * (stages - stage - 1) + (chunks - 1) * stages
+        in_flight = min((warmup + 1) / chunks, float(micro_batches))
+    else:
+        in_flight = min(stages - stage, micro_batches)
     return StageActivations(per_micro_batch=saved, in_flight=in_flight, working=working)

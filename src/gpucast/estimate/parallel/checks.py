@@ -4,7 +4,8 @@ Checked here (the model's blocks and heads come from the trace, :mod:`gpucast.gr
 tensor or pipeline parallelism needs repeated blocks; the tensor degree must divide the attention
 heads (Megatron-LM splits whole heads; key/value heads are split too, or replicated when there are
 fewer than the degree, as Megatron-LM does for grouped-query attention); no more pipeline stages
-than blocks; DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only. :func:`gpucast.plan.check_job`
+than blocks; interleaved stages (``virtual_pipeline`` *v*) split the layers into ``p v`` equal
+chunks; DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only. :func:`gpucast.plan.check_job`
 checks what needs no model (``gpus`` a multiple of ``tensor * pipeline``).
 """
 
@@ -40,6 +41,10 @@ def check_plan(trace: Trace, par: Parallel) -> list[str]:
     if p > 1 and p > lay.blocks:
         raise JobError(f"field 'parallel.pipeline' ({p}) is more stages than the {lay.blocks} layers of "
                        f"{trace.model}")
+    v = par.virtual_pipeline or 1
+    if v > 1 and lay.blocks % (p * v):
+        raise JobError(f"field 'parallel.virtual_pipeline' ({v}) must divide the layers of each of the {p} "
+                       f"stages: {trace.model}'s {lay.blocks} layers do not split into {p} x {v} equal chunks")
     if p > 1 and par.sharding in ("zero2", "zero3"):
         raise JobError(f"field 'parallel.sharding': {par.sharding} cannot run with pipeline parallelism "
                        f"(DeepSpeed's pipeline engine supports ZeRO stage 0 and 1 only); use zero1 or fsdp-*")
