@@ -13,9 +13,11 @@ activation recompute, gradient accumulation ``gbs / (mbs x data parallel)``, 8 G
 on the attention's query/key/value projections (NeMo's default adapter dimension and target,
 assumed: the table does not say). ``parallel.virtual_pipeline`` = ``vp`` (interleaved 1F1B).
 A row is **not answered** when gpucast cannot express its recipe: context parallelism (``cp`` > 1;
-issue 53 adds it); the table lists each with its reason. Not expressed in any row (so every answered row is
-predicted without them): sequence parallelism, tensor-parallel communication overlap, the recipes'
-recompute settings, CUDA graphs (issue 53's items 1-2).
+issue 53 adds it); the table lists each with its reason. Sequence parallelism is Megatron's default
+wherever TP > 1 (``parallel.sequence``), as in NeMo's recipes, and so is Transformer Engine's cuDNN
+attention. Not expressed in any row (so every answered row is predicted without them):
+tensor-parallel communication overlap, the recipes' recompute settings, CUDA graphs (issue 53's
+items 1-2).
 
 What it reports: per row the measured and predicted tokens/s per GPU, their ratio, the predicted
 peak memory per GPU and whether it fits an 80 GB H100 (every row ran); over the answered rows the

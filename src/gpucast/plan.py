@@ -14,6 +14,10 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
   virtual pipeline stages, Narayanan et al. 2021, sec. 2.2): the bubble shrinks to ``(p-1)/v``
   micro-batch slots and each micro-batch crosses ``v`` times as many stage boundaries; the layers
   must split evenly into ``p * v`` chunks (checked with the model), and it needs ``pipeline`` > 1;
+* ``sequence``: sequence parallelism (Korthikanti et al. 2022): under tensor parallelism the layer
+  norms, dropouts and residual adds run on a *t*-th of the sequence and their activations are held
+  once, the all-reduces become reduce-scatters and all-gathers (unset: on with ``tensor`` > 1 under
+  Megatron, as its recipes run; :mod:`gpucast.estimate.parallel.sequence`);
 * data parallelism is what is left: ``d = gpus / (t * p)`` (serving: ``d`` replicas of the
   deployment behind a load balancer);
 * ``sharding``: what the *d* data-parallel replicas shard (:data:`SHARDINGS`; the table of what
@@ -121,6 +125,7 @@ class Parallel(_Spec):
     framework: str | None = field(default=None, repr=False)
     expert: int | None = field(default=None, repr=False)
     virtual_pipeline: int | None = field(default=None, repr=False)
+    sequence: bool | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._check("framework", self.framework is None or self.framework in FRAMEWORKS,
@@ -130,6 +135,7 @@ class Parallel(_Spec):
             self._check(name, v is None or (_is_int(v) and 1 <= v <= MAX_DEGREE), f"an integer between 1 and {MAX_DEGREE}")
         self._check("gpus_per_node", self.gpus_per_node is None or (_is_int(self.gpus_per_node) and 1 <= self.gpus_per_node <= 64),
                     "an integer between 1 and 64")
+        self._check("sequence", self.sequence is None or isinstance(self.sequence, bool), "true or false")
         self._check("sharding", self.sharding is None or self.sharding in SHARDINGS, f"one of {', '.join(SHARDINGS)}")
         self._check("recompute", self.recompute is None or self.recompute in RECOMPUTE, f"one of {', '.join(RECOMPUTE)}")
         if self.network is not None:

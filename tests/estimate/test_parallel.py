@@ -8,6 +8,9 @@
   precision with the attention core not stored (selective recomputation, or FlashAttention, whose
   fused kernel stores no ``s x s`` tensor: the ``5as/h`` term is absent either way), ``2sbh`` with
   full recomputation.
+* Sequence parallelism (their sec. 4.2.2, eq. 4): ``34 sbh / t`` per layer with the attention core
+  not stored; its collectives: an all-reduce's bytes as a reduce-scatter and an all-gather, twice the
+  calls.
 * The 1F1B bubble ``(p-1)/(m+p-1)`` (Narayanan et al. 2021).
 * Tensor and pipeline splits conserve the split work: the ranks' FLOPs of split ops add up to the
   replica's.
@@ -103,7 +106,39 @@ def test_activations_per_layer_match_korthikanti():
     assert replicated == pytest.approx(10 * s * b * h, rel=0.10)
 
 
-def test_pipeline_bubble_follows_the_1f1b_formula():
+def test_sequence_parallel_activations_per_layer_match_korthikanti_eq_4():
+    tr = trace(_job(GPT, batch=4, seq=512, precision="fp16"))
+    s, b, h = 512, 4, 1024
+    lay = tr.layout
+    for t in (2, 4):
+        assert per_block(lay, t, "selective", sequence=True) == pytest.approx(s * b * h * 34 / t, rel=0.10)
+        assert per_block(lay, t, "full", sequence=True) == 2 * s * b * h / t
+    assert per_block(lay, 1, "selective", sequence=True) == per_block(lay, 1, "selective")
+
+
+def test_sequence_parallelism_is_megatron_s_default_and_splits_the_replicated_work():
+    t, m = 4, 2
+    par = {"tensor": t, "grad_accum": m}
+    on = predict(_job(SMALL, gpus=t, parallel=par, batch=8, seq=2048), "h100")
+    off = predict(_job(SMALL, gpus=t, parallel=dict(par, sequence=False), batch=8, seq=2048), "h100")
+    ddp_like = predict(_job(SMALL, gpus=t, parallel=dict(par, framework="torch"), batch=8, seq=2048), "h100")
+    assert on.plan["sequence"] is True and off.plan["sequence"] is False and ddp_like.plan["sequence"] is False
+    assert on.memory_peak_bytes < off.memory_peak_bytes
+    a, b = on.plan["step_breakdown_s"], off.plan["step_breakdown_s"]
+    assert a["compute_s"] < b["compute_s"]          # norms, adds and dropouts on a t-th of the tokens
+    # A ring all-reduce moves what a reduce-scatter and an all-gather of the same buffer move (Patarasuk
+    # and Yuan 2009): the bandwidth part is the same, the calls double, and the last stage adds the
+    # output layer's pair (and the first its embedding's reduce-scatter's conjugate).
+    layers = SMALL["num_hidden_layers"]
+    assert off.plan["comm_calls"] == m * (4 * layers + 1)
+    assert on.plan["comm_calls"] == m * 2 * (4 * layers + 2)
+
+
+def test_sequence_parallelism_without_tensor_parallelism_is_off_with_a_note():
+    p = predict(_job(SMALL, gpus=2, parallel={"sequence": True}), "h100")
+    assert p.plan["sequence"] is False
+    assert any("parallel.sequence needs tensor parallelism" in n for n in p.plan["notes"])
+
     p, m = 4, 8
     pred = predict(_job(SMALL, gpus=p, parallel={"pipeline": p, "grad_accum": m}), "h100")
     pl = pred.plan

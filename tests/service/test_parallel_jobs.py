@@ -22,9 +22,17 @@ def test_a_plan_round_trips_through_the_schema(client):
     assert body["job"]["parallel"] == parallel
     plan = body["plan"]
     assert (plan["tensor"], plan["pipeline"], plan["data"], plan["nodes"]) == (2, 2, 4, 4)
+    assert plan["sequence"] is True   # Megatron's default under tensor parallelism
     direct = gpucast.predict(Job.from_hf_config(SMALL, batch_size=2, seq_len=64, precision="bf16",
                                                 optimizer="adamw", gpus=16, parallel=parallel), "h100").to_dict()
     assert body == direct
+
+
+def test_sequence_parallelism_can_be_turned_off_over_http(client):
+    parallel = {"tensor": 2, "sequence": False}
+    r = client.post("/v1/predict", json={**BASE, "gpus": 2, "parallel": parallel})
+    assert r.status_code == 200, r.text
+    assert r.json()["job"]["parallel"] == parallel and r.json()["plan"]["sequence"] is False
 
 
 def test_adapters_round_trip_through_the_schema(client):
@@ -45,6 +53,7 @@ def test_adapters_round_trip_through_the_schema(client):
     ({"gpus": 4, "parallel": {"pipeline": 2, "sharding": "zero3"}}, "parallel.sharding"),
     ({"gpus": 4, "parallel": {"virtual_pipeline": 2}}, "parallel.virtual_pipeline"),
     ({"gpus": 4, "parallel": {"pipeline": 2, "virtual_pipeline": 5}}, "parallel.virtual_pipeline"),
+    ({"gpus": 4, "parallel": {"tensor": 2, "sequence": "yes"}}, "sequence"),
     ({"adapter": {"kind": "dora"}}, "kind"),
     ({"adapter": {"kind": "lora", "targets": ["nothing_matches"]}}, "adapter"),
 ])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 Precision = Literal["fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp16", "fp8"]
 Mode = Literal["train", "infer", "serve"]
@@ -101,6 +101,8 @@ class ParallelSpec(BaseModel):
                                                           "served (mode serve; divides tensor).")
     virtual_pipeline: Optional[StrictInt] = Field(None, description="Interleaved 1F1B: model chunks per pipeline "
                                                                     "rank (training, pipeline > 1).")
+    sequence: Optional[StrictBool] = Field(None, description="Sequence parallelism under tensor parallelism (unset: on "
+                                                             "with tensor > 1 under megatron).")
 
 
 class AdapterSpec(BaseModel):

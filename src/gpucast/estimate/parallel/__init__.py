@@ -13,7 +13,9 @@ One optimizer step, on the rank of each pipeline stage *k*:
    the environment's kernel and host factors. The first stage also carries the data loader.
 2. **Exposed communication of a micro-batch** (:mod:`gpucast.estimate.comm`): tensor parallelism's
    all-reduces of the ``b s h`` activation (two per layer in forward, two in backward, two more per
-   recomputed layer: Megatron-LM's *f*/*g* operators, not overlapped), pipeline sends of one
+   recomputed layer: Megatron-LM's *f*/*g* operators, not overlapped; reduce-scatters and
+   all-gathers under sequence parallelism, :mod:`.sequence`, which also splits the layers' other
+   ops and their activations over the *t* ranks), pipeline sends of one
    activation and one gradient (scatter-gathered over the *t* ranks), and the sharding strategy's
    per-micro-batch collectives (:mod:`.sharding`) less the part hidden behind the micro-batch's
    compute (``gather_overlap`` of it for FSDP/ZeRO-3; the first unit's gather never hides).
@@ -35,9 +37,9 @@ a tensor group sits inside a node when ``t <= gpus_per_node``; a data-parallel g
 has ``gpus_per_node / t`` of them on each node and shares the node's NICs with the other ``t``
 groups; pipeline neighbours are on different nodes once ``t d >= gpus_per_node``.
 
-Not modelled: sequence and context parallelism, expert
-parallelism, overlap of tensor-parallel communication with compute, CPU offload, straggling
-ranks, the data loader of the stages after the first.
+Not modelled: context parallelism, expert parallelism in training, overlap of tensor-parallel
+communication with compute, CPU offload, straggling ranks, the data loader of the stages after the
+first.
 """
 
 from __future__ import annotations
@@ -54,12 +56,14 @@ from gpucast.estimate.loader import loader_cost
 from gpucast.estimate.kernels import OpArrays, kernel_times
 from gpucast.estimate.memory import cublas_workspace_bytes, cuda_context_bytes, library_handle_bytes
 from gpucast.estimate.nvml import held_share, reported_share
+from gpucast.estimate.parallel import sequence
 from gpucast.estimate.parallel.activations import StageActivations, stage_activations
 from gpucast.estimate.parallel.checks import check_plan
 from gpucast.estimate.parallel.constants import DEFAULT_PARALLEL, ParallelConstants
 from gpucast.estimate.parallel.flops import convention, model_flops_per_sample, peak_flops
 from gpucast.estimate.parallel.framework import (FrameworkConstants, collective_host_s, framework_host,
-                                                 framework_micro_collectives, framework_of, framework_step_collectives)
+                                                 framework_micro_collectives, framework_of, framework_stack,
+                                                 framework_step_collectives)
 from gpucast.estimate.parallel.memory import RankParams, rank_memory
 from gpucast.estimate.parallel.ranks import (OpLayout, optimizer_share, split_times, stage_blocks, stage_of_ops,
                                              stage_ops, sub_trace, subset)
@@ -126,7 +130,10 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     consts = consts or DEFAULT_PARALLEL
     comm = comm or DEFAULT_COMM
     par = job.parallel.resolved(gpu.nvlink_gbs)
-    notes = check_plan(trace, par)
+    fw_name = framework_of(par)
+    seq = sequence.enabled(par, fw_name)
+    notes = check_plan(trace, par) + sequence.notes(par)
+    job = job.with_(stack=framework_stack(fw_name, job.stack, gpu))  # the framework's kernels (.framework)
     prep = prepare(trace, job, gpu, config, env)
     cfg = prep.cfg
     t, p, m = par.tensor, par.pipeline, par.grad_accum
@@ -139,7 +146,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     ol = OpLayout.of(trace)
     blocks_of = stage_blocks(lay.blocks, p) if lay is not None else [np.zeros(0, dtype=int)]
     stage = stage_of_ops(ol, blocks_of) if lay is not None else np.where(ol.phase == 3, -1, 0)
-    div = np.where(ol.sharded, float(t), 1.0) if t > 1 else np.ones(len(ol.block))
+    div = sequence.op_divisor(ol, t, seq)
     kt = (kernel_times(trace, gpu, job.precision, cfg, prep.surroundings.stack, prep.scales, split=div)
           if t > 1 else prep.kt)  # a rank's narrower GEMMs on the same SMs (gpucast.estimate.tiles)
     stack = prep.surroundings.stack
@@ -168,10 +175,9 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     gather_b, reduce_b = comm_bytes_per_param(strat, job.precision)
     act_b = 2 if job.precision in HALF else 4
     shard = place.dp.n
-    fw_name = framework_of(par)
     torch_hf = torch_host_factor(stack.torch, env)
     fw = [_framework_on_stage(st, fw_name, trace, lay, job, par, strat, act_b, gather_b, reduce_b, place, links, comm,
-                              consts, cfg, framework) for st in stages]
+                              consts, cfg, framework, seq) for st in stages]
     for st, (extra, _) in zip(stages, fw):
         st.host = st.host + extra * torch_hf
     fw_step = _framework_step(fw_name, par, strat, stages, trace, lay, place, links, comm, cfg, gather_b, reduce_b,
@@ -190,7 +196,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             fwd_busy = float(scaled[:st.n_fwd].sum())
             bwd_busy = max(0.0, tl.gpu_busy_s - fwd_busy)
             calls: list = []  # (count, kind, group) of the micro-batch's collectives, for their fixed costs
-            tp_c = _tp_comm(st, lay, job, par, act_b, place, links, comm, calls)
+            tp_c = _tp_comm(st, lay, job, par, act_b, place, links, comm, calls, seq)
             p2p = 0.0
             if p > 1:
                 p2p = 2 * v * collective_time("send-recv", _act_bytes(lay, job, act_b) / t, place.pp, links, comm)
@@ -248,7 +254,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     mems = []
     for st in stages:
         states = model_states(strat, job.precision, st.params.trainable, st.params.frozen_bytes, opt_per_param, shard)
-        acts = (stage_activations(lay, st.blocks, st.k, p, m, t, par.recompute, v) if lay is not None
+        acts = (stage_activations(lay, st.blocks, st.k, p, m, t, par.recompute, v, seq) if lay is not None
                 else _whole_activations(trace))
         mems.append(rank_memory(states, acts, st.params, strat, gather_b, reduce_b, communicators, context,
                                 workspaces, consts))
@@ -277,7 +283,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     }
     nodes = place.nodes
     plan = {
-        "tensor": t, "pipeline": p, "virtual_pipeline": v, "data": d, "sharding": par.sharding, "recompute": par.recompute,
+        "tensor": t, "sequence": seq, "pipeline": p, "virtual_pipeline": v, "data": d, "sharding": par.sharding, "recompute": par.recompute,
         "grad_accum": m, "micro_batch": job.batch_size, "global_batch": samples,
         "gpus": job.gpus, "gpus_per_node": par.gpus_per_node, "nodes": nodes, "network": par.network,
         "layers_per_stage": [int(s.blocks) for s in stages],
@@ -353,12 +359,12 @@ def _stage(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total
 def _framework_on_stage(st: _Stage, name: str, trace: Trace, lay, job: Job, par: Parallel, strat, act_b: int,
                         gather_b, reduce_b, place: Placement, links: Links, comm: CommConstants,
                         consts: ParallelConstants, cfg: EstimatorConfig,
-                        fc: FrameworkConstants | None) -> tuple[np.ndarray, float]:
+                        fc: FrameworkConstants | None, seq: bool) -> tuple[np.ndarray, float]:
     """The framework's host seconds on stage ``st``'s ops (:mod:`.framework`): each phase's share
     spread over that phase's ops, the micro-batch's on its first op, the c10d calls of the
     micro-batch's collectives over all its ops; and their sum (seconds a micro-batch)."""
     calls: list = []
-    _tp_comm(st, lay, job, par, act_b, place, links, comm, calls)
+    _tp_comm(st, lay, job, par, act_b, place, links, comm, calls, seq)
     if par.pipeline > 1:
         calls.append((2, "send-recv", place.pp))
     _dp_micro(strat, st, gather_b, reduce_b, 0.0, 0.0, place, links, comm, consts, cfg, calls)
@@ -405,14 +411,15 @@ def _fixed(calls: list, links: Links, comm: CommConstants) -> float:
 
 
 def _tp_comm(st: _Stage, lay, job: Job, par: Parallel, act_b: int, place: Placement, links: Links,
-             comm: CommConstants, calls: list) -> float:
+             comm: CommConstants, calls: list, seq: bool) -> float:
+    """Tensor parallelism's collectives of a micro-batch on stage ``st`` (:func:`.sequence.tp_collectives`)."""
     if par.tensor <= 1 or lay is None:
         return 0.0
-    per_layer = 4 + (2 if par.recompute == "full" else 0)
-    count = per_layer * st.blocks + (1 if st.k == 0 else 0)
-    one = collective_time("all-reduce", _act_bytes(lay, job, act_b), place.tp, links, comm)
-    calls.append((count, "all-reduce", place.tp))
-    return count * one
+    out = 0.0
+    for count, kind in sequence.tp_collectives(st.blocks, st.k == 0, st.k == par.pipeline - 1, par.recompute, seq):
+        calls.append((count, kind, place.tp))
+        out += count * collective_time(kind, _act_bytes(lay, job, act_b), place.tp, links, comm)
+    return out
 
 
 def _dp_micro(strat, st: _Stage, gather_b, reduce_b, fwd_busy, bwd_busy, place: Placement, links: Links,

@@ -18,8 +18,10 @@ the first stage holds *p* of them. Interleaved over *v* chunks per rank, Megatro
 runs ``2 (p - k - 1) + (v - 1) p`` warm-up chunk forwards before its first backward
 (megatron/core/pipeline_parallel/schedules.py, the interleaved schedule's warm-up count), so stage
 *k* holds ``(2 (p - k - 1) + (v - 1) p + 1) / v`` micro-batches' worth: ``p (1 + (p - 1) / (p v))``
-on the first stage (Korthikanti et al. 2022, sec. 4.2.3). Not modelled: sequence parallelism,
-activation offload.
+on the first stage (Korthikanti et al. 2022, sec. 4.2.3). Sequence parallelism (``sequence``,
+:mod:`.sequence`) splits the replicated part over the *t* ranks too (their eq. 4:
+``sbh(34/t + 5as/(ht))``; selective ``34 sbh / t``), and full recomputation's kept inputs. Not
+modelled: activation offload.
 """
 
 from __future__ import annotations
@@ -40,27 +42,29 @@ class StageActivations:
         return self.per_micro_batch * self.in_flight + self.working
 
 
-def per_block(layout: BlockLayout, tensor: int, recompute: str) -> float:
-    """Bytes one block saves for its backward on one tensor-parallel rank."""
+def per_block(layout: BlockLayout, tensor: int, recompute: str, sequence: bool = False) -> float:
+    """Bytes one block saves for its backward on one tensor-parallel rank (``sequence``: under
+    sequence parallelism)."""
     a = layout.activations
     n = max(layout.blocks, 1)
+    whole = tensor if sequence else 1   # the replicated region's split
     if recompute == "full":
-        return layout.block_input_bytes
+        return layout.block_input_bytes / whole
     sharded = a.get("sharded", 0) - (a.get("attention_core", 0) if recompute == "selective" else 0)
-    return (a.get("replicated", 0) + sharded / tensor) / n
+    return (a.get("replicated", 0) / whole + sharded / tensor) / n
 
 
 def stage_activations(layout: BlockLayout, blocks: int, stage: int, stages: int, micro_batches: int,
-                      tensor: int, recompute: str, chunks: int = 1) -> StageActivations:
+                      tensor: int, recompute: str, chunks: int = 1, sequence: bool = False) -> StageActivations:
     """What stage ``stage`` of ``stages`` (holding ``blocks`` blocks in ``chunks`` interleaved chunks)
     keeps for its backward."""
     a = layout.activations
-    saved = blocks * per_block(layout, tensor, recompute)
+    saved = blocks * per_block(layout, tensor, recompute, sequence)
     if stage == 0:
         saved += a.get("pre", 0)
     if stage == stages - 1:
         saved += a.get("post", 0) / tensor
-    whole_block = per_block(layout, tensor, "none")
+    whole_block = per_block(layout, tensor, "none", sequence)
     working = whole_block if recompute == "full" else 0.0
     if chunks > 1 and stages > 1:
         warmup = 2 * (stages - stage - 1) + (chunks - 1) * stages

@@ -41,6 +41,12 @@ Every collective of the plan (``comm_calls``: tensor-parallel all-reduces, pipel
 FSDP/ZeRO units' gathers and reduce-scatters, the once-a-step collectives) also costs the host a
 c10d call (``collective_call_s``), whatever the framework.
 
+Kernels: Megatron-Core builds its layers from Transformer Engine's modules, whose attention
+(``DotProductAttention``) gives its fused cuDNN backend preference over FlashAttention on compute
+capability 9.0 and newer (Transformer Engine's ``get_attention_backend``: "Disabling FlashAttention
+to give FusedAttention preference on Hopper+ for performance reasons"); a ``megatron`` plan on such a
+GPU runs ``cudnn`` attention unless ``stack.attention`` says otherwise (:func:`framework_stack`).
+
 Not modelled: Transformer Engine's modules (fewer, larger Functions, FP8 bookkeeping), Megatron
 core's CUDA graphs (which remove this host time), sequence parallelism's extra collectives,
 DeepSpeed's timers, Python's garbage collector. The counts are read from the frameworks' code and
@@ -152,6 +158,20 @@ def framework_micro_collectives(framework: str, tensor: int, data: int) -> int:
 def framework_step_collectives(framework: str) -> int:
     """c10d calls the framework makes once a step besides the plan's collectives."""
     return STEP_COLLECTIVES.get(framework, 0)
+
+
+# Transformer Engine prefers its fused (cuDNN) attention from this compute capability on (module docstring).
+TE_FUSED_ATTENTION_FROM = (9, 0)
+
+
+def framework_stack(framework: str, stack, gpu):
+    """The job's stack as ``framework`` runs it on ``gpu`` (module docstring, Kernels): the job's own
+    ``stack.attention`` wins; else Megatron-Core's Transformer Engine attention on Hopper and later."""
+    from gpucast.surroundings import Stack
+
+    if framework != "megatron" or tuple(gpu.compute_capability) < TE_FUSED_ATTENTION_FROM:
+        return stack
+    return (stack or Stack()).merged(Stack(attention="cudnn"))
 
 
 def framework_of(par) -> str:

@@ -1,0 +1,76 @@
+"""Sequence parallelism: the parts of a layer tensor parallelism leaves whole, split along the sequence.
+
+Korthikanti et al. 2022 (*Reducing Activation Recomputation in Large Transformer Models*, sec.
+4.2.2): under tensor parallelism *t* the layer norms, dropouts and residual adds run on every rank
+over the whole sequence, and their ``10 sbh`` bytes of a GPT layer's saved activations are held *t*
+times. With sequence parallelism (``parallel.sequence``) those regions run on ``s / t`` tokens per
+rank:
+
+* **compute**: every op of the layers (and the final norm after them) runs on a *t*-th of the work,
+  the tensor-parallel ops as before and the rest on its sequence shard; the embedding lookup stays
+  whole on each rank (vocabulary-parallel, its output then scattered);
+* **activations**: the replicated region's saved bytes are divided by *t* too (their eq. 4:
+  ``sbh(10/t + 24/t + 5as/(ht))``; selective recomputation ``34 sbh / t``), and so is what full
+  recomputation keeps, each layer's input;
+* **communication**: each all-reduce of the ``b s h`` activation becomes a reduce-scatter, and each
+  identity before a column-parallel layer an all-gather (their *g* and *ḡ*): two all-gathers and two
+  reduce-scatters a layer in forward, the same in backward (each half an all-reduce's bytes on a
+  ring, twice its calls), two more of each a layer recomputed in full, a reduce-scatter of the
+  embedding's output on the first stage and an all-gather before the output layer (with its
+  reduce-scatter in backward) on the last. The backward's second all-gather of each column-parallel
+  layer's input (the sequence shard was saved, the weight gradient needs it whole) runs on its own
+  stream behind the data-gradient GEMM, as Megatron-LM issues it
+  (``LinearWithGradAccumulationAndAsyncCommunication``): counted hidden.
+
+Default (:func:`enabled`): on wherever the tensor degree is above 1 under Megatron, as NeMo's and
+Megatron-Bridge's recipes run (``sequence_parallel: true`` in every recipe with TP > 1); off for the
+other frameworks. A degree of 1 has nothing to split: Megatron-LM turns the flag off there
+(``arguments.py``), and so does gpucast, with a note.
+
+Not modelled: the layer norms' weight gradients all-reduced over the tensor group once a step
+(a few kilobytes a layer), Ulysses-style (all-to-all) sequence parallelism, which is context
+parallelism's business.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpucast.estimate.kernels import PHASE_CODES
+from gpucast.graph.blocks import PRE
+
+
+def enabled(par, framework: str) -> bool:
+    """Whether the plan runs sequence parallelism (module docstring, Default)."""
+    if (par.tensor or 1) <= 1:
+        return False
+    if par.sequence is not None:
+        return bool(par.sequence)
+    return framework == "megatron"
+
+
+def notes(par) -> list[str]:
+    """A note when the job asks for sequence parallelism a tensor degree of 1 cannot run."""
+    if par.sequence and (par.tensor or 1) <= 1:
+        return ["parallel.sequence needs tensor parallelism (tensor > 1) to split over: off, as Megatron-LM turns it"]
+    return []
+
+
+def op_divisor(ol, tensor: int, sequence: bool) -> np.ndarray:
+    """How many ways each op of the trace (its :class:`~gpucast.estimate.parallel.ranks.OpLayout`) is
+    split on a tensor-parallel rank (1: whole; the optimizer's ops are costed apart)."""
+    if tensor <= 1:
+        return np.ones(len(ol.block))
+    split = ol.sharded | ((ol.block != PRE) & (ol.phase != PHASE_CODES["optim"])) if sequence else ol.sharded
+    return np.where(split, float(tensor), 1.0)
+
+
+def tp_collectives(blocks: int, first: bool, last: bool, recompute: str, sequence: bool) -> list[tuple[int, str]]:
+    """(count, kind) of a micro-batch's tensor-parallel collectives of the ``b s h`` activation on a
+    stage of ``blocks`` layers (Megatron-LM's *f*/*g* operators; module docstring under sequence
+    parallelism)."""
+    recomputed = 2 if recompute == "full" else 0
+    if not sequence:
+        return [((4 + recomputed) * blocks + (1 if first else 0), "all-reduce")]
+    per_kind = (4 + recomputed) * blocks + (1 if first else 0) + (1 if last else 0)
+    return [(per_kind, "all-gather"), (per_kind, "reduce-scatter")]
