@@ -81,10 +81,24 @@ def _cache_key(job: Job):
     return job
 
 
+def capture_job(job: Job) -> Job:
+    """The job as its trainer captures it: a plan under Megatron runs Transformer Engine's fused layers
+    (``stack.kernels: transformer-engine``, :mod:`gpucast.graph.te`) unless its stack says otherwise."""
+    if job.parallel is None or (job.stack is not None and job.stack.kernels is not None):
+        return job
+    from gpucast.estimate.parallel.framework import framework_of
+    from gpucast.surroundings import Stack
+
+    if framework_of(job.parallel) != "megatron":
+        return job
+    return job.with_(stack=(job.stack or Stack()).merged(Stack(kernels="transformer-engine")))
+
+
 def trace(job: Job) -> Trace:
-    """The job's captured step (cached)."""
+    """The job's captured step (cached), with its trainer's kernels (:func:`capture_job`)."""
     from gpucast.graph import capture
 
+    job = capture_job(job)
     key = _cache_key(job)
     with _traces_lock:
         hit = _traces.get(key)

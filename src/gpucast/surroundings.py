@@ -197,6 +197,9 @@ LM_LOSSES = ("upcast", "fused", "chunked")
 # FlashAttention-2's in every release; "flash3": the flash-attn 3 package's Hopper kernels; "cudnn":
 # cuDNN's fused attention (PyTorch's SDPA default on Hopper from 2.11: achieved.attention_kernel).
 ATTENTION_KERNELS = ("flash2", "flash3", "cudnn")
+# The layers' own kernels (Stack.kernels): the model source's modules as written, or Transformer Engine's
+# fused layers as Megatron-Core builds them (gpucast.graph.te; a plan under Megatron's default).
+KERNEL_SETS = ("eager", "transformer-engine")
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,9 @@ class Stack(_Spec):
     # gpucast.estimate.achieved.attention_kernel). Out of the repr
     # for the same reason as loss.
     attention: str | None = field(default=None, repr=False)
+    # The layers' kernels (KERNEL_SETS; unset: eager, or transformer-engine for a plan under Megatron,
+    # gpucast.api.capture_job). Out of the repr for the same reason as loss.
+    kernels: str | None = field(default=None, repr=False)
     # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch >= 2.1; unset: off, PyTorch's
     # default): the caching allocator grows one segment per pool instead of making one per request
     # (gpucast.graph.allocator). Out of the repr for the same reason as loss.
@@ -230,6 +236,7 @@ class Stack(_Spec):
         self._check("loss", self.loss is None or self.loss in LM_LOSSES, f"one of {', '.join(LM_LOSSES)}")
         self._check("attention", self.attention is None or self.attention in ATTENTION_KERNELS,
                     f"one of {', '.join(ATTENTION_KERNELS)}")
+        self._check("kernels", self.kernels is None or self.kernels in KERNEL_SETS, f"one of {', '.join(KERNEL_SETS)}")
         for name in ("torch", "cuda"):
             v = getattr(self, name)
             if _is_num(v):  # YAML reads 2.4 as a float

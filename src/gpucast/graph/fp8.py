@@ -12,13 +12,17 @@ FLOPs, bytes and kernels are its kernels':
   its transpose, both kept for the backward: 2 bytes per parameter beside the master weights);
   ``torch._scaled_mm`` (cuBLASLt's FP8 GEMM, bf16 out, bias fused);
 * backward: the output gradient cast to E5M2 and transposed; the data gradient and the weight
-  gradient as two FP8 GEMMs; the bias gradient as a reduction.
+  gradient as two FP8 GEMMs (a frozen weight, an adapter's base, has no weight gradient: no
+  transpose, one GEMM); the bias gradient as a reduction.
 
 The language-model head stays in bf16 (TE's recipes and Megatron-LM's ``--fp8`` leave the output
 layer out), as do attention's own GEMMs (FlashAttention in bf16), normalisations and everything
 else. FP8 GEMMs run at the GPU's FP8 peak (:func:`gpucast.estimate.kernels.math_peak`); a GPU
 without FP8 tensor cores costs them at its FP16 rate (TE itself refuses to run there; the
 prediction says so).
+
+Under Megatron-Core (``stack.kernels: transformer-engine``, :mod:`gpucast.graph.te`) the weights are
+bf16 with no autocast, and a tensor feeding several linear layers is cast once (:func:`shared_casts`).
 
 Not modelled: the per-step amax-history and scale update (one small fused kernel for all tensors),
 the per-tensor scale buffers (bytes), FP8 weight caching across micro-batches (the weight is cast
@@ -28,12 +32,35 @@ recipes), FP8 attention, FP8 all-gathers of sharded weights.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import weakref
+
 import torch
 from torch import nn
 
 E4M3 = torch.float8_e4m3fn  # forward operands (TE's Format.HYBRID)
 E5M2 = torch.float8_e5m2    # gradients
 ALIGN = 16  # FP8 GEMM sizes must be multiples of 16 (TE asserts it; cuBLASLt's FP8 kernels need it)
+# Inside shared_casts(): input tensor id -> (a weak reference to the tensor, its FP8 cast, the cast's
+# transpose); an entry goes when its tensor does, so the casts live no longer than their input.
+_CASTS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("gpucast_fp8_casts", default=None)
+# Inside shared_casts(): called with each FP8 weight copy kept for the backward.
+_ON_WEIGHT_COPY: contextvars.ContextVar = contextvars.ContextVar("gpucast_fp8_weight_copy", default=None)
+
+
+@contextlib.contextmanager
+def shared_casts(on_weight_copy=None):
+    """Cast a tensor that feeds several FP8 linear layers once (Transformer Engine's ``LayerNormLinear``
+    under Megatron-Core, whose QKV and FC1 are one GEMM each: :mod:`gpucast.graph.te`); call
+    ``on_weight_copy`` with each FP8 weight copy saved for the backward (the tracer files it apart from
+    the activations)."""
+    token, hook = _CASTS.set({}), _ON_WEIGHT_COPY.set(on_weight_copy)
+    try:
+        yield
+    finally:
+        _CASTS.reset(token)
+        _ON_WEIGHT_COPY.reset(hook)
 
 
 def _linear_weight(module: nn.Module) -> tuple[torch.Tensor, bool] | None:
@@ -77,16 +104,24 @@ class _Fp8Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, in_out, scale):
         shape = x.shape
-        x2 = x.reshape(-1, shape[-1])
-        xq = x2.to(E4M3)
+        casts = _CASTS.get()
+        seen = casts.get(id(x)) if casts is not None else None
+        seen = seen if seen is not None and seen[0]() is x else None
+        xq, xt = (seen[1], seen[2]) if seen is not None else (x.reshape(-1, shape[-1]).to(E4M3), None)
         w = weight.t() if in_out else weight  # (out, in)
         wq = w.to(E4M3, memory_format=torch.contiguous_format)
         b = bias.to(torch.bfloat16) if bias is not None else None
         out = torch._scaled_mm(xq, wq.t(), scale, scale, bias=b, out_dtype=torch.bfloat16)
         if any(ctx.needs_input_grad):  # training: what the backward reads
-            xt = xq.t().contiguous()  # cast_transpose's second output: the weight gradient's operand
+            if xt is None and ctx.needs_input_grad[1]:
+                xt = xq.t().contiguous()  # cast_transpose's second output: the weight gradient's operand
             wt = wq.t().contiguous()  # the FP8 weight's transpose: the data gradient's operand
+            if _ON_WEIGHT_COPY.get() is not None:
+                _ON_WEIGHT_COPY.get()(wt)
             ctx.save_for_backward(xt, wt, scale)
+        if casts is not None and seen is None:
+            casts[id(x)] = (weakref.ref(x), xq, xt)
+            weakref.finalize(x, casts.pop, id(x), None)
         ctx.in_out, ctx.shape, ctx.has_bias = in_out, shape, bias is not None
         ctx.weight_dtype = weight.dtype
         return out.reshape(*shape[:-1], out.shape[-1])
@@ -96,10 +131,12 @@ class _Fp8Linear(torch.autograd.Function):
         xt, wt, scale = ctx.saved_tensors
         g2 = grad.reshape(-1, grad.shape[-1])
         gq = g2.to(E5M2)
-        gt = gq.t().contiguous()
         dx = torch._scaled_mm(gq, wt.t(), scale, scale, out_dtype=torch.bfloat16)
-        dw = torch._scaled_mm(gt, xt.t(), scale, scale, out_dtype=torch.bfloat16).to(ctx.weight_dtype)
-        if ctx.in_out:
-            dw = dw.t()
+        dw = None
+        if ctx.needs_input_grad[1]:  # a frozen weight (an adapter's base) has no weight-gradient GEMM
+            gt = gq.t().contiguous()
+            dw = torch._scaled_mm(gt, xt.t(), scale, scale, out_dtype=torch.bfloat16).to(ctx.weight_dtype)
+            if ctx.in_out:
+                dw = dw.t()
         db = g2.sum(0).to(ctx.weight_dtype) if ctx.has_bias else None
         return dx.reshape(ctx.shape), dw, db, None, None

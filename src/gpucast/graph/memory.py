@@ -111,7 +111,7 @@ class MemoryTracker:
         live = dict.fromkeys(MEMORY_CLASSES, 0)
         for a in self._all:
             if a.end < 0:
-                live[a.cls] += round_size(a.nbytes)
+                live[a.cls] = live.get(a.cls, 0) + round_size(a.nbytes)
         return live
 
     def live(self, cls: str) -> list[tuple[int, int]]:
@@ -143,10 +143,10 @@ class MemoryTracker:
         totals = dict.fromkeys(MEMORY_CLASSES, 0)
         for a in allocs:
             size = round_size(a.nbytes)
-            totals[a.cls] += size
+            totals[a.cls] = totals.get(a.cls, 0) + size
             start, end = _slots(a, n_ops)
             if start <= peak_slot < end:
-                at_peak[a.cls] += size
+                at_peak[a.cls] = at_peak.get(a.cls, 0) + size
         peak = int(live[peak_slot]) if len(live) else 0
         log = self.log(phases)
         reserved = max(peak, replay(log, steps=REPLAYED_STEPS)[0])

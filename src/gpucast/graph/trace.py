@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 PHASES = ("fwd", "loss", "bwd", "optim")
 MEMORY_CLASSES = ("parameters", "gradients", "optimizer_state", "inputs", "activations", "temporaries")
+# A class only some traces have: the FP8 weight copies Transformer Engine keeps for the backward under
+# Megatron-Core (gpucast.graph.te), which a parallel plan holds once a step, not once a micro-batch.
+WEIGHT_COPIES = "weight_copies"
 
 
 @dataclass(slots=True)

@@ -17,6 +17,9 @@ Precision ``bf16``/``fp16`` (pure half precision) casts the model's floating wei
 before the step, as FSDP's ``MixedPrecision(param_dtype=...)`` and DeepSpeed's/Megatron-LM's bf16
 modes run the model; ``amp-*`` runs fp32 weights under autocast; ``fp8`` runs them under bf16
 autocast with the linear layers' GEMMs in FP8, as Transformer Engine does (``gpucast.graph.fp8``).
+``stack.kernels: transformer-engine`` (a plan under Megatron, by default) runs the norms, gated MLPs
+and rotary embeddings as Transformer Engine's and Megatron-Core's fused kernels, and ``fp8`` over
+bf16 weights without autocast (``gpucast.graph.te``).
 
 Steady state: the optimizer's state (momentum, Adam moments) exists before the traced step,
 as it does from the second step of a real run; it is created beforehand by one untraced
@@ -37,6 +40,7 @@ step counters) launch no GPU kernel.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -48,7 +52,7 @@ from gpucast.graph import layouts, rules
 from gpucast.graph.blocks import PRE, BlockWatch, activation_regions, find_blocks, heads_of
 from gpucast.graph.memory import MemoryTracker
 from gpucast.graph.mirror import CudaMirror
-from gpucast.graph.trace import OpRecord, Trace
+from gpucast.graph.trace import WEIGHT_COPIES, OpRecord, Trace
 from gpucast.job import Job
 from gpucast.optim import make_optimizer
 from gpucast.surroundings import DEFAULT_STACK, Stack
@@ -61,6 +65,25 @@ aten = torch.ops.aten
 AMP_DTYPES = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16, "fp8": torch.bfloat16}
 # Pure half precision: the model's floating weights and inputs are cast (no autocast).
 PURE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _te(job: Job) -> bool:
+    """Whether the job runs Transformer Engine's layers as Megatron-Core builds them (gpucast.graph.te)."""
+    return job.stack is not None and job.stack.kernels == "transformer-engine"
+
+
+def _pure_dtype(job: Job):
+    """The dtype the model's weights are cast to, or None: pure half precision, and ``fp8`` under
+    Megatron-Core (bf16 weights, no autocast)."""
+    if job.precision == "fp8" and _te(job):
+        return torch.bfloat16
+    return PURE_DTYPES.get(job.precision)
+
+
+def _amp_dtype(job: Job):
+    return None if job.precision == "fp8" and _te(job) else AMP_DTYPES.get(job.precision)
+
+
 # GradScaler's default initial scale (torch.amp.GradScaler init_scale).
 GRAD_SCALE = 65536.0
 # Per-dimension cap on recorded shapes of list arguments (foreach ops take hundreds).
@@ -305,12 +328,14 @@ def _build(job: Job):
                 raise CaptureError(f"building the model failed: model_fn returned {type(model).__name__}, "
                                    f"not nn.Module")
             model = model.to("meta")
-            if job.precision in PURE_DTYPES:
-                model = model.to(PURE_DTYPES[job.precision])
+            if _pure_dtype(job) is not None:
+                model = model.to(_pure_dtype(job))
             if job.adapter is not None:  # LoRA/QLoRA: frozen (4-bit) base weights, trainable adapters
                 from gpucast.graph.adapters import apply_adapter
 
                 model = _stage("adding the adapters", apply_adapter, model, job.adapter.resolved(), job.precision)
+                if _te(job) and _pure_dtype(job) is not None:  # Megatron's adapters in the model's dtype
+                    model = model.to(_pure_dtype(job))
             inputs = _stage("building the inputs", built.input_fn, job.batch_size)
     return built, model, inputs
 
@@ -322,8 +347,8 @@ def _capture(job: Job) -> Trace:
     if not isinstance(inputs, (tuple, list)):
         raise CaptureError(f"building the inputs failed: input_fn returned {type(inputs).__name__}, not a tuple")
     inputs = tuple(t.to("meta") if isinstance(t, torch.Tensor) else t for t in inputs)
-    if job.precision in PURE_DTYPES:
-        inputs = tuple(t.to(PURE_DTYPES[job.precision]) if isinstance(t, torch.Tensor) and t.is_floating_point()
+    if _pure_dtype(job) is not None:
+        inputs = tuple(t.to(_pure_dtype(job)) if isinstance(t, torch.Tensor) and t.is_floating_point()
                        else t for t in inputs)
     train = job.mode == "train"
     model.train(train)
@@ -335,12 +360,17 @@ def _capture(job: Job) -> Trace:
         from gpucast.zoo.base import first_tensor
 
         model, loss_fn = _stage("choosing the loss", lm_loss.replace, model, stack.loss, first_tensor,
-                                AMP_DTYPES.get(job.precision))
+                                _amp_dtype(job))
     fp8_layers = None
     if job.precision == "fp8":  # the linear layers' GEMMs as Transformer Engine runs them
         from gpucast.graph import fp8, lm_loss
 
         fp8_layers = _stage("converting the linear layers to FP8", fp8.apply, model, lm_loss.output_head(model))
+    te_layers = None
+    if _te(job):  # Megatron-Core's Transformer Engine layers (gpucast.graph.te)
+        from gpucast.graph import te
+
+        te_layers = _stage("fusing the layers as Transformer Engine runs them", te.apply, model)
     optimizer = make_optimizer(job.optimizer, params, foreach=stack.foreach_optimizers) if train and params else None
     if optimizer is not None:
         _stage("initialising the optimizer", _warm_optimizer, optimizer, params)
@@ -369,9 +399,11 @@ def _capture(job: Job) -> Trace:
     blocks = find_blocks(model)
     watch = BlockWatch(rec, model, blocks) if blocks else None
     regions = None
-    amp = AMP_DTYPES.get(job.precision)
+    amp = _amp_dtype(job)
     mirror = CudaMirror(amp_dtype=amp, on_rnn=rec.on_rnn, cache_casts=train)
-    with rec:
+    fused = (te.active(lambda t: rec.memory.reclassify(t, WEIGHT_COPIES)) if te_layers is not None
+             else contextlib.nullcontext())
+    with rec, fused:
         if train:
             with mirror:
                 out = _stage("the forward pass", model, *inputs)
@@ -430,6 +462,10 @@ def _capture(job: Job) -> Trace:
     notes = []
     if job.precision == "amp-fp16":
         notes.append("amp-fp16: GradScaler's unscale and found_inf check are included")
+    if te_layers is not None:
+        notes.append(f"Transformer Engine's fused layers (Megatron-Core): {te_layers['norms']} norms, "
+                     f"{te_layers['gated_mlps']} gated MLPs as one kernel each way, the rotary embedding fused"
+                     + ("; bf16 weights under FP8" if job.precision == "fp8" else ""))
     if fp8_layers is not None:
         notes.append(f"fp8: {fp8_layers} linear layers run their GEMMs in FP8 (Transformer Engine's recipe); "
                      "everything else in bf16" if fp8_layers else

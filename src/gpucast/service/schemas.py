@@ -70,6 +70,10 @@ class StackSpec(BaseModel):
         None, description="The fused attention kernel: 'flash2' (PyTorch's SDPA flash kernel), 'flash3' (the "
                           "flash-attn 3 package's Hopper kernels) or 'cudnn' (cuDNN's fused attention); unset: "
                           "PyTorch's default for stack.torch on the GPU (cuDNN on Hopper from 2.11, else flash2).")
+    kernels: Optional[Literal["eager", "transformer-engine"]] = Field(
+        None, description="The layers' kernels: 'eager' (the model source's modules) or 'transformer-engine' "
+                          "(Transformer Engine's fused norms, SwiGLU and RoPE, as Megatron-Core builds them); unset: "
+                          "transformer-engine for a plan under megatron, else eager.")
     expandable_segments: Optional[bool] = Field(
         None, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator grows one "
                           "segment per pool (unset: off, PyTorch's default).")

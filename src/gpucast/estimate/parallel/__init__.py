@@ -70,7 +70,7 @@ from gpucast.estimate.parallel.ranks import (OpLayout, optimizer_share, split_ti
 from gpucast.estimate.parallel.sharding import HALF, STRATEGIES, comm_bytes_per_param, model_states
 from gpucast.estimate.stack import host_factor, kernel_scales, torch_host_factor
 from gpucast.estimate.step import simulate
-from gpucast.graph.trace import Trace
+from gpucast.graph.trace import WEIGHT_COPIES, Trace
 from gpucast.hardware import GpuSpec
 from gpucast.job import Job
 from gpucast.plan import Parallel
@@ -251,13 +251,16 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         library_handle_bytes(trace, gpu, env, prep.surroundings).values())
     workspaces = cublas_workspace_bytes(gpu, cfg, job.mode)
     communicators = int(t > 1) + int(p > 1) + int(d > 1) + int(place.dp_across.n > 1)
+    # Transformer Engine's FP8 weights and transposes, 2 bytes a parameter of its FP8 layers, held once
+    # (the trace saved one byte, the transpose, per such parameter: gpucast.graph.te)
+    fp8_share = trace.memory.at_backward_start.get(WEIGHT_COPIES, 0) / max(trace.parameters, 1)
     mems = []
     for st in stages:
         states = model_states(strat, job.precision, st.params.trainable, st.params.frozen_bytes, opt_per_param, shard)
         acts = (stage_activations(lay, st.blocks, st.k, p, m, t, par.recompute, v, seq) if lay is not None
                 else _whole_activations(trace))
         mems.append(rank_memory(states, acts, st.params, strat, gather_b, reduce_b, communicators, context,
-                                workspaces, consts))
+                                workspaces, consts, weight_cache=2 * fp8_share * st.params.params))
     busiest = max(range(p), key=lambda i: mems[i].total_bytes)
     mem = mems[busiest]
     lo, hi = cfg.memory_range

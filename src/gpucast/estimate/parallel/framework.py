@@ -45,9 +45,11 @@ Kernels: Megatron-Core builds its layers from Transformer Engine's modules, whos
 (``DotProductAttention``) gives its fused cuDNN backend preference over FlashAttention on compute
 capability 9.0 and newer (Transformer Engine's ``get_attention_backend``: "Disabling FlashAttention
 to give FusedAttention preference on Hopper+ for performance reasons"); a ``megatron`` plan on such a
-GPU runs ``cudnn`` attention unless ``stack.attention`` says otherwise (:func:`framework_stack`).
+GPU runs ``cudnn`` attention unless ``stack.attention`` says otherwise (:func:`framework_stack`). The
+layers' own fused kernels are the capture's business (``stack.kernels``, :mod:`gpucast.graph.te`,
+set for a Megatron plan by :func:`gpucast.api.capture_job`).
 
-Not modelled: Transformer Engine's modules (fewer, larger Functions, FP8 bookkeeping), Megatron
+Not modelled: Transformer Engine's modules' host work (fewer, larger Functions, FP8 bookkeeping), Megatron
 core's CUDA graphs (which remove this host time), sequence parallelism's extra collectives,
 DeepSpeed's timers, Python's garbage collector. The counts are read from the frameworks' code and
 the prices measured on a CPU (``benchmarks/host_calls.py``); neither is fitted to a measured step.

@@ -13,6 +13,9 @@ overhead + CUDA context + workspaces``, each a closed form with its source:
 * communication buffers: DDP's gradient buckets (a flat copy of the gradients, PyTorch DDP
   paper), DeepSpeed's reduce and all-gather buckets (their defaults), the unsharded gradients of
   one FSDP unit before its reduce-scatter, and NCCL's own buffers per communicator;
+* FP8 weight cache: under Megatron-Core, Transformer Engine's FP8 copy of each linear weight and
+  its transpose, cast in the first micro-batch and kept for the step (``weight_cache``, two bytes a
+  parameter of the FP8 layers on this rank; :mod:`gpucast.graph.te`);
 * allocator overhead: :data:`gpucast.graph.memory.FRAGMENTATION` of what PyTorch allocates;
 * CUDA context and cuBLAS workspace: :func:`gpucast.estimate.memory.cuda_context_bytes`.
 
@@ -44,7 +47,7 @@ class RankParams:
 
 def rank_memory(states: ModelStates, acts: StageActivations, rp: RankParams, strategy: Strategy,
                 gather_bytes: float, reduce_bytes: float, communicators: int, context: int, workspaces: int,
-                consts: ParallelConstants) -> MemoryEstimate:
+                consts: ParallelConstants, weight_cache: float = 0.0) -> MemoryEstimate:
     if strategy.gathers:
         units = rp.params if strategy.name == "fsdp-grad-op" else consts.gathered_units * rp.largest_block
         gathered = min(units, rp.params) * gather_bytes
@@ -60,12 +63,12 @@ def rank_memory(states: ModelStates, acts: StageActivations, rp: RankParams, str
     else:
         buffers = rp.largest_block_trainable * reduce_bytes
     buffers += communicators * consts.nccl_buffer_bytes
-    allocated = states.total + acts.total + gathered + buffers
+    allocated = states.total + acts.total + gathered + buffers + weight_cache
     overhead = FRAGMENTATION * allocated
     total = allocated + overhead + context + workspaces
     breakdown = {"weights": int(states.weights), "gradients": int(states.gradients),
                  "optimizer_state": int(states.optimizer), "activations": int(acts.total),
-                 "gathered_weights": int(gathered), "communication_buffers": int(buffers),
+                 "gathered_weights": int(gathered), **({"fp8_weight_cache": int(weight_cache)} if weight_cache else {}), "communication_buffers": int(buffers),
                  "allocator_overhead": int(overhead), "cuda_context": int(context), "workspaces": int(workspaces)}
     return MemoryEstimate(total_bytes=int(total), allocated_peak_bytes=int(allocated),
                           reserved_peak_bytes=int(allocated + overhead), breakdown=breakdown)

@@ -1,0 +1,186 @@
+"""Transformer Engine's layers as Megatron-Core builds them (``stack.kernels: transformer-engine``).
+
+A model source written for eager PyTorch (a Hugging Face causal LM) runs each norm, rotary
+embedding and gated activation as several elementwise kernels, often through fp32 copies
+(transformers' ``LlamaRMSNorm`` upcasts its input). Megatron-Core's GPT layer spec with
+Transformer Engine runs each as one fused kernel. At capture, :func:`apply` gives the model's
+modules forwards whose aten ops are those kernels' reads and writes, one op each way:
+
+* **norms** (``nn.LayerNorm`` and its subclasses, ``*RMSNorm``): TE's normalisation kernels
+  (``transformer_engine/common/normalization``, the ``TENorm``/``LayerNormLinear`` of the layer
+  spec): one forward kernel (recorded as ``native_layer_norm`` for both kinds, in the input's
+  dtype, the statistics in fp32: :class:`_FusedNorm`) and one backward (both gradients), saving the input and the statistics;
+  a zero-centred gamma (Nemotron's ``LayerNorm1P``) is folded into the kernel
+  (TE's ``zero_centered_gamma``);
+* **gated MLPs** (a module with ``gate_proj``, ``up_proj``, ``down_proj`` and ``act_fn``: SwiGLU):
+  Megatron-Core's fused ``bias_swiglu`` (``megatron/core/fusions/fused_bias_swiglu.py``): one
+  forward kernel reading the two projections and writing their product, saving its two inputs
+  (not the activation's output as well); its backward as two elementwise kernels of the fused one's
+  reads and writes;
+* **rotary embeddings** (a transformers model file's ``apply_rotary_pos_emb``): Megatron-Core's
+  fused RoPE (``apply_rope_fusion``, TE's ``fused_apply_rotary_pos_emb``): one kernel per query and
+  per key tensor, forward and backward, instead of the slices, the negation, the concatenation
+  and the products of ``rotate_half``;
+* **no key/value cache**: a transformers model in training still builds one when its config says
+  ``use_cache`` (two concatenations a layer); Megatron's training step has none;
+* **FP8 weights**: the FP8 copy of each weight (and its transpose) that TE keeps for the backward
+  is cast in the first micro-batch and cached for the step's others (Megatron-Core passes
+  ``is_first_microbatch``): filed as ``weight_copies``, not activations, so a parallel plan holds
+  them once, two bytes a parameter (the copy and its transpose), not once per micro-batch in flight;
+* **FP8 casts**: with precision ``fp8`` the model's weights are bf16 (Megatron's ``Float16Module``;
+  TE's FP8 runs over bf16 parameters, the fp32 master in the optimizer) and there is no autocast;
+  a tensor that feeds several linear layers (the query, key and value projections, the gate and
+  up projections) is cast to FP8 once, as TE's ``LayerNormLinear`` casts the normalised input
+  once for the fused QKV and FC1 GEMMs (:func:`gpucast.graph.fp8.shared_casts`).
+
+Default: a plan under Megatron (``parallel.framework``, :func:`gpucast.estimate.parallel.framework.framework_of`)
+captures with these layers unless ``stack.kernels`` says ``eager``
+(:func:`gpucast.api.capture_job`); everything else runs the model source's own modules.
+
+Not modelled: the fused QKV and FC1 GEMMs themselves (the same FLOPs in two or three GEMMs here),
+bias-dropout-add fusion (the models here have no dropout or bias there), the FP8 weight casts'
+time saved after the first micro-batch (cast at each micro-batch here), Nemotron's squared-ReLU as one kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import sys
+
+import torch
+from torch import nn
+
+aten = torch.ops.aten
+_ROPE_ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("gpucast_te_rope", default=False)
+_WRAPPED = "_gpucast_te_original"
+
+
+class _FusedNorm(torch.autograd.Function):
+    """One norm kernel each way. RMSNorm is recorded as ``native_layer_norm``: TE's RMSNorm and LayerNorm
+    kernels read and write the same bytes (the input, the output, fp32 statistics a row), and aten's
+    ``_fused_rms_norm`` has no meta kernel (it decomposes into its five elementwise ops there)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        y, mean, rstd = aten.native_layer_norm(x, [x.shape[-1]], weight, bias, 1e-5)
+        ctx.save_for_backward(x, weight, bias, mean, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight, bias, mean, rstd = ctx.saved_tensors
+        dx, dw, db = aten.native_layer_norm_backward(grad, x, [x.shape[-1]], mean, rstd, weight, bias,
+                                                     [True, weight is not None, bias is not None])
+        return dx, dw, db
+
+
+class _FusedSwiGLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate, up):
+        ctx.save_for_backward(gate, up)
+        return gate * up   # one kernel: the two inputs read, the product written
+
+    @staticmethod
+    def backward(ctx, grad):
+        gate, up = ctx.saved_tensors
+        return grad * up, grad * gate
+
+
+class _FusedRope(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k):
+        return q.mul(1.0), k.mul(1.0)   # one kernel each: the tensor read and written (the tables are small)
+
+    @staticmethod
+    def backward(ctx, gq, gk):
+        return gq.mul(1.0), gk.mul(1.0)
+
+
+def _is_norm(m: nn.Module) -> bool:
+    return isinstance(m, nn.LayerNorm) or (type(m).__name__.endswith("RMSNorm") and isinstance(
+        getattr(m, "weight", None), torch.Tensor))
+
+
+def _norm_forward(m: nn.Module):
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        w = m.weight if m.weight is None or m.weight.dtype == x.dtype else m.weight.to(x.dtype)
+        b = getattr(m, "bias", None)
+        b = b if b is None or b.dtype == x.dtype else b.to(x.dtype)
+        return _FusedNorm.apply(x, w, b)
+
+    return forward
+
+
+def _is_gated_mlp(m: nn.Module) -> bool:
+    act = getattr(m, "act_fn", None)
+    silu = isinstance(act, nn.SiLU) or type(act).__name__ == "SiLUActivation"  # transformers' ACT2FN["silu"]
+    return all(isinstance(getattr(m, n, None), nn.Module) for n in ("gate_proj", "up_proj", "down_proj")) and silu
+
+
+def _swiglu_forward(m: nn.Module):
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return m.down_proj(_FusedSwiGLU.apply(m.gate_proj(x), m.up_proj(x)))
+
+    return forward
+
+
+def _fused_rope(original):
+    def apply_rotary_pos_emb(q, k, *args, **kwargs):
+        if not _ROPE_ACTIVE.get():
+            return original(q, k, *args, **kwargs)
+        return _FusedRope.apply(q, k)
+
+    setattr(apply_rotary_pos_emb, _WRAPPED, original)
+    return apply_rotary_pos_emb
+
+
+def _install_rope(model: nn.Module) -> int:
+    """Wrap ``apply_rotary_pos_emb`` in the model's transformers modules (once; the wrapper runs the
+    original except inside :func:`active`, so other captures in other threads are unchanged)."""
+    from gpucast import imports
+
+    n = 0
+    with imports.LOCK:
+        for name in {type(m).__module__ for m in model.modules()}:
+            mod = sys.modules.get(name)
+            fn = getattr(mod, "apply_rotary_pos_emb", None)
+            if mod is None or not callable(fn) or not name.startswith("transformers."):
+                continue
+            if not hasattr(fn, _WRAPPED):
+                mod.apply_rotary_pos_emb = _fused_rope(fn)
+            n += 1
+    return n
+
+
+def apply(model: nn.Module) -> dict[str, int]:
+    """Give ``model``'s norms and gated MLPs TE's fused forwards and its rotary embedding the fused
+    kernel (module docstring); returns how many of each."""
+    counts = {"norms": 0, "gated_mlps": 0, "rope_modules": 0}
+    for m in model.modules():
+        if _is_norm(m):
+            m.forward = _norm_forward(m)
+            counts["norms"] += 1
+        elif _is_gated_mlp(m):
+            m.forward = _swiglu_forward(m)
+            counts["gated_mlps"] += 1
+    counts["rope_modules"] = _install_rope(model)
+    for m in model.modules():   # no key/value cache in Megatron's training step (HF's concatenates into one)
+        config = getattr(m, "config", None)
+        if getattr(config, "use_cache", False):
+            config.use_cache = False
+    return counts
+
+
+@contextlib.contextmanager
+def active(on_weight_copy=None):
+    """While the step is recorded: the fused rotary embedding and FP8 casts shared between layers;
+    ``on_weight_copy`` is called with each FP8 weight copy kept for the backward."""
+    from gpucast.graph import fp8
+
+    token = _ROPE_ACTIVE.set(True)
+    try:
+        with fp8.shared_casts(on_weight_copy):
+            yield
+    finally:
+        _ROPE_ACTIVE.reset(token)
