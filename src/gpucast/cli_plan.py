@@ -11,7 +11,8 @@ def plan_line(pl: dict) -> str:
     where = f"{pl['nodes']} nodes x {pl['gpus_per_node']} GPUs" if pl["nodes"] > 1 else f"{pl['gpus']} GPUs in one node"
     inter = f" ({pl['virtual_pipeline']} chunks a stage, interleaved)" if pl.get("virtual_pipeline", 1) > 1 else ""
     seq = " (sequence-parallel)" if pl.get("sequence") else ""
-    return (f"{where}, tensor {pl['tensor']}{seq} x pipeline {pl['pipeline']}{inter} x data {pl['data']}, {pl['sharding']}, "
+    ctx = f" x context {pl['context']}" if pl.get("context", 1) > 1 else ""
+    return (f"{where}, tensor {pl['tensor']}{seq}{ctx} x pipeline {pl['pipeline']}{inter} x data {pl['data']}, {pl['sharding']}, "
             f"recompute {pl['recompute']}, micro-batch {pl['micro_batch']} x {pl['grad_accum']} accumulated = global "
             f"{pl['global_batch']}; {pl['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, {pl['tokens_per_s']:,.0f} for "
             f"the job; MFU {pl['mfu']:.1%} (HFU {pl['hfu']:.1%})")

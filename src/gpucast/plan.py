@@ -18,7 +18,10 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
   norms, dropouts and residual adds run on a *t*-th of the sequence and their activations are held
   once, the all-reduces become reduce-scatters and all-gathers (unset: on with ``tensor`` > 1 under
   Megatron, as its recipes run; :mod:`gpucast.estimate.parallel.sequence`);
-* data parallelism is what is left: ``d = gpus / (t * p)`` (serving: ``d`` replicas of the
+* ``context``: context-parallel degree *c* (training): each sequence split over *c* ranks, keys and
+  values passed round a ring (:mod:`gpucast.estimate.parallel.context`); the sequence must split
+  into ``2 c`` equal chunks (checked with the model);
+* data parallelism is what is left: ``d = gpus / (t * p * c)`` (serving: ``d`` replicas of the
   deployment behind a load balancer);
 * ``sharding``: what the *d* data-parallel replicas shard (:data:`SHARDINGS`; the table of what
   each shards and when it gathers is :mod:`gpucast.estimate.parallel.sharding`);
@@ -126,11 +129,12 @@ class Parallel(_Spec):
     expert: int | None = field(default=None, repr=False)
     virtual_pipeline: int | None = field(default=None, repr=False)
     sequence: bool | None = field(default=None, repr=False)
+    context: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._check("framework", self.framework is None or self.framework in FRAMEWORKS,
                     f"one of {', '.join(FRAMEWORKS)}")
-        for name in ("tensor", "pipeline", "grad_accum", "expert", "virtual_pipeline"):
+        for name in ("tensor", "pipeline", "grad_accum", "expert", "virtual_pipeline", "context"):
             v = getattr(self, name)
             self._check(name, v is None or (_is_int(v) and 1 <= v <= MAX_DEGREE), f"an integer between 1 and {MAX_DEGREE}")
         self._check("gpus_per_node", self.gpus_per_node is None or (_is_int(self.gpus_per_node) and 1 <= self.gpus_per_node <= 64),
@@ -147,7 +151,8 @@ class Parallel(_Spec):
     def resolved(self, nvlink_gbs: float = 0.0) -> "Parallel":
         """Every field set: the defaults (module docstring) under the job's own values."""
         return self.merged(Parallel(tensor=1, pipeline=1, sharding="ddp", recompute="none", grad_accum=1,
-                                    gpus_per_node=8, network=default_network(nvlink_gbs), virtual_pipeline=1))
+                                    gpus_per_node=8, network=default_network(nvlink_gbs), virtual_pipeline=1,
+                                    context=1))
 
     def network_spec(self) -> Network:
         return parse_network(self.network, self.gpus_per_node or 8)
@@ -179,14 +184,17 @@ class Adapter(_Spec):
 
 
 def check_job(job) -> None:
-    """The combinations that need no model: ``gpus`` must be a multiple of ``tensor * pipeline``."""
+    """The combinations that need no model: ``gpus`` must be a multiple of ``tensor * pipeline * context``."""
     par = job.parallel
     if par is None:
         return
-    t, p = par.tensor or 1, par.pipeline or 1
-    if job.gpus % (t * p):
-        raise SpecError(f"field 'gpus' ({job.gpus}) must be a multiple of parallel.tensor x parallel.pipeline "
-                        f"({t} x {p} = {t * p})")
+    t, p, c = par.tensor or 1, par.pipeline or 1, par.context or 1
+    if job.gpus % (t * p * c):
+        what, prod = ("parallel.tensor x parallel.pipeline", f"{t} x {p}") if c == 1 else (
+            "parallel.tensor x parallel.pipeline x parallel.context", f"{t} x {p} x {c}")
+        raise SpecError(f"field 'gpus' ({job.gpus}) must be a multiple of {what} ({prod} = {t * p * c})")
+    if c > 1 and job.mode != "train":
+        raise SpecError("field 'parallel.context' splits a training sequence: it applies to mode 'train'")
     if (par.virtual_pipeline or 1) > 1 and (p == 1 or job.mode != "train"):
         raise SpecError("field 'parallel.virtual_pipeline' interleaves a training pipeline: it needs "
                         "parallel.pipeline > 1 and mode 'train'")

@@ -105,6 +105,8 @@ class ParallelSpec(BaseModel):
                                                           "served (mode serve; divides tensor).")
     virtual_pipeline: Optional[StrictInt] = Field(None, description="Interleaved 1F1B: model chunks per pipeline "
                                                                     "rank (training, pipeline > 1).")
+    context: Optional[StrictInt] = Field(None, description="Context-parallel degree: each sequence split over this "
+                                                           "many ranks (training; 2 x context divides seq_len).")
     sequence: Optional[StrictBool] = Field(None, description="Sequence parallelism under tensor parallelism (unset: on "
                                                              "with tensor > 1 under megatron).")
 

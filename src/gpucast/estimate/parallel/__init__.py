@@ -37,7 +37,10 @@ a tensor group sits inside a node when ``t <= gpus_per_node``; a data-parallel g
 has ``gpus_per_node / t`` of them on each node and shares the node's NICs with the other ``t``
 groups; pipeline neighbours are on different nodes once ``t d >= gpus_per_node``.
 
-Not modelled: context parallelism, expert parallelism in training, overlap of tensor-parallel
+Context parallelism (``context`` *c*, :mod:`.context`): every op on a *c*-th of the tokens, the ring's
+key/value sends less what the attention kernels hide, the gradients reduced over ``d c`` ranks.
+
+Not modelled: expert parallelism in training, overlap of tensor-parallel
 communication with compute, CPU offload, straggling ranks, the data loader of the stages after the
 first.
 """
@@ -56,6 +59,7 @@ from gpucast.estimate.loader import loader_cost
 from gpucast.estimate.kernels import OpArrays, kernel_times
 from gpucast.estimate.memory import cublas_workspace_bytes, cuda_context_bytes, library_handle_bytes
 from gpucast.estimate.nvml import held_share, reported_share
+from gpucast.estimate.parallel import context as ring_attention
 from gpucast.estimate.parallel import sequence
 from gpucast.estimate.parallel.activations import StageActivations, stage_activations
 from gpucast.estimate.parallel.checks import check_plan
@@ -138,7 +142,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     cfg = prep.cfg
     t, p, m = par.tensor, par.pipeline, par.grad_accum
     v = par.virtual_pipeline or 1
-    d = job.gpus // (t * p)
+    c = par.context or 1
+    d = job.gpus // (t * p * c)   # replicas; the gradients' group is d x c wide (.context)
     strat = STRATEGIES[par.sharding]
     place = placement(par, job.gpus, strat.hybrid)
     links = Links.of(gpu, par.network_spec())
@@ -146,9 +151,9 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     ol = OpLayout.of(trace)
     blocks_of = stage_blocks(lay.blocks, p) if lay is not None else [np.zeros(0, dtype=int)]
     stage = stage_of_ops(ol, blocks_of) if lay is not None else np.where(ol.phase == 3, -1, 0)
-    div = sequence.op_divisor(ol, t, seq)
+    div = sequence.op_divisor(ol, t, seq) * ring_attention.op_divisor(ol, c)
     kt = (kernel_times(trace, gpu, job.precision, cfg, prep.surroundings.stack, prep.scales, split=div)
-          if t > 1 else prep.kt)  # a rank's narrower GEMMs on the same SMs (gpucast.estimate.tiles)
+          if t > 1 or c > 1 else prep.kt)  # a rank's narrower GEMMs on the same SMs (gpucast.estimate.tiles)
     stack = prep.surroundings.stack
     host = prep.host * torch_host_factor(stack.torch, env)
     flops = np.fromiter((o.flops for o in trace.ops), dtype=np.float64, count=len(trace.ops)) / div
@@ -199,12 +204,13 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             tp_c = _tp_comm(st, lay, job, par, act_b, place, links, comm, calls, seq)
             p2p = 0.0
             if p > 1:
-                p2p = 2 * v * collective_time("send-recv", _act_bytes(lay, job, act_b) / t, place.pp, links, comm)
+                p2p = 2 * v * collective_time("send-recv", _act_bytes(lay, job, act_b, c) / t, place.pp, links, comm)
                 calls.append((2 * v, "send-recv", place.pp))
+            cp_c = _cp_comm(st, lay, job, par, act_b, scaled, links, comm, calls)
             dp_micro = _dp_micro(strat, st, gather_b, reduce_b, fwd_busy, bwd_busy, place, links, comm, consts, cfg,
                                  calls)
-            per.append(dict(tl=tl, re=re_busy, tp=tp_c, p2p=p2p, dp=dp_micro, bwd=bwd_busy, calls=calls,
-                            micro=tl.step_time_s + tp_c + p2p + dp_micro))
+            per.append(dict(tl=tl, re=re_busy, tp=tp_c, p2p=p2p, cp=cp_c, dp=dp_micro, bwd=bwd_busy, calls=calls,
+                            micro=tl.step_time_s + tp_c + p2p + cp_c + dp_micro))
         slow = max(range(p), key=lambda i: per[i]["micro"])
         t_slow = per[slow]["micro"]
         bubble = (p - 1) / v * t_slow if p > 1 else 0.0   # interleaved: (p-1)/v slots (Narayanan et al. 2021)
@@ -237,7 +243,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         for i, pr in enumerate(c["per"]):
             tl = pr["tl"]
             read = reported_share(tl.step_time_s, tl.gpu_busy_s, tl.gap_lengths, env.nvml_tick_s) * tl.step_time_s
-            comm_t = pr["tp"] + pr["p2p"] + pr["dp"]
+            comm_t = pr["tp"] + pr["p2p"] + pr["cp"] + pr["dp"]
             wait = max(0.0, c["pipe"] - m * pr["micro"])  # in a pipeline receive: an NCCL kernel spins
             busy_read = m * (read + comm_t) + wait + c["dp_step"] + c["opt_busy"]
             out.append(env.util_response(min(1.0, busy_read / c["step"])))
@@ -257,7 +263,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     mems = []
     for st in stages:
         states = model_states(strat, job.precision, st.params.trainable, st.params.frozen_bytes, opt_per_param, shard)
-        acts = (stage_activations(lay, st.blocks, st.k, p, m, t, par.recompute, v, seq) if lay is not None
+        acts = (stage_activations(lay, st.blocks, st.k, p, m, t, par.recompute, v, seq, c) if lay is not None
                 else _whole_activations(trace))
         mems.append(rank_memory(states, acts, st.params, strat, gather_b, reduce_b, communicators, context,
                                 workspaces, consts, weight_cache=2 * fp8_share * st.params.params))
@@ -270,7 +276,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     adapter = job.adapter is not None
     model_flops = model_flops_per_sample(trace, int(trainable_total), adapter) * samples
     peak = peak_flops(gpu, job.precision)
-    hw_flops = sum(st.flops for st in stages) * t * d * m
+    hw_flops = sum(st.flops for st in stages) * t * c * d * m
     slow = base["slow"]
     pr = base["per"][slow]
     tl = pr["tl"]
@@ -280,13 +286,14 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         "host_gaps_s": m * max(0.0, tl.step_time_s - tl.gpu_busy_s),
         "tensor_parallel_comm_s": m * pr["tp"],
         "pipeline_p2p_s": m * pr["p2p"],
+        "context_parallel_comm_s": m * pr["cp"],
         "data_parallel_comm_s": m * pr["dp"] + base["dp_step"],
         "pipeline_bubble_s": base["bubble"],
         "optimizer_s": base["opt"],
     }
     nodes = place.nodes
     plan = {
-        "tensor": t, "sequence": seq, "pipeline": p, "virtual_pipeline": v, "data": d, "sharding": par.sharding, "recompute": par.recompute,
+        "tensor": t, "sequence": seq, "context": c, "pipeline": p, "virtual_pipeline": v, "data": d, "sharding": par.sharding, "recompute": par.recompute,
         "grad_accum": m, "micro_batch": job.batch_size, "global_batch": samples,
         "gpus": job.gpus, "gpus_per_node": par.gpus_per_node, "nodes": nodes, "network": par.network,
         "layers_per_stage": [int(s.blocks) for s in stages],
@@ -315,7 +322,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
                      ["a parallel plan's utilization is the steady state (window_s is not applied to plans)"])
     plan["notes"] = notes
     return Estimate(
-        step_time_s=step, gpu_busy_s=m * (tl.gpu_busy_s + pr["tp"] + pr["p2p"] + pr["dp"]) + base["dp_step"]
+        step_time_s=step, gpu_busy_s=m * (tl.gpu_busy_s + pr["tp"] + pr["p2p"] + pr["cp"] + pr["dp"]) + base["dp_step"]
         + base["opt_busy"], gpu_util_pct=100.0 * float(np.mean(u)), host_time_s=m * tl.host_time_s,
         memory=mem, bottleneck=label, bottleneck_reason=reason,
         step_time_interval=(min(steps), max(steps)),
@@ -368,6 +375,7 @@ def _framework_on_stage(st: _Stage, name: str, trace: Trace, lay, job: Job, par:
     micro-batch's collectives over all its ops; and their sum (seconds a micro-batch)."""
     calls: list = []
     _tp_comm(st, lay, job, par, act_b, place, links, comm, calls, seq)
+    _cp_comm(st, lay, job, par, act_b, None, links, comm, calls)
     if par.pipeline > 1:
         calls.append((2, "send-recv", place.pp))
     _dp_micro(strat, st, gather_b, reduce_b, 0.0, 0.0, place, links, comm, consts, cfg, calls)
@@ -401,11 +409,11 @@ def _framework_step(name: str, par: Parallel, strat, stages: list, trace: Trace,
     return fh.step_s + collective_host_s(n_calls, cfg, fc)
 
 
-def _act_bytes(lay, job: Job, act_b: int) -> float:
-    """One micro-batch's hidden state, ``b s h`` elements."""
+def _act_bytes(lay, job: Job, act_b: int, context_degree: int = 1) -> float:
+    """One micro-batch's hidden state on a rank, ``b (s / c) h`` elements."""
     if lay is None:
         return 0.0
-    return job.batch_size * lay.tokens * lay.hidden * act_b
+    return job.batch_size * lay.tokens / context_degree * lay.hidden * act_b
 
 
 def _fixed(calls: list, links: Links, comm: CommConstants) -> float:
@@ -421,8 +429,23 @@ def _tp_comm(st: _Stage, lay, job: Job, par: Parallel, act_b: int, place: Placem
     out = 0.0
     for count, kind in sequence.tp_collectives(st.blocks, st.k == 0, st.k == par.pipeline - 1, par.recompute, seq):
         calls.append((count, kind, place.tp))
-        out += count * collective_time(kind, _act_bytes(lay, job, act_b), place.tp, links, comm)
+        out += count * collective_time(kind, _act_bytes(lay, job, act_b, par.context or 1), place.tp, links, comm)
     return out
+
+
+def _cp_comm(st: _Stage, lay, job: Job, par: Parallel, act_b: int, scaled: np.ndarray | None, links: Links,
+             comm: CommConstants, calls: list) -> float:
+    """Context parallelism's exposed ring sends of a micro-batch on stage ``st`` (:mod:`.context`);
+    ``scaled``: the stage's kernel seconds (its attention kernels hide the sends)."""
+    c = par.context or 1
+    if c <= 1 or lay is None:
+        return 0.0
+    attention = 0.0
+    if scaled is not None:
+        attention = float(scaled[OpArrays.of(st.sub).category == "attention"].sum())
+    nbytes = ring_attention.kv_bytes(job.batch_size, lay.tokens, lay.hidden, lay.heads, lay.kv_heads, par.tensor, c, act_b)
+    return ring_attention.exposed_s(st.blocks, c, nbytes, attention, ring_attention.ring(par.tensor, c, par.gpus_per_node),
+                             links, comm, calls)
 
 
 def _dp_micro(strat, st: _Stage, gather_b, reduce_b, fwd_busy, bwd_busy, place: Placement, links: Links,

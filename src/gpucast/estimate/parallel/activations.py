@@ -21,7 +21,7 @@ runs ``2 (p - k - 1) + (v - 1) p`` warm-up chunk forwards before its first backw
 on the first stage (Korthikanti et al. 2022, sec. 4.2.3). Sequence parallelism (``sequence``,
 :mod:`.sequence`) splits the replicated part over the *t* ranks too (their eq. 4:
 ``sbh(34/t + 5as/(ht))``; selective ``34 sbh / t``), and full recomputation's kept inputs. Not
-modelled: activation offload.
+modelled: activation offload. Context parallelism (*c*) divides all of it by *c*.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def per_block(layout: BlockLayout, tensor: int, recompute: str, sequence: bool =
 
 
 def stage_activations(layout: BlockLayout, blocks: int, stage: int, stages: int, micro_batches: int,
-                      tensor: int, recompute: str, chunks: int = 1, sequence: bool = False) -> StageActivations:
+                      tensor: int, recompute: str, chunks: int = 1, sequence: bool = False,
+                      context: int = 1) -> StageActivations:
     """What stage ``stage`` of ``stages`` (holding ``blocks`` blocks in ``chunks`` interleaved chunks)
     keeps for its backward."""
     a = layout.activations
@@ -66,6 +67,7 @@ def stage_activations(layout: BlockLayout, blocks: int, stage: int, stages: int,
         saved += a.get("post", 0) / tensor
     whole_block = per_block(layout, tensor, "none", sequence)
     working = whole_block if recompute == "full" else 0.0
+    saved, working = saved / context, working / context   # a context rank's tokens (.context)
     if chunks > 1 and stages > 1:
         warmup = 2 * (stages - stage - 1) + (chunks - 1) * stages
         in_flight = min((warmup + 1) / chunks, float(micro_batches))

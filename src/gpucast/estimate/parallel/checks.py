@@ -5,7 +5,7 @@ tensor or pipeline parallelism needs repeated blocks; the tensor degree must div
 heads (Megatron-LM splits whole heads; key/value heads are split too, or replicated when there are
 fewer than the degree, as Megatron-LM does for grouped-query attention); no more pipeline stages
 than blocks; interleaved stages (``virtual_pipeline`` *v*) split the layers into ``p v`` equal
-chunks; DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only. :func:`gpucast.plan.check_job`
+chunks; a context degree *c* splits the sequence into ``2 c`` equal chunks; DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only. :func:`gpucast.plan.check_job`
 checks what needs no model (``gpus`` a multiple of ``tensor * pipeline``).
 """
 
@@ -21,8 +21,9 @@ def check_plan(trace: Trace, par: Parallel) -> list[str]:
     lay = trace.layout
     t, p = par.tensor, par.pipeline
     notes: list[str] = []
-    if (t > 1 or p > 1) and lay is None:
-        field = "tensor" if t > 1 else "pipeline"
+    c = par.context or 1
+    if (t > 1 or p > 1 or c > 1) and lay is None:
+        field = "tensor" if t > 1 else ("pipeline" if p > 1 else "context")
         raise JobError(f"field 'parallel.{field}': {trace.model} has no repeated blocks (a transformer's "
                        f"layers) to split; use parallel.sharding to spread it over GPUs")
     if t > 1:
@@ -41,6 +42,9 @@ def check_plan(trace: Trace, par: Parallel) -> list[str]:
     if p > 1 and p > lay.blocks:
         raise JobError(f"field 'parallel.pipeline' ({p}) is more stages than the {lay.blocks} layers of "
                        f"{trace.model}")
+    if c > 1 and lay.tokens % (2 * c):
+        raise JobError(f"field 'parallel.context' ({c}) must split the {lay.tokens}-token sequence into 2 x {c} equal "
+                       f"chunks (Megatron-Core's load-balanced causal split)")
     v = par.virtual_pipeline or 1
     if v > 1 and lay.blocks % (p * v):
         raise JobError(f"field 'parallel.virtual_pipeline' ({v}) must divide the layers of each of the {p} "
