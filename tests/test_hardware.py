@@ -159,7 +159,10 @@ def test_tensor_rates_are_dense_and_ordered():
             # (L40S: 733 against 2 x 362.05, as its datasheet prints them)
             assert spec.fp8_tflops == pytest.approx(2 * spec.fp16_tflops, rel=0.015), spec.name
         if spec.fp4_tflops is not None:
-            assert spec.fp4_tflops in (pytest.approx(2 * spec.fp8_tflops), pytest.approx(4 * spec.fp8_tflops)), \
+            # Blackwell Ultra (sm 10.3): NVFP4 1.5x Blackwell's, 3x its FP8 ("Inside NVIDIA Blackwell Ultra", 2025)
+            ultra = spec.compute_capability == (10, 3)
+            assert spec.fp4_tflops in ((pytest.approx(3 * spec.fp8_tflops),) if ultra else
+                                       (pytest.approx(2 * spec.fp8_tflops), pytest.approx(4 * spec.fp8_tflops))), \
                 spec.name
         if spec.bf16_tflops is not None:  # BF16 runs at the FP16 tensor rate
             assert spec.bf16_tflops == spec.fp16_tflops, spec.name
