@@ -5,6 +5,8 @@ degrees, each model's shape known, the rows gpucast cannot express yet named wit
 from __future__ import annotations
 
 import importlib.util
+
+import pytest
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,3 +47,19 @@ def test_a_row_becomes_the_megatron_job_a_user_would_write():
     assert job.parallel.grad_accum == 128 // (1 * 8) and job.parallel.tensor == 1
     lora = next(r for r in nm.read() if r["task"] == "LoRA")
     assert nm.job_of(lora).adapter is not None
+
+
+def test_the_held_out_fit_recovers_a_factor_the_other_models_share():
+    # Rows whose predictions scale as 1 / k (compute-bound: time proportional to kernel time), all
+    # measured at k = 0.8: each model's factor fitted on the others is 0.8, and its rows come out exact.
+    nm = _bench()
+    recs, grid = [], []
+    for model, meas in (("A", 100.0), ("A", 50.0), ("B", 80.0), ("C", 10.0)):
+        recs.append({"model": model, "tokens_per_s_per_gpu": meas, "predicted": meas * 0.8, "fits": True})
+        grid.append([meas * 0.8 / k for k in nm.FACTORS])
+    out = nm.held_out(recs, grid)
+    for r in out:
+        assert r["factor"] == pytest.approx(0.8, abs=0.005)
+        assert r["held_out"] == pytest.approx(r["tokens_per_s_per_gpu"], rel=0.01)
+    s = nm.summary(out)
+    assert s["held_out_mdape"] < 1 and s["mdape"] == pytest.approx(20)
