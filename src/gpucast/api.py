@@ -26,7 +26,8 @@ from gpucast.estimate.environment import Environment
 from gpucast.estimate.stack import host_factor
 from gpucast.graph.trace import Trace
 from gpucast.hardware import GpuSpec, get_gpu
-from gpucast.job import Job
+from gpucast import formats
+from gpucast.job import Job, JobError
 from gpucast.prediction import Prediction
 
 MODEL_VERSION = f"analytic-{__version__}"
@@ -181,6 +182,9 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
 
         pred, tr, est = serving_prediction(job, spec, config, env, model_version(env))
         return Explanation(prediction=pred, trace=tr, estimate=est, gpu=spec)
+    unsupported = formats.unsupported(job.precision, spec)
+    if unsupported:
+        raise JobError(f"field 'precision': {unsupported}")
     fed, measured = _measured(job)  # before the (slower) capture: a failing dataset fails fast
     tr = trace(job)
     job = fed

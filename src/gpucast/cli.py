@@ -199,7 +199,8 @@ _SEQ = typer.Option(None, "--seq-len", help="Sequence length (sequence models)."
 _SHAPE = typer.Option(None, "--input-shape", help="Per-sample input shape, e.g. 3,224,224.")
 _PREC = typer.Option(None, "--precision", help="fp32 | tf32 | amp-fp16 | amp-bf16 (autocast) | bf16 | fp16 "
                                                 "(pure half-precision weights, as FSDP/DeepSpeed/Megatron run them) | "
-                                                "fp8 (Transformer Engine: linear layers' GEMMs in FP8, bf16 elsewhere; "
+                                                "fp8 (Transformer Engine: linear layers' GEMMs in FP8, bf16 elsewhere) | "
+                                                "mxfp8 | nvfp4 (TE's Blackwell block-scaled recipes, training; "
                                                 "default: fp32).")
 _MODE = typer.Option(None, "--mode", help="train | infer | serve (an LLM deployment: --set serve.input_len=..., "
                                            "serve.engine=vllm, ...; default: train).")

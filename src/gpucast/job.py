@@ -35,7 +35,7 @@ from gpucast.surroundings import Data, Loop, SpecError, Stack
 # amp-*: torch.autocast over fp32 weights; bf16/fp16: the weights themselves in half precision
 # ("pure", as FSDP's MixedPrecision(param_dtype=...), DeepSpeed's and Megatron-LM's bf16 modes run the
 # model; a sharded optimizer keeps fp32 master weights, gpucast.estimate.parallel.sharding).
-PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp16", "fp8")
+PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 MODES = ("train", "infer", "serve")
 OPTIMIZERS = ("sgd", "adam", "adamw", "none")
 _SOURCE_FIELDS = ("model_digest", "hf_config")
@@ -348,6 +348,9 @@ def _validate(job: Job) -> None:
         raise JobError(f"field 'precision' must be one of {', '.join(PRECISIONS)}, got {job.precision!r}")
     if job.mode not in MODES:
         raise JobError(f"field 'mode' must be one of {', '.join(MODES)}, got {job.mode!r}")
+    if job.precision in ("mxfp8", "nvfp4") and job.mode == "serve":
+        raise JobError(f"field 'precision': {job.precision} is Transformer Engine's recipe for training and "
+                       f"inference steps; a deployment's weight format is serve.weights")
     if job.optimizer not in OPTIMIZERS:
         raise JobError(f"field 'optimizer' must be one of {', '.join(OPTIMIZERS)}, got {job.optimizer!r}")
     if isinstance(job.input_pipeline_s, bool) or not isinstance(job.input_pipeline_s, (int, float)) \

@@ -8,7 +8,8 @@
 * **Precisions** a GPU runs: ``fp32`` everywhere; ``tf32`` where it has TF32 tensor cores;
   ``amp-fp16`` and ``fp16`` from compute capability 6.0 (Pascal: K80 has no FP16 arithmetic);
   ``amp-bf16`` and ``bf16`` where it has BF16 tensor cores (Ampere on); ``fp8`` (Transformer Engine's
-  recipe, :mod:`gpucast.graph.fp8`) where it has FP8 tensor cores (Ada, Hopper, Blackwell). Default:
+  recipe, :mod:`gpucast.graph.fp8`) where it has FP8 tensor cores (Ada, Hopper, Blackwell); ``mxfp8``
+  and ``nvfp4`` (:mod:`gpucast.formats`) on Blackwell. Default:
   the job's own, ``fp32``, ``amp-fp16`` and ``amp-bf16``, each where the GPU runs it (``fp8`` when
   asked for, or when it is the job's).
 * **Batch sizes** per GPU: default the job's and 2x, 4x, 8x it (the largest of them that fits a GPU
@@ -43,7 +44,7 @@ from gpucast.hardware import GpuSpec, get_gpu
 DEFAULT_COUNTS = (1, 2, 4, 8)
 MAX_GPUS = 8        # one node (the all-reduce is costed over the node's NVLink or PCIe)
 BATCH_FACTORS = (1, 2, 4, 8)
-PRECISION_ORDER = ("fp32", "tf32", "amp-fp16", "amp-bf16", "fp16", "bf16", "fp8")
+PRECISION_ORDER = ("fp32", "tf32", "amp-fp16", "amp-bf16", "fp16", "bf16", "fp8", "mxfp8", "nvfp4")
 
 
 class AdviseError(ValueError):
@@ -76,6 +77,10 @@ def runs(spec: GpuSpec, precision: str) -> bool:
         return spec.supports_bf16
     if precision == "fp8":  # Transformer Engine runs FP8 on Ada, Hopper and Blackwell only
         return spec.fp8_tflops is not None
+    if precision in ("mxfp8", "nvfp4"):  # Blackwell's block-scaled recipes (gpucast.formats)
+        from gpucast.formats import unsupported
+
+        return spec.fp4_tflops is not None and unsupported(precision, spec) is None
     return False
 
 

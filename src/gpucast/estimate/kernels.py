@@ -45,6 +45,7 @@ from gpucast.estimate.achieved import (CUDA_CORE_FAMILIES, UNTILED_FAMILIES, att
                                        capability_key, family_of, fractions, matmul_family, matmul_tf32_by_default,
                                        memory_family_of)
 from gpucast.estimate.constants import OLD_ARCHITECTURES, EstimatorConfig
+from gpucast.formats import GEMM_RATE
 from gpucast.graph.trace import Trace
 from gpucast.hardware import GpuSpec, get_gpu
 from gpucast.mig import SEPARATOR, parent_name
@@ -112,8 +113,8 @@ def math_peak(gpu: GpuSpec, category: str, dtype: str, precision: str, cfg: Esti
     """
     if category not in _TENSOR_MATH or family in CUDA_CORE_FAMILIES:
         return gpu.sustained_tflops("fp32", tensor_cores=False) * 1e12
-    if dtype.startswith("float8"):  # torch.float8_e4m3fn / e5m2 operands (torch._scaled_mm)
-        return gpu.sustained_tflops("fp8") * 1e12
+    if dtype.startswith("float8"):  # torch.float8_e4m3fn / e5m2 operands (torch._scaled_mm): the recipe's
+        return gpu.sustained_tflops(GEMM_RATE.get(precision, "fp8")) * 1e12   # rate (gpucast.formats)
     if dtype.startswith("float4"):
         return gpu.sustained_tflops("fp4") * 1e12
     if dtype == "float16":

@@ -42,7 +42,7 @@ from gpucast.graph.nf4 import Linear4bit
 
 # PEFT LoraConfig defaults: lora_alpha=8 (scaling = alpha / r), lora_dropout=0.0.
 LORA_ALPHA = 8
-COMPUTE_DTYPES = {"fp8": torch.bfloat16, "amp-bf16": torch.bfloat16, "amp-fp16": torch.float16, "bf16": torch.bfloat16,
+COMPUTE_DTYPES = {"fp8": torch.bfloat16, "mxfp8": torch.bfloat16, "nvfp4": torch.bfloat16, "amp-bf16": torch.bfloat16, "amp-fp16": torch.float16, "bf16": torch.bfloat16,
                   "fp16": torch.float16}
 _SHOWN = 8  # Linear names listed when no target matches
 

@@ -48,6 +48,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from gpucast import imports
+from gpucast.formats import TE_RECIPES
 from gpucast.graph import layouts, rules
 from gpucast.graph.blocks import PRE, BlockWatch, activation_regions, find_blocks, heads_of
 from gpucast.graph.memory import MemoryTracker
@@ -62,7 +63,8 @@ aten = torch.ops.aten
 
 # fp8: Transformer Engine's recipe runs the model under bf16 autocast, its linear layers in FP8
 # (gpucast.graph.fp8).
-AMP_DTYPES = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16, "fp8": torch.bfloat16}
+AMP_DTYPES = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16,
+              **{p: torch.bfloat16 for p in TE_RECIPES}}  # fp8, mxfp8, nvfp4 (gpucast.formats)
 # Pure half precision: the model's floating weights and inputs are cast (no autocast).
 PURE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -75,13 +77,13 @@ def _te(job: Job) -> bool:
 def _pure_dtype(job: Job):
     """The dtype the model's weights are cast to, or None: pure half precision, and ``fp8`` under
     Megatron-Core (bf16 weights, no autocast)."""
-    if job.precision == "fp8" and _te(job):
+    if job.precision in TE_RECIPES and _te(job):
         return torch.bfloat16
     return PURE_DTYPES.get(job.precision)
 
 
 def _amp_dtype(job: Job):
-    return None if job.precision == "fp8" and _te(job) else AMP_DTYPES.get(job.precision)
+    return None if job.precision in TE_RECIPES and _te(job) else AMP_DTYPES.get(job.precision)
 
 
 # GradScaler's default initial scale (torch.amp.GradScaler init_scale).
@@ -362,7 +364,7 @@ def _capture(job: Job) -> Trace:
         model, loss_fn = _stage("choosing the loss", lm_loss.replace, model, stack.loss, first_tensor,
                                 _amp_dtype(job))
     fp8_layers = None
-    if job.precision == "fp8":  # the linear layers' GEMMs as Transformer Engine runs them
+    if job.precision in TE_RECIPES:  # the linear layers' GEMMs as Transformer Engine runs them
         from gpucast.graph import fp8, lm_loss
 
         fp8_layers = _stage("converting the linear layers to FP8", fp8.apply, model, lm_loss.output_head(model))
@@ -465,7 +467,7 @@ def _capture(job: Job) -> Trace:
     if te_layers is not None:
         notes.append(f"Transformer Engine's fused layers (Megatron-Core): {te_layers['norms']} norms, "
                      f"{te_layers['gated_mlps']} gated MLPs as one kernel each way, the rotary embedding fused"
-                     + ("; bf16 weights under FP8" if job.precision == "fp8" else ""))
+                     + (f"; bf16 weights under {job.precision}" if job.precision in TE_RECIPES else ""))
     if fp8_layers is not None:
         notes.append(f"fp8: {fp8_layers} linear layers run their GEMMs in FP8 (Transformer Engine's recipe); "
                      "everything else in bf16" if fp8_layers else

@@ -68,8 +68,8 @@ class RunSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.job, Job):
             raise TypeError(f"RunSpec.job must be a gpucast Job, got {type(self.job).__name__}")
-        if self.job.precision == "fp8":
-            raise JobError("field 'precision': fp8 is not measured here (the profiler runs plain PyTorch; FP8 "
+        if self.job.precision in ("fp8", "mxfp8", "nvfp4"):
+            raise JobError(f"field 'precision': {self.job.precision} is not measured here (the profiler runs plain PyTorch; FP8 "
                            "training runs through Transformer Engine): profile amp-bf16 instead")
         if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")

@@ -13,7 +13,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
-Precision = Literal["fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp16", "fp8"]
+Precision = Literal["fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp16", "fp8", "mxfp8", "nvfp4"]
 Mode = Literal["train", "infer", "serve"]
 Optimizer = Literal["sgd", "adam", "adamw", "none"]
 

@@ -74,6 +74,7 @@ from gpucast.estimate.parallel.ranks import (OpLayout, optimizer_share, split_ti
 from gpucast.estimate.parallel.sharding import HALF, STRATEGIES, comm_bytes_per_param, model_states
 from gpucast.estimate.stack import host_factor, kernel_scales, torch_host_factor
 from gpucast.estimate.step import simulate
+from gpucast.formats import ELEMENT_BYTES
 from gpucast.graph.trace import WEIGHT_COPIES, Trace
 from gpucast.hardware import GpuSpec
 from gpucast.job import Job
@@ -259,7 +260,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     communicators = int(t > 1) + int(p > 1) + int(d > 1) + int(place.dp_across.n > 1)
     # Transformer Engine's FP8 weights and transposes, 2 bytes a parameter of its FP8 layers, held once
     # (the trace saved one byte, the transpose, per such parameter: gpucast.graph.te)
-    fp8_share = trace.memory.at_backward_start.get(WEIGHT_COPIES, 0) / max(trace.parameters, 1)
+    fp8_share = (trace.memory.at_backward_start.get(WEIGHT_COPIES, 0) / max(trace.parameters, 1)
+                 * ELEMENT_BYTES.get(job.precision, 1.0))   # the trace's byte an element, in the recipe's format
     mems = []
     for st in stages:
         states = model_states(strat, job.precision, st.params.trainable, st.params.frozen_bytes, opt_per_param, shard)

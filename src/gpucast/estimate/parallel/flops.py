@@ -19,7 +19,7 @@ from gpucast.graph.trace import Trace
 from gpucast.hardware import GpuSpec
 
 # fp8: quoted against the BF16 peak, as NVIDIA's and Megatron-LM's FP8 throughput reports do
-_PEAK_DTYPE = {"fp8": "bf16", "amp-bf16": "bf16", "amp-fp16": "fp16", "bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}
+_PEAK_DTYPE = {"fp8": "bf16", "mxfp8": "bf16", "nvfp4": "bf16", "amp-bf16": "bf16", "amp-fp16": "fp16", "bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}
 
 
 def convention(trace: Trace, adapter: bool) -> str:

@@ -75,7 +75,7 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
     Strategy("fsdp-grad-op", True, True, True, "fsdp", "fwd", "reduce-scatter", True, False),
     Strategy("fsdp-hybrid", True, True, True, "fsdp", "fwd+bwd", "reduce-scatter", True, False, hybrid=True),
 )}
-AMP = ("amp-fp16", "amp-bf16", "fp8")  # fp8: TE under bf16 autocast, fp32 master weights
+AMP = ("amp-fp16", "amp-bf16", "fp8", "mxfp8", "nvfp4")  # TE's recipes: bf16 compute, fp32 master weights
 PURE = ("fp16", "bf16")
 HALF = AMP + PURE
 # The fp32 master weights DeepSpeed's mixed-precision optimizer keeps (ZeRO paper, sec. 3.1).
