@@ -16,9 +16,9 @@ assumed: the table does not say). ``parallel.virtual_pipeline`` = ``vp`` (interl
 could not express its recipe (:func:`unanswered`; since context parallelism, none); the table lists
 each with its reason. Sequence parallelism is Megatron's default
 wherever TP > 1 (``parallel.sequence``), as in NeMo's recipes, and so is Transformer Engine's cuDNN
-attention. Not expressed in any row (so every answered row is predicted without them):
-tensor-parallel communication overlap, the recipes' recompute settings, CUDA graphs (issue 53's
-items 1-2).
+attention. Not set in any row (so every row is predicted without them): tensor-parallel
+communication overlap (``parallel.tp_overlap``: the table does not say which recipes ran it), the
+recipes' recompute settings, CUDA graphs.
 
 What it reports: per row the measured and predicted tokens/s per GPU, their ratio, the predicted
 peak memory per GPU and whether it fits an 80 GB H100 (every row ran); over the answered rows the

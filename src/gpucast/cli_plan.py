@@ -10,7 +10,8 @@ def plan_line(pl: dict) -> str:
     """One line for a parallel plan: its shape, batch, throughput and MFU."""
     where = f"{pl['nodes']} nodes x {pl['gpus_per_node']} GPUs" if pl["nodes"] > 1 else f"{pl['gpus']} GPUs in one node"
     inter = f" ({pl['virtual_pipeline']} chunks a stage, interleaved)" if pl.get("virtual_pipeline", 1) > 1 else ""
-    seq = " (sequence-parallel)" if pl.get("sequence") else ""
+    seq = (" (sequence-parallel, overlapped)" if pl.get("tp_overlap") else
+           " (sequence-parallel)" if pl.get("sequence") else "")
     ctx = f" x context {pl['context']}" if pl.get("context", 1) > 1 else ""
     return (f"{where}, tensor {pl['tensor']}{seq}{ctx} x pipeline {pl['pipeline']}{inter} x data {pl['data']}, {pl['sharding']}, "
             f"recompute {pl['recompute']}, micro-batch {pl['micro_batch']} x {pl['grad_accum']} accumulated = global "

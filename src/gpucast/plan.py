@@ -18,6 +18,9 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
   norms, dropouts and residual adds run on a *t*-th of the sequence and their activations are held
   once, the all-reduces become reduce-scatters and all-gathers (unset: on with ``tensor`` > 1 under
   Megatron, as its recipes run; :mod:`gpucast.estimate.parallel.sequence`);
+* ``tp_overlap``: the tensor-parallel collectives overlapped with the GEMMs, chunk by chunk
+  (Transformer Engine's ``tp_comm_overlap``; needs sequence parallelism; unset: off, as
+  Megatron-LM; :mod:`gpucast.estimate.parallel.sequence`);
 * ``context``: context-parallel degree *c* (training): each sequence split over *c* ranks, keys and
   values passed round a ring (:mod:`gpucast.estimate.parallel.context`); the sequence must split
   into ``2 c`` equal chunks (checked with the model);
@@ -35,8 +38,8 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
 * ``expert``: expert-parallel degree *e* of a mixture-of-experts model served (``mode: serve``):
   its experts spread whole over groups of the tensor-parallel ranks (*e* divides *t*;
   :mod:`gpucast.estimate.serving.experts`); training with expert parallelism is refused;
-* ``gpus_per_node`` (8) and ``network``, the links between nodes: ``KIND-GBIT`` with KIND in
-  :data:`NETWORK_KINDS`, Gbit/s per node (``roce-1600``: 1,600 Gbit/s per node), or per GPU
+* ``gpus_per_node`` (8; up to 72, an NVL72 rack's NVLink domain) and ``network``, the links
+  between nodes: ``KIND-GBIT`` with KIND in :data:`NETWORK_KINDS`, Gbit/s per node (``roce-1600``: 1,600 Gbit/s per node), or per GPU
   with ``/gpu`` (``ib-400/gpu``: a 400 Gbit/s NIC per GPU, 3,200 Gbit/s per 8-GPU node). Unset:
   :func:`default_network` for the GPU.
 
@@ -74,6 +77,10 @@ DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "query", "key", "valu
                    "qkv_proj", "out_proj")
 _NETWORK_RE = re.compile(r"^(?P<kind>[a-z]+)-(?P<gbit>\d+(\.\d+)?)(?P<per>/gpu|/node)?$")
 MAX_DEGREE = 4096
+
+# The largest NVLink domain a plan's "node" may be: a GB200/GB300 NVL72 rack, 72 GPUs behind NVLink
+# switches (NVIDIA GB200 NVL72 specifications: "72 Blackwell GPUs ... a single NVLink domain").
+MAX_NVLINK_DOMAIN = 72
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,7 @@ class Parallel(_Spec):
     virtual_pipeline: int | None = field(default=None, repr=False)
     sequence: bool | None = field(default=None, repr=False)
     context: int | None = field(default=None, repr=False)
+    tp_overlap: bool | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._check("framework", self.framework is None or self.framework in FRAMEWORKS,
@@ -137,9 +145,11 @@ class Parallel(_Spec):
         for name in ("tensor", "pipeline", "grad_accum", "expert", "virtual_pipeline", "context"):
             v = getattr(self, name)
             self._check(name, v is None or (_is_int(v) and 1 <= v <= MAX_DEGREE), f"an integer between 1 and {MAX_DEGREE}")
-        self._check("gpus_per_node", self.gpus_per_node is None or (_is_int(self.gpus_per_node) and 1 <= self.gpus_per_node <= 64),
-                    "an integer between 1 and 64")
+        self._check("gpus_per_node", self.gpus_per_node is None or (_is_int(self.gpus_per_node)
+                                                                   and 1 <= self.gpus_per_node <= MAX_NVLINK_DOMAIN),
+                    f"an integer between 1 and {MAX_NVLINK_DOMAIN}")
         self._check("sequence", self.sequence is None or isinstance(self.sequence, bool), "true or false")
+        self._check("tp_overlap", self.tp_overlap is None or isinstance(self.tp_overlap, bool), "true or false")
         self._check("sharding", self.sharding is None or self.sharding in SHARDINGS, f"one of {', '.join(SHARDINGS)}")
         self._check("recompute", self.recompute is None or self.recompute in RECOMPUTE, f"one of {', '.join(RECOMPUTE)}")
         if self.network is not None:

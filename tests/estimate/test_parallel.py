@@ -134,6 +134,31 @@ def test_sequence_parallelism_is_megatron_s_default_and_splits_the_replicated_wo
     assert on.plan["comm_calls"] == m * 2 * (4 * layers + 2)
 
 
+def test_overlapped_tensor_parallel_collectives_expose_their_first_chunk():
+    # The collective-matmul decomposition (Wang et al. 2022): t chunks, the first cannot hide, the rest
+    # hides behind the GEMMs while they last.
+    from gpucast.estimate.parallel.sequence import overlapped_s
+
+    assert overlapped_s(1.0, 10.0, 4) == pytest.approx(0.25)
+    assert overlapped_s(1.0, 0.5, 4) == pytest.approx(0.25 + 0.25)
+    assert overlapped_s(1.0, 0.0, 2) == pytest.approx(1.0)
+    par = {"tensor": 4, "grad_accum": 2}
+    plain = predict(_job(SMALL, gpus=4, parallel=par, batch=8, seq=2048), "h100").plan
+    lapped = predict(_job(SMALL, gpus=4, parallel=dict(par, tp_overlap=True), batch=8, seq=2048), "h100").plan
+    assert lapped["tp_overlap"] is True and plain["tp_overlap"] is False
+    a, b = plain["step_breakdown_s"]["tensor_parallel_comm_s"], lapped["step_breakdown_s"]["tensor_parallel_comm_s"]
+    assert a / 4 <= b < a
+
+
+def test_tp_overlap_needs_sequence_parallelism():
+    with pytest.raises(JobError, match="tp_overlap.*needs parallel.sequence"):
+        predict(_job(SMALL, gpus=2, parallel={"tensor": 2, "tp_overlap": True, "sequence": False}), "h100")
+    with pytest.raises(JobError, match="tp_overlap.*needs parallel.sequence"):
+        predict(_job(SMALL, gpus=2, parallel={"tensor": 2, "tp_overlap": True, "framework": "torch"}), "h100")
+    alone = predict(_job(SMALL, gpus=2, parallel={"tp_overlap": True}), "h100").plan
+    assert any("tp_overlap has no tensor-parallel collectives" in n for n in alone["notes"])
+
+
 def test_sequence_parallelism_without_tensor_parallelism_is_off_with_a_note():
     p = predict(_job(SMALL, gpus=2, parallel={"sequence": True}), "h100")
     assert p.plan["sequence"] is False
@@ -258,6 +283,7 @@ def test_llama_3_8b_fits_where_practitioners_run_it():
     ({"pipeline": 16}, 16, "more stages than the 8 layers"),
     ({"tensor": 4}, 6, "must be a multiple of parallel.tensor x parallel.pipeline"),
     ({"pipeline": 2, "sharding": "zero3"}, 4, "pipeline parallelism"),
+    ({"gpus_per_node": 73}, 2, "between 1 and 72"),
 ])
 def test_impossible_plans_are_one_line_errors(parallel, gpus, message):
     with pytest.raises(JobError) as err:

@@ -55,6 +55,7 @@ def test_adapters_round_trip_through_the_schema(client):
     ({"gpus": 4, "parallel": {"pipeline": 2, "virtual_pipeline": 5}}, "parallel.virtual_pipeline"),
     ({"gpus": 4, "parallel": {"tensor": 2, "sequence": "yes"}}, "sequence"),
     ({"gpus": 3, "parallel": {"context": 3}}, "parallel.context"),
+    ({"gpus": 2, "parallel": {"tensor": 2, "tp_overlap": "on"}}, "tp_overlap"),
     ({"precision": "nvfp4"}, "nvfp4 needs FP4 tensor cores"),
     ({"gpus": 4, "parallel": {"tensor": 2}, "stack": {"kernels": "xla"}}, "kernels"),
     ({"adapter": {"kind": "dora"}}, "kind"),

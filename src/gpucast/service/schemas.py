@@ -107,6 +107,8 @@ class ParallelSpec(BaseModel):
                                                                     "rank (training, pipeline > 1).")
     context: Optional[StrictInt] = Field(None, description="Context-parallel degree: each sequence split over this "
                                                            "many ranks (training; 2 x context divides seq_len).")
+    tp_overlap: Optional[StrictBool] = Field(None, description="Overlap the tensor-parallel collectives with the "
+                                                               "GEMMs (Transformer Engine; needs sequence parallelism).")
     sequence: Optional[StrictBool] = Field(None, description="Sequence parallelism under tensor parallelism (unset: on "
                                                              "with tensor > 1 under megatron).")
 

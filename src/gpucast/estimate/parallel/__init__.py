@@ -40,9 +40,10 @@ groups; pipeline neighbours are on different nodes once ``t d >= gpus_per_node``
 Context parallelism (``context`` *c*, :mod:`.context`): every op on a *c*-th of the tokens, the ring's
 key/value sends less what the attention kernels hide, the gradients reduced over ``d c`` ranks.
 
-Not modelled: expert parallelism in training, overlap of tensor-parallel
-communication with compute, CPU offload, straggling ranks, the data loader of the stages after the
-first.
+Tensor-parallel collectives overlapped with the GEMMs (``tp_overlap``, :func:`.sequence.overlapped_s`).
+
+Not modelled: expert parallelism in training, overlap of the pipeline's sends with compute, CPU
+offload, straggling ranks, the data loader of the stages after the first.
 """
 
 from __future__ import annotations
@@ -203,6 +204,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             bwd_busy = max(0.0, tl.gpu_busy_s - fwd_busy)
             calls: list = []  # (count, kind, group) of the micro-batch's collectives, for their fixed costs
             tp_c = _tp_comm(st, lay, job, par, act_b, place, links, comm, calls, seq)
+            if sequence.overlap_enabled(par, seq):   # chunks beside the stage's GEMMs (.sequence)
+                tp_c = sequence.overlapped_s(tp_c, float(scaled[OpArrays.of(st.sub).category == "matmul"].sum()), t)
             p2p = 0.0
             if p > 1:
                 p2p = 2 * v * collective_time("send-recv", _act_bytes(lay, job, act_b, c) / t, place.pp, links, comm)
@@ -295,7 +298,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     }
     nodes = place.nodes
     plan = {
-        "tensor": t, "sequence": seq, "context": c, "pipeline": p, "virtual_pipeline": v, "data": d, "sharding": par.sharding, "recompute": par.recompute,
+        "tensor": t, "sequence": seq, "tp_overlap": sequence.overlap_enabled(par, seq), "context": c, "pipeline": p, "virtual_pipeline": v, "data": d, "sharding": par.sharding, "recompute": par.recompute,
         "grad_accum": m, "micro_batch": job.batch_size, "global_batch": samples,
         "gpus": job.gpus, "gpus_per_node": par.gpus_per_node, "nodes": nodes, "network": par.network,
         "layers_per_stage": [int(s.blocks) for s in stages],

@@ -11,6 +11,8 @@ checks what needs no model (``gpus`` a multiple of ``tensor * pipeline``).
 
 from __future__ import annotations
 
+from gpucast.estimate.parallel import sequence
+from gpucast.estimate.parallel.framework import framework_of
 from gpucast.graph.trace import Trace
 from gpucast.job import JobError
 from gpucast.plan import Parallel
@@ -26,6 +28,9 @@ def check_plan(trace: Trace, par: Parallel) -> list[str]:
         field = "tensor" if t > 1 else ("pipeline" if p > 1 else "context")
         raise JobError(f"field 'parallel.{field}': {trace.model} has no repeated blocks (a transformer's "
                        f"layers) to split; use parallel.sharding to spread it over GPUs")
+    if t > 1 and par.tp_overlap and not sequence.enabled(par, framework_of(par)):
+        raise JobError("field 'parallel.tp_overlap' overlaps sequence parallelism's all-gathers and reduce-scatters "
+                       "with the GEMMs: it needs parallel.sequence (Megatron-Core asserts it)")
     if t > 1:
         if lay.heads is None:
             raise JobError(f"field 'parallel.tensor': no attention heads found in {trace.model} to split "

@@ -27,7 +27,16 @@ Megatron-Bridge's recipes run (``sequence_parallel: true`` in every recipe with 
 other frameworks. A degree of 1 has nothing to split: Megatron-LM turns the flag off there
 (``arguments.py``), and so does gpucast, with a note.
 
-Not modelled: the layer norms' weight gradients all-reduced over the tensor group once a step
+**Overlap with the GEMMs** (``parallel.tp_overlap``, Transformer Engine's ``tp_comm_overlap``
+with userbuffers; it needs sequence parallelism, as Megatron-Core asserts): each all-gather and
+reduce-scatter is cut into *t* chunks exchanged ring-wise beside the chunks of the GEMM it feeds or
+follows (Wang et al. 2022, *Overlap Communication with Dependent Computation via Decomposition in
+Large Deep Learning Models*, the collective-matmul decomposition). The first chunk cannot hide, the
+rest hides behind the stage's GEMMs: exposed ``C / t + max(0, C (t - 1) / t - G)`` for a
+micro-batch's tensor-parallel collectives ``C`` and its GEMM time ``G`` (:func:`overlapped_s`).
+Default off, Megatron-LM's (``--tp-comm-overlap``); NeMo's performance recipes turn it on.
+
+Not modelled: the SMs or copy engines the overlapped exchange takes from the GEMMs, the layer norms' weight gradients all-reduced over the tensor group once a step
 (a few kilobytes a layer), Ulysses-style (all-to-all) sequence parallelism, which is context
 parallelism's business.
 """
@@ -50,10 +59,13 @@ def enabled(par, framework: str) -> bool:
 
 
 def notes(par) -> list[str]:
-    """A note when the job asks for sequence parallelism a tensor degree of 1 cannot run."""
+    """A note when the job asks for sequence parallelism (or its overlap) a tensor degree of 1 cannot run."""
+    out = []
     if par.sequence and (par.tensor or 1) <= 1:
-        return ["parallel.sequence needs tensor parallelism (tensor > 1) to split over: off, as Megatron-LM turns it"]
-    return []
+        out.append("parallel.sequence needs tensor parallelism (tensor > 1) to split over: off, as Megatron-LM turns it")
+    if par.tp_overlap and (par.tensor or 1) <= 1:
+        out.append("parallel.tp_overlap has no tensor-parallel collectives to overlap (tensor 1): off")
+    return out
 
 
 def op_divisor(ol, tensor: int, sequence: bool) -> np.ndarray:
@@ -63,6 +75,18 @@ def op_divisor(ol, tensor: int, sequence: bool) -> np.ndarray:
         return np.ones(len(ol.block))
     split = ol.sharded | ((ol.block != PRE) & (ol.phase != PHASE_CODES["optim"])) if sequence else ol.sharded
     return np.where(split, float(tensor), 1.0)
+
+
+def overlap_enabled(par, sequence_on: bool) -> bool:
+    """Whether the tensor-parallel collectives overlap the GEMMs (module docstring, Overlap)."""
+    return bool(par.tp_overlap) and sequence_on and (par.tensor or 1) > 1
+
+
+def overlapped_s(comm_s: float, gemm_s: float, tensor: int) -> float:
+    """Exposed seconds of ``comm_s`` of tensor-parallel collectives overlapped, chunk by chunk, with
+    ``gemm_s`` of GEMMs over ``tensor`` ranks (module docstring, Overlap)."""
+    first = comm_s / tensor
+    return first + max(0.0, comm_s - first - gemm_s)
 
 
 def tp_collectives(blocks: int, first: bool, last: bool, recompute: str, sequence: bool) -> list[tuple[int, str]]:
