@@ -42,7 +42,7 @@ cache that exists before the iteration (paged: K/V for ``context + new_tokens`` 
 token ids, ``activations`` what the forward allocates; with the dynamic cache those include the
 concatenated copies of the cache, each layer's old copy freed when it is replaced.
 
-Precision: ``bf16``/``fp16`` cast the weights (the tracer's ``PURE_DTYPES``); ``amp-*`` keeps
+Precision: ``bf16``/``fp16`` cast the weights (``gpucast.graph.precision.PURE_DTYPES``); ``amp-*`` keeps
 fp32 weights and traces under autocast (``CudaMirror(amp_dtype=...)``); ``fp32``/``tf32`` as built.
 ``fp8`` is traced with bf16 weights and a bf16 cache: weight-only (or W8A8) quantisation changes
 GEMM speed and weight bytes, which is the serving estimator's business. The cache holds the
@@ -93,7 +93,8 @@ from gpucast.graph.blocks import BlockWatch, find_blocks, heads_of
 from gpucast.graph.mirror import CudaMirror
 from gpucast.graph.serving_caches import cache_tensors, dynamic_cache, paged_cache
 from gpucast.graph.trace import Trace
-from gpucast.graph.tracer import AMP_DTYPES, PURE_DTYPES, CaptureError, _Recorder, _stage
+from gpucast.graph.precision import AMP_DTYPES, PURE_DTYPES
+from gpucast.graph.tracer import CaptureError, _Recorder, _stage
 from gpucast.job import JobError
 
 __all__ = ["CACHES", "kv_bytes_per_token", "model_shape", "trace_iteration"]

@@ -48,10 +48,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from gpucast import imports
-from gpucast.formats import TE_RECIPES
 from gpucast.graph import layouts, rules
 from gpucast.graph.blocks import PRE, BlockWatch, activation_regions, find_blocks, heads_of
 from gpucast.graph.memory import MemoryTracker
+from gpucast.graph.precision import TE_RECIPES, amp_dtype, pure_dtype, te_layers_of
 from gpucast.graph.mirror import CudaMirror
 from gpucast.graph.trace import WEIGHT_COPIES, OpRecord, Trace
 from gpucast.job import Job
@@ -60,31 +60,6 @@ from gpucast.surroundings import DEFAULT_STACK, Stack
 from gpucast.zoo import factories
 
 aten = torch.ops.aten
-
-# fp8: Transformer Engine's recipe runs the model under bf16 autocast, its linear layers in FP8
-# (gpucast.graph.fp8).
-AMP_DTYPES = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16,
-              **{p: torch.bfloat16 for p in TE_RECIPES}}  # fp8, mxfp8, nvfp4 (gpucast.formats)
-# Pure half precision: the model's floating weights and inputs are cast (no autocast).
-PURE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def _te(job: Job) -> bool:
-    """Whether the job runs Transformer Engine's layers as Megatron-Core builds them (gpucast.graph.te)."""
-    return job.stack is not None and job.stack.kernels == "transformer-engine"
-
-
-def _pure_dtype(job: Job):
-    """The dtype the model's weights are cast to, or None: pure half precision, and ``fp8`` under
-    Megatron-Core (bf16 weights, no autocast)."""
-    if job.precision in TE_RECIPES and _te(job):
-        return torch.bfloat16
-    return PURE_DTYPES.get(job.precision)
-
-
-def _amp_dtype(job: Job):
-    return None if job.precision in TE_RECIPES and _te(job) else AMP_DTYPES.get(job.precision)
-
 
 # GradScaler's default initial scale (torch.amp.GradScaler init_scale).
 GRAD_SCALE = 65536.0
@@ -330,14 +305,14 @@ def _build(job: Job):
                 raise CaptureError(f"building the model failed: model_fn returned {type(model).__name__}, "
                                    f"not nn.Module")
             model = model.to("meta")
-            if _pure_dtype(job) is not None:
-                model = model.to(_pure_dtype(job))
+            if pure_dtype(job) is not None:
+                model = model.to(pure_dtype(job))
             if job.adapter is not None:  # LoRA/QLoRA: frozen (4-bit) base weights, trainable adapters
                 from gpucast.graph.adapters import apply_adapter
 
                 model = _stage("adding the adapters", apply_adapter, model, job.adapter.resolved(), job.precision)
-                if _te(job) and _pure_dtype(job) is not None:  # Megatron's adapters in the model's dtype
-                    model = model.to(_pure_dtype(job))
+                if te_layers_of(job) and pure_dtype(job) is not None:  # Megatron's adapters in the model's dtype
+                    model = model.to(pure_dtype(job))
             inputs = _stage("building the inputs", built.input_fn, job.batch_size)
     return built, model, inputs
 
@@ -349,8 +324,8 @@ def _capture(job: Job) -> Trace:
     if not isinstance(inputs, (tuple, list)):
         raise CaptureError(f"building the inputs failed: input_fn returned {type(inputs).__name__}, not a tuple")
     inputs = tuple(t.to("meta") if isinstance(t, torch.Tensor) else t for t in inputs)
-    if _pure_dtype(job) is not None:
-        inputs = tuple(t.to(_pure_dtype(job)) if isinstance(t, torch.Tensor) and t.is_floating_point()
+    if pure_dtype(job) is not None:
+        inputs = tuple(t.to(pure_dtype(job)) if isinstance(t, torch.Tensor) and t.is_floating_point()
                        else t for t in inputs)
     train = job.mode == "train"
     model.train(train)
@@ -362,14 +337,14 @@ def _capture(job: Job) -> Trace:
         from gpucast.zoo.base import first_tensor
 
         model, loss_fn = _stage("choosing the loss", lm_loss.replace, model, stack.loss, first_tensor,
-                                _amp_dtype(job))
+                                amp_dtype(job))
     fp8_layers = None
     if job.precision in TE_RECIPES:  # the linear layers' GEMMs as Transformer Engine runs them
         from gpucast.graph import fp8, lm_loss
 
         fp8_layers = _stage("converting the linear layers to FP8", fp8.apply, model, lm_loss.output_head(model))
     te_layers = None
-    if _te(job):  # Megatron-Core's Transformer Engine layers (gpucast.graph.te)
+    if te_layers_of(job):  # Megatron-Core's Transformer Engine layers (gpucast.graph.te)
         from gpucast.graph import te
 
         te_layers = _stage("fusing the layers as Transformer Engine runs them", te.apply, model)
@@ -401,7 +376,7 @@ def _capture(job: Job) -> Trace:
     blocks = find_blocks(model)
     watch = BlockWatch(rec, model, blocks) if blocks else None
     regions = None
-    amp = _amp_dtype(job)
+    amp = amp_dtype(job)
     mirror = CudaMirror(amp_dtype=amp, on_rnn=rec.on_rnn, cache_casts=train)
     fused = (te.active(lambda t: rec.memory.reclassify(t, WEIGHT_COPIES)) if te_layers is not None
              else contextlib.nullcontext())

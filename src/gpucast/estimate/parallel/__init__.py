@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucast.estimate import Estimate, _bottleneck, prepare
-from gpucast.estimate.comm import DEFAULT_COMM, CommConstants, Group, Links, call_latency, collective_time
+from gpucast.estimate.comm import DEFAULT_COMM, CommConstants, Links, collective_time
 from gpucast.estimate.constants import EstimatorConfig
 from gpucast.estimate.environment import Environment
 from gpucast.estimate.loader import loader_cost
@@ -62,6 +62,8 @@ from gpucast.estimate.memory import cublas_workspace_bytes, cuda_context_bytes, 
 from gpucast.estimate.nvml import held_share, reported_share
 from gpucast.estimate.parallel import context as ring_attention
 from gpucast.estimate.parallel import sequence
+from gpucast.estimate.parallel.collectives import (Placement, act_bytes, cp_comm, dp_micro, dp_step, fixed_cost,
+                                                   placement, tp_comm)
 from gpucast.estimate.parallel.activations import StageActivations, stage_activations
 from gpucast.estimate.parallel.checks import check_plan
 from gpucast.estimate.parallel.constants import DEFAULT_PARALLEL, ParallelConstants
@@ -83,33 +85,6 @@ from gpucast.plan import Parallel
 
 
 @dataclass
-class Placement:
-    """Where the plan's communicators sit (module docstring)."""
-
-    tp: Group
-    dp: Group            # the sharding group (inside a node for fsdp-hybrid)
-    dp_across: Group     # fsdp-hybrid's replicas across nodes (n = 1 otherwise)
-    pp: Group
-    nodes: int
-
-
-def placement(par: Parallel, gpus: int, hybrid: bool) -> Placement:
-    t, p, g = par.tensor, par.pipeline, par.gpus_per_node
-    d = gpus // (t * p)
-    on_node = min(gpus, g)
-    tp = Group(t, min(t, g))
-    r_dp = max(1, min(d, g // t)) if t < g else 1
-    concurrent = max(1, on_node // r_dp) if t < g else 1
-    if hybrid:
-        dp, across = Group(r_dp, r_dp), Group(max(1, d // r_dp), 1, concurrent=max(1, on_node))
-    else:
-        dp, across = Group(d, r_dp, concurrent=concurrent), Group(1, 1)
-    cross_pp = t * d >= g
-    pp = Group(2, 1, concurrent=on_node) if cross_pp else Group(2, 2)
-    return Placement(tp=tp, dp=dp, dp_across=across, pp=pp, nodes=-(-gpus // g))
-
-
-@dataclass
 class _Stage:
     """Stage ``k``'s rank: its micro-batch sub-trace and what it holds."""
 
@@ -122,6 +97,8 @@ class _Stage:
     host: np.ndarray
     params: RankParams
     flops: float  # FLOPs one micro-batch runs on this rank (recompute included)
+    attention: np.ndarray  # its ops that are attention kernels (they hide context parallelism's sends)
+    gemm: np.ndarray       # its GEMMs (they hide overlapped tensor-parallel collectives)
 
 
 def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | None = None,
@@ -203,25 +180,25 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             fwd_busy = float(scaled[:st.n_fwd].sum())
             bwd_busy = max(0.0, tl.gpu_busy_s - fwd_busy)
             calls: list = []  # (count, kind, group) of the micro-batch's collectives, for their fixed costs
-            tp_c = _tp_comm(st, lay, job, par, act_b, place, links, comm, calls, seq)
+            tp_c = tp_comm(st, lay, job, par, act_b, place, links, comm, calls, seq)
             if sequence.overlap_enabled(par, seq):   # chunks beside the stage's GEMMs (.sequence)
-                tp_c = sequence.overlapped_s(tp_c, float(scaled[OpArrays.of(st.sub).category == "matmul"].sum()), t)
+                tp_c = sequence.overlapped_s(tp_c, float(scaled[st.gemm].sum()), t)
             p2p = 0.0
             if p > 1:
-                p2p = 2 * v * collective_time("send-recv", _act_bytes(lay, job, act_b, c) / t, place.pp, links, comm)
+                p2p = 2 * v * collective_time("send-recv", act_bytes(lay, job, act_b, c) / t, place.pp, links, comm)
                 calls.append((2 * v, "send-recv", place.pp))
-            cp_c = _cp_comm(st, lay, job, par, act_b, scaled, links, comm, calls)
-            dp_micro = _dp_micro(strat, st, gather_b, reduce_b, fwd_busy, bwd_busy, place, links, comm, consts, cfg,
-                                 calls)
-            per.append(dict(tl=tl, re=re_busy, tp=tp_c, p2p=p2p, cp=cp_c, dp=dp_micro, bwd=bwd_busy, calls=calls,
-                            micro=tl.step_time_s + tp_c + p2p + cp_c + dp_micro))
+            cp_c = cp_comm(st, lay, job, par, act_b, float(scaled[st.attention].sum()), links, comm, calls)
+            dp_m = dp_micro(strat, st, gather_b, reduce_b, fwd_busy, bwd_busy, place, links, comm, consts, cfg,
+                            calls)
+            per.append(dict(tl=tl, re=re_busy, tp=tp_c, p2p=p2p, cp=cp_c, dp=dp_m, bwd=bwd_busy, calls=calls,
+                            micro=tl.step_time_s + tp_c + p2p + cp_c + dp_m))
         slow = max(range(p), key=lambda i: per[i]["micro"])
         t_slow = per[slow]["micro"]
         bubble = (p - 1) / v * t_slow if p > 1 else 0.0   # interleaved: (p-1)/v slots (Narayanan et al. 2021)
         pipe = m * t_slow + bubble if p > 1 else m * per[0]["micro"]
         st = stages[slow]
         step_calls: list = []
-        dp_step = _dp_step(strat, st, gather_b, reduce_b, per[slow]["bwd"], place, links, comm, cfg, step_calls)
+        dp_s = dp_step(strat, st, gather_b, reduce_b, per[slow]["bwd"], place, links, comm, cfg, step_calls)
         opt = 0.0
         opt_busy = 0.0
         if opt_sub is not None:
@@ -231,10 +208,10 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             otl = simulate(opt_sub, job1, gpu, cfg, okt, host[opt_idx], kscale * opt_kf, hscale * hf, None,
                            env.idle_kernel_s)
             opt, opt_busy = otl.step_time_s, otl.gpu_busy_s
-        step = pipe + dp_step + opt
-        fixed = m * _fixed(per[slow]["calls"], links, comm) + _fixed(step_calls, links, comm)
+        step = pipe + dp_s + opt
+        fixed = m * fixed_cost(per[slow]["calls"], links, comm) + fixed_cost(step_calls, links, comm)
         n_calls = m * sum(n for n, _, _ in per[slow]["calls"]) + sum(n for n, _, _ in step_calls)
-        return dict(per=per, slow=slow, step=step, pipe=pipe, dp_step=dp_step, opt=opt, opt_busy=opt_busy,
+        return dict(per=per, slow=slow, step=step, pipe=pipe, dp_step=dp_s, opt=opt, opt_busy=opt_busy,
                     bubble=bubble, fixed=fixed, n_calls=n_calls)
 
     base = compose()
@@ -367,8 +344,10 @@ def _stage(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total
         rp = RankParams(float(trace.parameters), trainable_total, frozen_total, float(trace.parameters),
                         trainable_total)
         nblocks = 0
-    return _Stage(k=k, blocks=nblocks, sub=sub_trace(trace, idx), n_fwd=n_fwd, n_re=n_re, kt=subset(kt, idx),
-                  host=host[idx], params=rp, flops=float(flops[idx].sum()))
+    sub = sub_trace(trace, idx)
+    category = OpArrays.of(sub).category
+    return _Stage(k=k, blocks=nblocks, sub=sub, n_fwd=n_fwd, n_re=n_re, kt=subset(kt, idx), host=host[idx], params=rp,
+                  flops=float(flops[idx].sum()), attention=category == "attention", gemm=category == "matmul")
 
 
 def _framework_on_stage(st: _Stage, name: str, trace: Trace, lay, job: Job, par: Parallel, strat, act_b: int,
@@ -379,11 +358,11 @@ def _framework_on_stage(st: _Stage, name: str, trace: Trace, lay, job: Job, par:
     spread over that phase's ops, the micro-batch's on its first op, the c10d calls of the
     micro-batch's collectives over all its ops; and their sum (seconds a micro-batch)."""
     calls: list = []
-    _tp_comm(st, lay, job, par, act_b, place, links, comm, calls, seq)
-    _cp_comm(st, lay, job, par, act_b, None, links, comm, calls)
+    tp_comm(st, lay, job, par, act_b, place, links, comm, calls, seq)
+    cp_comm(st, lay, job, par, act_b, 0.0, links, comm, calls)
     if par.pipeline > 1:
         calls.append((2, "send-recv", place.pp))
-    _dp_micro(strat, st, gather_b, reduce_b, 0.0, 0.0, place, links, comm, consts, cfg, calls)
+    dp_micro(strat, st, gather_b, reduce_b, 0.0, 0.0, place, links, comm, consts, cfg, calls)
     n_calls = sum(n for n, _, _ in calls) + framework_micro_collectives(name, par.tensor, place.dp.n)
     tensors = trace.param_tensors * (st.blocks / lay.blocks if lay is not None and lay.blocks else 1.0)
     fh = framework_host(name, par.sharding, par.recompute, st.blocks, tensors, cfg, fc)
@@ -407,104 +386,11 @@ def _framework_step(name: str, par: Parallel, strat, stages: list, trace: Trace,
     c10d calls), on the first stage's rank."""
     st = stages[0]
     calls: list = []
-    _dp_step(strat, st, gather_b, reduce_b, 0.0, place, links, comm, cfg, calls)
+    dp_step(strat, st, gather_b, reduce_b, 0.0, place, links, comm, cfg, calls)
     n_calls = sum(n for n, _, _ in calls) + framework_step_collectives(name)
     tensors = trace.param_tensors * (st.blocks / lay.blocks if lay is not None and lay.blocks else 1.0)
     fh = framework_host(name, par.sharding, par.recompute, st.blocks, tensors, cfg, fc)
     return fh.step_s + collective_host_s(n_calls, cfg, fc)
-
-
-def _act_bytes(lay, job: Job, act_b: int, context_degree: int = 1) -> float:
-    """One micro-batch's hidden state on a rank, ``b (s / c) h`` elements."""
-    if lay is None:
-        return 0.0
-    return job.batch_size * lay.tokens / context_degree * lay.hidden * act_b
-
-
-def _fixed(calls: list, links: Links, comm: CommConstants) -> float:
-    """NCCL's fixed costs of ``calls`` ((count, kind, group) each): base latency and ring steps."""
-    return sum(n * call_latency(kind, group, links, comm) for n, kind, group in calls)
-
-
-def _tp_comm(st: _Stage, lay, job: Job, par: Parallel, act_b: int, place: Placement, links: Links,
-             comm: CommConstants, calls: list, seq: bool) -> float:
-    """Tensor parallelism's collectives of a micro-batch on stage ``st`` (:func:`.sequence.tp_collectives`)."""
-    if par.tensor <= 1 or lay is None:
-        return 0.0
-    out = 0.0
-    for count, kind in sequence.tp_collectives(st.blocks, st.k == 0, st.k == par.pipeline - 1, par.recompute, seq):
-        calls.append((count, kind, place.tp))
-        out += count * collective_time(kind, _act_bytes(lay, job, act_b, par.context or 1), place.tp, links, comm)
-    return out
-
-
-def _cp_comm(st: _Stage, lay, job: Job, par: Parallel, act_b: int, scaled: np.ndarray | None, links: Links,
-             comm: CommConstants, calls: list) -> float:
-    """Context parallelism's exposed ring sends of a micro-batch on stage ``st`` (:mod:`.context`);
-    ``scaled``: the stage's kernel seconds (its attention kernels hide the sends)."""
-    c = par.context or 1
-    if c <= 1 or lay is None:
-        return 0.0
-    attention = 0.0
-    if scaled is not None:
-        attention = float(scaled[OpArrays.of(st.sub).category == "attention"].sum())
-    nbytes = ring_attention.kv_bytes(job.batch_size, lay.tokens, lay.hidden, lay.heads, lay.kv_heads, par.tensor, c, act_b)
-    return ring_attention.exposed_s(st.blocks, c, nbytes, attention, ring_attention.ring(par.tensor, c, par.gpus_per_node),
-                             links, comm, calls)
-
-
-def _dp_micro(strat, st: _Stage, gather_b, reduce_b, fwd_busy, bwd_busy, place: Placement, links: Links,
-              comm: CommConstants, consts: ParallelConstants, cfg: EstimatorConfig, calls: list) -> float:
-    """Exposed per-micro-batch collectives of sharded gradients/weights (module docstring, step 2).
-    FSDP and ZeRO-3 gather and reduce one unit (a block) at a time: one collective per unit, each
-    paying its latency."""
-    if place.dp.n <= 1 and place.dp_across.n <= 1:
-        return 0.0
-    rp = st.params
-    weights = rp.trainable * gather_b + rp.frozen_bytes  # frozen weights travel as stored (bf16, 4-bit)
-    grads = rp.trainable * reduce_b
-    units = max(st.blocks, 1)
-
-    def per_unit(kind: str, nbytes: float, group: Group) -> float:
-        if nbytes > 0 and group.n > 1:
-            calls.append((units, kind, group))
-        return units * collective_time(kind, nbytes / units, group, links, comm)
-
-    exposed = 0.0
-    bwd_comm = 0.0
-    if strat.gathers:
-        ag = per_unit("all-gather", weights, place.dp)
-        exposed += max(ag / units, ag - consts.gather_overlap * fwd_busy)
-        bwd_comm = ag if strat.gathers == "fwd+bwd" else 0.0
-        if strat.gathers == "fwd+bwd" and weights > 0:  # the backward gathers every unit again
-            calls.append((units, "all-gather", place.dp))
-    if strat.grads_per_micro_batch:
-        bwd_comm += per_unit("reduce-scatter", grads, place.dp)
-        if strat.hybrid and place.dp_across.n > 1:
-            bwd_comm += per_unit("all-reduce", grads / max(place.dp.n, 1), place.dp_across)
-        overlap = consts.gather_overlap if strat.gathers else cfg.comm_overlap
-        exposed += max(bwd_comm / units, bwd_comm - overlap * bwd_busy)
-    return exposed
-
-
-def _dp_step(strat, st: _Stage, gather_b, reduce_b, bwd_busy, place: Placement, links: Links,
-             comm: CommConstants, cfg: EstimatorConfig, calls: list) -> float:
-    """Exposed once-a-step collectives: DDP's all-reduce / ZeRO-1's reduce-scatter behind the last
-    backward, ZeRO-1/2's all-gather of the updated weights."""
-    if place.dp.n <= 1:
-        return 0.0
-    grads = st.params.trainable * reduce_b
-    out = 0.0
-    if not strat.grads_per_micro_batch:
-        kind = strat.grad_collective
-        c = collective_time(kind, grads, place.dp, links, comm)
-        calls.append((1, kind, place.dp))
-        last_bucket = c * min(1.0, cfg.ddp_bucket_bytes / grads) if grads > 0 else 0.0
-        out += max(last_bucket, c - cfg.comm_overlap * bwd_busy)
-    if strat.gather_after_step:
-        out += collective_time("all-gather", st.params.trainable * gather_b, place.dp, links, comm)
-        calls.append((1, "all-gather", place.dp))
-    return out
 
 
 def _whole_activations(trace: Trace) -> StageActivations:

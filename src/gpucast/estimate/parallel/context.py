@@ -18,7 +18,7 @@ of the causal triangle is the same. What a rank runs of one micro-batch:
 * **gradients and optimizer**: the context ranks hold the same weights; their gradients are reduced
   over the data-parallel and context ranks together, and the distributed optimizer shards over
   both (Megatron-Core's ``dp_cp`` group): the data-parallel group of the plan is ``d c`` wide
-  (:func:`gpucast.estimate.parallel.placement` over ``gpus / (t p)`` ranks), while the global batch
+  (:func:`gpucast.estimate.parallel.collectives.placement` over ``gpus / (t p)`` ranks), while the global batch
   counts the *d* replicas only;
 * **memory**: activations a *c*-th, the model states sharded over ``d c``.
 
