@@ -35,9 +35,14 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
 * ``framework``: the trainer whose Python runs around the model, :data:`FRAMEWORKS` (unset:
   ``megatron`` with tensor or pipeline parallelism, ``deepspeed`` for ZeRO, ``fsdp`` for FSDP,
   ``torch`` for DDP; the host time each adds is :mod:`gpucast.estimate.parallel.framework`'s);
-* ``expert``: expert-parallel degree *e* of a mixture-of-experts model served (``mode: serve``):
+* ``expert``: expert-parallel degree *e* of a mixture-of-experts model. Served (``mode: serve``):
   its experts spread whole over groups of the tensor-parallel ranks (*e* divides *t*;
-  :mod:`gpucast.estimate.serving.experts`); training with expert parallelism is refused;
+  :mod:`gpucast.estimate.serving.experts`). Trained: Megatron-Core's expert parallelism with its
+  MoE parallel folding, the experts over *e* ranks, each token's hidden state sent to its experts'
+  ranks and back by all-to-alls (:mod:`gpucast.estimate.parallel.experts`); ``e x expert_tensor``
+  must divide ``gpus / pipeline`` (checked here) and *e* the model's experts (checked with the model);
+* ``expert_tensor``: expert-tensor-parallel degree of training (each expert's width split over
+  that many ranks; unset: the tensor degree, Megatron-LM's default); serving's is ``tensor / expert``;
 * ``gpus_per_node`` (8; up to 72, an NVL72 rack's NVLink domain) and ``network``, the links
   between nodes: ``KIND-GBIT`` with KIND in :data:`NETWORK_KINDS`, Gbit/s per node (``roce-1600``: 1,600 Gbit/s per node), or per GPU
   with ``/gpu`` (``ib-400/gpu``: a 400 Gbit/s NIC per GPU, 3,200 Gbit/s per 8-GPU node). Unset:
@@ -138,11 +143,12 @@ class Parallel(_Spec):
     sequence: bool | None = field(default=None, repr=False)
     context: int | None = field(default=None, repr=False)
     tp_overlap: bool | None = field(default=None, repr=False)
+    expert_tensor: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._check("framework", self.framework is None or self.framework in FRAMEWORKS,
                     f"one of {', '.join(FRAMEWORKS)}")
-        for name in ("tensor", "pipeline", "grad_accum", "expert", "virtual_pipeline", "context"):
+        for name in ("tensor", "pipeline", "grad_accum", "expert", "virtual_pipeline", "context", "expert_tensor"):
             v = getattr(self, name)
             self._check(name, v is None or (_is_int(v) and 1 <= v <= MAX_DEGREE), f"an integer between 1 and {MAX_DEGREE}")
         self._check("gpus_per_node", self.gpus_per_node is None or (_is_int(self.gpus_per_node)
@@ -210,9 +216,16 @@ def check_job(job) -> None:
                         "parallel.pipeline > 1 and mode 'train'")
     if job.mode != "train" and (par.grad_accum or 1) > 1:
         raise SpecError("field 'parallel.grad_accum' applies to training (mode 'train')")
-    if job.mode != "serve" and (par.expert or 1) > 1:
-        raise SpecError("field 'parallel.expert' applies to serving (mode 'serve'): expert parallelism in "
-                        "training is not modelled")
+    e, etp = par.expert or 1, par.expert_tensor or t
+    if job.mode == "serve" and par.expert_tensor is not None:
+        raise SpecError("field 'parallel.expert_tensor' applies to training: a served model's experts are split "
+                        "tensor / expert ways")
+    if job.mode == "infer" and e > 1:
+        raise SpecError("field 'parallel.expert' applies to training and serving (mode 'train' or 'serve')")
+    if job.mode == "train" and (job.gpus // p) % (e * etp):
+        raise SpecError(f"field 'parallel.expert' x 'parallel.expert_tensor' ({e} x {etp} = {e * etp}) must divide "
+                        f"the {job.gpus // p} GPUs of a pipeline stage (gpus / pipeline: Megatron-Core's "
+                        f"expert x expert-tensor x expert-data ranks)")
     if job.adapter is not None and job.mode != "train":
         raise SpecError("field 'adapter' applies to training (mode 'train')")
 

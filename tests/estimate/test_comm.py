@@ -121,7 +121,7 @@ def test_busbw_of_an_nvlink_node_is_the_efficient_link():
 
 def test_invalid_inputs_raise_one_line():
     links = _links("ib-200/gpu")
-    bad = [lambda: collective_time("all-to-all", GB, Group(8, 8), links),
+    bad = [lambda: collective_time("broadcast", GB, Group(8, 8), links),
            lambda: busbw_gbs(Group(8, 8), links, kind="broadcast"),
            lambda: Group(0, 8),
            lambda: DEFAULT_COMM.replace(nvlink_eff=0.5),
@@ -130,8 +130,24 @@ def test_invalid_inputs_raise_one_line():
         with pytest.raises(ValueError) as err:
             call()
         assert "\n" not in str(err.value)
-    with pytest.raises(ValueError, match="all-reduce, all-gather, reduce-scatter, send-recv"):
-        collective_time("all-to-all", GB, Group(8, 8), links)
+    with pytest.raises(ValueError, match="all-reduce, all-gather, reduce-scatter, send-recv, all-to-all"):
+        collective_time("broadcast", GB, Group(8, 8), links)
+
+
+def test_all_to_all_moves_each_ranks_foreign_shares_once():
+    # Inside a node each rank sends the (n-1)/n of its buffer that belongs to others over its own link,
+    # all peers at once: an all-gather's bandwidth term with one step of latency.
+    c = DEFAULT_COMM
+    links = _links("ib-400/gpu")
+    b = links.intra_gbs * 1e9 * c.nvlink_efficiency
+    assert collective_time("all-to-all", GB, Group(8, 8), links) == pytest.approx(
+        c.base_latency_s + 7 / 8 * GB / b + c.intra_latency_s)
+    # Two nodes of 8: half of every rank's buffer leaves its node, 8 x GB/2 through the node's
+    # 8 x 400 Gbit/s of NICs, far slower than the NVLink half.
+    net = 8 * 400 / 8 * 1e9 * c.net_efficiency
+    assert collective_time("all-to-all", GB, Group(16, 8), links) == pytest.approx(
+        c.base_latency_s + 8 * GB / 2 / net + c.net_latency_s)
+    assert busbw_gbs(Group(8, 8), links, kind="all-to-all") == pytest.approx(links.intra_gbs * c.nvlink_efficiency)
 
 
 def test_call_latency_is_the_small_message_limit():

@@ -35,6 +35,18 @@ def test_sequence_parallelism_can_be_turned_off_over_http(client):
     assert r.json()["job"]["parallel"] == parallel and r.json()["plan"]["sequence"] is False
 
 
+def test_an_expert_parallel_plan_over_http(client):
+    moe = dict(model_type="qwen3_moe", hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
+               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, num_experts=8, num_experts_per_tok=2,
+               vocab_size=256)
+    parallel = {"expert": 4, "expert_tensor": 1, "sharding": "zero1", "framework": "megatron"}
+    r = client.post("/v1/predict", json={**BASE, "hf_config": moe, "gpus": 4, "parallel": parallel})
+    assert r.status_code == 200, r.text
+    plan = r.json()["plan"]
+    assert (plan["expert"], plan["expert_tensor"], plan["expert_data"]) == (4, 1, 1)
+    assert plan["step_breakdown_s"]["expert_parallel_comm_s"] > 0
+
+
 def test_adapters_round_trip_through_the_schema(client):
     r = client.post("/v1/predict", json={**BASE, "precision": "amp-bf16",
                                          "adapter": {"kind": "lora", "rank": 4, "targets": ["q_proj", "v_proj"]}})
@@ -56,6 +68,8 @@ def test_adapters_round_trip_through_the_schema(client):
     ({"gpus": 4, "parallel": {"tensor": 2, "sequence": "yes"}}, "sequence"),
     ({"gpus": 3, "parallel": {"context": 3}}, "parallel.context"),
     ({"gpus": 2, "parallel": {"tensor": 2, "tp_overlap": "on"}}, "tp_overlap"),
+    ({"gpus": 2, "parallel": {"expert": 2}}, "has no routed experts"),
+    ({"gpus": 4, "parallel": {"expert": 4, "expert_tensor": 2}}, "parallel.expert"),
     ({"precision": "nvfp4"}, "nvfp4 needs FP4 tensor cores"),
     ({"gpus": 4, "parallel": {"tensor": 2}, "stack": {"kernels": "xla"}}, "kernels"),
     ({"adapter": {"kind": "dora"}}, "kind"),

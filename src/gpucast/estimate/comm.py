@@ -1,11 +1,12 @@
 """Collective communication time of multi-GPU training: NCCL-style rings and trees, in closed form.
 
 What is modelled: the time of one collective (``all-reduce``, ``all-gather``, ``reduce-scatter``,
-``send-recv``) over a communicator (:class:`Group`) on the links of one GPU type and one network
+``send-recv``, ``all-to-all``) over a communicator (:class:`Group`) on the links of one GPU type and one network
 (:class:`Links`), as a bandwidth term plus a per-step latency term, with the efficiencies and
 latencies of :class:`CommConstants` (each cited where it is defined). ``S`` is ``nbytes``: for
 all-reduce the buffer each rank holds, for all-gather / reduce-scatter the *full* gathered buffer,
-for send-recv the bytes one rank sends to its peer.
+for send-recv the bytes one rank sends to its peer, for all-to-all the buffer each rank scatters
+(a ``1/n`` share of it to each rank, its own share staying put).
 
 * ``n == 1`` or ``S <= 0``: 0 seconds. Otherwise every call pays NCCL's fixed cost once
   (``base_latency_s``) on top of the forms below.
@@ -17,6 +18,7 @@ for send-recv the bytes one rank sends to its peer.
   all-reduce                      ``2(r-1)/r * S / b + 2(r-1) * l``
   all-gather, reduce-scatter      ``(r-1)/r * S / b + (r-1) * l``
   send-recv                       ``S / b + l``
+  all-to-all                      ``(r-1)/r * S / b + l`` (NCCL's grouped peer sends, all at once)
   ==============================  =========================================
 
 * Across ``k = group.nodes`` nodes, hierarchically (as NCCL's rings and trees behave with one NIC
@@ -36,6 +38,11 @@ for send-recv the bytes one rank sends to its peer.
   send-recv                       ``S / B_gpu + L`` with no intra part, ``B_gpu = node_gbs *
                                   net_efficiency / max(1, ranks_per_node * concurrent)``: every
                                   GPU of a pipeline stage sends at once
+  all-to-all                      ``max((r-1)/n * S / b, (n-r)/n * S * r / B) + L``: each GPU's
+                                  shares for other nodes leave through its node's NICs, shared by
+                                  the group's ``r`` ranks there (the MoE dispatch and combine of
+                                  expert parallelism; DeepEP's normal kernels reach about the
+                                  network's rate, Zhao et al. 2025)
   ==============================  ==================================================================
 
 :func:`busbw_gbs` gives the bus bandwidth (nccl-tests' convention: algorithm bandwidth times
@@ -74,7 +81,7 @@ if TYPE_CHECKING:  # the type only; nothing of plan runs here
 __all__ = ["COLLECTIVES", "CommConstants", "DEFAULT_COMM", "Group", "Links", "busbw_gbs", "call_latency",
            "collective_time"]
 
-COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "send-recv")
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "send-recv", "all-to-all")
 INTRA_KINDS = ("nvlink", "pcie")
 
 
@@ -225,13 +232,25 @@ def _intra_bw(links: Links, c: CommConstants) -> float:
     return links.intra_gbs * 1e9 * eff
 
 
+def _all_to_all(nbytes: float, group: Group, links: Links, c: CommConstants) -> float:
+    """An all-to-all's time less NCCL's base latency (module docstring)."""
+    b, n, r = _intra_bw(links, c), group.n, group.local
+    if group.nodes == 1:
+        return (n - 1) / n * nbytes / b + c.intra_latency_s
+    big = links.node_gbs * 1e9 * c.net_efficiency / group.concurrent
+    return max((r - 1) / n * nbytes / b, (n - r) / n * nbytes * r / big) + c.net_latency_s
+
+
 def collective_time(kind: str, nbytes: float, group: Group, links: Links, consts: CommConstants | None = None) -> float:
     """Seconds for one collective of `nbytes` (for all-reduce: the buffer each rank holds; for all-gather /
-    reduce-scatter: the FULL gathered buffer size; for send-recv: bytes sent by one rank to its peer)."""
+    reduce-scatter: the FULL gathered buffer size; for send-recv: bytes sent by one rank to its peer; for
+    all-to-all: the buffer each rank scatters)."""
     _check_kind(kind)
     c = consts or DEFAULT_COMM
     if group.n == 1 or nbytes <= 0:
         return 0.0
+    if kind == "all-to-all":
+        return c.base_latency_s + _all_to_all(nbytes, group, links, c)
     b = _intra_bw(links, c)
     if group.nodes == 1:
         return c.base_latency_s + _ring(kind, nbytes, group.n, b, c.intra_latency_s)
@@ -258,7 +277,7 @@ def call_latency(kind: str, group: Group, links: Links, consts: CommConstants | 
     c = consts or DEFAULT_COMM
     if group.n == 1:
         return 0.0
-    if kind == "send-recv":
+    if kind in ("send-recv", "all-to-all"):
         lat = c.intra_latency_s if group.nodes == 1 else c.net_latency_s
     elif group.nodes == 1:
         lat = _ring(kind, 0.0, group.n, 1.0, c.intra_latency_s)

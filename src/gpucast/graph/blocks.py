@@ -26,6 +26,12 @@ model again.
   columns) and whether they belong to the attention core (the ``s x s`` scores, their softmax and
   dropout: what selective recomputation drops, Korthikanti et al. 2022).
 
+* Mixture-of-experts layers: the routed experts' parameters of each block (those under a module
+  named ``experts``, as transformers names the stacked experts of Mixtral, Qwen-MoE, DeepSeek and
+  GPT-OSS; a shared expert is not routed and is not counted), with the experts' number and top-k
+  from the model's config (:func:`experts_of`): expert parallelism places them apart from the
+  rest of the block (:mod:`gpucast.estimate.parallel.experts`).
+
 Not modelled: blocks of different sizes in one list (the layout averages them), models whose
 repeated blocks are nested in several lists (encoder-decoder: the larger list is used), blocks
 called more than once per step.
@@ -60,6 +66,15 @@ class BlockLayout:
     outer_trainable: dict[str, int]
     block_input_bytes: int = 0       # one block's input tensor (what full recomputation keeps)
     activations: dict[str, int] = field(default_factory=dict)  # live at backward start, by region
+    experts: int = 0                 # routed experts of a mixture-of-experts layer (0: a dense model)
+    experts_per_token: int = 0       # experts each token is routed to (top-k)
+    block_expert_params: list[int] = field(default_factory=list)     # routed experts' elements of each block
+    block_expert_trainable: list[int] = field(default_factory=list)
+
+    @property
+    def moe_blocks(self) -> list[int]:
+        """Indices of the blocks with routed experts (a DeepSeek model's first layers are dense)."""
+        return [i for i, n in enumerate(self.block_expert_params) if n > 0]
 
     @property
     def params(self) -> int:
@@ -170,7 +185,18 @@ class BlockWatch:
         shared = {i: t for i, t in self._outer["pre"].items() if i in self._outer["post"]}  # tied: on both ends
         outer = {**self._outer, "shared": shared}
         outer_params = {k: [t for t in v.values() if isinstance(t, torch.nn.Parameter)] for k, v in outer.items()}
+        experts, top_k = experts_of(model)
+
+        def routed(b, trainable_only: bool) -> int:
+            if not experts:
+                return 0
+            return sum(p.numel() for name, p in b.named_parameters()
+                       if "experts" in name.split(".") and (p.requires_grad or not trainable_only))
+
         return BlockLayout(
+            experts=experts, experts_per_token=top_k,
+            block_expert_params=[routed(b, False) for b in self.blocks],
+            block_expert_trainable=[routed(b, True) for b in self.blocks],
             blocks=len(self.blocks), hidden=self.hidden, tokens=self.tokens, heads=heads[0], kv_heads=heads[1],
             block_param_bytes=[nbytes(list(b.parameters()) + list(b.buffers())) for b in self.blocks],
             block_params=[sum(p.numel() for p in b.parameters()) for b in self.blocks],
@@ -180,6 +206,22 @@ class BlockWatch:
             outer_trainable={k: sum(p.numel() for p in v if p.requires_grad) for k, v in outer_params.items()},
             block_input_bytes=self.input_bytes,
         )
+
+
+def experts_of(model) -> tuple[int, int]:
+    """(routed experts, experts per token) of a mixture-of-experts model from its Hugging Face
+    config (``num_local_experts``: Mixtral, GPT-OSS; ``num_experts``: Qwen-MoE; ``n_routed_experts``:
+    DeepSeek), or (0, 0) for a dense model. ``model``: a module or a config."""
+    cfg = model if not isinstance(model, torch.nn.Module) else next(
+        (m.config for m in model.modules() if getattr(m, "config", None) is not None), None)
+    experts = 0
+    for n in ("num_local_experts", "num_experts", "n_routed_experts"):
+        v = getattr(cfg, n, None) if cfg is not None else None
+        if isinstance(v, int) and v > 0:
+            experts = v
+            break
+    top_k = getattr(cfg, "num_experts_per_tok", None) if experts else None
+    return experts, int(top_k) if isinstance(top_k, int) and top_k > 0 else (1 if experts else 0)
 
 
 def heads_of(model: torch.nn.Module) -> tuple[int | None, int | None]:

@@ -22,7 +22,12 @@ without FP8 tensor cores costs them at its FP16 rate (TE itself refuses to run t
 prediction says so).
 
 Under Megatron-Core (``stack.kernels: transformer-engine``, :mod:`gpucast.graph.te`) the weights are
-bf16 with no autocast, and a tensor feeding several linear layers is cast once (:func:`shared_casts`).
+bf16 with no autocast, and a tensor feeding several linear layers is cast once (:func:`shared_casts`);
+a mixture-of-experts layer's routed experts run as TE's ``GroupedLinear`` in FP8
+(:func:`grouped_mm`): the tokens and each expert's weight cast to FP8, ``torch._scaled_grouped_mm``
+(one grouped FP8 GEMM) forward, and two backward (the data gradient; the weight gradients over the
+groups' rows). Their gradient is cast to E4M3 rather than TE's E5M2 (PyTorch's grouped FP8 GEMM
+takes E4M3 operands only; the same byte an element).
 
 Not modelled: the per-step amax-history and scale update (one small fused kernel for all tensors),
 the per-tensor scale buffers (bytes), FP8 weight caching across micro-batches (the weight is cast
@@ -140,3 +145,49 @@ class _Fp8Linear(torch.autograd.Function):
                 dw = dw.t()
         db = g2.sum(0).to(ctx.weight_dtype) if ctx.has_bias else None
         return dx.reshape(ctx.shape), dw, db, None, None
+
+
+def _col_major(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with its last two dimensions column-major (the second operand's layout FP8 GEMMs take)."""
+    return t.transpose(-2, -1).contiguous().transpose(-2, -1)
+
+
+def grouped_mm(x: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """The routed experts' ``(tokens, K) x (experts, K, N)`` grouped GEMM as TE's FP8 ``GroupedLinear``
+    runs it (module docstring)."""
+    return _Fp8GroupedMM.apply(x, weight, offs)
+
+
+class _Fp8GroupedMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, offs):
+        xq = x.to(E4M3)
+        wq = _col_major(weight.to(E4M3))
+        rows = torch.ones(x.shape[0], device=x.device)                 # TE's scales (one per row / column)
+        cols = torch.ones(weight.shape[0], weight.shape[-1], device=x.device)
+        out = torch._scaled_grouped_mm(xq, wq, rows, cols, offs=offs, out_dtype=torch.bfloat16)
+        if any(ctx.needs_input_grad):
+            xt = _col_major(xq) if ctx.needs_input_grad[1] else None   # the weight gradient's operand
+            wt = _col_major(wq.transpose(-2, -1))                       # the data gradient's operand
+            if _ON_WEIGHT_COPY.get() is not None:
+                _ON_WEIGHT_COPY.get()(wt)
+            ctx.save_for_backward(xt, wt, offs)
+        ctx.weight_dtype, ctx.k = weight.dtype, x.shape[-1]
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        xt, wt, offs = ctx.saved_tensors
+        gq = grad.to(E4M3)
+        groups = wt.shape[0]
+        dx = torch._scaled_grouped_mm(gq, wt, torch.ones(grad.shape[0], device=grad.device),
+                                      torch.ones(groups, ctx.k, device=grad.device), offs=offs,
+                                      out_dtype=torch.bfloat16)
+        dw = None
+        if ctx.needs_input_grad[1]:
+            gt = gq.t().contiguous()
+            dw = torch._scaled_grouped_mm(gt, xt, torch.ones(groups * grad.shape[1], device=grad.device),
+                                          torch.ones(groups * ctx.k, device=grad.device), offs=offs,
+                                          out_dtype=torch.bfloat16)
+            dw = dw.transpose(-2, -1).to(ctx.weight_dtype)
+        return dx, dw, None

@@ -274,10 +274,11 @@ def _grouped_mm_bytes(args, kwargs, out):
     return effective_bytes(a) + min(b.shape[0], a.shape[0]) * per_group + rest, _sum_bytes(_tensors(out))
 
 
-if hasattr(aten, "_grouped_mm"):
-    if aten._grouped_mm not in flop_registry:
-        register_flop_formula(aten._grouped_mm)(_grouped_mm_flop)
-    bytes_rule(aten._grouped_mm)(_grouped_mm_bytes)
+for _name in ("_grouped_mm", "_scaled_grouped_mm"):   # the FP8 one: Transformer Engine's experts (graph.fp8)
+    if hasattr(aten, _name):
+        if getattr(aten, _name) not in flop_registry:
+            register_flop_formula(getattr(aten, _name))(_grouped_mm_flop)
+        bytes_rule(getattr(aten, _name))(_grouped_mm_bytes)
 
 
 # --------------------------------------------------------------------------- classification

@@ -89,7 +89,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gpucast import imports
-from gpucast.graph.blocks import BlockWatch, find_blocks, heads_of
+from gpucast.graph.blocks import BlockWatch, experts_of, find_blocks, heads_of
 from gpucast.graph.mirror import CudaMirror
 from gpucast.graph.serving_caches import cache_tensors, dynamic_cache, paged_cache
 from gpucast.graph.trace import Trace
@@ -180,9 +180,8 @@ def _shape_of(cfg) -> dict:
         # GPT-2-style configs: n_inner None means 4 x hidden
         "intermediate": int(getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None) or 4 * hidden),
         "max_context": int(getattr(cfg, "max_position_embeddings", None) or 0),
-        "experts": int(getattr(cfg, "num_local_experts", None) or getattr(cfg, "num_experts", None)
-                       or getattr(cfg, "n_routed_experts", None) or 0),
-        "experts_per_token": int(getattr(cfg, "num_experts_per_tok", None) or 0),
+        "experts": experts_of(cfg)[0],
+        "experts_per_token": experts_of(cfg)[1],
         "tied": bool(getattr(cfg, "tie_word_embeddings", False)),
     }
     lora = getattr(cfg, "kv_lora_rank", None)

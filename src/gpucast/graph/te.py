@@ -31,7 +31,10 @@ modules forwards whose aten ops are those kernels' reads and writes, one op each
   TE's FP8 runs over bf16 parameters, the fp32 master in the optimizer) and there is no autocast;
   a tensor that feeds several linear layers (the query, key and value projections, the gate and
   up projections) is cast to FP8 once, as TE's ``LayerNormLinear`` casts the normalised input
-  once for the fused QKV and FC1 GEMMs (:func:`gpucast.graph.fp8.shared_casts`).
+  once for the fused QKV and FC1 GEMMs (:func:`gpucast.graph.fp8.shared_casts`);
+* **FP8 experts**: with an FP8 recipe, a mixture-of-experts layer's routed experts (transformers'
+  ``grouped_mm`` experts) run as TE's ``GroupedLinear`` in FP8 (:func:`gpucast.graph.fp8.grouped_mm`;
+  transformers' ``_grouped_mm`` is wrapped once and the wrapper runs the original outside such a capture).
 
 Default: a plan under Megatron (``parallel.framework``, :func:`gpucast.estimate.parallel.framework.framework_of`)
 captures with these layers unless ``stack.kernels`` says ``eager``
@@ -53,6 +56,7 @@ from torch import nn
 
 aten = torch.ops.aten
 _ROPE_ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("gpucast_te_rope", default=False)
+_FP8_EXPERTS: contextvars.ContextVar[bool] = contextvars.ContextVar("gpucast_te_fp8_experts", default=False)
 _WRAPPED = "_gpucast_te_original"
 
 
@@ -153,10 +157,40 @@ def _install_rope(model: nn.Module) -> int:
     return n
 
 
-def apply(model: nn.Module) -> dict[str, int]:
+def _fp8_grouped(original):
+    def _grouped_mm(input, weight, offs):
+        if not _FP8_EXPERTS.get():
+            return original(input, weight, offs)
+        from gpucast.graph import fp8
+
+        return fp8.grouped_mm(input.to(weight.dtype), weight, offs)
+
+    setattr(_grouped_mm, _WRAPPED, original)
+    return _grouped_mm
+
+
+def _install_grouped() -> bool:
+    """Wrap transformers' ``_grouped_mm`` (once; the wrapper runs the original outside :func:`active`
+    with FP8 experts); False where this transformers has none."""
+    from gpucast import imports
+
+    mod = sys.modules.get("transformers.integrations.moe")
+    fn = getattr(mod, "_grouped_mm", None)
+    if mod is None or not callable(fn) or not hasattr(torch, "_scaled_grouped_mm"):
+        return False
+    with imports.LOCK:
+        if not hasattr(mod._grouped_mm, _WRAPPED):
+            mod._grouped_mm = _fp8_grouped(mod._grouped_mm)
+    return True
+
+
+def apply(model: nn.Module, fp8_experts: bool = False) -> dict[str, int]:
     """Give ``model``'s norms and gated MLPs TE's fused forwards and its rotary embedding the fused
-    kernel (module docstring); returns how many of each."""
-    counts = {"norms": 0, "gated_mlps": 0, "rope_modules": 0}
+    kernel, and with ``fp8_experts`` its routed experts FP8 grouped GEMMs (module docstring); returns
+    how many of each."""
+    counts = {"norms": 0, "gated_mlps": 0, "rope_modules": 0,
+              "fp8_experts": int(fp8_experts and any(type(m).__name__.endswith("Experts") for m in model.modules())
+                                 and _install_grouped())}
     for m in model.modules():
         if _is_norm(m):
             m.forward = _norm_forward(m)
@@ -173,14 +207,16 @@ def apply(model: nn.Module) -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def active(on_weight_copy=None):
-    """While the step is recorded: the fused rotary embedding and FP8 casts shared between layers;
-    ``on_weight_copy`` is called with each FP8 weight copy kept for the backward."""
+def active(on_weight_copy=None, fp8_experts: bool = False):
+    """While the step is recorded: the fused rotary embedding, FP8 casts shared between layers and,
+    with ``fp8_experts``, the experts' FP8 grouped GEMMs; ``on_weight_copy`` is called with each FP8
+    weight copy kept for the backward."""
     from gpucast.graph import fp8
 
-    token = _ROPE_ACTIVE.set(True)
+    token, experts = _ROPE_ACTIVE.set(True), _FP8_EXPERTS.set(fp8_experts)
     try:
         with fp8.shared_casts(on_weight_copy):
             yield
     finally:
+        _FP8_EXPERTS.reset(experts)
         _ROPE_ACTIVE.reset(token)

@@ -184,7 +184,7 @@ class _Recorder(TorchDispatchMode):
                 kernels = 0 if self._rnn_fused_open else 1
                 self._rnn_fused_open = True
         # the dtype the op computes in: its output's, but a scaled (FP8) GEMM's operands' (it writes bf16)
-        order = ins + outs if name == "_scaled_mm" else outs + ins
+        order = ins + outs if name in ("_scaled_mm", "_scaled_grouped_mm") else outs + ins
         dtype = next((str(t.dtype).removeprefix("torch.") for t in order if t.is_floating_point()),
                      str(order[0].dtype).removeprefix("torch.") if order else "")
         self.ops.append(OpRecord(
@@ -347,7 +347,8 @@ def _capture(job: Job) -> Trace:
     if te_layers_of(job):  # Megatron-Core's Transformer Engine layers (gpucast.graph.te)
         from gpucast.graph import te
 
-        te_layers = _stage("fusing the layers as Transformer Engine runs them", te.apply, model)
+        te_layers = _stage("fusing the layers as Transformer Engine runs them", te.apply, model,
+                           job.precision in TE_RECIPES)
     optimizer = make_optimizer(job.optimizer, params, foreach=stack.foreach_optimizers) if train and params else None
     if optimizer is not None:
         _stage("initialising the optimizer", _warm_optimizer, optimizer, params)
@@ -378,8 +379,8 @@ def _capture(job: Job) -> Trace:
     regions = None
     amp = amp_dtype(job)
     mirror = CudaMirror(amp_dtype=amp, on_rnn=rec.on_rnn, cache_casts=train)
-    fused = (te.active(lambda t: rec.memory.reclassify(t, WEIGHT_COPIES)) if te_layers is not None
-             else contextlib.nullcontext())
+    fused = (te.active(lambda t: rec.memory.reclassify(t, WEIGHT_COPIES), bool(te_layers["fp8_experts"]))
+             if te_layers is not None else contextlib.nullcontext())
     with rec, fused:
         if train:
             with mirror:
@@ -442,7 +443,8 @@ def _capture(job: Job) -> Trace:
     if te_layers is not None:
         notes.append(f"Transformer Engine's fused layers (Megatron-Core): {te_layers['norms']} norms, "
                      f"{te_layers['gated_mlps']} gated MLPs as one kernel each way, the rotary embedding fused"
-                     + (f"; bf16 weights under {job.precision}" if job.precision in TE_RECIPES else ""))
+                     + (f"; bf16 weights under {job.precision}" if job.precision in TE_RECIPES else "")
+                     + ("; the routed experts as FP8 grouped GEMMs" if te_layers["fp8_experts"] else ""))
     if fp8_layers is not None:
         notes.append(f"fp8: {fp8_layers} linear layers run their GEMMs in FP8 (Transformer Engine's recipe); "
                      "everything else in bf16" if fp8_layers else

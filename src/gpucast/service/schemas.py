@@ -102,7 +102,10 @@ class ParallelSpec(BaseModel):
                           "and step); unset: megatron with tensor/pipeline parallelism, deepspeed for ZeRO, "
                           "fsdp for FSDP, torch for DDP.")
     expert: Optional[StrictInt] = Field(None, description="Expert-parallel degree of a mixture-of-experts model "
-                                                          "served (mode serve; divides tensor).")
+                                                          "(serving: divides tensor; training: with expert_tensor "
+                                                          "divides gpus / pipeline, divides the experts).")
+    expert_tensor: Optional[StrictInt] = Field(None, description="Expert-tensor-parallel degree in training (unset: "
+                                                                 "tensor, Megatron-LM's default).")
     virtual_pipeline: Optional[StrictInt] = Field(None, description="Interleaved 1F1B: model chunks per pipeline "
                                                                     "rank (training, pipeline > 1).")
     context: Optional[StrictInt] = Field(None, description="Context-parallel degree: each sequence split over this "

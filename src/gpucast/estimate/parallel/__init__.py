@@ -42,13 +42,17 @@ key/value sends less what the attention kernels hide, the gradients reduced over
 
 Tensor-parallel collectives overlapped with the GEMMs (``tp_overlap``, :func:`.sequence.overlapped_s`).
 
-Not modelled: expert parallelism in training, overlap of the pipeline's sends with compute, CPU
+Expert parallelism of a mixture-of-experts model (``expert`` *e*, ``expert_tensor``, :mod:`.experts`):
+the routed experts' weights over ``e x expert_tensor`` ranks and their gradients over the expert-data
+group, the dispatch and combine all-to-alls, the busiest expert rank's grouped GEMMs.
+
+Not modelled: overlap of the pipeline's sends with compute, CPU
 offload, straggling ranks, the data loader of the stages after the first.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -61,6 +65,7 @@ from gpucast.estimate.kernels import OpArrays, kernel_times
 from gpucast.estimate.memory import cublas_workspace_bytes, cuda_context_bytes, library_handle_bytes
 from gpucast.estimate.nvml import held_share, reported_share
 from gpucast.estimate.parallel import context as ring_attention
+from gpucast.estimate.parallel import experts as moe
 from gpucast.estimate.parallel import sequence
 from gpucast.estimate.parallel.collectives import (Placement, act_bytes, cp_comm, dp_micro, dp_step, fixed_cost,
                                                    placement, tp_comm)
@@ -99,6 +104,9 @@ class _Stage:
     flops: float  # FLOPs one micro-batch runs on this rank (recompute included)
     attention: np.ndarray  # its ops that are attention kernels (they hide context parallelism's sends)
     gemm: np.ndarray       # its GEMMs (they hide overlapped tensor-parallel collectives)
+    n_moe: int = 0         # its mixture-of-experts layers
+    dispatched: int = 0    # of them, those whose tokens go by expert-parallel all-to-all (.experts)
+    expert_trainable: float = 0.0  # trainable routed-expert elements on the rank (in params.trainable)
 
 
 def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | None = None,
@@ -131,8 +139,11 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     blocks_of = stage_blocks(lay.blocks, p) if lay is not None else [np.zeros(0, dtype=int)]
     stage = stage_of_ops(ol, blocks_of) if lay is not None else np.where(ol.phase == 3, -1, 0)
     div = sequence.op_divisor(ol, t, seq) * ring_attention.op_divisor(ol, c)
+    xp = moe.plan_of(par, lay, job.gpus, job.batch_size, seq)
+    if xp is not None:   # a rank's own experts' weights (.experts)
+        div = np.where(moe.weight_ops(trace, xp.experts), float(xp.e * xp.etp), div)
     kt = (kernel_times(trace, gpu, job.precision, cfg, prep.surroundings.stack, prep.scales, split=div)
-          if t > 1 or c > 1 else prep.kt)  # a rank's narrower GEMMs on the same SMs (gpucast.estimate.tiles)
+          if t > 1 or c > 1 or xp is not None else prep.kt)  # a rank's narrower GEMMs on the same SMs (.tiles)
     stack = prep.surroundings.stack
     host = prep.host * torch_host_factor(stack.torch, env)
     flops = np.fromiter((o.flops for o in trace.ops), dtype=np.float64, count=len(trace.ops)) / div
@@ -142,8 +153,11 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     frozen_total = max(0.0, trace.parameter_bytes - elem * trainable_total)
     opt_per_param = (trace.memory.totals.get("optimizer_state", 0) / trainable_total * 4.0 / elem
                      if trainable_total else 0.0)  # at fp32, whatever dtype the trace's optimizer ran in
-    stages = [_stage(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total, frozen_total, elem)
-              for k in range(p)]
+    notes += moe.notes(xp)
+    xmask = moe.expert_ops(trace) if xp is not None else None
+    stages = [_stage(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total, frozen_total, elem, xp,
+                     xmask) for k in range(p)]
+    xplace = placement(replace(par, tensor=xp.e * xp.etp), job.gpus, strat.hybrid) if xp else None
     opt_idx = np.flatnonzero(ol.phase == 3)
     opt_sub = sub_trace(trace, opt_idx) if len(opt_idx) else None
     lc = loader_cost(prep.surroundings, trace, gpu, env, cfg.host_link_efficiency, job.input_pipeline_s)
@@ -161,7 +175,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     shard = place.dp.n
     torch_hf = torch_host_factor(stack.torch, env)
     fw = [_framework_on_stage(st, fw_name, trace, lay, job, par, strat, act_b, gather_b, reduce_b, place, links, comm,
-                              consts, cfg, framework, seq) for st in stages]
+                              consts, cfg, framework, seq, xp) for st in stages]
     for st, (extra, _) in zip(stages, fw):
         st.host = st.host + extra * torch_hf
     fw_step = _framework_step(fw_name, par, strat, stages, trace, lay, place, links, comm, cfg, gather_b, reduce_b,
@@ -188,21 +202,24 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
                 p2p = 2 * v * collective_time("send-recv", act_bytes(lay, job, act_b, c) / t, place.pp, links, comm)
                 calls.append((2 * v, "send-recv", place.pp))
             cp_c = cp_comm(st, lay, job, par, act_b, float(scaled[st.attention].sum()), links, comm, calls)
-            dp_m = dp_micro(strat, st, gather_b, reduce_b, fwd_busy, bwd_busy, place, links, comm, consts, cfg,
-                            calls)
-            per.append(dict(tl=tl, re=re_busy, tp=tp_c, p2p=p2p, cp=cp_c, dp=dp_m, bwd=bwd_busy, calls=calls,
-                            micro=tl.step_time_s + tp_c + p2p + cp_c + dp_m))
+            ep_c = moe.ep_comm(xp, st.n_moe, lay.hidden, act_b, par.recompute, links, comm, calls) if xp else 0.0
+            dp_m = sum(dp_micro(strat, s_, gather_b, reduce_b, fwd_busy, bwd_busy, pl, links, comm, consts, cfg, calls)
+                       for s_, pl in _dp_parts(st, place, xplace))
+            per.append(dict(tl=tl, re=re_busy, tp=tp_c, p2p=p2p, cp=cp_c, ep=ep_c, dp=dp_m, bwd=bwd_busy, calls=calls,
+                            micro=tl.step_time_s + tp_c + p2p + cp_c + ep_c + dp_m))
         slow = max(range(p), key=lambda i: per[i]["micro"])
         t_slow = per[slow]["micro"]
         bubble = (p - 1) / v * t_slow if p > 1 else 0.0   # interleaved: (p-1)/v slots (Narayanan et al. 2021)
         pipe = m * t_slow + bubble if p > 1 else m * per[0]["micro"]
         st = stages[slow]
         step_calls: list = []
-        dp_s = dp_step(strat, st, gather_b, reduce_b, per[slow]["bwd"], place, links, comm, cfg, step_calls)
+        dp_s = sum(dp_step(strat, s_, gather_b, reduce_b, per[slow]["bwd"], pl, links, comm, cfg, step_calls)
+                   for s_, pl in _dp_parts(st, place, xplace))
         opt = 0.0
         opt_busy = 0.0
         if opt_sub is not None:
-            share = optimizer_share(st.params.trainable, trainable_total) / (shard if strat.shards_optimizer else 1)
+            share = sum(optimizer_share(s_.params.trainable, trainable_total) / (pl.dp.n if strat.shards_optimizer else 1)
+                        for s_, pl in _dp_parts(st, place, xplace))
             okt = split_times(subset(prep.kt, opt_idx), np.full(len(opt_idx), 1.0 / max(share, 1e-12)),
                               cfg.compute_ramp_s, 0.0)
             otl = simulate(opt_sub, job1, gpu, cfg, okt, host[opt_idx], kscale * opt_kf, hscale * hf, None,
@@ -224,7 +241,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         for i, pr in enumerate(c["per"]):
             tl = pr["tl"]
             read = reported_share(tl.step_time_s, tl.gpu_busy_s, tl.gap_lengths, env.nvml_tick_s) * tl.step_time_s
-            comm_t = pr["tp"] + pr["p2p"] + pr["cp"] + pr["dp"]
+            comm_t = pr["tp"] + pr["p2p"] + pr["cp"] + pr["ep"] + pr["dp"]
             wait = max(0.0, c["pipe"] - m * pr["micro"])  # in a pipeline receive: an NCCL kernel spins
             busy_read = m * (read + comm_t) + wait + c["dp_step"] + c["opt_busy"]
             out.append(env.util_response(min(1.0, busy_read / c["step"])))
@@ -244,7 +261,12 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
                  * ELEMENT_BYTES.get(job.precision, 1.0))   # the trace's byte an element, in the recipe's format
     mems = []
     for st in stages:
-        states = model_states(strat, job.precision, st.params.trainable, st.params.frozen_bytes, opt_per_param, shard)
+        states = model_states(strat, job.precision, st.params.trainable - st.expert_trainable, st.params.frozen_bytes,
+                              opt_per_param, shard)
+        if xplace is not None:   # the routed experts' states, sharded over the expert-data group (.experts)
+            x = model_states(strat, job.precision, st.expert_trainable, 0.0, opt_per_param, xplace.dp.n)
+            states = type(states)(weights=states.weights + x.weights, gradients=states.gradients + x.gradients,
+                                  optimizer=states.optimizer + x.optimizer)
         acts = (stage_activations(lay, st.blocks, st.k, p, m, t, par.recompute, v, seq, c) if lay is not None
                 else _whole_activations(trace))
         mems.append(rank_memory(states, acts, st.params, strat, gather_b, reduce_b, communicators, context,
@@ -269,13 +291,14 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         "tensor_parallel_comm_s": m * pr["tp"],
         "pipeline_p2p_s": m * pr["p2p"],
         "context_parallel_comm_s": m * pr["cp"],
+        "expert_parallel_comm_s": m * pr["ep"],
         "data_parallel_comm_s": m * pr["dp"] + base["dp_step"],
         "pipeline_bubble_s": base["bubble"],
         "optimizer_s": base["opt"],
     }
     nodes = place.nodes
     plan = {
-        "tensor": t, "sequence": seq, "tp_overlap": sequence.overlap_enabled(par, seq), "context": c, "pipeline": p, "virtual_pipeline": v, "data": d, "sharding": par.sharding, "recompute": par.recompute,
+        "tensor": t, "sequence": seq, "tp_overlap": sequence.overlap_enabled(par, seq), "context": c, "expert": xp.e if xp else 1, "expert_tensor": xp.etp if xp else None, "expert_data": xp.edp if xp else None, "expert_imbalance": xp.imbalance if xp else None, "pipeline": p, "virtual_pipeline": v, "data": d, "sharding": par.sharding, "recompute": par.recompute,
         "grad_accum": m, "micro_batch": job.batch_size, "global_batch": samples,
         "gpus": job.gpus, "gpus_per_node": par.gpus_per_node, "nodes": nodes, "network": par.network,
         "layers_per_stage": [int(s.blocks) for s in stages],
@@ -304,7 +327,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
                      ["a parallel plan's utilization is the steady state (window_s is not applied to plans)"])
     plan["notes"] = notes
     return Estimate(
-        step_time_s=step, gpu_busy_s=m * (tl.gpu_busy_s + pr["tp"] + pr["p2p"] + pr["cp"] + pr["dp"]) + base["dp_step"]
+        step_time_s=step, gpu_busy_s=m * (tl.gpu_busy_s + pr["tp"] + pr["p2p"] + pr["cp"] + pr["ep"] + pr["dp"])
+        + base["dp_step"]
         + base["opt_busy"], gpu_util_pct=100.0 * float(np.mean(u)), host_time_s=m * tl.host_time_s,
         memory=mem, bottleneck=label, bottleneck_reason=reason,
         step_time_interval=(min(steps), max(steps)),
@@ -318,10 +342,12 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     )
 
 
-def _stage(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total, frozen_total, elem) -> _Stage:
+def _stage(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total, frozen_total, elem, xp=None,
+           xmask=None) -> _Stage:
     idx, n_fwd, n_re = stage_ops(ol, stage, k, par.recompute)
     lay = trace.layout
     t, p = par.tensor, par.pipeline
+    n_moe, x_params, x_trainable = 0, 0.0, 0.0
     if lay is not None:
         bl = blocks_of[k]
         pick = lambda xs: float(sum(xs[i] for i in bl))  # noqa: E731
@@ -338,7 +364,12 @@ def _stage(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total
         frozen = max(0.0, pbytes - elem * trainable)
         biggest = max((lay.block_params[i] for i in bl), default=0)
         biggest_tr = max((lay.block_trainable[i] for i in bl), default=0)
-        rp = RankParams(params / t, trainable / t, frozen / t, biggest / t, biggest_tr / t)
+        if xp is not None:  # the routed experts over e x etp ranks, the rest over t (.experts)
+            n_moe = moe.moe_blocks(lay, bl)
+            x_params, x_trainable = moe.stage_experts(lay, bl, xp)
+        share = xp.e * xp.etp if xp is not None else t
+        rp = RankParams((params - x_params * share) / t + x_params, (trainable - x_trainable * share) / t + x_trainable,
+                        frozen / t, biggest / t, biggest_tr / t)
         nblocks = len(bl)
     else:
         rp = RankParams(float(trace.parameters), trainable_total, frozen_total, float(trace.parameters),
@@ -346,20 +377,36 @@ def _stage(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total
         nblocks = 0
     sub = sub_trace(trace, idx)
     category = OpArrays.of(sub).category
-    return _Stage(k=k, blocks=nblocks, sub=sub, n_fwd=n_fwd, n_re=n_re, kt=subset(kt, idx), host=host[idx], params=rp,
-                  flops=float(flops[idx].sum()), attention=category == "attention", gemm=category == "matmul")
+    skt = subset(kt, idx)
+    if xp is not None:   # the layer waits for its busiest expert rank
+        skt = moe.with_imbalance(skt, xmask[idx], xp.imbalance)
+    return _Stage(k=k, blocks=nblocks, sub=sub, n_fwd=n_fwd, n_re=n_re, kt=skt, host=host[idx], params=rp,
+                  flops=float(flops[idx].sum()), attention=category == "attention", gemm=category == "matmul",
+                  n_moe=n_moe, dispatched=n_moe if xp is not None and xp.e > 1 else 0, expert_trainable=x_trainable)
+
+
+def _dp_parts(st: _Stage, place: Placement, xplace: Placement | None) -> list[tuple[_Stage, Placement]]:
+    """The stage's parameters by the group their gradients are reduced over: all of them over the data-parallel
+    group, or, with routed experts (:mod:`.experts`), the rest there and the experts' over the expert-data group."""
+    if xplace is None:
+        return [(st, place)]
+    dense = replace(st, params=replace(st.params, trainable=st.params.trainable - st.expert_trainable))
+    routed = replace(st, params=replace(st.params, trainable=st.expert_trainable, frozen_bytes=0.0))
+    return [(dense, place), (routed, xplace)]
 
 
 def _framework_on_stage(st: _Stage, name: str, trace: Trace, lay, job: Job, par: Parallel, strat, act_b: int,
                         gather_b, reduce_b, place: Placement, links: Links, comm: CommConstants,
                         consts: ParallelConstants, cfg: EstimatorConfig,
-                        fc: FrameworkConstants | None, seq: bool) -> tuple[np.ndarray, float]:
+                        fc: FrameworkConstants | None, seq: bool, xp=None) -> tuple[np.ndarray, float]:
     """The framework's host seconds on stage ``st``'s ops (:mod:`.framework`): each phase's share
     spread over that phase's ops, the micro-batch's on its first op, the c10d calls of the
     micro-batch's collectives over all its ops; and their sum (seconds a micro-batch)."""
     calls: list = []
     tp_comm(st, lay, job, par, act_b, place, links, comm, calls, seq)
     cp_comm(st, lay, job, par, act_b, 0.0, links, comm, calls)
+    if xp is not None:
+        moe.ep_comm(xp, st.n_moe, lay.hidden, act_b, par.recompute, links, comm, calls)
     if par.pipeline > 1:
         calls.append((2, "send-recv", place.pp))
     dp_micro(strat, st, gather_b, reduce_b, 0.0, 0.0, place, links, comm, consts, cfg, calls)
@@ -400,7 +447,8 @@ def _whole_activations(trace: Trace) -> StageActivations:
 
 
 def _plan_bottleneck(breakdown: dict, step: float, job, tl, util, kt, lc) -> tuple[str, str]:
-    comm = breakdown["tensor_parallel_comm_s"] + breakdown["pipeline_p2p_s"] + breakdown["data_parallel_comm_s"]
+    comm = (breakdown["tensor_parallel_comm_s"] + breakdown["pipeline_p2p_s"] + breakdown["data_parallel_comm_s"]
+            + breakdown["expert_parallel_comm_s"])
     if comm > 0.3 * step:
         return "communication-bound", (f"{comm / step:.0%} of the step waits for collectives not hidden "
                                        f"behind compute")

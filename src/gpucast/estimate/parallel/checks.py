@@ -5,7 +5,8 @@ tensor or pipeline parallelism needs repeated blocks; the tensor degree must div
 heads (Megatron-LM splits whole heads; key/value heads are split too, or replicated when there are
 fewer than the degree, as Megatron-LM does for grouped-query attention); no more pipeline stages
 than blocks; interleaved stages (``virtual_pipeline`` *v*) split the layers into ``p v`` equal
-chunks; a context degree *c* splits the sequence into ``2 c`` equal chunks; DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only. :func:`gpucast.plan.check_job`
+chunks; a context degree *c* splits the sequence into ``2 c`` equal chunks; an expert degree
+needs routed experts and divides their number; DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only. :func:`gpucast.plan.check_job`
 checks what needs no model (``gpus`` a multiple of ``tensor * pipeline``).
 """
 
@@ -54,6 +55,13 @@ def check_plan(trace: Trace, par: Parallel) -> list[str]:
     if v > 1 and lay.blocks % (p * v):
         raise JobError(f"field 'parallel.virtual_pipeline' ({v}) must divide the layers of each of the {p} "
                        f"stages: {trace.model}'s {lay.blocks} layers do not split into {p} x {v} equal chunks")
+    e = par.expert or 1
+    if (e > 1 or par.expert_tensor is not None) and not (lay is not None and lay.experts and lay.moe_blocks):
+        field = "expert" if e > 1 else "expert_tensor"
+        raise JobError(f"field 'parallel.{field}': {trace.model} has no routed experts (a mixture-of-experts "
+                       f"model's) to spread")
+    if e > 1 and lay.experts % e:
+        raise JobError(f"field 'parallel.expert' ({e}) must divide the {lay.experts} routed experts of {trace.model}")
     if p > 1 and par.sharding in ("zero2", "zero3"):
         raise JobError(f"field 'parallel.sharding': {par.sharding} cannot run with pipeline parallelism "
                        f"(DeepSpeed's pipeline engine supports ZeRO stage 0 and 1 only); use zero1 or fsdp-*")

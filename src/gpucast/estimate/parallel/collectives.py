@@ -63,11 +63,13 @@ def fixed_cost(calls: list, links: Links, comm: CommConstants) -> float:
 
 def tp_comm(st, lay, job: Job, par: Parallel, act_b: int, place: Placement, links: Links,
             comm: CommConstants, calls: list, seq: bool) -> float:
-    """Tensor parallelism's collectives of a micro-batch on stage ``st`` (:func:`.sequence.tp_collectives`)."""
+    """Tensor parallelism's collectives of a micro-batch on stage ``st`` (:func:`.sequence.tp_collectives`;
+    ``st.dispatched`` MoE layers' tokens go by all-to-all instead, :mod:`.experts`)."""
     if par.tensor <= 1 or lay is None:
         return 0.0
     out = 0.0
-    for count, kind in sequence.tp_collectives(st.blocks, st.k == 0, st.k == par.pipeline - 1, par.recompute, seq):
+    for count, kind in sequence.tp_collectives(st.blocks, st.k == 0, st.k == par.pipeline - 1, par.recompute, seq,
+                                               st.dispatched):
         calls.append((count, kind, place.tp))
         out += count * collective_time(kind, act_bytes(lay, job, act_b, par.context or 1), place.tp, links, comm)
     return out

@@ -8,7 +8,9 @@ model needs, HFU (hardware FLOPs utilization) the work the GPUs run, recomputati
 With adapters the frozen weights get no weight gradient: ``4N + 2N_trainable`` per token plus
 attention (the backward computes the input gradients through every layer, the weight gradients
 only of the adapters); say so wherever such an MFU is shown. A model without repeated blocks or
-sequences takes the trace's own FLOPs (``torch.utils.flop_counter``'s formulas) per sample.
+sequences takes the trace's own FLOPs (``torch.utils.flop_counter``'s formulas) per sample. A
+mixture-of-experts model counts the parameters a token is routed through: ``N`` less the routed
+experts' ``(1 - k/E)`` a token skips (the active parameters, as Megatron-Core's MoE MFU counts them).
 
 Peak: the GPU's dense tensor-core rate for the job's precision (bf16, fp16, tf32) or fp32.
 """
@@ -35,7 +37,10 @@ def model_flops_per_sample(trace: Trace, trainable: int, adapter: bool) -> float
     lay = trace.layout
     if lay is None or lay.tokens <= 1:
         return trace.flops / max(trace.batch_size, 1)
-    n, s = trace.parameters, lay.tokens
+    idle = 1.0 - min(lay.experts_per_token, lay.experts) / lay.experts if lay.experts else 0.0
+    n = trace.parameters - idle * sum(lay.block_expert_params)       # the parameters a token meets
+    trainable = trainable - idle * sum(lay.block_expert_trainable)
+    s = lay.tokens
     per_token = (4 * n + 2 * trainable if adapter else 6 * n) + 12 * lay.blocks * lay.hidden * s
     return per_token * s
 

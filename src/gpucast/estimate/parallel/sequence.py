@@ -89,12 +89,15 @@ def overlapped_s(comm_s: float, gemm_s: float, tensor: int) -> float:
     return first + max(0.0, comm_s - first - gemm_s)
 
 
-def tp_collectives(blocks: int, first: bool, last: bool, recompute: str, sequence: bool) -> list[tuple[int, str]]:
+def tp_collectives(blocks: int, first: bool, last: bool, recompute: str, sequence: bool,
+                   dispatched: int = 0) -> list[tuple[int, str]]:
     """(count, kind) of a micro-batch's tensor-parallel collectives of the ``b s h`` activation on a
     stage of ``blocks`` layers (Megatron-LM's *f*/*g* operators; module docstring under sequence
-    parallelism)."""
+    parallelism). ``dispatched`` of the layers are MoE layers whose tokens an expert-parallel
+    all-to-all carries (:mod:`.experts`): only their attention half's collectives run."""
     recomputed = 2 if recompute == "full" else 0
+    halves = 2 * blocks - dispatched
     if not sequence:
-        return [((4 + recomputed) * blocks + (1 if first else 0), "all-reduce")]
-    per_kind = (4 + recomputed) * blocks + (1 if first else 0) + (1 if last else 0)
+        return [((4 + recomputed) * halves // 2 + (1 if first else 0), "all-reduce")]
+    per_kind = (4 + recomputed) * halves // 2 + (1 if first else 0) + (1 if last else 0)
     return [(per_kind, "all-gather"), (per_kind, "reduce-scatter")]
