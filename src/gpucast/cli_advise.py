@@ -3,8 +3,10 @@
 With ``--plans`` (or a job with a ``parallel`` group, ``--set parallel.sharding=...``) the options
 are parallel plans beyond one node (:mod:`gpucast.advisor.plans`): ``--counts``, ``--shardings``,
 ``--tensors``, ``--pipelines``, ``--recomputes`` and ``--batches`` (micro-batches) narrow the
-search, ``--max-plans`` bounds it, and the table shows each plan's GPUs, nodes, tensor/pipeline/
-data degrees, sharding, recompute, micro-batch x accumulation, tokens/s per GPU, MFU and memory.
+search, ``--contexts``, ``--experts`` and ``--virtual-pipelines`` widen it, ``--global-batch`` sets
+the batch every plan keeps, ``--max-plans`` bounds it, and the table shows each plan's GPUs, nodes,
+tensor/pipeline/data (and context/expert/virtual) degrees, sharding, recompute, micro-batch x
+accumulation, exposed communication by kind and the bubble, tokens/s per GPU, MFU and memory.
 
 A thin shell over :func:`gpucast.advisor.advise` like ``cli.py`` (which calls ``register(app,
 cli_module)`` at its end): the job is given as to ``predict``; the search, the prices, the
@@ -66,6 +68,22 @@ def parse_list(text: Optional[str], flag: str, kind=int) -> Optional[list]:
         raise ValueError(f"{flag} {text!r}: give a comma-separated list of {kind.__name__}s") from None
 
 
+def parse_global_batch(text: str, job) -> int:
+    """``--global-batch``: ``1024`` sequences, or ``4194304tok`` tokens (a whole number of the job's
+    ``seq_len``-token sequences)."""
+    m = re.fullmatch(r"\s*(\d+)\s*(tok|tokens)?\s*", text)
+    if m is None or int(m[1]) < 1:
+        raise ValueError(f"--global-batch {text!r}: give sequences (1024) or tokens (4194304tok)")
+    n = int(m[1])
+    if not m[2]:
+        return n
+    seq = job.seq_len or 0
+    if seq < 1 or n % seq:
+        raise ValueError(f"--global-batch {text!r}: {n} tokens is not a whole number of the job's "
+                         f"{seq or 'unset'}-token sequences")
+    return n // seq
+
+
 def _share_cell(o) -> str:
     """The share column: a fraction and its mode (``0.25 mps``), ``mig`` for a MIG slice, empty for whole GPUs."""
     if o.share < 1:
@@ -107,7 +125,12 @@ def plan_table(advice, show_all: bool = False):
     precisions = len({advice.options[i].precision for i in rows}) > 1
     t = Table(title=f"gpucast advise --plans: {advice.job.get('model')} ({advice.samples_per_epoch:,.0f} "
                     f"samples/epoch, {advice.epochs:g} epochs)")
-    cols = ["", "GPUs", "nodes", "t/p/d", "sharding", "recompute", "micro x acc"] + (["precision"] if precisions else [])
+    shape = "t/p/d"
+    extra = [(k, name) for k, name in (("context", "c"), ("expert", "e"), ("virtual_pipeline", "v"))
+             if any(getattr(advice.options[i].plan, k) > 1 for i in rows)]
+    if extra:
+        shape = "t/p/" + "/".join(n for _, n in extra) + "/d"
+    cols = ["", "GPUs", "nodes", shape, "sharding", "recompute", "micro x acc"] + (["precision"] if precisions else [])
     cols += ["step s", "tok/s/GPU", "MFU %", "epoch", "$/epoch", "$/run", "GiB/GPU", "memory"]
     for col in cols:
         t.add_column(col, justify="left" if col in ("", "GPUs", "sharding", "recompute", "precision", "memory")
@@ -116,11 +139,33 @@ def plan_table(advice, show_all: bool = False):
         o = advice.options[i]
         pl = o.plan
         mark = "*" if i == advice.recommended else ("front" if show_all and i in advice.front else "")
-        cells = [mark, f"{o.gpu} x{o.gpus}", str(pl.nodes), f"{pl.tensor}/{pl.pipeline}/{pl.data}", pl.sharding,
+        degrees = [pl.tensor, pl.pipeline] + [getattr(pl, k) for k, _ in extra] + [pl.data]
+        cells = [mark, f"{o.gpu} x{o.gpus}", str(pl.nodes), "/".join(map(str, degrees)), pl.sharding,
                  pl.recompute, f"{o.batch_size} x{o.accumulation}"] + ([o.precision] if precisions else [])
-        cells += [f"{o.step_time_s:.3g}", f"{pl.tokens_per_s_per_gpu:,.0f}", f"{pl.mfu * 100:.0f}", duration(o.epoch_s),
+        cells += [f"{o.step_time_s:.3g}", f"{pl.tokens_per_s_per_gpu:,.0f}", f"{pl.mfu * 100:.0f}",
+                  duration(o.epoch_s),
                   usd(o.cost_per_epoch), usd(o.cost_per_run), f"{o.memory_bytes / 2**30:.1f}", o.memory_fit]
         t.add_row(*cells)
+    return t
+
+
+def plan_time_table(advice, show_all: bool = False):
+    """Where each shown plan's optimizer step goes: exposed communication by kind and the pipeline
+    bubble, as % of the step (``step_breakdown_s`` in ``--json`` has the seconds)."""
+    from rich.table import Table
+
+    from gpucast.advisor.options import PlanFields
+
+    rows = list(range(len(advice.options))) if show_all else advice.shown()
+    t = Table(title="where the step goes: exposed communication and bubble, % of the step")
+    for col in ["plan", *(k for k, _ in PlanFields.COMM_KINDS), "bubble"]:
+        t.add_column(col, justify="left" if col == "plan" else "right")
+    for i in rows:
+        o = advice.options[i]
+        sh = o.plan.shares(o.step_time_s)   # a plan's step is one optimizer step
+        t.add_row(f"{o.gpu} x{o.gpus} {o.plan.label} b{o.batch_size} x{o.accumulation}",
+                  *(f"{100 * sh[k]:.1f}" for k, _ in PlanFields.COMM_KINDS),
+                  f"{100 * sh['bubble']:.1f}")
     return t
 
 
@@ -167,6 +212,21 @@ def register(app: typer.Typer, cli) -> None:
                                                                                 "e.g. 1,2,4,8 (default)."),
                    pipelines: Optional[str] = typer.Option(None, "--pipelines", help="Plans: pipeline degrees, e.g. "
                                                                                     "1,2,4,8 (default)."),
+                   contexts: Optional[str] = typer.Option(None, "--contexts", help="Plans: context-parallel "
+                                                                                  "degrees, e.g. 1,2,4 (default: "
+                                                                                  "the job's)."),
+                   experts: Optional[str] = typer.Option(None, "--experts", help="Plans: expert-parallel degrees "
+                                                                                "of a mixture-of-experts model, "
+                                                                                "e.g. 1,8,16 (default: the job's)."),
+                   virtuals: Optional[str] = typer.Option(None, "--virtual-pipelines", help="Plans: interleaved "
+                                                                                           "chunks per pipeline rank, "
+                                                                                           "e.g. 1,2,4 (default: the "
+                                                                                           "job's)."),
+                   global_batch: Optional[str] = typer.Option(None, "--global-batch", help="Plans: the global batch "
+                                                                                          "every plan keeps, in "
+                                                                                          "sequences (1024) or tokens "
+                                                                                          "(4194304tok), instead of "
+                                                                                          "the job's grad_accum."),
                    recomputes: Optional[str] = typer.Option(None, "--recomputes", help="Plans: activation "
                                                                                       "recompute modes, e.g. "
                                                                                       "none,full (default: none, "
@@ -240,6 +300,9 @@ def register(app: typer.Typer, cli) -> None:
                         shardings=parse_list(shardings, "--shardings", str),
                         tensors=parse_list(tensors, "--tensors"), pipelines=parse_list(pipelines, "--pipelines"),
                         recomputes=parse_list(recomputes, "--recomputes", str),
+                        contexts=parse_list(contexts, "--contexts"), experts=parse_list(experts, "--experts"),
+                        virtual_pipelines=parse_list(virtuals, "--virtual-pipelines"),
+                        global_batch=parse_global_batch(global_batch, j) if global_batch is not None else None,
                         deadline_s=parse_duration(deadline) if deadline is not None else None,
                         budget_usd=parse_money(budget) if budget is not None else None, config=cfg, env=env)
 
@@ -267,6 +330,8 @@ def register(app: typer.Typer, cli) -> None:
             print(json.dumps(result.to_dict(), indent=2))
         else:
             cli.console.print(plan_table(result, show_all) if result.plans else table(result, show_all))
+            if result.plans:
+                cli.console.print(plan_time_table(result, show_all))
             cli.console.print(result.message, highlight=False)
             p = result.prices
             cli.console.print(f"prices: {p.name} ({p.origin}; {p.currency} per GPU-hour"

@@ -221,11 +221,45 @@ def test_only_each_counts_fastest_fitting_plan_can_be_on_the_front(searched):
     (dict(batches=[3]), "micro-batch 3 does not divide the global batch 64"),
     (dict(max_plans=0), "max_plans must be a positive integer"),
     (dict(max_gpus=0), "max_gpus must be an integer between 1 and 4096"),
+    (dict(contexts=[0]), "context degrees must be integers"),
+    (dict(experts=[-1]), "expert degrees must be integers"),
+    (dict(global_batch=0), "the global batch must be a positive integer"),
+    (dict(global_batch=64, keep_global_batch=False), "a global batch is kept by definition"),
 ])
 def test_impossible_plan_requests_are_one_error_line(kwargs, words):
     with pytest.raises(AdviseError) as exc:
         advise(small(), ["h100"], prices=PRICES, samples_per_epoch=640, **kwargs)
     assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+MOE = dict(model_type="qwen3_moe", hidden_size=1024, intermediate_size=2048, moe_intermediate_size=256,
+           num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4, head_dim=64, num_experts=32,
+           num_experts_per_tok=4, vocab_size=4096)
+
+
+def test_the_search_takes_context_expert_and_virtual_degrees_and_a_global_batch():
+    job = Job.from_hf_config(MOE, batch_size=1, seq_len=2048, precision="bf16", optimizer="adamw", gpus=8,
+                             parallel=dict(sharding="zero1", grad_accum=1, framework="megatron"))
+    a = advise(job, ["h100"], prices=PRICES, samples_per_epoch=4096, counts=[8, 16], tensors=[1], pipelines=[1, 2],
+               contexts=[1, 2], experts=[1, 8], virtual_pipelines=[1, 2], recomputes=["none"], batches=[1],
+               global_batch=32, max_plans=200)
+    shapes = {(o.gpus, o.plan.pipeline, o.plan.context, o.plan.expert, o.plan.virtual_pipeline) for o in a.options}
+    assert any(e == 8 for *_, e, _ in shapes)        # expert parallelism was tried
+    for o in a.options:
+        pl = o.plan
+        # every plan keeps the 32 sequences asked for: micro-batch x accumulation x d, d = gpus / (t p c)
+        assert o.batch_size * o.accumulation * (o.gpus // (pl.tensor * pl.pipeline * pl.context)) == 32
+        assert pl.virtual_pipeline == 1 or pl.pipeline > 1
+        # a plan's numbers are predict's of that plan
+        par = dict(tensor=pl.tensor, pipeline=pl.pipeline, sharding=pl.sharding, recompute=pl.recompute,
+                   grad_accum=o.accumulation, framework="megatron", context=pl.context, expert=pl.expert,
+                   virtual_pipeline=pl.virtual_pipeline)
+        p = gpucast.predict(job.with_(gpus=o.gpus, batch_size=o.batch_size, parallel=par), "h100")
+        assert o.step_time_s == pytest.approx(p.step_time_s, rel=1e-9)
+        shares = pl.shares(o.step_time_s)
+        assert shares["EP"] > 0 if pl.expert > 1 else shares["EP"] == 0
+    labels = [o.plan.label for o in a.options]
+    assert any(" e8" in lb for lb in labels) and not any(" e1" in lb for lb in labels)
 
 
 def test_plan_options_need_the_plan_search():
@@ -256,18 +290,20 @@ def test_advise_plans_prints_plan_columns_and_json(tmp_path):
     r = _small_cli(tmp_path, "--plans", "--counts", "1,8,16", "--tensors", "1,2", "--pipelines", "1", "--batches", "1")
     assert r.returncode == 0, r.stderr
     out = " ".join(r.stdout.split())
-    for head in ("t/p/d", "sharding", "recompute", "tok/s/GPU", "MFU %", "GiB/GPU", "nodes"):
+    for head in ("t/p/d", "sharding", "recompute", "tok/s/GPU", "MFU %", "GiB/GPU", "nodes", "where the step goes",
+                 "TP", "CP", "EP", "PP", "DP", "bubble"):
         assert head in out
     assert "recommended: h100 x" in out and "plans predicted of" in out
     j = _small_cli(tmp_path, "--set", "parallel.sharding=fsdp-full", "--counts", "8,16", "--tensors", "1",
-                   "--pipelines", "1", "--batches", "1", "--json")  # a job with a parallel group: plans without --plans
+                   "--pipelines", "1", "--batches", "1", "--global-batch", "32768tok",
+                   "--json")  # a job with a parallel group: plans without --plans
     assert j.returncode == 0, j.stderr
     d = json.loads(j.stdout)
     assert d["plans"] is True
     best = d["options"][d["recommended"]]
-    assert best["memory_fit"] != "no" and best["global_batch"] == 16  # 2 x 1 x 8: the job's global batch
+    assert best["memory_fit"] != "no" and best["global_batch"] == 32  # 32,768 tokens of 1,024-token sequences
     assert {o["gpus"] for o in d["options"]} == {8, 16}
-    assert {(o["batch_size"], o["accumulation"]) for o in d["options"]} == {(1, 2), (1, 1)}  # 8 x 1 x 2, 16 x 1 x 1
+    assert {(o["batch_size"], o["accumulation"]) for o in d["options"]} == {(1, 4), (1, 2)}  # 8 x 1 x 4, 16 x 1 x 2
     assert set(best["plan"]) >= {"tensor", "pipeline", "data", "sharding", "recompute", "nodes", "mfu",
                                  "tokens_per_s_per_gpu", "step_breakdown_s"}
 
@@ -277,6 +313,8 @@ def test_advise_plans_prints_plan_columns_and_json(tmp_path):
     (["--plans", "--tensors", "two"], "--tensors 'two'"),
     (["--shardings", "ddp"], "shardings applies to the plan search"),
     (["--plans", "--max-plans", "0"], "max_plans must be a positive integer"),
+    (["--plans", "--global-batch", "1000tok"], "not a whole number of the job's 1024-token sequences"),
+    (["--plans", "--global-batch", "many"], "--global-batch 'many'"),
 ])
 def test_bad_plan_flags_are_one_error_line_and_exit_2(tmp_path, args, words):
     r = _small_cli(tmp_path, *args)

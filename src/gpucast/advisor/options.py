@@ -52,6 +52,9 @@ class PlanFields:
     mfu: float
     hfu: float
     step_breakdown_s: tuple[tuple[str, float], ...] = ()
+    context: int = 1
+    expert: int = 1
+    virtual_pipeline: int = 1
 
     @classmethod
     def of(cls, plan: dict) -> "PlanFields":
@@ -60,13 +63,28 @@ class PlanFields:
                    gpus_per_node=int(plan["gpus_per_node"]), network=str(plan["network"]),
                    tokens_per_s=float(plan["tokens_per_s"]), tokens_per_s_per_gpu=float(plan["tokens_per_s_per_gpu"]),
                    mfu=float(plan["mfu"]), hfu=float(plan["hfu"]),
-                   step_breakdown_s=tuple((k, float(v)) for k, v in plan.get("step_breakdown_s", {}).items()))
+                   step_breakdown_s=tuple((k, float(v)) for k, v in plan.get("step_breakdown_s", {}).items()),
+                   context=int(plan.get("context") or 1), expert=int(plan.get("expert") or 1),
+                   virtual_pipeline=int(plan.get("virtual_pipeline") or 1))
 
     @property
     def label(self) -> str:
-        """``t8 p2 d4 zero1 recompute-full``."""
+        """``t8 p2 d4 zero1 recompute-full`` (``c2``, ``e8``, ``v4`` where above 1)."""
         rc = f" recompute-{self.recompute}" if self.recompute != "none" else ""
-        return f"t{self.tensor} p{self.pipeline} d{self.data} {self.sharding}{rc}"
+        more = "".join(f" {k}{v}" for k, v in (("c", self.context), ("e", self.expert), ("v", self.virtual_pipeline))
+                       if v > 1)
+        return f"t{self.tensor} p{self.pipeline}{more} d{self.data} {self.sharding}{rc}"
+
+    # The exposed communication kinds of the step's breakdown, as the plan table labels them.
+    COMM_KINDS = (("TP", "tensor_parallel_comm_s"), ("CP", "context_parallel_comm_s"),
+                  ("EP", "expert_parallel_comm_s"), ("PP", "pipeline_p2p_s"), ("DP", "data_parallel_comm_s"))
+
+    def shares(self, step_s: float) -> dict[str, float]:
+        """Each exposed communication kind's and the bubble's share of the step (0-1)."""
+        b = dict(self.step_breakdown_s)
+        out = {k: b.get(key, 0.0) / step_s for k, key in self.COMM_KINDS} if step_s > 0 else {}
+        out["bubble"] = b.get("pipeline_bubble_s", 0.0) / step_s if step_s > 0 else 0.0
+        return out
 
     def to_dict(self) -> dict:
         d = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "step_breakdown_s"}

@@ -16,7 +16,12 @@ the job's own, where the GPU runs it, :func:`gpucast.advisor.search.runs`):
   ``fsdp-hybrid``. With one data-parallel replica (``d = 1``) there is nothing to shard: that plan
   is tried once, as ``ddp``.
 * **Tensor and pipeline degrees**: 1, 2, 4, 8 and the job's; tensor at most ``gpus_per_node``;
-  ``tensor x pipeline`` dividing the count (other pairs are not plans of that count).
+  ``tensor x pipeline x context`` dividing the count (other shapes are not plans of that count).
+* **Context, expert and virtual-pipeline degrees**: the job's own unless asked (``contexts``,
+  ``experts``, ``virtuals``; ``--contexts``, ``--experts``, ``--virtual-pipelines``); an expert
+  degree must divide ``count / pipeline``, a virtual pipeline applies to ``pipeline`` > 1 only.
+  Context parallelism uses replicas as tensor and pipeline do: a plan's level of model parallelism
+  is ``tensor x pipeline x context``; expert parallelism folds into the same ranks and uses none.
 * **Recompute**: none, selective, full.
 * **Micro-batch**: the job's ``batch_size``, half of it and twice it. With the global batch kept
   (the default for plans: it is what the user trains with) the accumulation is what makes
@@ -112,6 +117,9 @@ class PlanSpace:
     gpus_per_node: int
     max_plans: int
     notes: tuple[str, ...]
+    contexts: tuple[int, ...] = (1,)
+    experts: tuple[int, ...] = (1,)
+    virtuals: tuple[int, ...] = (1,)
 
 
 def _ints(name: str, values, lo: int, hi: int) -> tuple[int, ...]:
@@ -133,9 +141,12 @@ def space(job, prices: PriceTable, gpus: Sequence[str | GpuSpec] | None = None, 
           keep_global_batch: bool | None = None, max_gpus: int | None = None, provider: str | None = None,
           shardings: Sequence[str] | None = None, tensors: Sequence[int] | None = None,
           pipelines: Sequence[int] | None = None, recomputes: Sequence[str] | None = None,
-          max_plans: int | None = None) -> PlanSpace:
+          max_plans: int | None = None, contexts: Sequence[int] | None = None,
+          experts: Sequence[int] | None = None, virtuals: Sequence[int] | None = None,
+          global_batch: int | None = None) -> PlanSpace:
     """Check the request and say which plans will be tried; an impossible request is one
-    :class:`AdviseError`. ``batches`` are micro-batches here."""
+    :class:`AdviseError`. ``batches`` are micro-batches here; ``global_batch`` (sequences) replaces
+    the job's micro-batch x accumulation x replicas and keeps it."""
     from gpucast.job import PRECISIONS
     from gpucast.plan import RECOMPUTE, SHARDINGS as ALL_SHARDINGS, Parallel
 
@@ -159,9 +170,16 @@ def space(job, prices: PriceTable, gpus: Sequence[str | GpuSpec] | None = None, 
             notes.append("an RL job steps its environment in one process: not spread over GPUs here (1 GPU only)")
         counts, grow = (1,), False
     par = job.parallel or Parallel()
-    t0, p0, m0 = par.tensor or 1, par.pipeline or 1, par.grad_accum or 1
-    g = job.batch_size * m0 * (job.gpus // (t0 * p0))
+    t0, p0, m0, c0 = par.tensor or 1, par.pipeline or 1, par.grad_accum or 1, par.context or 1
+    g = job.batch_size * m0 * (job.gpus // (t0 * p0 * c0))
     keep = True if keep_global_batch is None else bool(keep_global_batch)
+    if global_batch is not None:
+        if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
+            raise AdviseError(f"the global batch must be a positive integer (sequences), got {global_batch!r}")
+        if keep_global_batch is False:
+            raise AdviseError("a global batch is kept by definition: drop keep_global_batch=False "
+                              "(--no-keep-global-batch) or the global batch")
+        g, keep = global_batch, True
     if batches:
         micro = _ints("micro-batch sizes", batches, 1, 1 << 20)
         bad = [b for b in micro if keep and g % b]
@@ -182,8 +200,11 @@ def space(job, prices: PriceTable, gpus: Sequence[str | GpuSpec] | None = None, 
     pipelines = _ints("pipeline degrees", pipelines, 1, MAX_COUNT) if pipelines else tuple(sorted(set(DEGREES) | {p0}))
     recomputes = _names("recompute", recomputes, RECOMPUTE) if recomputes else RECOMPUTE_ORDER
     recomputes = tuple(r for r in RECOMPUTE_ORDER if r in recomputes)
+    contexts = _ints("context degrees", contexts, 1, MAX_COUNT) if contexts else (c0,)
+    experts = _ints("expert degrees", experts, 1, MAX_COUNT) if experts else (par.expert or 1,)
+    virtuals = _ints("virtual pipeline degrees", virtuals, 1, MAX_COUNT) if virtuals else (par.virtual_pipeline or 1,)
     return PlanSpace(specs, counts, grow, max_gpus, micro, precisions, shardings, tensors, pipelines, recomputes,
-                     keep, g, m0, par.gpus_per_node or 8, max_plans, tuple(notes))
+                     keep, g, m0, par.gpus_per_node or 8, max_plans, tuple(notes), contexts, experts, virtuals)
 
 
 def _less_recompute(rc: str, rcs: tuple[str, ...], failed: set) -> bool:
@@ -214,23 +235,28 @@ class _Search:
             self.progress(self.done, self.total)
 
     # ------------------------------------------------------------------ structure
-    def groups(self, n: int, seen: set) -> list[tuple[str, list[list[tuple[int, int]]]]]:
-        """Per sharding, the (tensor, pipeline) pairs of count ``n`` by level ``t x p``; a lone
+    def shapes(self, n: int) -> list[tuple[int, int, int, int, int]]:
+        """The (tensor, pipeline, context, expert, virtual) degrees of count ``n`` (module docstring)."""
+        sp = self.sp
+        return [(t, p, c, e, v) for t in sp.tensors for p in sp.pipelines for c in sp.contexts for e in sp.experts
+                for v in (sp.virtuals if p > 1 else (1,))
+                if t <= sp.gpus_per_node and n % (t * p * c) == 0 and (n // p) % e == 0]
+
+    def groups(self, n: int, seen: set) -> list[tuple[str, list[list[tuple[int, int, int, int, int]]]]]:
+        """Per sharding, the shapes (:meth:`shapes`) of count ``n`` by level ``t x p x c``; a lone
         replica's plan (``d = 1``) once, as ddp."""
         out = []
         for s in self.sp.shardings:
             if s == HYBRID and n <= self.sp.gpus_per_node:
                 continue
-            levels: dict[int, list[tuple[int, int]]] = {}
-            for t in self.sp.tensors:
-                for p in self.sp.pipelines:
-                    if t > self.sp.gpus_per_node or n % (t * p):
-                        continue
-                    s_eff = "ddp" if n == t * p else s
-                    if (s_eff, t, p) in seen:
-                        continue
-                    seen.add((s_eff, t, p))
-                    levels.setdefault(t * p, []).append((t, p))
+            levels: dict[int, list[tuple[int, int, int, int, int]]] = {}
+            for shape in self.shapes(n):
+                t, p, c = shape[:3]
+                s_eff = "ddp" if n == t * p * c else s
+                if (s_eff,) + shape in seen:
+                    continue
+                seen.add((s_eff,) + shape)
+                levels.setdefault(t * p * c, []).append(shape)
             if levels:
                 out.append((s, [levels[k] for k in sorted(levels)]))
         return out
@@ -277,9 +303,9 @@ class _Search:
                     self._tick(k)
                     break
                 fitted = False
-                for t, p in level:
-                    s_eff = "ddp" if n == t * p else s
-                    ok, safe = self.group(spec, prec, price, n, s_eff, t, p, lightest if beyond else None)
+                for shape in level:
+                    s_eff = "ddp" if n == shape[0] * shape[1] * shape[2] else s
+                    ok, safe = self.group(spec, prec, price, n, s_eff, shape, lightest if beyond else None)
                     fitted = fitted or ok
                     if not beyond:
                         for b, r in safe.items():
@@ -287,14 +313,14 @@ class _Search:
                 if fit_at is None and fitted:
                     fit_at = i
 
-    def group(self, spec: GpuSpec, prec: str, price, n: int, s: str, t: int, p: int,
+    def group(self, spec: GpuSpec, prec: str, price, n: int, s: str, shape: tuple,
               lighter_than: dict | None = None) -> tuple[bool, dict[int, int]]:
-        """The plans of one (count, sharding, tensor, pipeline): micro-batches up, each with the
+        """The plans of one (count, sharding, shape): micro-batches up, each with the
         recompute ladder (:meth:`ladder`); bounds 1-3 and 5, and with ``lighter_than`` (micro-batch
         -> index of a recompute mode) only lighter modes (bound 4). Returns whether a plan fits
         (``fits`` or ``risky``) and, per micro-batch, the index of the lightest recompute mode that
         surely fits."""
-        d = n // (t * p)
+        d = n // (shape[0] * shape[1] * shape[2])
         rcs = self.sp.recomputes
         fitted, safe = False, {}
         failed_rc: set = set()
@@ -316,7 +342,7 @@ class _Search:
                 self._tick(len(rcs) - len(allowed))
             if not allowed:
                 continue
-            ok, light, why, ticked = self.ladder(spec, prec, price, n, s, t, p, b, acc, allowed, failed_rc)
+            ok, light, why, ticked = self.ladder(spec, prec, price, n, s, shape, b, acc, allowed, failed_rc)
             if why:  # the plan cannot run (its recompute mode does not change that)
                 self.skipped[why] += len(allowed) - ticked
                 self._tick(len(allowed) - ticked)
@@ -325,7 +351,7 @@ class _Search:
                 safe[b] = light
         return fitted, safe
 
-    def ladder(self, spec: GpuSpec, prec: str, price, n: int, s: str, t: int, p: int, b: int, acc: int,
+    def ladder(self, spec: GpuSpec, prec: str, price, n: int, s: str, shape: tuple, b: int, acc: int,
                allowed: tuple[str, ...], failed_rc: set) -> tuple[bool, int | None, str, int]:
         """One micro-batch's recompute modes (``allowed``, lightest first): (whether one fits, the
         index of the lightest that surely fits or None, why the plan cannot run or "", modes done
@@ -342,7 +368,7 @@ class _Search:
         order = tuple(reversed(allowed)) if backward else allowed
         ok, light, done = False, None, False
         for i, rc in enumerate(order):
-            key = (spec.name, prec, s, t, p, rc, b)
+            key = (spec.name, prec, s, *shape, rc, b)
             if done:
                 self.pruned["recompute"] += 1
             elif rc in failed_rc:
@@ -350,13 +376,13 @@ class _Search:
             elif _less_recompute(rc, rcs, failed_rc):
                 self.pruned["lighter"] += 1
                 failed_rc.add(rc)
-            elif self.failed.get(key, 0) > n and self._same_buffers(s, n, t, p):
+            elif self.failed.get(key, 0) > n and self._same_buffers(s, n, shape):
                 self.pruned["counts"] += 1
                 failed_rc.add(rc)
             elif self.predicted >= self.sp.max_plans:
                 self.pruned["cap"] += 1
             else:
-                opt, why = self.one(spec, prec, price, n, s, t, p, rc, b, acc)
+                opt, why = self.one(spec, prec, price, n, s, shape, rc, b, acc)
                 if opt is None:
                     return ok, light, why, i
                 if rc == rcs[0]:
@@ -372,18 +398,22 @@ class _Search:
             self._tick()
         return ok, light, "", len(order)
 
-    def _same_buffers(self, s: str, n: int, t: int, p: int) -> bool:
+    def _same_buffers(self, s: str, n: int, shape: tuple) -> bool:
         """Whether ``n`` GPUs keep the communicators of the larger count (bound 3): more than one
         data-parallel replica, and for fsdp-hybrid more than one node per pipeline stage."""
-        return n > t * p and (s != HYBRID or n > p * self.sp.gpus_per_node)
+        t, p, c = shape[:3]
+        return n > t * p * c and (s != HYBRID or n > p * self.sp.gpus_per_node)
 
-    def one(self, spec: GpuSpec, prec: str, price, n: int, s: str, t: int, p: int, rc: str, b: int,
+    def one(self, spec: GpuSpec, prec: str, price, n: int, s: str, shape: tuple, rc: str, b: int,
             acc: int) -> tuple[Option | None, str]:
         from gpucast.api import explain
         from gpucast.job import JobError
         from gpucast.plan import replace_parallel
 
-        par = replace_parallel(self.job.parallel, tensor=t, pipeline=p, sharding=s, recompute=rc, grad_accum=acc)
+        t, p, c, e, v = shape
+        par = replace_parallel(self.job.parallel, tensor=t, pipeline=p, sharding=s, recompute=rc, grad_accum=acc,
+                               context=c if c > 1 else None, expert=e if e > 1 else None,
+                               virtual_pipeline=v if v > 1 else None)
         try:
             job = self.job.with_(batch_size=b, precision=prec, gpus=n, parallel=par)
             pred = explain(job, spec, self.config, self.env).prediction
@@ -406,7 +436,7 @@ class _Search:
         if self.pruned["cap"]:
             out.append(f"{self.pruned['cap']} plans not tried: over the bound of {sp.max_plans} predictions "
                        f"(max_plans, --max-plans; or narrow the search with --counts, --shardings, --tensors, "
-                       f"--pipelines, --recomputes)")
+                       f"--pipelines, --contexts, --experts, --virtual-pipelines, --recomputes)")
         return out
 
 
