@@ -43,6 +43,9 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
   must divide ``gpus / pipeline`` (checked here) and *e* the model's experts (checked with the model);
 * ``expert_tensor``: expert-tensor-parallel degree of training (each expert's width split over
   that many ranks; unset: the tensor degree, Megatron-LM's default); serving's is ``tensor / expert``;
+* ``expert_dispatcher``: how a trained MoE layer's tokens reach their experts' ranks,
+  :data:`EXPERT_DISPATCHERS`: ``alltoall`` (Megatron-Core's default: one copy per token and expert)
+  or ``deepep`` (DeepEP's kernels: one copy per token and node across nodes, forwarded over NVLink);
 * ``gpus_per_node`` (8; up to 72, an NVL72 rack's NVLink domain) and ``network``, the links
   between nodes: ``KIND-GBIT`` with KIND in :data:`NETWORK_KINDS`, Gbit/s per node (``roce-1600``: 1,600 Gbit/s per node), or per GPU
   with ``/gpu`` (``ib-400/gpu``: a 400 Gbit/s NIC per GPU, 3,200 Gbit/s per 8-GPU node). Unset:
@@ -73,6 +76,8 @@ from gpucast.surroundings import SpecError, _is_int, _Spec
 FRAMEWORKS = ("megatron", "deepspeed", "fsdp", "torch")
 SHARDINGS = ("ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "fsdp-hybrid")
 RECOMPUTE = ("none", "selective", "full")
+# How a trained mixture-of-experts layer sends tokens to its experts' ranks (gpucast.estimate.parallel.experts).
+EXPERT_DISPATCHERS = ("alltoall", "deepep")
 NETWORK_KINDS = ("ib", "roce", "eth", "efa")
 ADAPTER_KINDS = ("lora", "qlora")
 # The attention projections of common architectures (the names PEFT's per-model defaults use:
@@ -144,8 +149,11 @@ class Parallel(_Spec):
     context: int | None = field(default=None, repr=False)
     tp_overlap: bool | None = field(default=None, repr=False)
     expert_tensor: int | None = field(default=None, repr=False)
+    expert_dispatcher: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        self._check("expert_dispatcher", self.expert_dispatcher is None or self.expert_dispatcher in EXPERT_DISPATCHERS,
+                    f"one of {', '.join(EXPERT_DISPATCHERS)}")
         self._check("framework", self.framework is None or self.framework in FRAMEWORKS,
                     f"one of {', '.join(FRAMEWORKS)}")
         for name in ("tensor", "pipeline", "grad_accum", "expert", "virtual_pipeline", "context", "expert_tensor"):

@@ -140,3 +140,34 @@ def test_fp8_recipes_run_the_experts_as_fp8_grouped_gemms():
     assert len(fp8) == len(bf16) == 6 * LAYERS
     assert all(o.dtype == "float8_e4m3fn" for o in fp8)
     assert sum(o.flops for o in fp8) == sum(o.flops for o in bf16)
+
+
+def test_deepep_sends_a_token_once_per_node_across_nodes():
+    from gpucast.estimate.parallel.experts import nodes_reached
+
+    # k experts drawn uniformly over N nodes reach N (1 - (1 - 1/N)^k) of them; DeepSeek's group-limited
+    # routing (topk_group of n_group groups over the nodes) caps it
+    assert nodes_reached(8, 8) == pytest.approx(8 * (1 - (7 / 8) ** 8))
+    assert nodes_reached(8, 8, (8, 4)) == 4 and nodes_reached(1, 8) == pytest.approx(1.0)
+    alltoall = gpucast.predict(_job(gpus=16, expert=16), "h100").plan["step_breakdown_s"]["expert_parallel_comm_s"]
+    deepep = gpucast.predict(_job(gpus=16, expert=16, expert_dispatcher="deepep"), "h100").plan
+    # two nodes: a token's 4 experts reach 2 (1 - 1/2^4) = 1.875 nodes, 0.94 of them remote, where the
+    # all-to-all sends 4 x 8/16 = 2 copies off the node: DeepEP moves 0.47 of the bytes across the NICs
+    ratio = deepep["step_breakdown_s"]["expert_parallel_comm_s"] / alltoall
+    assert 0.4 < ratio < 0.55
+    # inside one node there is nothing to deduplicate
+    one = [gpucast.predict(_job(expert=8, **kw), "h100").plan["step_breakdown_s"]["expert_parallel_comm_s"]
+           for kw in ({}, {"expert_dispatcher": "deepep"})]
+    assert one[0] == one[1]
+
+
+def test_a_rank_reads_only_its_own_experts_weights():
+    # the grouped GEMMs' time per rank does not carry the other ranks' experts: with tokens few enough
+    # to leave the GEMMs memory-bound, 8-way expert parallelism cuts a rank's expert GEMM time
+    from gpucast.estimate.parallel import estimate_plan
+
+    small = dict(QWEN3_MOE, num_experts=64)
+    jobs = [Job.from_hf_config(small, batch_size=1, seq_len=64, precision="bf16", optimizer="adamw", gpus=8,
+                               parallel=dict(framework="megatron", sharding="zero1", expert=e)) for e in (1, 8)]
+    busy = [estimate_plan(trace(j), j, get_gpu("h100")).timeline.gpu_busy_s for j in jobs]
+    assert busy[1] < busy[0]

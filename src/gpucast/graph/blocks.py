@@ -70,6 +70,7 @@ class BlockLayout:
     experts_per_token: int = 0       # experts each token is routed to (top-k)
     block_expert_params: list[int] = field(default_factory=list)     # routed experts' elements of each block
     block_expert_trainable: list[int] = field(default_factory=list)
+    routing_groups: tuple[int, int] = (0, 0)  # (expert groups, groups a token may use): DeepSeek's n_group, topk_group
 
     @property
     def moe_blocks(self) -> list[int]:
@@ -194,7 +195,7 @@ class BlockWatch:
                        if "experts" in name.split(".") and (p.requires_grad or not trainable_only))
 
         return BlockLayout(
-            experts=experts, experts_per_token=top_k,
+            experts=experts, experts_per_token=top_k, routing_groups=routing_groups_of(model) if experts else (0, 0),
             block_expert_params=[routed(b, False) for b in self.blocks],
             block_expert_trainable=[routed(b, True) for b in self.blocks],
             blocks=len(self.blocks), hidden=self.hidden, tokens=self.tokens, heads=heads[0], kv_heads=heads[1],
@@ -222,6 +223,16 @@ def experts_of(model) -> tuple[int, int]:
             break
     top_k = getattr(cfg, "num_experts_per_tok", None) if experts else None
     return experts, int(top_k) if isinstance(top_k, int) and top_k > 0 else (1 if experts else 0)
+
+
+def routing_groups_of(model) -> tuple[int, int]:
+    """DeepSeek's group-limited routing from the config: (``n_group``, ``topk_group``), the experts
+    cut into groups and each token's experts drawn from that many of them; (0, 0) when unlimited."""
+    cfg = model if not isinstance(model, torch.nn.Module) else next(
+        (m.config for m in model.modules() if getattr(m, "config", None) is not None), None)
+    n, k = getattr(cfg, "n_group", None), getattr(cfg, "topk_group", None)
+    ok = isinstance(n, int) and isinstance(k, int) and 0 < k < n
+    return (n, k) if ok else (0, 0)
 
 
 def heads_of(model: torch.nn.Module) -> tuple[int | None, int | None]:

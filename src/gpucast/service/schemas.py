@@ -106,6 +106,9 @@ class ParallelSpec(BaseModel):
                                                           "divides gpus / pipeline, divides the experts).")
     expert_tensor: Optional[StrictInt] = Field(None, description="Expert-tensor-parallel degree in training (unset: "
                                                                  "tensor, Megatron-LM's default).")
+    expert_dispatcher: Optional[Literal["alltoall", "deepep"]] = Field(
+        None, description="How a trained MoE layer's tokens reach their experts: alltoall (Megatron-Core's default) "
+                          "or deepep (one copy per token and node across nodes).")
     virtual_pipeline: Optional[StrictInt] = Field(None, description="Interleaved 1F1B: model chunks per pipeline "
                                                                     "rank (training, pipeline > 1).")
     context: Optional[StrictInt] = Field(None, description="Context-parallel degree: each sequence split over this "

@@ -142,7 +142,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     xp = moe.plan_of(par, lay, job.gpus, job.batch_size, seq)
     if xp is not None:   # a rank's own experts' weights (.experts)
         div = np.where(moe.weight_ops(trace, xp.experts), float(xp.e * xp.etp), div)
-    kt = (kernel_times(trace, gpu, job.precision, cfg, prep.surroundings.stack, prep.scales, split=div)
+    kt = (kernel_times(moe.rank_view(trace, xp, div) if xp else trace, gpu, job.precision, cfg,
+                       prep.surroundings.stack, prep.scales, split=div)
           if t > 1 or c > 1 or xp is not None else prep.kt)  # a rank's narrower GEMMs on the same SMs (.tiles)
     stack = prep.surroundings.stack
     host = prep.host * torch_host_factor(stack.torch, env)

@@ -13,8 +13,9 @@ ranks, ``edp = gpus / (p e etp)``. ``parallel.expert`` is *e*, ``parallel.expert
   reduced, and the distributed optimizer shards them, over the *edp* ranks; the rest over ``d c``.
 * **compute**: with balanced routing every rank gets the same expert work whatever *e* and *etp*
   (its ``n`` tokens sent to *k* experts each, the mesh has as many ranks as the attention's), so the
-  trace's grouped GEMMs are split as the layer's other ops; what works on the experts' weights (FP8
-  casts, gradient accumulation: :func:`weight_ops`) is split ``e etp`` ways. The layer waits for its busiest rank:
+  trace's grouped GEMMs are split as the layer's other ops, but the expert weights they read or
+  write are the rank's own ``1 / (e etp)`` (:func:`rank_view`); what works on the experts' weights
+  (FP8 casts, gradient accumulation: :func:`weight_ops`) is split ``e etp`` ways. The layer waits for its busiest rank:
   the expected largest row count of *e* ranks under uniform routing
   (:func:`gpucast.estimate.serving.experts.busiest`) over the mean scales the grouped GEMMs' time
   (:func:`imbalance`).
@@ -28,6 +29,14 @@ ranks, ``edp = gpus / (p e etp)``. ``parallel.expert`` is *e*, ``parallel.expert
   the dispatcher takes the sequence shard as it is (:func:`gpucast.estimate.parallel.sequence.tp_collectives`).
   With ``e = 1`` Megatron-Core's ``allgather`` dispatcher gathers the tensor group's tokens as a
   dense MLP does: tensor parallelism's collectives, as before.
+* **DeepEP** (``parallel.expert_dispatcher: deepep``; Zhao et al. 2025, DeepEP, and DeepSeek-AI
+  2024, *DeepSeek-V3 Technical Report*, sec. 3.2.2): across nodes a token goes once to each node
+  holding one of its experts (to the GPU of the same local index, which forwards it over NVLink),
+  not once per expert: a rank's off-node bytes are ``n h`` times the expected remote nodes a
+  token reaches, ``D (N - 1) / N`` with ``D = N (1 - (1 - 1/N)^k)`` distinct nodes of the ``N`` the
+  expert group spans under uniform routing, at most the nodes its routing groups allow (DeepSeek's
+  ``topk_group`` of ``n_group`` groups, the groups spread evenly over the nodes; :func:`nodes_reached`).
+  Inside the node (and inside one node altogether) the all-to-all as above.
 * **placement** (:func:`groups`): Megatron-Core orders the expert mesh's ranks expert-tensor
   fastest, then expert, then expert-data: the expert group sits inside a node when
   ``e etp <= gpus_per_node`` and spans ``e etp / gpus_per_node`` nodes otherwise, its off-node
@@ -36,7 +45,7 @@ ranks, ``edp = gpus / (p e etp)``. ``parallel.expert`` is *e*, ``parallel.expert
 Not modelled: the all-to-alls overlapped with compute (Megatron-Core's
 ``--overlap-moe-expert-parallel-comm``, DeepEP's hooks; off by default), a trained router's skew (hot
 experts) beyond uniform routing's, token dropping at a capacity factor, DeepEP's low-latency
-kernels and FP8 dispatch, a permutation's padding.
+kernels (decoding's) and FP8 dispatch, the SMs DeepEP's kernels take from compute, a permutation's padding.
 """
 
 from __future__ import annotations
@@ -61,6 +70,8 @@ class ExpertPlan:
     etp_group: Group
     tokens: float          # tokens a rank sends to the experts a MoE layer and micro-batch
     imbalance: float       # the busiest expert rank's rows over the mean
+    dispatcher: str = "alltoall"
+    routing_groups: tuple[int, int] = (0, 0)
 
 
 def plan_of(par, lay, gpus: int, batch_size: int, seq: bool) -> ExpertPlan | None:
@@ -74,7 +85,8 @@ def plan_of(par, lay, gpus: int, batch_size: int, seq: bool) -> ExpertPlan | Non
     tokens = batch_size * lay.tokens / c / (t if seq else 1)
     return ExpertPlan(experts=lay.experts, top_k=lay.experts_per_token, e=e, etp=etp, edp=gpus // (p * e * etp),
                       ep_group=ep_group, etp_group=etp_group, tokens=tokens,
-                      imbalance=imbalance(lay.experts, lay.experts_per_token, tokens * e, e))
+                      imbalance=imbalance(lay.experts, lay.experts_per_token, tokens * e, e),
+                      dispatcher=par.expert_dispatcher or "alltoall", routing_groups=lay.routing_groups)
 
 
 def groups(e: int, etp: int, gpus: int, pipeline: int, per_node: int) -> tuple[Group, Group]:
@@ -110,6 +122,32 @@ def stage_experts(lay, blocks, xp: ExpertPlan | None) -> tuple[float, float]:
             float(sum(lay.block_expert_trainable[i] for i in blocks)) / share)
 
 
+def nodes_reached(top_k: int, nodes: int, routing_groups: tuple[int, int] = (0, 0)) -> float:
+    """Expected distinct nodes a token's ``top_k`` experts lie on, the experts spread evenly over
+    ``nodes`` and drawn uniformly, at most ``topk_group`` groups' nodes under group-limited routing
+    (module docstring, DeepEP)."""
+    if nodes <= 1:
+        return 1.0
+    d = nodes * (1.0 - (1.0 - 1.0 / nodes) ** top_k)
+    n_group, topk_group = routing_groups
+    if n_group and topk_group:
+        d = min(d, topk_group * max(1.0, nodes / n_group))
+    return d
+
+
+def _a2a_s(xp: ExpertPlan, nbytes: float, hidden_bytes: float, links: Links, comm: CommConstants) -> float:
+    """One dispatch or combine: an all-to-all, or DeepEP's once-per-node sends across nodes."""
+    g = xp.ep_group
+    if xp.dispatcher != "deepep" or g.nodes <= 1:
+        return collective_time("all-to-all", nbytes, g, links, comm)
+    n_nodes = g.nodes
+    remote = nodes_reached(xp.top_k, n_nodes, xp.routing_groups) * (n_nodes - 1) / n_nodes
+    nic = links.node_gbs * 1e9 * comm.net_efficiency / g.concurrent
+    inter = g.local * xp.tokens * hidden_bytes * remote / nic
+    intra = collective_time("all-to-all", nbytes / n_nodes, Group(g.local, g.local), links, comm)
+    return comm.base_latency_s + max(intra, inter) + comm.net_latency_s
+
+
 def ep_comm(xp: ExpertPlan | None, n_moe: int, hidden: int, act_b: int, recompute: str, links: Links,
             comm: CommConstants, calls: list) -> float:
     """Seconds of a micro-batch's dispatch and combine collectives on a stage with ``n_moe`` MoE layers
@@ -118,7 +156,7 @@ def ep_comm(xp: ExpertPlan | None, n_moe: int, hidden: int, act_b: int, recomput
         return 0.0
     per_layer = 4 + (2 if recompute == "full" else 0)
     nbytes = xp.tokens * xp.top_k * hidden * act_b
-    out = n_moe * per_layer * collective_time("all-to-all", nbytes, xp.ep_group, links, comm)
+    out = n_moe * per_layer * _a2a_s(xp, nbytes, hidden * act_b, links, comm)
     calls.append((n_moe * per_layer, "all-to-all", xp.ep_group))
     if xp.etp > 1:
         for kind in ("all-gather", "reduce-scatter"):
@@ -146,6 +184,40 @@ def weight_ops(trace, experts: int) -> np.ndarray:
     return np.fromiter((of(o) for o in trace.ops), dtype=bool, count=len(trace.ops))
 
 
+_GROUPED = ("_grouped_mm", "_scaled_grouped_mm")
+_ITEMSIZE = {"float8_e4m3fn": 1, "float8_e5m2": 1, "bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def _weight_bytes(o, experts: int) -> float:
+    """Bytes of a grouped GEMM's expert-stacked operands and output (``experts`` x ... shapes)."""
+    shapes = [sh for sh in tuple(o.shapes) + tuple(o.out_shapes) if isinstance(sh, tuple) and len(sh) == 3
+              and sh[0] == experts and all(isinstance(x, int) for x in sh)]
+    return float(sum(np.prod(sh) for sh in shapes)) * _ITEMSIZE.get(o.dtype, 2)
+
+
+def rank_view(trace, xp: ExpertPlan, div: np.ndarray):
+    """The trace with each grouped GEMM's expert-weight bytes scaled so that, split ``div`` ways as the
+    tokens are, they come to the rank's own ``1 / (e etp)`` of them (module docstring, compute)."""
+    key = (xp.e * xp.etp, div.tobytes())
+    cache = getattr(trace, "_expert_views", None)
+    if cache is None:
+        cache = trace._expert_views = {}
+    if key not in cache:
+        from dataclasses import replace as _replace
+
+        ops = list(trace.ops)
+        for i, o in enumerate(ops):
+            if o.op in _GROUPED:
+                w = min(_weight_bytes(o, xp.experts), float(o.bytes))
+                keep = w * div[i] / (xp.e * xp.etp)
+                read_share = o.bytes_read / o.bytes if o.bytes else 1.0
+                cut = max(0.0, w - keep)
+                ops[i] = _replace(o, bytes_read=int(max(0, o.bytes_read - cut * read_share)),
+                                  bytes_written=int(max(0, o.bytes_written - cut * (1 - read_share))))
+        cache[key] = _replace(trace, ops=ops)
+    return cache[key]
+
+
 def with_imbalance(kt, mask: np.ndarray, factor: float):
     """Kernel times with the ops under ``mask`` ``factor`` times longer (the busiest expert rank)."""
     if factor == 1.0 or not mask.any():
@@ -158,5 +230,5 @@ def notes(xp: ExpertPlan | None) -> list[str]:
     if xp is None or xp.e <= 1:
         return []
     return [f"expert parallelism: {xp.experts} experts over {xp.e} ranks ({xp.experts // xp.e} each, expert-tensor "
-            f"{xp.etp}, expert-data {xp.edp}); the busiest rank gets {xp.imbalance:.3f}x the mean rows under "
-            f"uniform routing (a trained router's skew is not modelled)"]
+            f"{xp.etp}, expert-data {xp.edp}, {xp.dispatcher} dispatch); the busiest rank gets {xp.imbalance:.3f}x "
+            f"the mean rows under uniform routing (a trained router's skew is not modelled)"]
