@@ -46,6 +46,8 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
 * ``expert_dispatcher``: how a trained MoE layer's tokens reach their experts' ranks,
   :data:`EXPERT_DISPATCHERS`: ``alltoall`` (Megatron-Core's default: one copy per token and expert)
   or ``deepep`` (DeepEP's kernels: one copy per token and node across nodes, forwarded over NVLink);
+* ``ep_overlap``: the expert-parallel all-to-alls hidden behind another micro-batch's compute
+  (Megatron-Core's ``--overlap-moe-expert-parallel-comm``; unset: off, its default);
 * ``gpus_per_node`` (8; up to 72, an NVL72 rack's NVLink domain) and ``network``, the links
   between nodes: ``KIND-GBIT`` with KIND in :data:`NETWORK_KINDS`, Gbit/s per node (``roce-1600``: 1,600 Gbit/s per node), or per GPU
   with ``/gpu`` (``ib-400/gpu``: a 400 Gbit/s NIC per GPU, 3,200 Gbit/s per 8-GPU node). Unset:
@@ -150,6 +152,7 @@ class Parallel(_Spec):
     tp_overlap: bool | None = field(default=None, repr=False)
     expert_tensor: int | None = field(default=None, repr=False)
     expert_dispatcher: str | None = field(default=None, repr=False)
+    ep_overlap: bool | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._check("expert_dispatcher", self.expert_dispatcher is None or self.expert_dispatcher in EXPERT_DISPATCHERS,
@@ -164,6 +167,7 @@ class Parallel(_Spec):
                     f"an integer between 1 and {MAX_NVLINK_DOMAIN}")
         self._check("sequence", self.sequence is None or isinstance(self.sequence, bool), "true or false")
         self._check("tp_overlap", self.tp_overlap is None or isinstance(self.tp_overlap, bool), "true or false")
+        self._check("ep_overlap", self.ep_overlap is None or isinstance(self.ep_overlap, bool), "true or false")
         self._check("sharding", self.sharding is None or self.sharding in SHARDINGS, f"one of {', '.join(SHARDINGS)}")
         self._check("recompute", self.recompute is None or self.recompute in RECOMPUTE, f"one of {', '.join(RECOMPUTE)}")
         if self.network is not None:

@@ -171,3 +171,16 @@ def test_a_rank_reads_only_its_own_experts_weights():
                                parallel=dict(framework="megatron", sharding="zero1", expert=e)) for e in (1, 8)]
     busy = [estimate_plan(trace(j), j, get_gpu("h100")).timeline.gpu_busy_s for j in jobs]
     assert busy[1] < busy[0]
+
+
+def test_overlapped_all_to_alls_leave_the_first_exposed():
+    from gpucast.estimate.parallel.experts import overlapped_s
+
+    assert overlapped_s(8.0, 100.0, 16) == 0.5            # all but the first hide
+    assert overlapped_s(8.0, 2.0, 16) == pytest.approx(0.5 + 7.5 - 2.0)
+    off, on = (gpucast.predict(_job(gpus=16, expert=16, **kw), "h100").plan["step_breakdown_s"]
+               for kw in ({}, {"ep_overlap": True}))
+    assert on["expert_parallel_comm_s"] < off["expert_parallel_comm_s"]
+    assert on["expert_parallel_comm_s"] >= off["expert_parallel_comm_s"] / (4 * LAYERS) * 0.999
+    p = gpucast.predict(_job(expert=1, ep_overlap=True), "h100")
+    assert any("ep_overlap has no expert-parallel" in n for n in p.notes)

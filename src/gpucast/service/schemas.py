@@ -106,6 +106,8 @@ class ParallelSpec(BaseModel):
                                                           "divides gpus / pipeline, divides the experts).")
     expert_tensor: Optional[StrictInt] = Field(None, description="Expert-tensor-parallel degree in training (unset: "
                                                                  "tensor, Megatron-LM's default).")
+    ep_overlap: Optional[StrictBool] = Field(None, description="Overlap the expert-parallel all-to-alls with another "
+                                                               "micro-batch's compute (Megatron-Core).")
     expert_dispatcher: Optional[Literal["alltoall", "deepep"]] = Field(
         None, description="How a trained MoE layer's tokens reach their experts: alltoall (Megatron-Core's default) "
                           "or deepep (one copy per token and node across nodes).")

@@ -154,7 +154,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     frozen_total = max(0.0, trace.parameter_bytes - elem * trainable_total)
     opt_per_param = (trace.memory.totals.get("optimizer_state", 0) / trainable_total * 4.0 / elem
                      if trainable_total else 0.0)  # at fp32, whatever dtype the trace's optimizer ran in
-    notes += moe.notes(xp)
+    notes += moe.notes(xp, par)
     xmask = moe.expert_ops(trace) if xp is not None else None
     stages = [_stage(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total, frozen_total, elem, xp,
                      xmask) for k in range(p)]
@@ -204,6 +204,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
                 calls.append((2 * v, "send-recv", place.pp))
             cp_c = cp_comm(st, lay, job, par, act_b, float(scaled[st.attention].sum()), links, comm, calls)
             ep_c = moe.ep_comm(xp, st.n_moe, lay.hidden, act_b, par.recompute, links, comm, calls) if xp else 0.0
+            if par.ep_overlap:   # hidden behind another micro-batch's compute (.experts)
+                ep_c = moe.overlapped_s(ep_c, tl.gpu_busy_s, moe.ep_calls(xp, st.n_moe, par.recompute))
             dp_m = sum(dp_micro(strat, s_, gather_b, reduce_b, fwd_busy, bwd_busy, pl, links, comm, consts, cfg, calls)
                        for s_, pl in _dp_parts(st, place, xplace))
             per.append(dict(tl=tl, re=re_busy, tp=tp_c, p2p=p2p, cp=cp_c, ep=ep_c, dp=dp_m, bwd=bwd_busy, calls=calls,

@@ -37,6 +37,12 @@ ranks, ``edp = gpus / (p e etp)``. ``parallel.expert`` is *e*, ``parallel.expert
   expert group spans under uniform routing, at most the nodes its routing groups allow (DeepSeek's
   ``topk_group`` of ``n_group`` groups, the groups spread evenly over the nodes; :func:`nodes_reached`).
   Inside the node (and inside one node altogether) the all-to-all as above.
+* **overlap** (``parallel.ep_overlap``; Megatron-Core's ``--overlap-moe-expert-parallel-comm``, which
+  runs one micro-batch's forward beside another's backward so that each one's dispatch and combine
+  hide behind the other's compute): the first all-to-all of a micro-batch stays exposed, the rest
+  hides while the micro-batch's compute lasts, ``A / n + max(0, A (n - 1) / n - C)`` for ``n``
+  all-to-alls of ``A`` seconds in all and compute ``C`` (:func:`overlapped_s`). Default off, as
+  Megatron-Core's.
 * **placement** (:func:`groups`): Megatron-Core orders the expert mesh's ranks expert-tensor
   fastest, then expert, then expert-data: the expert group sits inside a node when
   ``e etp <= gpus_per_node`` and spans ``e etp / gpus_per_node`` nodes otherwise, its off-node
@@ -148,6 +154,22 @@ def _a2a_s(xp: ExpertPlan, nbytes: float, hidden_bytes: float, links: Links, com
     return comm.base_latency_s + max(intra, inter) + comm.net_latency_s
 
 
+def overlapped_s(comm_s: float, compute_s: float, calls: int) -> float:
+    """Exposed seconds of ``calls`` all-to-alls of ``comm_s`` in all beside ``compute_s`` of another
+    micro-batch's compute (module docstring, overlap)."""
+    if calls <= 0 or comm_s <= 0:
+        return 0.0
+    first = comm_s / calls
+    return first + max(0.0, comm_s - first - compute_s)
+
+
+def ep_calls(xp: ExpertPlan | None, n_moe: int, recompute: str) -> int:
+    """How many dispatch and combine all-to-alls a micro-batch makes on a stage of ``n_moe`` MoE layers."""
+    if xp is None or xp.e <= 1:
+        return 0
+    return n_moe * (4 + (2 if recompute == "full" else 0))
+
+
 def ep_comm(xp: ExpertPlan | None, n_moe: int, hidden: int, act_b: int, recompute: str, links: Links,
             comm: CommConstants, calls: list) -> float:
     """Seconds of a micro-batch's dispatch and combine collectives on a stage with ``n_moe`` MoE layers
@@ -226,7 +248,9 @@ def with_imbalance(kt, mask: np.ndarray, factor: float):
     return replace(kt, time=kt.time * scale, compute=kt.compute * scale, memory=kt.memory * scale)
 
 
-def notes(xp: ExpertPlan | None) -> list[str]:
+def notes(xp: ExpertPlan | None, par=None) -> list[str]:
+    if par is not None and par.ep_overlap and (xp is None or xp.e <= 1):
+        return ["parallel.ep_overlap has no expert-parallel all-to-alls to overlap (expert 1): off"]
     if xp is None or xp.e <= 1:
         return []
     return [f"expert parallelism: {xp.experts} experts over {xp.e} ranks ({xp.experts // xp.e} each, expert-tensor "
