@@ -351,6 +351,9 @@ def _validate(job: Job) -> None:
     if job.precision in ("mxfp8", "nvfp4") and job.mode == "serve":
         raise JobError(f"field 'precision': {job.precision} is Transformer Engine's recipe for training and "
                        f"inference steps; a deployment's weight format is serve.weights")
+    if job.stack is not None and job.stack.fp8_recipe is not None and job.precision != "fp8":
+        raise JobError(f"field 'stack.fp8_recipe' applies to precision fp8 (got {job.precision}; mxfp8 and nvfp4 "
+                       f"are block-scaled recipes of their own)")
     if job.optimizer not in OPTIMIZERS:
         raise JobError(f"field 'optimizer' must be one of {', '.join(OPTIMIZERS)}, got {job.optimizer!r}")
     if isinstance(job.input_pipeline_s, bool) or not isinstance(job.input_pipeline_s, (int, float)) \

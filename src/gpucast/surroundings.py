@@ -200,6 +200,10 @@ ATTENTION_KERNELS = ("flash2", "flash3", "cudnn")
 # The layers' own kernels (Stack.kernels): the model source's modules as written, or Transformer Engine's
 # fused layers as Megatron-Core builds them (gpucast.graph.te; a plan under Megatron's default).
 KERNEL_SETS = ("eager", "transformer-engine")
+# Transformer Engine's scaling recipes of precision fp8 (gpucast.graph.fp8): delayed (DelayedScaling, an
+# amax history; TE's default), current (Float8CurrentScaling: the tensor's amax first, then the cast),
+# blockwise (Float8BlockScaling: DeepSeek-V3's 1x128 activation and 128x128 weight scales).
+FP8_RECIPES = ("delayed", "current", "blockwise")
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,9 @@ class Stack(_Spec):
     # The layers' kernels (KERNEL_SETS; unset: eager, or transformer-engine for a plan under Megatron,
     # gpucast.api.capture_job). Out of the repr for the same reason as loss.
     kernels: str | None = field(default=None, repr=False)
+    # precision fp8's scaling recipe (FP8_RECIPES; unset: delayed, Transformer Engine's default). Out of the
+    # repr for the same reason as loss.
+    fp8_recipe: str | None = field(default=None, repr=False)
     # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch >= 2.1; unset: off, PyTorch's
     # default): the caching allocator grows one segment per pool instead of making one per request
     # (gpucast.graph.allocator). Out of the repr for the same reason as loss.
@@ -237,6 +244,8 @@ class Stack(_Spec):
         self._check("attention", self.attention is None or self.attention in ATTENTION_KERNELS,
                     f"one of {', '.join(ATTENTION_KERNELS)}")
         self._check("kernels", self.kernels is None or self.kernels in KERNEL_SETS, f"one of {', '.join(KERNEL_SETS)}")
+        self._check("fp8_recipe", self.fp8_recipe is None or self.fp8_recipe in FP8_RECIPES,
+                    f"one of {', '.join(FP8_RECIPES)}")
         for name in ("torch", "cuda"):
             v = getattr(self, name)
             if _is_num(v):  # YAML reads 2.4 as a float

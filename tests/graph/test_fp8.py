@@ -91,3 +91,29 @@ def test_an_fp8_gemm_is_costed_at_the_fp8_peak():
 def test_the_advisor_offers_fp8_only_where_it_runs():
     assert runs(get_gpu("h100"), "fp8") and runs(get_gpu("l40s"), "fp8") and runs(get_gpu("b200"), "fp8")
     assert not runs(get_gpu("a100-80gb"), "fp8") and not runs(get_gpu("v100-16gb"), "fp8")
+
+
+def test_current_scaling_reads_each_cast_tensor_once_more():
+    # Float8CurrentScaling reduces a tensor's amax before casting it: one amax reduction per cast,
+    # reading the tensor the cast reads; delayed and blockwise scale inside the cast kernel
+    def casts(recipe):
+        j = _job("fp8").with_(stack={"fp8_recipe": recipe})
+        return trace(j)
+
+    delayed, current, blockwise = casts("delayed"), casts("current"), casts("blockwise")
+    fp8_casts = [o for o in current.ops if o.op == "_to_copy" and o.dtype.startswith("float8")]
+    amaxes = [o for o in current.ops if o.op == "amax"]
+    assert len(amaxes) == len(fp8_casts) > 0
+    assert sorted(o.bytes_read for o in amaxes) == sorted(o.bytes_read for o in fp8_casts)
+    assert not any(o.op == "amax" for o in delayed.ops + blockwise.ops)
+    assert len(delayed.ops) == len(blockwise.ops)
+    slow, fast = (gpucast.predict(_job("fp8").with_(stack={"fp8_recipe": r}), "h100").step_time_s
+                  for r in ("current", "delayed"))
+    assert slow > fast
+
+
+def test_a_scaling_recipe_needs_precision_fp8():
+    from gpucast.job import JobError
+
+    with pytest.raises(JobError, match="stack.fp8_recipe' applies to precision fp8"):
+        gpucast.predict(_job("bf16").with_(stack={"fp8_recipe": "current"}), "h100")

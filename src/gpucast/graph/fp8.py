@@ -29,6 +29,15 @@ a mixture-of-experts layer's routed experts run as TE's ``GroupedLinear`` in FP8
 groups' rows). Their gradient is cast to E4M3 rather than TE's E5M2 (PyTorch's grouped FP8 GEMM
 takes E4M3 operands only; the same byte an element).
 
+Scaling recipes (``stack.fp8_recipe``, :func:`recipe`): ``delayed`` (TE's ``DelayedScaling``, the
+default: each cast's kernel records the amax it will scale the next step with, one pass),
+``current`` (``Float8CurrentScaling``: the tensor's amax is reduced first and the cast reads it
+again: one more read of every tensor cast, recorded as an ``amax`` reduction before each cast) and
+``blockwise`` (``Float8BlockScaling``, DeepSeek-V3's 1x128 and 128x128 scales, computed inside the
+cast kernel: one pass, as delayed; its scales are 1/128 of an element's bytes or less, not counted,
+and its GEMMs are costed at the FP8 rate as per-tensor ones: DeepGEMM's 1,550 TFLOPS on an H800 is
+the same share of the FP8 peak as per-tensor cuBLAS reaches).
+
 Not modelled: the per-step amax-history and scale update (one small fused kernel for all tensors),
 the per-tensor scale buffers (bytes), FP8 weight caching across micro-batches (the weight is cast
 each forward, as with ``is_first_microbatch`` unset), MXFP8/NVFP4 block scaling (Blackwell
@@ -45,6 +54,25 @@ import torch
 from torch import nn
 
 E4M3 = torch.float8_e4m3fn  # forward operands (TE's Format.HYBRID)
+# The scaling recipe of the capture (stack.fp8_recipe; module docstring).
+_RECIPE: contextvars.ContextVar[str] = contextvars.ContextVar("gpucast_fp8_recipe", default="delayed")
+
+
+@contextlib.contextmanager
+def recipe(name: str | None):
+    """Cast as the scaling recipe ``name`` does while the step is recorded (module docstring)."""
+    token = _RECIPE.set(name or "delayed")
+    try:
+        yield
+    finally:
+        _RECIPE.reset(token)
+
+
+def _cast(t: torch.Tensor, dtype, **kwargs) -> torch.Tensor:
+    """``t`` cast to FP8, after current scaling's amax pass over it (module docstring)."""
+    if _RECIPE.get() == "current":
+        t.amax()
+    return t.to(dtype, **kwargs)
 E5M2 = torch.float8_e5m2    # gradients
 ALIGN = 16  # FP8 GEMM sizes must be multiples of 16 (TE asserts it; cuBLASLt's FP8 kernels need it)
 # Inside shared_casts(): input tensor id -> (a weak reference to the tensor, its FP8 cast, the cast's
@@ -112,9 +140,9 @@ class _Fp8Linear(torch.autograd.Function):
         casts = _CASTS.get()
         seen = casts.get(id(x)) if casts is not None else None
         seen = seen if seen is not None and seen[0]() is x else None
-        xq, xt = (seen[1], seen[2]) if seen is not None else (x.reshape(-1, shape[-1]).to(E4M3), None)
+        xq, xt = (seen[1], seen[2]) if seen is not None else (_cast(x.reshape(-1, shape[-1]), E4M3), None)
         w = weight.t() if in_out else weight  # (out, in)
-        wq = w.to(E4M3, memory_format=torch.contiguous_format)
+        wq = _cast(w, E4M3, memory_format=torch.contiguous_format)
         b = bias.to(torch.bfloat16) if bias is not None else None
         out = torch._scaled_mm(xq, wq.t(), scale, scale, bias=b, out_dtype=torch.bfloat16)
         if any(ctx.needs_input_grad):  # training: what the backward reads
@@ -135,7 +163,7 @@ class _Fp8Linear(torch.autograd.Function):
     def backward(ctx, grad):
         xt, wt, scale = ctx.saved_tensors
         g2 = grad.reshape(-1, grad.shape[-1])
-        gq = g2.to(E5M2)
+        gq = _cast(g2, E5M2)
         dx = torch._scaled_mm(gq, wt.t(), scale, scale, out_dtype=torch.bfloat16)
         dw = None
         if ctx.needs_input_grad[1]:  # a frozen weight (an adapter's base) has no weight-gradient GEMM
@@ -161,8 +189,8 @@ def grouped_mm(x: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> tor
 class _Fp8GroupedMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, offs):
-        xq = x.to(E4M3)
-        wq = _col_major(weight.to(E4M3))
+        xq = _cast(x, E4M3)
+        wq = _col_major(_cast(weight, E4M3))
         rows = torch.ones(x.shape[0], device=x.device)                 # TE's scales (one per row / column)
         cols = torch.ones(weight.shape[0], weight.shape[-1], device=x.device)
         out = torch._scaled_grouped_mm(xq, wq, rows, cols, offs=offs, out_dtype=torch.bfloat16)
@@ -178,7 +206,7 @@ class _Fp8GroupedMM(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         xt, wt, offs = ctx.saved_tensors
-        gq = grad.to(E4M3)
+        gq = _cast(grad, E4M3)
         groups = wt.shape[0]
         dx = torch._scaled_grouped_mm(gq, wt, torch.ones(grad.shape[0], device=grad.device),
                                       torch.ones(groups, ctx.k, device=grad.device), offs=offs,

@@ -381,7 +381,9 @@ def _capture(job: Job) -> Trace:
     mirror = CudaMirror(amp_dtype=amp, on_rnn=rec.on_rnn, cache_casts=train)
     fused = (te.active(lambda t: rec.memory.reclassify(t, WEIGHT_COPIES), bool(te_layers["fp8_experts"]))
              if te_layers is not None else contextlib.nullcontext())
-    with rec, fused:
+    scaling = (fp8.recipe(job.stack.fp8_recipe if job.stack is not None else None) if fp8_layers is not None
+               else contextlib.nullcontext())   # precision fp8's scaling recipe (gpucast.graph.fp8)
+    with rec, fused, scaling:
         if train:
             with mirror:
                 out = _stage("the forward pass", model, *inputs)

@@ -70,6 +70,9 @@ class StackSpec(BaseModel):
         None, description="The fused attention kernel: 'flash2' (PyTorch's SDPA flash kernel), 'flash3' (the "
                           "flash-attn 3 package's Hopper kernels) or 'cudnn' (cuDNN's fused attention); unset: "
                           "PyTorch's default for stack.torch on the GPU (cuDNN on Hopper from 2.11, else flash2).")
+    fp8_recipe: Optional[Literal["delayed", "current", "blockwise"]] = Field(
+        None, description="Precision fp8's scaling recipe (Transformer Engine): delayed (default), current (an amax "
+                          "pass before each cast) or blockwise (DeepSeek-style 1x128/128x128 scales).")
     kernels: Optional[Literal["eager", "transformer-engine"]] = Field(
         None, description="The layers' kernels: 'eager' (the model source's modules) or 'transformer-engine' "
                           "(Transformer Engine's fused norms, SwiGLU and RoPE, as Megatron-Core builds them); unset: "
