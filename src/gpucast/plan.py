@@ -31,6 +31,9 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
 * ``recompute``: activation checkpointing, ``none`` | ``selective`` (the attention core only,
   Korthikanti et al. 2022) | ``full`` (every layer keeps only its input and runs its forward again
   in backward);
+* ``recompute_modules``: what ``selective`` recomputes, Megatron-Core's ``--recompute-modules``
+  (:data:`RECOMPUTE_MODULES`; unset: ``core_attn``, the attention core); setting it implies
+  ``selective``;
 * ``grad_accum``: micro-batches per optimizer step (``batch_size`` is the micro-batch);
 * ``framework``: the trainer whose Python runs around the model, :data:`FRAMEWORKS` (unset:
   ``megatron`` with tensor or pipeline parallelism, ``deepspeed`` for ZeRO, ``fsdp`` for FSDP,
@@ -78,6 +81,8 @@ from gpucast.surroundings import SpecError, _is_int, _Spec
 FRAMEWORKS = ("megatron", "deepspeed", "fsdp", "torch")
 SHARDINGS = ("ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "fsdp-hybrid")
 RECOMPUTE = ("none", "selective", "full")
+# Megatron-Core's --recompute-modules (gpucast.graph.blocks.RECOMPUTE_MODULES, kept in step by a test).
+RECOMPUTE_MODULES = ("core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_proj", "shared_experts")
 # How a trained mixture-of-experts layer sends tokens to its experts' ranks (gpucast.estimate.parallel.experts).
 EXPERT_DISPATCHERS = ("alltoall", "deepep")
 NETWORK_KINDS = ("ib", "roce", "eth", "efa")
@@ -153,8 +158,17 @@ class Parallel(_Spec):
     expert_tensor: int | None = field(default=None, repr=False)
     expert_dispatcher: str | None = field(default=None, repr=False)
     ep_overlap: bool | None = field(default=None, repr=False)
+    recompute_modules: tuple[str, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.recompute_modules, str):
+            object.__setattr__(self, "recompute_modules",
+                               tuple(t.strip() for t in self.recompute_modules.split(",") if t.strip()))
+        elif isinstance(self.recompute_modules, list):
+            object.__setattr__(self, "recompute_modules", tuple(self.recompute_modules))
+        self._check("recompute_modules", self.recompute_modules is None or (
+            len(self.recompute_modules) > 0 and all(m in RECOMPUTE_MODULES for m in self.recompute_modules)),
+            f"a non-empty list of {', '.join(RECOMPUTE_MODULES)}")
         self._check("expert_dispatcher", self.expert_dispatcher is None or self.expert_dispatcher in EXPERT_DISPATCHERS,
                     f"one of {', '.join(EXPERT_DISPATCHERS)}")
         self._check("framework", self.framework is None or self.framework in FRAMEWORKS,
@@ -178,9 +192,12 @@ class Parallel(_Spec):
 
     def resolved(self, nvlink_gbs: float = 0.0) -> "Parallel":
         """Every field set: the defaults (module docstring) under the job's own values."""
-        return self.merged(Parallel(tensor=1, pipeline=1, sharding="ddp", recompute="none", grad_accum=1,
-                                    gpus_per_node=8, network=default_network(nvlink_gbs), virtual_pipeline=1,
-                                    context=1))
+        out = self.merged(Parallel(tensor=1, pipeline=1, sharding="ddp",
+                                   recompute="selective" if self.recompute_modules else "none", grad_accum=1,
+                                   gpus_per_node=8, network=default_network(nvlink_gbs), virtual_pipeline=1,
+                                   context=1))
+        return out if out.recompute_modules or out.recompute != "selective" else replace(
+            out, recompute_modules=("core_attn",))
 
     def network_spec(self) -> Network:
         return parse_network(self.network, self.gpus_per_node or 8)
@@ -238,6 +255,9 @@ def check_job(job) -> None:
         raise SpecError(f"field 'parallel.expert' x 'parallel.expert_tensor' ({e} x {etp} = {e * etp}) must divide "
                         f"the {job.gpus // p} GPUs of a pipeline stage (gpus / pipeline: Megatron-Core's "
                         f"expert x expert-tensor x expert-data ranks)")
+    if par.recompute_modules and par.recompute not in (None, "selective"):
+        raise SpecError(f"field 'parallel.recompute_modules' names what selective recompute recomputes: it needs "
+                        f"parallel.recompute selective (got {par.recompute})")
     if job.adapter is not None and job.mode != "train":
         raise SpecError("field 'adapter' applies to training (mode 'train')")
 

@@ -26,6 +26,14 @@ model again.
   columns) and whether they belong to the attention core (the ``s x s`` scores, their softmax and
   dropout: what selective recomputation drops, Korthikanti et al. 2022).
 
+* Recompute modules: the ops a block's forward runs inside its dense MLP (``mlp``), its
+  mixture-of-experts layer (``moe``), the experts' activation (``moe_act``), its norms
+  (``layernorm``: the block's own, before attention and MLP), MLA's up-projections
+  (``mla_up_proj``: ``q_b_proj``, ``kv_b_proj``) and the shared experts (``shared_experts``) are
+  tagged with those roles (:func:`module_tags`; ``OpRecord.module`` holds them, joined by ``|``),
+  and the activations they saved are summed per role (``module:<role>:sharded`` and
+  ``...:replicated``): Megatron-Core's selective recompute of named modules drops them
+  (:mod:`gpucast.estimate.parallel.activations`).
 * Mixture-of-experts layers: the routed experts' parameters of each block (those under a module
   named ``experts``, as transformers names the stacked experts of Mixtral, Qwen-MoE, DeepSeek and
   GPT-OSS; a shared expert is not routed and is not counted), with the experts' number and top-k
@@ -45,6 +53,9 @@ from functools import partial
 import torch
 
 PRE, POST = -1, -2
+# Megatron-Core's selective-recompute modules (--recompute-modules; TransformerConfig.recompute_modules):
+# the attention core, and the parts of a block :func:`module_tags` finds by their role.
+RECOMPUTE_MODULES = ("core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_proj", "shared_experts")
 # A list of same-class modules must hold at least this share of the parameters to be the blocks.
 MIN_BLOCK_SHARE = 0.5
 
@@ -125,6 +136,9 @@ class BlockWatch:
         for i, b in enumerate(blocks):
             self._handles.append(b.register_forward_pre_hook(partial(self._pre, i), with_kwargs=True))
             self._handles.append(b.register_forward_hook(partial(self._post, i)))
+            for m, tag in module_tags(b):
+                self._handles.append(m.register_forward_pre_hook(partial(self._enter, tag)))
+                self._handles.append(m.register_forward_hook(partial(self._leave, tag)))
         for m in model.modules():
             if id(m) not in in_blocks and (any(True for _ in m.parameters(recurse=False))
                                            or any(True for _ in m.buffers(recurse=False))):
@@ -133,6 +147,16 @@ class BlockWatch:
     def remove(self) -> None:
         for h in self._handles:
             h.remove()
+
+    def _enter(self, tag, module, args):
+        if self.rec.phase in ("fwd", "loss"):
+            self.rec.tags.append(tag)
+        return None
+
+    def _leave(self, tag, module, args, out):
+        if self.rec.phase in ("fwd", "loss") and self.rec.tags and self.rec.tags[-1] == tag:
+            self.rec.tags.pop()
+        return None
 
     def _pre(self, i, module, args, kwargs):
         if self.rec.phase not in ("fwd", "loss"):
@@ -207,6 +231,35 @@ class BlockWatch:
             outer_trainable={k: sum(p.numel() for p in v if p.requires_grad) for k, v in outer_params.items()},
             block_input_bytes=self.input_bytes,
         )
+
+
+def _is_norm(m: torch.nn.Module) -> bool:
+    return isinstance(m, torch.nn.LayerNorm) or type(m).__name__.endswith(("RMSNorm", "LayerNorm"))
+
+
+def module_tags(block: torch.nn.Module) -> list[tuple[torch.nn.Module, str]]:
+    """(module, role) of the parts of ``block`` Megatron-Core's ``--recompute-modules`` names (module
+    docstring): by attribute name and what the module holds, for the transformers model files."""
+    out = []
+    for name, m in block.named_children():
+        if _is_norm(m):
+            out.append((m, "layernorm"))
+        elif name in ("mlp", "feed_forward", "block_sparse_moe", "ffn"):
+            experts = dict(m.named_children()).get("experts")
+            if experts is None:
+                out.append((m, "mlp"))
+                continue
+            out.append((m, "moe"))
+            act = getattr(experts, "act_fn", None)
+            if isinstance(act, torch.nn.Module):
+                out.append((act, "moe_act"))
+            for shared in ("shared_experts", "shared_expert"):
+                if isinstance(getattr(m, shared, None), torch.nn.Module):
+                    out.append((getattr(m, shared), "shared_experts"))
+    for name, m in block.named_modules():
+        if name.rsplit(".", 1)[-1] in ("q_b_proj", "kv_b_proj"):
+            out.append((m, "mla_up_proj"))
+    return out
 
 
 def experts_of(model) -> tuple[int, int]:
@@ -285,10 +338,12 @@ def activation_regions(live: list[tuple[int, int]], ops, hidden: int) -> dict[st
             out["pre"] += size
         elif op.block == POST:
             out["post"] += size
-        elif is_sharded(op, hidden):
-            out["sharded"] += size
-            if is_attention_core(op):
-                out["attention_core"] += size
         else:
-            out["replicated"] += size
+            part = "sharded" if is_sharded(op, hidden) else "replicated"
+            out[part] += size
+            if part == "sharded" and is_attention_core(op):
+                out["attention_core"] += size
+            for tag in set(op.module.split("|")) if op.module else ():
+                key = f"module:{tag}:{part}"
+                out[key] = out.get(key, 0) + size
     return out

@@ -85,6 +85,7 @@ class _Recorder(TorchDispatchMode):
         self.ops: list[OpRecord] = []
         self.phase = "fwd"
         self.block = PRE  # gpucast.graph.blocks: the block being run (BlockWatch moves it)
+        self.tags: list[str] = []  # the block's recompute-module roles being run (BlockWatch; gpucast.graph.blocks)
         self.in_rnn = 0
         self._rnn_fused_open = False
         self.memory = MemoryTracker(lambda: len(self.ops))
@@ -192,7 +193,7 @@ class _Recorder(TorchDispatchMode):
             shapes=_shapes(args), out_shapes=tuple(tuple(t.shape) for t in outs[:_MAX_LIST_SHAPES]),
             dtype=dtype, flops=flops, bytes_read=read, bytes_written=written, kernels=kernels,
             dispatch="none" if kernels == 0 and category in ("view", "host") else dispatch,
-            costed=costed, sync=sync, block=self.block,
+            costed=costed, sync=sync, block=self.block, module="|".join(dict.fromkeys(self.tags)),
         ))
         cls = "activations" if self.phase in ("fwd", "loss") else "temporaries"
         for t in outs:

@@ -109,6 +109,10 @@ class ParallelSpec(BaseModel):
                                                           "divides gpus / pipeline, divides the experts).")
     expert_tensor: Optional[StrictInt] = Field(None, description="Expert-tensor-parallel degree in training (unset: "
                                                                  "tensor, Megatron-LM's default).")
+    recompute_modules: Optional[list[Literal["core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_proj",
+                                             "shared_experts"]]] = Field(
+        None, description="What selective recompute recomputes (Megatron-Core's --recompute-modules; default "
+                          "core_attn).")
     ep_overlap: Optional[StrictBool] = Field(None, description="Overlap the expert-parallel all-to-alls with another "
                                                                "micro-batch's compute (Megatron-Core).")
     expert_dispatcher: Optional[Literal["alltoall", "deepep"]] = Field(

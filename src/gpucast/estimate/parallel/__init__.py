@@ -270,7 +270,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             x = model_states(strat, job.precision, st.expert_trainable, 0.0, opt_per_param, xplace.dp.n)
             states = type(states)(weights=states.weights + x.weights, gradients=states.gradients + x.gradients,
                                   optimizer=states.optimizer + x.optimizer)
-        acts = (stage_activations(lay, st.blocks, st.k, p, m, t, par.recompute, v, seq, c) if lay is not None
+        acts = (stage_activations(lay, st.blocks, st.k, p, m, t, par.recompute, v, seq, c, par.recompute_modules)
+                if lay is not None
                 else _whole_activations(trace))
         mems.append(rank_memory(states, acts, st.params, strat, gather_b, reduce_b, communicators, context,
                                 workspaces, consts, weight_cache=2 * fp8_share * st.params.params))
@@ -301,7 +302,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     }
     nodes = place.nodes
     plan = {
-        "tensor": t, "sequence": seq, "tp_overlap": sequence.overlap_enabled(par, seq), "context": c, "expert": xp.e if xp else 1, "expert_tensor": xp.etp if xp else None, "expert_data": xp.edp if xp else None, "expert_imbalance": xp.imbalance if xp else None, "pipeline": p, "virtual_pipeline": v, "data": d, "sharding": par.sharding, "recompute": par.recompute,
+        "tensor": t, "sequence": seq, "tp_overlap": sequence.overlap_enabled(par, seq), "context": c, "expert": xp.e if xp else 1, "expert_tensor": xp.etp if xp else None, "expert_data": xp.edp if xp else None, "expert_imbalance": xp.imbalance if xp else None, "pipeline": p, "virtual_pipeline": v, "data": d, "sharding": par.sharding, "recompute": par.recompute, "recompute_modules": list(par.recompute_modules or ()),
         "grad_accum": m, "micro_batch": job.batch_size, "global_batch": samples,
         "gpus": job.gpus, "gpus_per_node": par.gpus_per_node, "nodes": nodes, "network": par.network,
         "layers_per_stage": [int(s.blocks) for s in stages],
@@ -347,7 +348,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
 
 def _stage(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total, frozen_total, elem, xp=None,
            xmask=None) -> _Stage:
-    idx, n_fwd, n_re = stage_ops(ol, stage, k, par.recompute)
+    idx, n_fwd, n_re = stage_ops(ol, stage, k, par.recompute, par.recompute_modules)
     lay = trace.layout
     t, p = par.tensor, par.pipeline
     n_moe, x_params, x_trainable = 0, 0.0, 0.0

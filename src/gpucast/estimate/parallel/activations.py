@@ -8,6 +8,10 @@ From the trace's activations live when backward starts (what autograd saved, by 
   inputs, dropout masks and residual-stream tensors every tensor-parallel rank keeps);
 * ``selective``: without the attention core's ``s x s`` tensors (their eq. 6 without sequence
   parallelism: ``sbh(10 + 24/t)``);
+* ``selective`` with ``recompute_modules`` (Megatron-Core's ``--recompute-modules``): without the
+  activations saved inside each named part of the block as well (``mlp``, ``moe``, ``moe_act``,
+  ``layernorm``, ``mla_up_proj``, ``shared_experts``: what :mod:`gpucast.graph.blocks` tagged);
+  a part's input is made outside it and stays; ``moe`` holds ``moe_act`` and ``shared_experts``;
 * ``full``: only the block's input (``2sbh`` bytes in half precision, their sec. 5), plus during
   the backward one block's activations recomputed at a time.
 
@@ -42,25 +46,39 @@ class StageActivations:
         return self.per_micro_batch * self.in_flight + self.working
 
 
-def per_block(layout: BlockLayout, tensor: int, recompute: str, sequence: bool = False) -> float:
+def dropped_modules(modules) -> tuple[str, ...]:
+    """The named parts whose activations selective recompute drops, a part inside another named one
+    left out (``moe`` holds ``moe_act`` and ``shared_experts``)."""
+    mods = tuple(m for m in (modules or ("core_attn",)) if m != "core_attn")
+    return tuple(m for m in mods if not ("moe" in mods and m in ("moe_act", "shared_experts")))
+
+
+def per_block(layout: BlockLayout, tensor: int, recompute: str, sequence: bool = False,
+              modules: tuple[str, ...] = ("core_attn",)) -> float:
     """Bytes one block saves for its backward on one tensor-parallel rank (``sequence``: under
-    sequence parallelism)."""
+    sequence parallelism; ``modules``: what ``selective`` recomputes)."""
     a = layout.activations
     n = max(layout.blocks, 1)
     whole = tensor if sequence else 1   # the replicated region's split
     if recompute == "full":
         return layout.block_input_bytes / whole
-    sharded = a.get("sharded", 0) - (a.get("attention_core", 0) if recompute == "selective" else 0)
-    return (a.get("replicated", 0) / whole + sharded / tensor) / n
+    sharded, replicated = a.get("sharded", 0), a.get("replicated", 0)
+    if recompute == "selective":
+        if "core_attn" in (modules or ("core_attn",)):
+            sharded -= a.get("attention_core", 0)
+        for m in dropped_modules(modules):
+            sharded -= a.get(f"module:{m}:sharded", 0)
+            replicated -= a.get(f"module:{m}:replicated", 0)
+    return (max(0, replicated) / whole + max(0, sharded) / tensor) / n
 
 
 def stage_activations(layout: BlockLayout, blocks: int, stage: int, stages: int, micro_batches: int,
                       tensor: int, recompute: str, chunks: int = 1, sequence: bool = False,
-                      context: int = 1) -> StageActivations:
+                      context: int = 1, modules: tuple[str, ...] = ("core_attn",)) -> StageActivations:
     """What stage ``stage`` of ``stages`` (holding ``blocks`` blocks in ``chunks`` interleaved chunks)
     keeps for its backward."""
     a = layout.activations
-    saved = blocks * per_block(layout, tensor, recompute, sequence)
+    saved = blocks * per_block(layout, tensor, recompute, sequence, modules)
     if stage == 0:
         saved += a.get("pre", 0)
     if stage == stages - 1:

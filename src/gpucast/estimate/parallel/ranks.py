@@ -40,6 +40,17 @@ class OpLayout:
     sharded: np.ndarray      # tensor parallelism splits it
     attention_core: np.ndarray
     phase: np.ndarray        # PHASE_CODES
+    module: tuple = ()       # each op's recompute-module roles ("" or "mlp", "moe|moe_act", ...: graph.blocks)
+
+    def tagged(self, modules) -> np.ndarray:
+        """Which ops ran inside one of the named recompute modules (``core_attn`` aside)."""
+        want = set(modules or ()) - {"core_attn"}
+        cache = self.__dict__.setdefault("_tagged", {})
+        key = tuple(sorted(want))
+        if key not in cache:
+            cache[key] = np.fromiter((bool(want & set(m.split("|"))) if m else False for m in self.module),
+                                     dtype=bool, count=len(self.module))
+        return cache[key]
 
     @classmethod
     def of(cls, trace: Trace) -> "OpLayout":
@@ -51,7 +62,7 @@ class OpLayout:
         lay = cls(block=np.fromiter((o.block for o in ops), dtype=np.int32, count=len(ops)),
                   sharded=np.fromiter((is_sharded(o, hidden) for o in ops), dtype=bool, count=len(ops)),
                   attention_core=np.fromiter((is_attention_core(o) for o in ops), dtype=bool, count=len(ops)),
-                  phase=OpArrays.of(trace).phase)
+                  phase=OpArrays.of(trace).phase, module=tuple(o.module for o in ops))
         trace._op_layout = lay
         return lay
 
@@ -84,9 +95,11 @@ def split_times(kt: KernelTimes, divisor: np.ndarray, ramp_s: float, fixed_bytes
     return KernelTimes(time=time, compute=compute, memory=memory, floor=kt.floor)
 
 
-def stage_ops(lay: OpLayout, stage: np.ndarray, k: int, recompute: str) -> tuple[np.ndarray, int, int]:
+def stage_ops(lay: OpLayout, stage: np.ndarray, k: int, recompute: str,
+              modules: tuple[str, ...] = ("core_attn",)) -> tuple[np.ndarray, int, int]:
     """Indices of stage ``k``'s forward, recomputed forward and backward ops, in issue order, with
-    the number of forward ops and of recomputed ones (they follow the forward's)."""
+    the number of forward ops and of recomputed ones (they follow the forward's); ``modules``: what
+    ``selective`` recomputes (Megatron-Core's ``--recompute-modules``)."""
     mine = stage == k
     fwd = np.flatnonzero(mine & (lay.phase < PHASE_CODES["bwd"]))
     bwd = np.flatnonzero(mine & (lay.phase == PHASE_CODES["bwd"]))
@@ -94,7 +107,8 @@ def stage_ops(lay: OpLayout, stage: np.ndarray, k: int, recompute: str) -> tuple
     if recompute == "full":
         again = np.flatnonzero(in_block)
     elif recompute == "selective":
-        again = np.flatnonzero(in_block & lay.attention_core)
+        core = lay.attention_core if "core_attn" in (modules or ("core_attn",)) else np.zeros(len(lay.block), bool)
+        again = np.flatnonzero(in_block & (core | lay.tagged(modules)))
     else:
         again = np.zeros(0, dtype=np.int64)
     return np.concatenate([fwd, again, bwd]).astype(np.int64), len(fwd), len(again)
