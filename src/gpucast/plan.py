@@ -34,6 +34,9 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
 * ``recompute_modules``: what ``selective`` recomputes, Megatron-Core's ``--recompute-modules``
   (:data:`RECOMPUTE_MODULES`; unset: ``core_attn``, the attention core); setting it implies
   ``selective``;
+* ``offload``: layers of each pipeline stage whose saved activations go to host memory (training;
+  Megatron-Core's ``--cpu-offloading-num-layers``; unset: 0;
+  :mod:`gpucast.estimate.parallel.offload`);
 * ``grad_accum``: micro-batches per optimizer step (``batch_size`` is the micro-batch);
 * ``framework``: the trainer whose Python runs around the model, :data:`FRAMEWORKS` (unset:
   ``megatron`` with tensor or pipeline parallelism, ``deepspeed`` for ZeRO, ``fsdp`` for FSDP,
@@ -159,6 +162,7 @@ class Parallel(_Spec):
     expert_dispatcher: str | None = field(default=None, repr=False)
     ep_overlap: bool | None = field(default=None, repr=False)
     recompute_modules: tuple[str, ...] | None = field(default=None, repr=False)
+    offload: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.recompute_modules, str):
@@ -176,6 +180,8 @@ class Parallel(_Spec):
         for name in ("tensor", "pipeline", "grad_accum", "expert", "virtual_pipeline", "context", "expert_tensor"):
             v = getattr(self, name)
             self._check(name, v is None or (_is_int(v) and 1 <= v <= MAX_DEGREE), f"an integer between 1 and {MAX_DEGREE}")
+        self._check("offload", self.offload is None or (_is_int(self.offload) and 0 <= self.offload <= MAX_DEGREE),
+                    f"an integer between 0 and {MAX_DEGREE} (layers)")
         self._check("gpus_per_node", self.gpus_per_node is None or (_is_int(self.gpus_per_node)
                                                                    and 1 <= self.gpus_per_node <= MAX_NVLINK_DOMAIN),
                     f"an integer between 1 and {MAX_NVLINK_DOMAIN}")
@@ -258,6 +264,9 @@ def check_job(job) -> None:
     if par.recompute_modules and par.recompute not in (None, "selective"):
         raise SpecError(f"field 'parallel.recompute_modules' names what selective recompute recomputes: it needs "
                         f"parallel.recompute selective (got {par.recompute})")
+    if (par.offload or 0) > 0 and job.mode != "train":
+        raise SpecError("field 'parallel.offload' moves a training step's saved activations to the host: it "
+                        "applies to mode 'train'")
     if job.adapter is not None and job.mode != "train":
         raise SpecError("field 'adapter' applies to training (mode 'train')")
 

@@ -113,6 +113,9 @@ class ParallelSpec(BaseModel):
                                              "shared_experts"]]] = Field(
         None, description="What selective recompute recomputes (Megatron-Core's --recompute-modules; default "
                           "core_attn).")
+    offload: Optional[StrictInt] = Field(None, description="Layers of each pipeline stage whose saved activations "
+                                                           "go to host memory (training; Megatron-Core's "
+                                                           "--cpu-offloading-num-layers).")
     ep_overlap: Optional[StrictBool] = Field(None, description="Overlap the expert-parallel all-to-alls with another "
                                                                "micro-batch's compute (Megatron-Core).")
     expert_dispatcher: Optional[Literal["alltoall", "deepep"]] = Field(

@@ -46,8 +46,10 @@ Expert parallelism of a mixture-of-experts model (``expert`` *e*, ``expert_tenso
 the routed experts' weights over ``e x expert_tensor`` ranks and their gradients over the expert-data
 group, the dispatch and combine all-to-alls, the busiest expert rank's grouped GEMMs.
 
-Not modelled: overlap of the pipeline's sends with compute, CPU
-offload, straggling ranks, the data loader of the stages after the first.
+CPU activation offloading (``offload`` layers a stage, :mod:`.offload`): their saved activations off the
+GPU, the copies' time beyond the compute they run beside.
+
+Not modelled: overlap of the pipeline's sends with compute, straggling ranks, the data loader of the stages after the first.
 """
 
 from __future__ import annotations
@@ -66,10 +68,11 @@ from gpucast.estimate.memory import cublas_workspace_bytes, cuda_context_bytes, 
 from gpucast.estimate.nvml import held_share, reported_share
 from gpucast.estimate.parallel import context as ring_attention
 from gpucast.estimate.parallel import experts as moe
+from gpucast.estimate.parallel import offload as cpu_offload
 from gpucast.estimate.parallel import sequence
 from gpucast.estimate.parallel.collectives import (Placement, act_bytes, cp_comm, dp_micro, dp_step, fixed_cost,
                                                    placement, tp_comm)
-from gpucast.estimate.parallel.activations import StageActivations, stage_activations
+from gpucast.estimate.parallel.activations import StageActivations, per_block, stage_activations
 from gpucast.estimate.parallel.checks import check_plan
 from gpucast.estimate.parallel.constants import DEFAULT_PARALLEL, ParallelConstants
 from gpucast.estimate.parallel.flops import convention, model_flops_per_sample, peak_flops
@@ -104,6 +107,7 @@ class _Stage:
     flops: float  # FLOPs one micro-batch runs on this rank (recompute included)
     attention: np.ndarray  # its ops that are attention kernels (they hide context parallelism's sends)
     gemm: np.ndarray       # its GEMMs (they hide overlapped tensor-parallel collectives)
+    offload_bytes: float = 0.0  # saved activations a micro-batch offloads to the host each way (.offload)
     n_moe: int = 0         # its mixture-of-experts layers
     dispatched: int = 0    # of them, those whose tokens go by expert-parallel all-to-all (.experts)
     expert_trainable: float = 0.0  # trainable routed-expert elements on the rank (in params.trainable)
@@ -159,6 +163,10 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     stages = [_stage(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total, frozen_total, elem, xp,
                      xmask) for k in range(p)]
     xplace = placement(replace(par, tensor=xp.e * xp.etp), job.gpus, strat.hybrid) if xp else None
+    if par.offload and lay is not None:   # the saved activations each micro-batch sends to the host (.offload)
+        one = per_block(lay, t, par.recompute, seq, par.recompute_modules) / c
+        for st in stages:
+            st.offload_bytes = cpu_offload.offloaded_blocks(st.blocks, par.offload) * one
     opt_idx = np.flatnonzero(ol.phase == 3)
     opt_sub = sub_trace(trace, opt_idx) if len(opt_idx) else None
     lc = loader_cost(prep.surroundings, trace, gpu, env, cfg.host_link_efficiency, job.input_pipeline_s)
@@ -208,8 +216,10 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
                 ep_c = moe.overlapped_s(ep_c, tl.gpu_busy_s, moe.ep_calls(xp, st.n_moe, par.recompute))
             dp_m = sum(dp_micro(strat, s_, gather_b, reduce_b, fwd_busy, bwd_busy, pl, links, comm, consts, cfg, calls)
                        for s_, pl in _dp_parts(st, place, xplace))
-            per.append(dict(tl=tl, re=re_busy, tp=tp_c, p2p=p2p, cp=cp_c, ep=ep_c, dp=dp_m, bwd=bwd_busy, calls=calls,
-                            micro=tl.step_time_s + tp_c + p2p + cp_c + ep_c + dp_m))
+            off = cpu_offload.exposed_s(st.offload_bytes, gpu.host_link_gbs, cfg.host_link_efficiency, fwd_busy,
+                                        bwd_busy)
+            per.append(dict(tl=tl, re=re_busy, tp=tp_c, p2p=p2p, cp=cp_c, ep=ep_c, dp=dp_m, off=off, bwd=bwd_busy,
+                            calls=calls, micro=tl.step_time_s + tp_c + p2p + cp_c + ep_c + dp_m + off))
         slow = max(range(p), key=lambda i: per[i]["micro"])
         t_slow = per[slow]["micro"]
         bubble = (p - 1) / v * t_slow if p > 1 else 0.0   # interleaved: (p-1)/v slots (Narayanan et al. 2021)
@@ -270,7 +280,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             x = model_states(strat, job.precision, st.expert_trainable, 0.0, opt_per_param, xplace.dp.n)
             states = type(states)(weights=states.weights + x.weights, gradients=states.gradients + x.gradients,
                                   optimizer=states.optimizer + x.optimizer)
-        acts = (stage_activations(lay, st.blocks, st.k, p, m, t, par.recompute, v, seq, c, par.recompute_modules)
+        acts = (stage_activations(lay, st.blocks, st.k, p, m, t, par.recompute, v, seq, c, par.recompute_modules,
+                                  par.offload or 0)
                 if lay is not None
                 else _whole_activations(trace))
         mems.append(rank_memory(states, acts, st.params, strat, gather_b, reduce_b, communicators, context,
@@ -296,13 +307,14 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         "pipeline_p2p_s": m * pr["p2p"],
         "context_parallel_comm_s": m * pr["cp"],
         "expert_parallel_comm_s": m * pr["ep"],
+        "offload_s": m * pr["off"],
         "data_parallel_comm_s": m * pr["dp"] + base["dp_step"],
         "pipeline_bubble_s": base["bubble"],
         "optimizer_s": base["opt"],
     }
     nodes = place.nodes
     plan = {
-        "tensor": t, "sequence": seq, "tp_overlap": sequence.overlap_enabled(par, seq), "context": c, "expert": xp.e if xp else 1, "expert_tensor": xp.etp if xp else None, "expert_data": xp.edp if xp else None, "expert_imbalance": xp.imbalance if xp else None, "pipeline": p, "virtual_pipeline": v, "data": d, "sharding": par.sharding, "recompute": par.recompute, "recompute_modules": list(par.recompute_modules or ()),
+        "tensor": t, "sequence": seq, "tp_overlap": sequence.overlap_enabled(par, seq), "context": c, "expert": xp.e if xp else 1, "expert_tensor": xp.etp if xp else None, "expert_data": xp.edp if xp else None, "expert_imbalance": xp.imbalance if xp else None, "pipeline": p, "virtual_pipeline": v, "data": d, "sharding": par.sharding, "recompute": par.recompute, "recompute_modules": list(par.recompute_modules or ()), "offload": par.offload or 0,
         "grad_accum": m, "micro_batch": job.batch_size, "global_batch": samples,
         "gpus": job.gpus, "gpus_per_node": par.gpus_per_node, "nodes": nodes, "network": par.network,
         "layers_per_stage": [int(s.blocks) for s in stages],

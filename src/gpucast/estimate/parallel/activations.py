@@ -24,8 +24,9 @@ runs ``2 (p - k - 1) + (v - 1) p`` warm-up chunk forwards before its first backw
 *k* holds ``(2 (p - k - 1) + (v - 1) p + 1) / v`` micro-batches' worth: ``p (1 + (p - 1) / (p v))``
 on the first stage (Korthikanti et al. 2022, sec. 4.2.3). Sequence parallelism (``sequence``,
 :mod:`.sequence`) splits the replicated part over the *t* ranks too (their eq. 4:
-``sbh(34/t + 5as/(ht))``; selective ``34 sbh / t``), and full recomputation's kept inputs. Not
-modelled: activation offload. Context parallelism (*c*) divides all of it by *c*.
+``sbh(34/t + 5as/(ht))``; selective ``34 sbh / t``), and full recomputation's kept inputs. CPU
+offloading (``offload`` layers, :mod:`.offload`) keeps the others' activations per micro-batch in
+flight and one offloaded layer's in transit. Context parallelism (*c*) divides all of it by *c*.
 """
 
 from __future__ import annotations
@@ -74,17 +75,23 @@ def per_block(layout: BlockLayout, tensor: int, recompute: str, sequence: bool =
 
 def stage_activations(layout: BlockLayout, blocks: int, stage: int, stages: int, micro_batches: int,
                       tensor: int, recompute: str, chunks: int = 1, sequence: bool = False,
-                      context: int = 1, modules: tuple[str, ...] = ("core_attn",)) -> StageActivations:
+                      context: int = 1, modules: tuple[str, ...] = ("core_attn",),
+                      offload: int = 0) -> StageActivations:
     """What stage ``stage`` of ``stages`` (holding ``blocks`` blocks in ``chunks`` interleaved chunks)
     keeps for its backward."""
     a = layout.activations
-    saved = blocks * per_block(layout, tensor, recompute, sequence, modules)
+    from gpucast.estimate.parallel.offload import kept_blocks
+
+    one = per_block(layout, tensor, recompute, sequence, modules)
+    saved = kept_blocks(blocks, offload) * one
     if stage == 0:
         saved += a.get("pre", 0)
     if stage == stages - 1:
         saved += a.get("post", 0) / tensor
     whole_block = per_block(layout, tensor, "none", sequence)
     working = whole_block if recompute == "full" else 0.0
+    if offload > 0:
+        working += one      # the offloaded layer in transit
     saved, working = saved / context, working / context   # a context rank's tokens (.context)
     if chunks > 1 and stages > 1:
         warmup = 2 * (stages - stage - 1) + (chunks - 1) * stages

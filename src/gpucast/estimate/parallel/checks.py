@@ -62,6 +62,15 @@ def check_plan(trace: Trace, par: Parallel) -> list[str]:
                        f"model's) to spread")
     if e > 1 and lay.experts % e:
         raise JobError(f"field 'parallel.expert' ({e}) must divide the {lay.experts} routed experts of {trace.model}")
+    if (par.offload or 0) > 0:
+        if lay is None:
+            raise JobError(f"field 'parallel.offload': {trace.model} has no repeated blocks (a transformer's layers) "
+                           f"whose activations to offload")
+        fewest = lay.blocks // p
+        if par.offload >= max(fewest, 1):
+            raise JobError(f"field 'parallel.offload' ({par.offload}) must leave a layer of each stage on the GPU: "
+                           f"a stage holds {fewest} of {trace.model}'s {lay.blocks} layers (Transformer Engine "
+                           f"offloads fewer layers than it runs)")
     if p > 1 and par.sharding in ("zero2", "zero3"):
         raise JobError(f"field 'parallel.sharding': {par.sharding} cannot run with pipeline parallelism "
                        f"(DeepSpeed's pipeline engine supports ZeRO stage 0 and 1 only); use zero1 or fsdp-*")

@@ -19,7 +19,7 @@ overhead + CUDA context + workspaces``, each a closed form with its source:
 * allocator overhead: :data:`gpucast.graph.memory.FRAGMENTATION` of what PyTorch allocates;
 * CUDA context and cuBLAS workspace: :func:`gpucast.estimate.memory.cuda_context_bytes`.
 
-Not modelled: CPU offload, the optimizer step's temporaries (foreach kernels over sharded
+Not modelled: weight offload, the optimizer step's temporaries (foreach kernels over sharded
 tensors), pipeline send/receive buffers beyond one micro-batch's activation.
 """
 
