@@ -11,7 +11,8 @@ config (:data:`MODELS`, each with its source), ``precision: fp8``, micro-batch `
 activation recompute, gradient accumulation ``gbs / (mbs x data parallel)``, 8 GPUs per node on
 8 x 400 Gbit/s InfiniBand (``ib-400/gpu``), Megatron's framework; LoRA rows take a rank-32 adapter
 on the attention's query/key/value projections (NeMo's default adapter dimension and target,
-assumed: the table does not say). ``parallel.virtual_pipeline`` = ``vp`` (interleaved 1F1B),
+assumed: the table does not say); SFT and LoRA rows pack SQuAD samples of :data:`SQUAD_SAMPLE_TOKENS`
+tokens into each sequence (``data.packed_sample_len``: attention per sample). ``parallel.virtual_pipeline`` = ``vp`` (interleaved 1F1B),
 ``parallel.context`` = ``cp`` (context parallelism). A row would be **not answered** when gpucast
 could not express its recipe (:func:`unanswered`; since context parallelism, none); the table lists
 each with its reason. Sequence parallelism is Megatron's default
@@ -48,6 +49,12 @@ GPU = "h100"
 GPUS_PER_NODE = 8                 # DGX-H100: 8 x H100 SXM 80GB per node (the set's README)
 NETWORK = "ib-400/gpu"            # 8 x 400 Gbit/s InfiniBand per node (the set's README)
 LORA = dict(kind="lora", rank=32, targets=["q_proj", "k_proj", "v_proj"])  # assumed (module docstring)
+# SFT/LoRA rows: SQuAD v1.1 samples packed into 4,096-token sequences, attention per sample
+# (data.packed_sample_len). A sample is a context, a question and an answer in NeMo's prompt template:
+# SQuAD's contexts average 137 tokens, its questions 11 (MRQA 2019 shared task, Fisch et al. 2019, Table 1,
+# whitespace tokens), about 200 Llama-2 subword tokens with the template. Assumed, not measured: at 400 the
+# rows' predictions move under 2 % (attention is then still 1/10 of an unpacked sequence's).
+SQUAD_SAMPLE_TOKENS = 200
 # kernel_time_factor values the held-out fit predicts at (module docstring); 1 is the model as published.
 FACTORS = (0.6, 0.7, 0.8, 0.9, 1.0, 1.1)
 
@@ -116,6 +123,8 @@ def job_of(row: dict):
     config, _source = MODELS[row["model"]]
     dp = row["gpus"] // (row["tp"] * row["pp"] * row["cp"])
     extra = {"adapter": dict(LORA)} if row["task"] == "LoRA" else {}
+    if row["task"] != "pretrain":   # packed SQuAD samples, attention per sample (SQUAD_SAMPLE_TOKENS)
+        extra["data"] = {"packed_sample_len": SQUAD_SAMPLE_TOKENS}
     return Job.from_hf_config(
         config, batch_size=row["mbs"], seq_len=row["seq_len"], precision="fp8", optimizer="adamw",
         gpus=row["gpus"], parallel=dict(tensor=row["tp"], pipeline=row["pp"], sharding="zero1", recompute="none",

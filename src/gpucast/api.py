@@ -187,6 +187,10 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
         raise JobError(f"field 'precision': {unsupported}")
     fed, measured = _measured(job)  # before the (slower) capture: a failing dataset fails fast
     tr = trace(job)
+    if job.data is not None and job.data.packed_sample_len:   # attention per packed sample (gpucast.graph.packing)
+        from gpucast.graph import packing
+
+        tr = packing.view(tr, job)
     job = fed
     if job.parallel is not None:
         from gpucast.estimate.parallel import estimate_plan

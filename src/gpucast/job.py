@@ -351,6 +351,10 @@ def _validate(job: Job) -> None:
     if job.precision in ("mxfp8", "nvfp4") and job.mode == "serve":
         raise JobError(f"field 'precision': {job.precision} is Transformer Engine's recipe for training and "
                        f"inference steps; a deployment's weight format is serve.weights")
+    packed = job.data.packed_sample_len if job.data is not None else None
+    if packed is not None and (job.seq_len is None or packed > job.seq_len):
+        raise JobError(f"field 'data.packed_sample_len' ({packed}) packs samples into seq_len-token sequences: it "
+                       f"needs seq_len of at least that many tokens (got {job.seq_len})")
     if job.stack is not None and job.stack.fp8_recipe is not None and job.precision != "fp8":
         raise JobError(f"field 'stack.fp8_recipe' applies to precision fp8 (got {job.precision}; mxfp8 and nvfp4 "
                        f"are block-scaled recipes of their own)")

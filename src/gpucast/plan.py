@@ -52,6 +52,11 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
 * ``expert_dispatcher``: how a trained MoE layer's tokens reach their experts' ranks,
   :data:`EXPERT_DISPATCHERS`: ``alltoall`` (Megatron-Core's default: one copy per token and expert)
   or ``deepep`` (DeepEP's kernels: one copy per token and node across nodes, forwarded over NVLink);
+* ``pp_overlap``: the pipeline's sends hidden behind compute (Megatron-Core's ``overlap_p2p_comm``;
+  unset: on under Megatron with a virtual pipeline, as Megatron-Bridge sets it);
+  ``dp_overlap``: the distributed optimizer's reduce-scatter and all-gather cut per layer and
+  hidden behind the backward and the next forward (``overlap_grad_reduce``/``overlap_param_gather``;
+  unset: on for ``zero1`` under Megatron); :mod:`gpucast.estimate.parallel.overlaps`;
 * ``ep_overlap``: the expert-parallel all-to-alls hidden behind another micro-batch's compute
   (Megatron-Core's ``--overlap-moe-expert-parallel-comm``; unset: off, its default);
 * ``gpus_per_node`` (8; up to 72, an NVL72 rack's NVLink domain) and ``network``, the links
@@ -163,6 +168,8 @@ class Parallel(_Spec):
     ep_overlap: bool | None = field(default=None, repr=False)
     recompute_modules: tuple[str, ...] | None = field(default=None, repr=False)
     offload: int | None = field(default=None, repr=False)
+    pp_overlap: bool | None = field(default=None, repr=False)
+    dp_overlap: bool | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.recompute_modules, str):
@@ -187,7 +194,8 @@ class Parallel(_Spec):
                     f"an integer between 1 and {MAX_NVLINK_DOMAIN}")
         self._check("sequence", self.sequence is None or isinstance(self.sequence, bool), "true or false")
         self._check("tp_overlap", self.tp_overlap is None or isinstance(self.tp_overlap, bool), "true or false")
-        self._check("ep_overlap", self.ep_overlap is None or isinstance(self.ep_overlap, bool), "true or false")
+        for name in ("ep_overlap", "pp_overlap", "dp_overlap"):
+            self._check(name, getattr(self, name) is None or isinstance(getattr(self, name), bool), "true or false")
         self._check("sharding", self.sharding is None or self.sharding in SHARDINGS, f"one of {', '.join(SHARDINGS)}")
         self._check("recompute", self.recompute is None or self.recompute in RECOMPUTE, f"one of {', '.join(RECOMPUTE)}")
         if self.network is not None:

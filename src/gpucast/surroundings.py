@@ -116,6 +116,9 @@ class Data(_Spec):
     dataset: str | None = None           # FILE.py:FUNCTION -> map-style Dataset, measured on this CPU
     collate: str | None = None           # FILE.py:FUNCTION, the DataLoader's collate_fn (with dataset)
     environment: str | None = None       # FILE.py:FUNCTION -> RL environment, its step measured here
+    # Sequence packing: samples of this many tokens on average packed into each seq_len-token sequence,
+    # attention per sample (gpucast.graph.packing). Out of the repr, as Stack.loss (the simulator's truth).
+    packed_sample_len: int | None = field(default=None, repr=False)
 
     @property
     def has_code(self) -> bool:
@@ -131,6 +134,8 @@ class Data(_Spec):
         if self.per_sample_s is not None and _is_num(self.per_sample_s):
             object.__setattr__(self, "per_sample_s", float(self.per_sample_s) + 0.0)
         self._check("source", self.source is None or self.source in SOURCES, f"one of {', '.join(SOURCES)}")
+        self._check("packed_sample_len", self.packed_sample_len is None or (
+            _is_int(self.packed_sample_len) and self.packed_sample_len >= 1), "a positive integer (tokens)")
         self._check("num_workers", self.num_workers is None or (_is_int(self.num_workers) and 0 <= self.num_workers <= 256),
                     "an integer between 0 and 256")
         for name in ("pin_memory", "non_blocking"):

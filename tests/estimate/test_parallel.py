@@ -179,7 +179,8 @@ def test_interleaved_stages_shrink_the_bubble_and_multiply_the_sends():
     # and send each micro-batch across v times as many stage boundaries.
     p, m, v = 4, 8, 2
     plain = predict(_job(SMALL, gpus=p, parallel={"pipeline": p, "grad_accum": m}), "h100").plan
-    inter = predict(_job(SMALL, gpus=p, parallel={"pipeline": p, "grad_accum": m, "virtual_pipeline": v}), "h100").plan
+    inter = predict(_job(SMALL, gpus=p, parallel={"pipeline": p, "grad_accum": m, "virtual_pipeline": v,
+                                                  "pp_overlap": False}), "h100").plan
     assert inter["virtual_pipeline"] == v and plain["virtual_pipeline"] == 1
     assert inter["bubble_fraction"] == pytest.approx(((p - 1) / v) / (m + (p - 1) / v))
     a, b = plain["step_breakdown_s"], inter["step_breakdown_s"]
@@ -188,6 +189,12 @@ def test_interleaved_stages_shrink_the_bubble_and_multiply_the_sends():
     slot_v = b["pipeline_bubble_s"] / ((p - 1) / v)
     assert slot_v > slot                       # the same slot plus its extra sends
     assert inter["memory_per_stage_bytes"][0] > plain["memory_per_stage_bytes"][0]   # more micro-batches in flight
+    # Megatron-Bridge overlaps the interleaved schedule's sends with compute (overlap_p2p_comm = vp > 1): by
+    # default the first of a micro-batch's 2v sends stays exposed, the rest hide behind its compute
+    hidden = predict(_job(SMALL, gpus=p, parallel={"pipeline": p, "grad_accum": m, "virtual_pipeline": v}), "h100").plan
+    assert hidden["pp_overlap"] is True and inter["pp_overlap"] is False and plain["pp_overlap"] is False
+    exposed = hidden["step_breakdown_s"]["pipeline_p2p_s"]
+    assert b["pipeline_p2p_s"] / (2 * v) <= exposed * (1 + 1e-9) and exposed < b["pipeline_p2p_s"]
 
 
 def test_interleaved_in_flight_micro_batches_follow_megatron_s_warm_up():
@@ -321,3 +328,18 @@ def test_the_plan_counts_each_collective_calls_fixed_costs():
     # one GPU: no collective, nothing fixed
     alone = predict(_job(SMALL, gpus=1, parallel={"grad_accum": m}), "h100").plan
     assert alone["comm_fixed_s"] == 0.0 and alone["comm_calls"] == 0
+
+
+def test_the_distributed_optimizers_collectives_hide_behind_the_layers_a_chunk_at_a_time():
+    from gpucast.estimate.parallel.overlaps import dp_chunks, dp_exposed_s
+
+    # Megatron-Bridge: "exposes only one DP communication chunk" (a layer; a virtual stage under PP)
+    assert dp_exposed_s(1.0, 8, 10.0) == pytest.approx(1 / 8) and dp_exposed_s(1.0, 8, 0.5) == pytest.approx(0.5)
+    assert dp_chunks(32, 1, 1) == 32 and dp_chunks(32, 4, 2) == 4
+    par = {"sharding": "zero1", "framework": "megatron", "grad_accum": 2}
+    on = predict(_job(SMALL, gpus=8, parallel=par), "h100").plan
+    off = predict(_job(SMALL, gpus=8, parallel=dict(par, dp_overlap=False)), "h100").plan
+    assert on["dp_overlap"] is True and off["dp_overlap"] is False
+    assert on["step_breakdown_s"]["data_parallel_comm_s"] < off["step_breakdown_s"]["data_parallel_comm_s"]
+    # DDP keeps its own bucketed all-reduce model
+    assert predict(_job(SMALL, gpus=8, parallel={"grad_accum": 2}), "h100").plan["dp_overlap"] is False

@@ -33,6 +33,9 @@ class DataSpec(BaseModel):
     image_size: Optional[list[StrictInt]] = Field(None, description="Stored [width, height] of 'images' files.")
     per_sample_s: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="Measured host seconds per sample.")
     dataset_samples: Optional[StrictInt] = None
+    packed_sample_len: Optional[StrictInt] = Field(None, description="Sequence packing: mean tokens of the samples "
+                                                                     "packed into each seq_len-token sequence "
+                                                                     "(attention per sample).")
     sample_bytes: Optional[StrictInt] = Field(None, description="Host bytes per sample collated and copied.")
     dataset: Optional[str] = Field(None, description="Refused (422): a FILE.py:FUNCTION dataset factory is code; "
                                                      "measure it with the CLI and send per_sample_s.")
@@ -116,6 +119,11 @@ class ParallelSpec(BaseModel):
     offload: Optional[StrictInt] = Field(None, description="Layers of each pipeline stage whose saved activations "
                                                            "go to host memory (training; Megatron-Core's "
                                                            "--cpu-offloading-num-layers).")
+    pp_overlap: Optional[StrictBool] = Field(None, description="Overlap the pipeline's sends with compute (unset: on "
+                                                               "under megatron with a virtual pipeline).")
+    dp_overlap: Optional[StrictBool] = Field(None, description="Overlap the distributed optimizer's reduce-scatter and "
+                                                               "all-gather with compute, a layer at a time (unset: on "
+                                                               "for zero1 under megatron).")
     ep_overlap: Optional[StrictBool] = Field(None, description="Overlap the expert-parallel all-to-alls with another "
                                                                "micro-batch's compute (Megatron-Core).")
     expert_dispatcher: Optional[Literal["alltoall", "deepep"]] = Field(

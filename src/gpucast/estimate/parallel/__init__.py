@@ -46,6 +46,10 @@ Expert parallelism of a mixture-of-experts model (``expert`` *e*, ``expert_tenso
 the routed experts' weights over ``e x expert_tensor`` ranks and their gradients over the expert-data
 group, the dispatch and combine all-to-alls, the busiest expert rank's grouped GEMMs.
 
+Megatron-Core's overlaps (:mod:`.overlaps`): the interleaved schedule's sends beside the chunks' compute
+(``pp_overlap``), the distributed optimizer's collectives a layer at a time behind the last backward
+and the next forward (``dp_overlap``).
+
 CPU activation offloading (``offload`` layers a stage, :mod:`.offload`): their saved activations off the
 GPU, the copies' time beyond the compute they run beside.
 
@@ -69,6 +73,7 @@ from gpucast.estimate.nvml import held_share, reported_share
 from gpucast.estimate.parallel import context as ring_attention
 from gpucast.estimate.parallel import experts as moe
 from gpucast.estimate.parallel import offload as cpu_offload
+from gpucast.estimate.parallel import overlaps
 from gpucast.estimate.parallel import sequence
 from gpucast.estimate.parallel.collectives import (Placement, act_bytes, cp_comm, dp_micro, dp_step, fixed_cost,
                                                    placement, tp_comm)
@@ -158,7 +163,10 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     frozen_total = max(0.0, trace.parameter_bytes - elem * trainable_total)
     opt_per_param = (trace.memory.totals.get("optimizer_state", 0) / trainable_total * 4.0 / elem
                      if trainable_total else 0.0)  # at fp32, whatever dtype the trace's optimizer ran in
-    notes += moe.notes(xp, par)
+    notes += moe.notes(xp, par) + overlaps.notes(par)
+    pp_hide = overlaps.pp_enabled(par, fw_name)
+    dp_chunks = (overlaps.dp_chunks(lay.blocks if lay is not None else 1, v, p)
+                 if overlaps.dp_enabled(par, fw_name) else 0)
     xmask = moe.expert_ops(trace) if xp is not None else None
     stages = [_stage(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total, frozen_total, elem, xp,
                      xmask) for k in range(p)]
@@ -210,6 +218,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             if p > 1:
                 p2p = 2 * v * collective_time("send-recv", act_bytes(lay, job, act_b, c) / t, place.pp, links, comm)
                 calls.append((2 * v, "send-recv", place.pp))
+                if pp_hide:   # on their own stream beside the chunks' compute (.overlaps)
+                    p2p = overlaps.overlapped_s(p2p, 2 * v, tl.gpu_busy_s)
             cp_c = cp_comm(st, lay, job, par, act_b, float(scaled[st.attention].sum()), links, comm, calls)
             ep_c = moe.ep_comm(xp, st.n_moe, lay.hidden, act_b, par.recompute, links, comm, calls) if xp else 0.0
             if par.ep_overlap:   # hidden behind another micro-batch's compute (.experts)
@@ -219,6 +229,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             off = cpu_offload.exposed_s(st.offload_bytes, gpu.host_link_gbs, cfg.host_link_efficiency, fwd_busy,
                                         bwd_busy)
             per.append(dict(tl=tl, re=re_busy, tp=tp_c, p2p=p2p, cp=cp_c, ep=ep_c, dp=dp_m, off=off, bwd=bwd_busy,
+                            fwd=fwd_busy,
                             calls=calls, micro=tl.step_time_s + tp_c + p2p + cp_c + ep_c + dp_m + off))
         slow = max(range(p), key=lambda i: per[i]["micro"])
         t_slow = per[slow]["micro"]
@@ -226,7 +237,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         pipe = m * t_slow + bubble if p > 1 else m * per[0]["micro"]
         st = stages[slow]
         step_calls: list = []
-        dp_s = sum(dp_step(strat, s_, gather_b, reduce_b, per[slow]["bwd"], pl, links, comm, cfg, step_calls)
+        dp_s = sum(dp_step(strat, s_, gather_b, reduce_b, per[slow]["bwd"], pl, links, comm, cfg, step_calls,
+                           dp_chunks, per[slow]["fwd"])
                    for s_, pl in _dp_parts(st, place, xplace))
         opt = 0.0
         opt_busy = 0.0
@@ -314,7 +326,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     }
     nodes = place.nodes
     plan = {
-        "tensor": t, "sequence": seq, "tp_overlap": sequence.overlap_enabled(par, seq), "context": c, "expert": xp.e if xp else 1, "expert_tensor": xp.etp if xp else None, "expert_data": xp.edp if xp else None, "expert_imbalance": xp.imbalance if xp else None, "pipeline": p, "virtual_pipeline": v, "data": d, "sharding": par.sharding, "recompute": par.recompute, "recompute_modules": list(par.recompute_modules or ()), "offload": par.offload or 0,
+        "tensor": t, "sequence": seq, "tp_overlap": sequence.overlap_enabled(par, seq), "pp_overlap": pp_hide, "dp_overlap": bool(dp_chunks), "context": c, "expert": xp.e if xp else 1, "expert_tensor": xp.etp if xp else None, "expert_data": xp.edp if xp else None, "expert_imbalance": xp.imbalance if xp else None, "pipeline": p, "virtual_pipeline": v, "data": d, "sharding": par.sharding, "recompute": par.recompute, "recompute_modules": list(par.recompute_modules or ()), "offload": par.offload or 0,
         "grad_accum": m, "micro_batch": job.batch_size, "global_batch": samples,
         "gpus": job.gpus, "gpus_per_node": par.gpus_per_node, "nodes": nodes, "network": par.network,
         "layers_per_stage": [int(s.blocks) for s in stages],

@@ -123,9 +123,13 @@ def dp_micro(strat, st, gather_b, reduce_b, fwd_busy, bwd_busy, place: Placement
 
 
 def dp_step(strat, st, gather_b, reduce_b, bwd_busy, place: Placement, links: Links,
-            comm: CommConstants, cfg: EstimatorConfig, calls: list) -> float:
+            comm: CommConstants, cfg: EstimatorConfig, calls: list, chunks: int = 0, fwd_busy: float = 0.0) -> float:
     """Exposed once-a-step collectives: DDP's all-reduce / ZeRO-1's reduce-scatter behind the last
-    backward, ZeRO-1/2's all-gather of the updated weights."""
+    backward, ZeRO-1/2's all-gather of the updated weights. ``chunks`` > 0: Megatron-Core's
+    overlapped distributed optimizer, each cut into that many chunks beside the last backward and
+    the first forward (:mod:`.overlaps`)."""
+    from gpucast.estimate.parallel.overlaps import dp_exposed_s
+
     if place.dp.n <= 1:
         return 0.0
     grads = st.params.trainable * reduce_b
@@ -134,9 +138,13 @@ def dp_step(strat, st, gather_b, reduce_b, bwd_busy, place: Placement, links: Li
         kind = strat.grad_collective
         c = collective_time(kind, grads, place.dp, links, comm)
         calls.append((1, kind, place.dp))
-        last_bucket = c * min(1.0, cfg.ddp_bucket_bytes / grads) if grads > 0 else 0.0
-        out += max(last_bucket, c - cfg.comm_overlap * bwd_busy)
+        if chunks:
+            out += dp_exposed_s(c, chunks, bwd_busy)
+        else:
+            last_bucket = c * min(1.0, cfg.ddp_bucket_bytes / grads) if grads > 0 else 0.0
+            out += max(last_bucket, c - cfg.comm_overlap * bwd_busy)
     if strat.gather_after_step:
-        out += collective_time("all-gather", st.params.trainable * gather_b, place.dp, links, comm)
+        ag = collective_time("all-gather", st.params.trainable * gather_b, place.dp, links, comm)
+        out += dp_exposed_s(ag, chunks, fwd_busy) if chunks else ag
         calls.append((1, "all-gather", place.dp))
     return out

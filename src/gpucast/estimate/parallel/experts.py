@@ -157,10 +157,9 @@ def _a2a_s(xp: ExpertPlan, nbytes: float, hidden_bytes: float, links: Links, com
 def overlapped_s(comm_s: float, compute_s: float, calls: int) -> float:
     """Exposed seconds of ``calls`` all-to-alls of ``comm_s`` in all beside ``compute_s`` of another
     micro-batch's compute (module docstring, overlap)."""
-    if calls <= 0 or comm_s <= 0:
-        return 0.0
-    first = comm_s / calls
-    return first + max(0.0, comm_s - first - compute_s)
+    from gpucast.estimate.parallel.overlaps import overlapped_s as hidden
+
+    return hidden(comm_s, calls, compute_s)
 
 
 def ep_calls(xp: ExpertPlan | None, n_moe: int, recompute: str) -> int:
