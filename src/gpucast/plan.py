@@ -34,6 +34,14 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
 * ``recompute_modules``: what ``selective`` recomputes, Megatron-Core's ``--recompute-modules``
   (:data:`RECOMPUTE_MODULES`; unset: ``core_attn``, the attention core); setting it implies
   ``selective``;
+* ``first_stage_layers`` / ``last_stage_layers``: layers of the first and the last pipeline stage, the
+  rest evenly over the others (Megatron-Core's ``--decoder-first/last-pipeline-num-layers``: a lighter
+  first stage for the embedding, a lighter last one for the head, the loss and MTP); unset: an
+  even split, the first stages taking the remainder;
+* ``mtp_layers``: multi-token-prediction depths on the last stage (DeepSeek-V3's MTP modules,
+  Megatron-Core's ``--mtp-num-layers``; unset: the config's ``num_nextn_predict_layers`` under
+  Megatron, 0 elsewhere, as transformers' model files build none), each costed as the last layer
+  and the head again;
 * ``offload``: layers of each pipeline stage whose saved activations go to host memory (training;
   Megatron-Core's ``--cpu-offloading-num-layers``; unset: 0;
   :mod:`gpucast.estimate.parallel.offload`);
@@ -169,6 +177,9 @@ class Parallel(_Spec):
     recompute_modules: tuple[str, ...] | None = field(default=None, repr=False)
     offload: int | None = field(default=None, repr=False)
     pp_overlap: bool | None = field(default=None, repr=False)
+    mtp_layers: int | None = field(default=None, repr=False)
+    first_stage_layers: int | None = field(default=None, repr=False)
+    last_stage_layers: int | None = field(default=None, repr=False)
     dp_overlap: bool | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -187,6 +198,11 @@ class Parallel(_Spec):
         for name in ("tensor", "pipeline", "grad_accum", "expert", "virtual_pipeline", "context", "expert_tensor"):
             v = getattr(self, name)
             self._check(name, v is None or (_is_int(v) and 1 <= v <= MAX_DEGREE), f"an integer between 1 and {MAX_DEGREE}")
+        for name in ("first_stage_layers", "last_stage_layers"):
+            v = getattr(self, name)
+            self._check(name, v is None or (_is_int(v) and 1 <= v <= 100_000), "a number of layers (1 or more)")
+        self._check("mtp_layers", self.mtp_layers is None or (_is_int(self.mtp_layers) and 0 <= self.mtp_layers <= 16),
+                    "an integer between 0 and 16")
         self._check("offload", self.offload is None or (_is_int(self.offload) and 0 <= self.offload <= MAX_DEGREE),
                     f"an integer between 0 and {MAX_DEGREE} (layers)")
         self._check("gpus_per_node", self.gpus_per_node is None or (_is_int(self.gpus_per_node)

@@ -82,6 +82,7 @@ class BlockLayout:
     block_expert_params: list[int] = field(default_factory=list)     # routed experts' elements of each block
     block_expert_trainable: list[int] = field(default_factory=list)
     routing_groups: tuple[int, int] = (0, 0)  # (expert groups, groups a token may use): DeepSeek's n_group, topk_group
+    mtp_layers: int = 0              # the config's multi-token-prediction depths (num_nextn_predict_layers)
 
     @property
     def moe_blocks(self) -> list[int]:
@@ -220,6 +221,7 @@ class BlockWatch:
 
         return BlockLayout(
             experts=experts, experts_per_token=top_k, routing_groups=routing_groups_of(model) if experts else (0, 0),
+            mtp_layers=mtp_layers_of(model),
             block_expert_params=[routed(b, False) for b in self.blocks],
             block_expert_trainable=[routed(b, True) for b in self.blocks],
             blocks=len(self.blocks), hidden=self.hidden, tokens=self.tokens, heads=heads[0], kv_heads=heads[1],
@@ -276,6 +278,15 @@ def experts_of(model) -> tuple[int, int]:
             break
     top_k = getattr(cfg, "num_experts_per_tok", None) if experts else None
     return experts, int(top_k) if isinstance(top_k, int) and top_k > 0 else (1 if experts else 0)
+
+
+def mtp_layers_of(model) -> int:
+    """The multi-token-prediction depths a config declares (DeepSeek-V3's ``num_nextn_predict_layers``); 0 if none.
+    transformers' model files do not build them; a Megatron-Core plan runs them (``parallel.mtp_layers``)."""
+    cfg = model if not isinstance(model, torch.nn.Module) else next(
+        (m.config for m in model.modules() if getattr(m, "config", None) is not None), None)
+    n = getattr(cfg, "num_nextn_predict_layers", None) if cfg is not None else None
+    return n if isinstance(n, int) and n > 0 else 0
 
 
 def routing_groups_of(model) -> tuple[int, int]:

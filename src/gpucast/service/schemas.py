@@ -116,6 +116,11 @@ class ParallelSpec(BaseModel):
                                              "shared_experts"]]] = Field(
         None, description="What selective recompute recomputes (Megatron-Core's --recompute-modules; default "
                           "core_attn).")
+    first_stage_layers: Optional[StrictInt] = Field(None, description="Layers of the first pipeline stage (the rest "
+                                                                      "evenly over the others).")
+    last_stage_layers: Optional[StrictInt] = Field(None, description="Layers of the last pipeline stage.")
+    mtp_layers: Optional[StrictInt] = Field(None, description="Multi-token-prediction depths on the last stage (unset: "
+                                                              "the config's num_nextn_predict_layers under megatron).")
     offload: Optional[StrictInt] = Field(None, description="Layers of each pipeline stage whose saved activations "
                                                            "go to host memory (training; Megatron-Core's "
                                                            "--cpu-offloading-num-layers).")

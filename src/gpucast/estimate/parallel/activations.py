@@ -76,7 +76,7 @@ def per_block(layout: BlockLayout, tensor: int, recompute: str, sequence: bool =
 def stage_activations(layout: BlockLayout, blocks: int, stage: int, stages: int, micro_batches: int,
                       tensor: int, recompute: str, chunks: int = 1, sequence: bool = False,
                       context: int = 1, modules: tuple[str, ...] = ("core_attn",),
-                      offload: int = 0) -> StageActivations:
+                      offload: int = 0, mtp: int = 0) -> StageActivations:
     """What stage ``stage`` of ``stages`` (holding ``blocks`` blocks in ``chunks`` interleaved chunks)
     keeps for its backward."""
     a = layout.activations
@@ -86,8 +86,8 @@ def stage_activations(layout: BlockLayout, blocks: int, stage: int, stages: int,
     saved = kept_blocks(blocks, offload) * one
     if stage == 0:
         saved += a.get("pre", 0)
-    if stage == stages - 1:
-        saved += a.get("post", 0) / tensor
+    if stage == stages - 1:   # the head's and the loss's, once more per multi-token-prediction depth
+        saved += (1 + mtp) * a.get("post", 0) / tensor
     whole_block = per_block(layout, tensor, "none", sequence)
     working = whole_block if recompute == "full" else 0.0
     if offload > 0:

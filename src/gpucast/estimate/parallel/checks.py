@@ -19,6 +19,10 @@ from gpucast.job import JobError
 from gpucast.plan import Parallel
 
 
+def v_of(par) -> int:
+    return par.virtual_pipeline or 1
+
+
 def check_plan(trace: Trace, par: Parallel) -> list[str]:
     """Raise :class:`JobError` for an impossible plan; return notes for a legal but unusual one."""
     lay = trace.layout
@@ -45,6 +49,19 @@ def check_plan(trace: Trace, par: Parallel) -> list[str]:
                            f"{trace.model} or be a multiple of them")
         if t > (par.gpus_per_node or 8):
             notes.append(f"tensor parallelism over {t} GPUs spans nodes: its all-reduces cross the network")
+    uneven = par.first_stage_layers is not None or par.last_stage_layers is not None
+    if uneven and lay is not None:
+        if p < 2 or v_of(par) > 1:
+            raise JobError("fields 'parallel.first_stage_layers'/'last_stage_layers' set the first and last stages' "
+                           "layers: they need parallel.pipeline > 1 and no virtual pipeline (not modelled with one)")
+        first, last = par.first_stage_layers, par.last_stage_layers
+        rest = lay.blocks - (first or 0) - (last or 0)
+        middle = p - 2
+        ok = rest >= 0 and (rest % (middle + (first is None) + (last is None)) == 0 if (middle or first is None
+                                                                                       or last is None) else rest == 0)
+        if not ok:
+            raise JobError(f"fields 'parallel.first_stage_layers'/'last_stage_layers' ({first}, {last}) must leave "
+                           f"{trace.model}'s {lay.blocks} layers splitting evenly over the other {p - 2} stages")
     if p > 1 and p > lay.blocks:
         raise JobError(f"field 'parallel.pipeline' ({p}) is more stages than the {lay.blocks} layers of "
                        f"{trace.model}")
@@ -74,7 +91,7 @@ def check_plan(trace: Trace, par: Parallel) -> list[str]:
     if p > 1 and par.sharding in ("zero2", "zero3"):
         raise JobError(f"field 'parallel.sharding': {par.sharding} cannot run with pipeline parallelism "
                        f"(DeepSpeed's pipeline engine supports ZeRO stage 0 and 1 only); use zero1 or fsdp-*")
-    if p > 1 and lay.blocks % p:
+    if p > 1 and lay.blocks % p and not uneven:
         notes.append(f"{lay.blocks} layers over {p} stages: the first stages hold one more layer, and the "
                      f"pipeline runs at the pace of the fullest stage")
     return notes

@@ -121,7 +121,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     links = Links.of(gpu, par.network_spec())
     lay = trace.layout
     ol = OpLayout.of(trace)
-    blocks_of = stage_blocks(lay.blocks, p) if lay is not None else [np.zeros(0, dtype=int)]
+    blocks_of = (stage_blocks(lay.blocks, p, par.first_stage_layers, par.last_stage_layers) if lay is not None
+                 else [np.zeros(0, dtype=int)])
     stage = stage_of_ops(ol, blocks_of) if lay is not None else np.where(ol.phase == 3, -1, 0)
     div = sequence.op_divisor(ol, t, seq) * ring_attention.op_divisor(ol, c)
     xp = moe.plan_of(par, lay, job.gpus, job.batch_size, seq)
@@ -144,8 +145,10 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     dp_chunks = (overlaps.dp_chunks(lay.blocks if lay is not None else 1, v, p)
                  if overlaps.dp_enabled(par, fw_name) else 0)
     xmask = moe.expert_ops(trace) if xp is not None else None
+    mtp = (par.mtp_layers if par.mtp_layers is not None else
+           (lay.mtp_layers if lay is not None and fw_name == "megatron" else 0))
     stages = [stages_mod.build(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total, frozen_total,
-                               elem, xp, xmask) for k in range(p)]
+                               elem, xp, xmask, mtp) for k in range(p)]
     xplace = placement(replace(par, tensor=xp.e * xp.etp), job.gpus, strat.hybrid) if xp else None
     if par.offload and lay is not None:   # the saved activations each micro-batch sends to the host (.offload)
         one = per_block(lay, t, par.recompute, seq, par.recompute_modules) / c
@@ -269,7 +272,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             states = type(states)(weights=states.weights + x.weights, gradients=states.gradients + x.gradients,
                                   optimizer=states.optimizer + x.optimizer)
         acts = (stage_activations(lay, st.blocks, st.k, p, m, t, par.recompute, v, seq, c, par.recompute_modules,
-                                  par.offload or 0)
+                                  par.offload or 0, mtp)
                 if lay is not None
                 else stages_mod.whole_activations(trace))
         mems.append(rank_memory(states, acts, st.params, strat, gather_b, reduce_b, communicators, context,
@@ -307,7 +310,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         "expert_tensor": xp.etp if xp else None, "expert_data": xp.edp if xp else None,
         "expert_imbalance": xp.imbalance if xp else None, "pipeline": p, "virtual_pipeline": v, "data": d,
         "sharding": par.sharding, "recompute": par.recompute, "recompute_modules": list(par.recompute_modules or ()),
-        "offload": par.offload or 0,
+        "offload": par.offload or 0, "mtp_layers": mtp,
         "grad_accum": m, "micro_batch": job.batch_size, "global_batch": samples,
         "gpus": job.gpus, "gpus_per_node": par.gpus_per_node, "nodes": nodes, "network": par.network,
         "layers_per_stage": [int(s.blocks) for s in stages],

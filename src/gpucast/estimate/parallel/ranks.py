@@ -67,9 +67,21 @@ class OpLayout:
         return lay
 
 
-def stage_blocks(n_blocks: int, stages: int) -> list[np.ndarray]:
-    """The blocks of each stage (contiguous; the first stages take the remainder)."""
-    return np.array_split(np.arange(n_blocks), stages)
+def stage_blocks(n_blocks: int, stages: int, first: int | None = None, last: int | None = None) -> list[np.ndarray]:
+    """The blocks of each stage (contiguous; the first stages take the remainder), or with ``first`` /
+    ``last`` (Megatron-Core's ``--decoder-first/last-pipeline-num-layers``) that many on the first and
+    the last stage and the rest evenly over the others (:mod:`.checks` says when they do not split)."""
+    if stages <= 1 or (first is None and last is None):
+        return np.array_split(np.arange(n_blocks), stages)
+    middle = stages - 2
+    rest = n_blocks - (first or 0) - (last or 0)
+    if first is None or last is None:   # the other end takes an even middle stage's share
+        each = rest // (middle + 1)
+        first = first if first is not None else rest - each * middle
+        last = last if last is not None else rest - each * middle
+        rest = n_blocks - first - last
+    sizes = [first] + ([rest // middle] * middle if middle else []) + [last]
+    return np.split(np.arange(n_blocks), np.cumsum(sizes)[:-1])
 
 
 def stage_of_ops(lay: OpLayout, blocks_of_stage: list[np.ndarray]) -> np.ndarray:

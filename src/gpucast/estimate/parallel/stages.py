@@ -17,7 +17,7 @@ import numpy as np
 
 from gpucast.estimate.comm import CommConstants, Links
 from gpucast.estimate.constants import EstimatorConfig
-from gpucast.estimate.kernels import OpArrays
+from gpucast.estimate.kernels import PHASE_CODES, OpArrays
 from gpucast.estimate.parallel import experts as moe
 from gpucast.estimate.parallel.activations import StageActivations
 from gpucast.estimate.parallel.collectives import Placement, cp_comm, dp_micro, dp_step, tp_comm
@@ -26,6 +26,7 @@ from gpucast.estimate.parallel.framework import (FrameworkConstants, collective_
                                                  framework_micro_collectives, framework_step_collectives)
 from gpucast.estimate.parallel.memory import RankParams
 from gpucast.estimate.parallel.ranks import stage_ops, sub_trace, subset
+from gpucast.graph.blocks import POST
 from gpucast.graph.trace import Trace
 from gpucast.job import Job
 from gpucast.plan import Parallel
@@ -53,13 +54,15 @@ class Stage:
 
 
 def build(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total, frozen_total, elem, xp=None,
-           xmask=None) -> Stage:
+           xmask=None, mtp: int = 0) -> Stage:
     idx, n_fwd, n_re = stage_ops(ol, stage, k, par.recompute, par.recompute_modules)
     lay = trace.layout
     t, p = par.tensor, par.pipeline
     n_moe, x_params, x_trainable = 0, 0.0, 0.0
+    if lay is not None and mtp and k == p - 1 and len(blocks_of[k]):
+        idx, n_fwd = mtp_ops(ol, idx, n_fwd, n_re, int(blocks_of[k][-1]), mtp)
     if lay is not None:
-        bl = blocks_of[k]
+        bl = list(blocks_of[k]) + ([int(blocks_of[k][-1])] * mtp if mtp and k == p - 1 and len(blocks_of[k]) else [])
         pick = lambda xs: float(sum(xs[i] for i in bl))  # noqa: E731
         params = pick(lay.block_params) + (lay.outer_params["pre"] if k == 0 else 0) + \
             (lay.outer_params["post"] if k == p - 1 else 0)
@@ -93,6 +96,20 @@ def build(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total,
     return Stage(k=k, blocks=nblocks, sub=sub, n_fwd=n_fwd, n_re=n_re, kt=skt, host=host[idx], params=rp,
                   flops=float(flops[idx].sum()), attention=category == "attention", gemm=category == "matmul",
                   n_moe=n_moe, dispatched=n_moe if xp is not None and xp.e > 1 else 0, expert_trainable=x_trainable)
+
+
+def mtp_ops(ol, idx: np.ndarray, n_fwd: int, n_re: int, last: int, mtp: int) -> tuple[np.ndarray, int]:
+    """The last stage's ops with ``mtp`` multi-token-prediction depths (DeepSeek-V3's MTP modules, Megatron-Core's
+    ``--mtp-num-layers``) run as the last layer's and the head's ops again: each depth's forward after the main
+    forward, its backward before the main backward (the MTP loss's gradient reaches the main model's last hidden
+    state). Its projection of two hidden states into one (``2h x h``) is not counted."""
+    fwd = PHASE_CODES["bwd"]
+    extra_f = np.flatnonzero(((ol.block == last) & (ol.phase == PHASE_CODES["fwd"])) | ((ol.block == POST)
+                                                                                        & (ol.phase < fwd)))
+    extra_b = np.flatnonzero(((ol.block == POST) | (ol.block == last)) & (ol.phase == fwd))
+    out = np.concatenate([idx[:n_fwd], np.tile(extra_f, mtp), idx[n_fwd:n_fwd + n_re], np.tile(extra_b, mtp),
+                          idx[n_fwd + n_re:]]).astype(np.int64)
+    return out, n_fwd + mtp * len(extra_f)
 
 
 def dp_parts(st: Stage, place: Placement, xplace: Placement | None) -> list[tuple[Stage, Placement]]:
