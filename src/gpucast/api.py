@@ -25,6 +25,7 @@ from gpucast.estimate import Estimate, EstimatorConfig, estimate
 from gpucast.estimate.environment import Environment
 from gpucast.estimate.stack import host_factor
 from gpucast.graph.trace import Trace
+from gpucast.graph.precision import te_layers_of
 from gpucast.hardware import GpuSpec, get_gpu
 from gpucast import formats
 from gpucast.job import Job, JobError
@@ -191,6 +192,10 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
         from gpucast.graph import packing
 
         tr = packing.view(tr, job)
+    if te_layers_of(capture_job(job)):   # fused attention skips a sliding window's masked tiles (gpucast.graph.windows)
+        from gpucast.graph import windows
+
+        tr = windows.view(tr, job)
     job = fed
     if job.parallel is not None:
         from gpucast.estimate.parallel import estimate_plan

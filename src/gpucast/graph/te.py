@@ -21,6 +21,12 @@ modules forwards whose aten ops are those kernels' reads and writes, one op each
   fused RoPE (``apply_rope_fusion``, TE's ``fused_apply_rotary_pos_emb``): one kernel per query and
   per key tensor, forward and backward, instead of the slices, the negation, the concatenation
   and the products of ``rotate_half``;
+* **fused attention with sinks**: a model whose transformers file runs attention sinks in eager
+  attention (GPT-OSS: its ``s x s`` scores, the sink logit concatenated, softmax, two batched GEMMs)
+  runs TE's fused attention instead (cuDNN's, which takes sinks and sliding windows), traced as SDPA
+  (the config's ``_attn_implementation`` set to ``sdpa``; the sinks' one extra logit per row is not
+  counted); a sliding-window layer's fused kernel computes only its band
+  (:mod:`gpucast.graph.windows`);
 * **no key/value cache**: a transformers model in training still builds one when its config says
   ``use_cache`` (two concatenations a layer); Megatron's training step has none;
 * **FP8 weights**: the FP8 copy of each weight (and its transpose) that TE keeps for the backward
@@ -199,6 +205,13 @@ def apply(model: nn.Module, fp8_experts: bool = False) -> dict[str, int]:
             m.forward = _swiglu_forward(m)
             counts["gated_mlps"] += 1
     counts["rope_modules"] = _install_rope(model)
+    counts["fused_sink_attention"] = 0
+    if any(isinstance(getattr(m, "sinks", None), nn.Parameter) for m in model.modules()):
+        for m in model.modules():   # eager attention with sinks -> TE's fused attention (module docstring)
+            config = getattr(m, "config", None)
+            if getattr(config, "_attn_implementation", None) == "eager":
+                config._attn_implementation = "sdpa"
+                counts["fused_sink_attention"] = 1
     for m in model.modules():   # no key/value cache in Megatron's training step (HF's concatenates into one)
         config = getattr(m, "config", None)
         if getattr(config, "use_cache", False):

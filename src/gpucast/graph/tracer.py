@@ -447,7 +447,8 @@ def _capture(job: Job) -> Trace:
         notes.append(f"Transformer Engine's fused layers (Megatron-Core): {te_layers['norms']} norms, "
                      f"{te_layers['gated_mlps']} gated MLPs as one kernel each way, the rotary embedding fused"
                      + (f"; bf16 weights under {job.precision}" if job.precision in TE_RECIPES else "")
-                     + ("; the routed experts as FP8 grouped GEMMs" if te_layers["fp8_experts"] else ""))
+                     + ("; the routed experts as FP8 grouped GEMMs" if te_layers["fp8_experts"] else "")
+                     + ("; attention with sinks as TE's fused kernel" if te_layers.get("fused_sink_attention") else ""))
     if fp8_layers is not None:
         notes.append(f"fp8: {fp8_layers} linear layers run their GEMMs in FP8 (Transformer Engine's recipe); "
                      "everything else in bf16" if fp8_layers else

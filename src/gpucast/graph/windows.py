@@ -1,0 +1,63 @@
+"""Sliding-window attention as fused kernels run it: a window's layers compute only their band.
+
+A decoder whose layers alternate sliding-window and full attention (GPT-OSS, Gemma, Mistral's
+windowed layers; the Hugging Face config's ``layer_types`` and ``sliding_window``) attends, in a
+sliding layer, each token to at most the ``w`` tokens before it. Fused kernels that take the window
+(cuDNN's, Transformer Engine's ``DotProductAttention``, FlashAttention's ``window_size``) skip the
+tiles outside the band; the trace's attention op carries the FLOPs of a whole causal ``s x s``
+attention (the flop formula counts every tile, and the kernel shares are fitted on causal kernels:
+:mod:`gpucast.estimate.tiles`). The band does ``w (s - w) + w^2 / 2`` query-key pairs where the
+causal triangle does ``s^2 / 2`` (``w < s``), so :func:`view` scales the fused attention ops of
+sliding layers by :func:`band_share`.
+
+Applied where the capture runs Transformer Engine's layers (a Megatron-Core plan,
+:mod:`gpucast.graph.te`): PyTorch's SDPA with a window's mask computes every tile and masks them,
+so an eager or SDPA capture keeps the whole cost, as it runs.
+
+Not modelled: FlashAttention's windows outside a Transformer Engine capture, windows wider than the
+sequence (no saving), the attention sinks' extra logit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+
+def band_share(window: int, tokens: int) -> float:
+    """The share of a causal ``tokens x tokens`` attention a causal window of ``window`` tokens computes."""
+    if window <= 0 or window >= tokens:
+        return 1.0
+    return (window * (tokens - window) + window * window / 2) / (tokens * tokens / 2)
+
+
+def windows_of(job) -> list[int]:
+    """Each layer's window (0: full attention) from the job's Hugging Face config; [] when it has none."""
+    if not getattr(job, "hf_config", None):
+        return []
+    cfg = json.loads(job.hf_config)
+    types, window = cfg.get("layer_types"), cfg.get("sliding_window")
+    if not isinstance(types, list) or not isinstance(window, int) or window <= 0:
+        return []
+    return [window if t == "sliding_attention" else 0 for t in types]
+
+
+def view(trace, job):
+    """``trace`` with the fused attention ops of its sliding-window layers scaled to their band (module
+    docstring); the trace itself when no layer has a window shorter than the sequence."""
+    windows = windows_of(job)
+    tokens = trace.layout.tokens if trace.layout is not None else 0
+    shares = [band_share(w, tokens) for w in windows]
+    if not any(s < 1.0 for s in shares):
+        return trace
+    key = tuple(shares)
+    cache = trace.__dict__.setdefault("_window_views", {})
+    if key not in cache:
+        ops = [replace(o, flops=int(o.flops * shares[o.block])) if (o.category == "attention" and 0 <= o.block
+                                                                      < len(shares) and shares[o.block] < 1.0)
+               else o for o in trace.ops]
+        n = sum(s < 1.0 for s in shares)
+        cache[key] = replace(trace, ops=ops, notes=list(trace.notes) + [
+            f"sliding-window attention: {n} of {len(shares)} layers attend {max(windows)} tokens, their fused "
+            f"kernels computing {min(shares):.3f} of a whole {tokens}-token causal attention"])
+    return cache[key]
