@@ -151,6 +151,19 @@ def default_network(nvlink_gbs: float) -> str:
     return "eth-100"
 
 
+# Parallel's integer fields: (lowest, highest, what an error says the field must be).
+_INT_FIELDS = {
+    **{name: (1, MAX_DEGREE, f"an integer between 1 and {MAX_DEGREE}")
+       for name in ("tensor", "pipeline", "grad_accum", "expert", "virtual_pipeline", "context", "expert_tensor")},
+    "first_stage_layers": (1, 100_000, "a number of layers (1 or more)"),
+    "last_stage_layers": (1, 100_000, "a number of layers (1 or more)"),
+    "mtp_layers": (0, 16, "an integer between 0 and 16"),
+    "offload": (0, MAX_DEGREE, f"an integer between 0 and {MAX_DEGREE} (layers)"),
+    "gpus_per_node": (1, MAX_NVLINK_DOMAIN, f"an integer between 1 and {MAX_NVLINK_DOMAIN}"),
+}
+_BOOL_FIELDS = ("sequence", "tp_overlap", "ep_overlap", "pp_overlap", "dp_overlap")
+
+
 @dataclass(frozen=True)
 class Parallel(_Spec):
     """How the job spans GPUs (module docstring)."""
@@ -195,22 +208,10 @@ class Parallel(_Spec):
                     f"one of {', '.join(EXPERT_DISPATCHERS)}")
         self._check("framework", self.framework is None or self.framework in FRAMEWORKS,
                     f"one of {', '.join(FRAMEWORKS)}")
-        for name in ("tensor", "pipeline", "grad_accum", "expert", "virtual_pipeline", "context", "expert_tensor"):
+        for name, (lo, hi, what) in _INT_FIELDS.items():
             v = getattr(self, name)
-            self._check(name, v is None or (_is_int(v) and 1 <= v <= MAX_DEGREE), f"an integer between 1 and {MAX_DEGREE}")
-        for name in ("first_stage_layers", "last_stage_layers"):
-            v = getattr(self, name)
-            self._check(name, v is None or (_is_int(v) and 1 <= v <= 100_000), "a number of layers (1 or more)")
-        self._check("mtp_layers", self.mtp_layers is None or (_is_int(self.mtp_layers) and 0 <= self.mtp_layers <= 16),
-                    "an integer between 0 and 16")
-        self._check("offload", self.offload is None or (_is_int(self.offload) and 0 <= self.offload <= MAX_DEGREE),
-                    f"an integer between 0 and {MAX_DEGREE} (layers)")
-        self._check("gpus_per_node", self.gpus_per_node is None or (_is_int(self.gpus_per_node)
-                                                                   and 1 <= self.gpus_per_node <= MAX_NVLINK_DOMAIN),
-                    f"an integer between 1 and {MAX_NVLINK_DOMAIN}")
-        self._check("sequence", self.sequence is None or isinstance(self.sequence, bool), "true or false")
-        self._check("tp_overlap", self.tp_overlap is None or isinstance(self.tp_overlap, bool), "true or false")
-        for name in ("ep_overlap", "pp_overlap", "dp_overlap"):
+            self._check(name, v is None or (_is_int(v) and lo <= v <= hi), what)
+        for name in _BOOL_FIELDS:
             self._check(name, getattr(self, name) is None or isinstance(getattr(self, name), bool), "true or false")
         self._check("sharding", self.sharding is None or self.sharding in SHARDINGS, f"one of {', '.join(SHARDINGS)}")
         self._check("recompute", self.recompute is None or self.recompute in RECOMPUTE, f"one of {', '.join(RECOMPUTE)}")

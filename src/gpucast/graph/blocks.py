@@ -264,12 +264,18 @@ def module_tags(block: torch.nn.Module) -> list[tuple[torch.nn.Module, str]]:
     return out
 
 
+def _config_of(model):
+    """The Hugging Face config of ``model`` (a module holding one, or the config itself), or None."""
+    if not isinstance(model, torch.nn.Module):
+        return model
+    return next((m.config for m in model.modules() if getattr(m, "config", None) is not None), None)
+
+
 def experts_of(model) -> tuple[int, int]:
     """(routed experts, experts per token) of a mixture-of-experts model from its Hugging Face
     config (``num_local_experts``: Mixtral, GPT-OSS; ``num_experts``: Qwen-MoE; ``n_routed_experts``:
     DeepSeek), or (0, 0) for a dense model. ``model``: a module or a config."""
-    cfg = model if not isinstance(model, torch.nn.Module) else next(
-        (m.config for m in model.modules() if getattr(m, "config", None) is not None), None)
+    cfg = _config_of(model)
     experts = 0
     for n in ("num_local_experts", "num_experts", "n_routed_experts"):
         v = getattr(cfg, n, None) if cfg is not None else None
@@ -283,8 +289,7 @@ def experts_of(model) -> tuple[int, int]:
 def mtp_layers_of(model) -> int:
     """The multi-token-prediction depths a config declares (DeepSeek-V3's ``num_nextn_predict_layers``); 0 if none.
     transformers' model files do not build them; a Megatron-Core plan runs them (``parallel.mtp_layers``)."""
-    cfg = model if not isinstance(model, torch.nn.Module) else next(
-        (m.config for m in model.modules() if getattr(m, "config", None) is not None), None)
+    cfg = _config_of(model)
     n = getattr(cfg, "num_nextn_predict_layers", None) if cfg is not None else None
     return n if isinstance(n, int) and n > 0 else 0
 
@@ -292,8 +297,7 @@ def mtp_layers_of(model) -> int:
 def routing_groups_of(model) -> tuple[int, int]:
     """DeepSeek's group-limited routing from the config: (``n_group``, ``topk_group``), the experts
     cut into groups and each token's experts drawn from that many of them; (0, 0) when unlimited."""
-    cfg = model if not isinstance(model, torch.nn.Module) else next(
-        (m.config for m in model.modules() if getattr(m, "config", None) is not None), None)
+    cfg = _config_of(model)
     n, k = getattr(cfg, "n_group", None), getattr(cfg, "topk_group", None)
     ok = isinstance(n, int) and isinstance(k, int) and 0 < k < n
     return (n, k) if ok else (0, 0)
@@ -301,7 +305,7 @@ def routing_groups_of(model) -> tuple[int, int]:
 
 def heads_of(model: torch.nn.Module) -> tuple[int | None, int | None]:
     """Attention heads and key/value heads from a Hugging Face config or the attention modules."""
-    cfg = next((m.config for m in model.modules() if getattr(m, "config", None) is not None), None)
+    cfg = _config_of(model)
     for n in ("num_attention_heads", "n_head", "n_heads", "num_heads"):
         v = getattr(cfg, n, None) if cfg is not None else None
         if isinstance(v, int) and v > 0:

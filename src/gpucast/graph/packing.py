@@ -38,10 +38,7 @@ def view(trace, job):
     f = factor(job, tokens)
     if f >= 1.0:
         return trace
-    cache = trace.__dict__.setdefault("_packed_views", {})
-    if f not in cache:
-        ops = [replace(o, flops=int(o.flops * f)) if o.category == "attention" else o for o in trace.ops]
-        cache[f] = replace(trace, ops=ops, notes=list(trace.notes) + [
-            f"sequence packing: samples of {job.data.packed_sample_len} tokens in {tokens}-token sequences, "
-            f"attention per sample ({f:.3f} of a whole sequence's attention FLOPs)"])
-    return cache[f]
+    return trace.view(
+        ("packed", f), lambda _, o: replace(o, flops=int(o.flops * f)) if o.category == "attention" else o,
+        f"sequence packing: samples of {job.data.packed_sample_len} tokens in {tokens}-token sequences, "
+        f"attention per sample ({f:.3f} of a whole sequence's attention FLOPs)")

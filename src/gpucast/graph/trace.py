@@ -18,7 +18,7 @@ Traces know nothing about GPUs; ``gpucast.estimate`` turns one into times.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -107,6 +107,18 @@ class Trace:
     input_kinds: list = field(default_factory=list)  # (dtype, per-sample shape) of each input tensor
     notes: list[str] = field(default_factory=list)
     layout: "BlockLayout | None" = None  # the model's repeated blocks (gpucast.graph.blocks), None if none
+
+    # ------------------------------------------------------------------ derived traces
+    def view(self, key, change, note: str | None = None) -> "Trace":
+        """This trace with op *i* replaced by ``change(i, op)`` (the op itself where nothing changes) and
+        ``note`` added, made once per ``key`` and kept on this trace (the cost views of packing, sliding
+        windows and expert placement: :mod:`gpucast.graph.packing`, :mod:`gpucast.graph.windows`,
+        :func:`gpucast.estimate.parallel.experts.rank_view`)."""
+        cache = self.__dict__.setdefault("_views", {})
+        if key not in cache:
+            cache[key] = replace(self, ops=[change(i, o) for i, o in enumerate(self.ops)],
+                                 notes=list(self.notes) + ([note] if note else []))
+        return cache[key]
 
     # ------------------------------------------------------------------ summaries
     @property

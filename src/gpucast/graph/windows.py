@@ -50,14 +50,11 @@ def view(trace, job):
     shares = [band_share(w, tokens) for w in windows]
     if not any(s < 1.0 for s in shares):
         return trace
-    key = tuple(shares)
-    cache = trace.__dict__.setdefault("_window_views", {})
-    if key not in cache:
-        ops = [replace(o, flops=int(o.flops * shares[o.block])) if (o.category == "attention" and 0 <= o.block
-                                                                      < len(shares) and shares[o.block] < 1.0)
-               else o for o in trace.ops]
-        n = sum(s < 1.0 for s in shares)
-        cache[key] = replace(trace, ops=ops, notes=list(trace.notes) + [
-            f"sliding-window attention: {n} of {len(shares)} layers attend {max(windows)} tokens, their fused "
-            f"kernels computing {min(shares):.3f} of a whole {tokens}-token causal attention"])
-    return cache[key]
+    def change(_, o):
+        cut = o.category == "attention" and 0 <= o.block < len(shares) and shares[o.block] < 1.0
+        return replace(o, flops=int(o.flops * shares[o.block])) if cut else o
+
+    n = sum(s < 1.0 for s in shares)
+    return trace.view(("windows", tuple(shares)), change,
+                      f"sliding-window attention: {n} of {len(shares)} layers attend {max(windows)} tokens, their "
+                      f"fused kernels computing {min(shares):.3f} of a whole {tokens}-token causal attention")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpucast.estimate.parallel.offload import kept_blocks
 from gpucast.graph.blocks import BlockLayout
 
 
@@ -80,8 +81,6 @@ def stage_activations(layout: BlockLayout, blocks: int, stage: int, stages: int,
     """What stage ``stage`` of ``stages`` (holding ``blocks`` blocks in ``chunks`` interleaved chunks)
     keeps for its backward."""
     a = layout.activations
-    from gpucast.estimate.parallel.offload import kept_blocks
-
     one = per_block(layout, tensor, recompute, sequence, modules)
     saved = kept_blocks(blocks, offload) * one
     if stage == 0:

@@ -18,6 +18,7 @@ from gpucast.estimate.constants import EstimatorConfig
 from gpucast.estimate.parallel import context as ring_attention
 from gpucast.estimate.parallel import sequence
 from gpucast.estimate.parallel.constants import ParallelConstants
+from gpucast.estimate.parallel.overlaps import dp_exposed_s
 from gpucast.job import Job
 from gpucast.plan import Parallel
 
@@ -128,8 +129,6 @@ def dp_step(strat, st, gather_b, reduce_b, bwd_busy, place: Placement, links: Li
     backward, ZeRO-1/2's all-gather of the updated weights. ``chunks`` > 0: Megatron-Core's
     overlapped distributed optimizer, each cut into that many chunks beside the last backward and
     the first forward (:mod:`.overlaps`)."""
-    from gpucast.estimate.parallel.overlaps import dp_exposed_s
-
     if place.dp.n <= 1:
         return 0.0
     grads = st.params.trainable * reduce_b

@@ -61,6 +61,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from gpucast.estimate.comm import CommConstants, Group, Links, collective_time
+from gpucast.estimate.parallel.overlaps import overlapped_s as hidden
+
+
+_GROUPED = ("_grouped_mm", "_scaled_grouped_mm")   # transformers' experts, BF16 and FP8 (graph.fp8)
 
 
 @dataclass(frozen=True)
@@ -157,8 +161,6 @@ def _a2a_s(xp: ExpertPlan, nbytes: float, hidden_bytes: float, links: Links, com
 def overlapped_s(comm_s: float, compute_s: float, calls: int) -> float:
     """Exposed seconds of ``calls`` all-to-alls of ``comm_s`` in all beside ``compute_s`` of another
     micro-batch's compute (module docstring, overlap)."""
-    from gpucast.estimate.parallel.overlaps import overlapped_s as hidden
-
     return hidden(comm_s, calls, compute_s)
 
 
@@ -173,15 +175,15 @@ def ep_comm(xp: ExpertPlan | None, n_moe: int, hidden: int, act_b: int, recomput
             comm: CommConstants, calls: list) -> float:
     """Seconds of a micro-batch's dispatch and combine collectives on a stage with ``n_moe`` MoE layers
     (module docstring); appends their ``(count, kind, group)`` to ``calls``."""
-    if xp is None or xp.e <= 1 or n_moe == 0:
+    n = ep_calls(xp, n_moe, recompute)
+    if n == 0:
         return 0.0
-    per_layer = 4 + (2 if recompute == "full" else 0)
     nbytes = xp.tokens * xp.top_k * hidden * act_b
-    out = n_moe * per_layer * _a2a_s(xp, nbytes, hidden * act_b, links, comm)
-    calls.append((n_moe * per_layer, "all-to-all", xp.ep_group))
+    out = n * _a2a_s(xp, nbytes, hidden * act_b, links, comm)
+    calls.append((n, "all-to-all", xp.ep_group))
     if xp.etp > 1:
         for kind in ("all-gather", "reduce-scatter"):
-            count = n_moe * per_layer // 2
+            count = n // 2
             out += count * collective_time(kind, nbytes * xp.etp, xp.etp_group, links, comm)
             calls.append((count, kind, xp.etp_group))
     return out
@@ -189,8 +191,8 @@ def ep_comm(xp: ExpertPlan | None, n_moe: int, hidden: int, act_b: int, recomput
 
 def expert_ops(trace) -> np.ndarray:
     """Which ops of the trace are the routed experts' grouped GEMMs (transformers' ``grouped_mm`` experts)."""
-    return np.fromiter((o.op in ("_grouped_mm", "_scaled_grouped_mm") for o in trace.ops), dtype=bool,
-                       count=len(trace.ops))
+    return _cached(trace, ("expert_ops",), lambda: np.fromiter((o.op in _GROUPED for o in trace.ops), dtype=bool,
+                                                               count=len(trace.ops)))
 
 
 def weight_ops(trace, experts: int) -> np.ndarray:
@@ -202,41 +204,42 @@ def weight_ops(trace, experts: int) -> np.ndarray:
         return (o.block >= 0 and len(out) == 3 and out[0] == experts
                 and o.op not in ("_grouped_mm", "_scaled_grouped_mm"))
 
-    return np.fromiter((of(o) for o in trace.ops), dtype=bool, count=len(trace.ops))
+    return _cached(trace, ("weight_ops", experts),
+                   lambda: np.fromiter((of(o) for o in trace.ops), dtype=bool, count=len(trace.ops)))
 
 
-_GROUPED = ("_grouped_mm", "_scaled_grouped_mm")
-_ITEMSIZE = {"float8_e4m3fn": 1, "float8_e5m2": 1, "bfloat16": 2, "float16": 2, "float32": 4}
+def _cached(trace, key, make):
+    """A per-trace mask made once (a plan search estimates many plans of one trace)."""
+    cache = trace.__dict__.setdefault("_expert_masks", {})
+    if key not in cache:
+        cache[key] = make()
+    return cache[key]
 
 
-def _weight_bytes(o, experts: int) -> float:
+
+
+def _weight_bytes(o, experts: int, itemsize: dict) -> float:
     """Bytes of a grouped GEMM's expert-stacked operands and output (``experts`` x ... shapes)."""
     shapes = [sh for sh in tuple(o.shapes) + tuple(o.out_shapes) if isinstance(sh, tuple) and len(sh) == 3
               and sh[0] == experts and all(isinstance(x, int) for x in sh)]
-    return float(sum(np.prod(sh) for sh in shapes)) * _ITEMSIZE.get(o.dtype, 2)
+    return float(sum(np.prod(sh) for sh in shapes)) * itemsize.get(o.dtype, 2)
 
 
 def rank_view(trace, xp: ExpertPlan, div: np.ndarray):
     """The trace with each grouped GEMM's expert-weight bytes scaled so that, split ``div`` ways as the
     tokens are, they come to the rank's own ``1 / (e etp)`` of them (module docstring, compute)."""
-    key = (xp.e * xp.etp, div.tobytes())
-    cache = getattr(trace, "_expert_views", None)
-    if cache is None:
-        cache = trace._expert_views = {}
-    if key not in cache:
-        from dataclasses import replace as _replace
+    from gpucast.estimate.serving.experts import ITEMSIZE   # here: the serving package is not needed before
 
-        ops = list(trace.ops)
-        for i, o in enumerate(ops):
-            if o.op in _GROUPED:
-                w = min(_weight_bytes(o, xp.experts), float(o.bytes))
-                keep = w * div[i] / (xp.e * xp.etp)
-                read_share = o.bytes_read / o.bytes if o.bytes else 1.0
-                cut = max(0.0, w - keep)
-                ops[i] = _replace(o, bytes_read=int(max(0, o.bytes_read - cut * read_share)),
-                                  bytes_written=int(max(0, o.bytes_written - cut * (1 - read_share))))
-        cache[key] = _replace(trace, ops=ops)
-    return cache[key]
+    def change(i, o):
+        if o.op not in _GROUPED:
+            return o
+        w = min(_weight_bytes(o, xp.experts, ITEMSIZE), float(o.bytes))
+        cut = max(0.0, w - w * div[i] / (xp.e * xp.etp))
+        read_share = o.bytes_read / o.bytes if o.bytes else 1.0
+        return replace(o, bytes_read=int(max(0, o.bytes_read - cut * read_share)),
+                       bytes_written=int(max(0, o.bytes_written - cut * (1 - read_share))))
+
+    return trace.view(("experts", xp.experts, xp.e * xp.etp, div.tobytes()), change)
 
 
 def with_imbalance(kt, mask: np.ndarray, factor: float):

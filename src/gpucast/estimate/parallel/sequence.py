@@ -46,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpucast.estimate.kernels import PHASE_CODES
+from gpucast.estimate.parallel.overlaps import overlapped_s as overlapped
 from gpucast.graph.blocks import PRE
 
 
@@ -85,8 +86,7 @@ def overlap_enabled(par, sequence_on: bool) -> bool:
 def overlapped_s(comm_s: float, gemm_s: float, tensor: int) -> float:
     """Exposed seconds of ``comm_s`` of tensor-parallel collectives overlapped, chunk by chunk, with
     ``gemm_s`` of GEMMs over ``tensor`` ranks (module docstring, Overlap)."""
-    first = comm_s / tensor
-    return first + max(0.0, comm_s - first - gemm_s)
+    return overlapped(comm_s, tensor, gemm_s)
 
 
 def tp_collectives(blocks: int, first: bool, last: bool, recompute: str, sequence: bool,

@@ -59,10 +59,11 @@ def build(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total,
     lay = trace.layout
     t, p = par.tensor, par.pipeline
     n_moe, x_params, x_trainable = 0, 0.0, 0.0
-    if lay is not None and mtp and k == p - 1 and len(blocks_of[k]):
-        idx, n_fwd = mtp_ops(ol, idx, n_fwd, n_re, int(blocks_of[k][-1]), mtp)
+    depths = mtp if lay is not None and k == p - 1 and len(blocks_of[k]) else 0   # MTP: the last stage's
+    if depths:
+        idx, n_fwd = mtp_ops(ol, idx, n_fwd, n_re, int(blocks_of[k][-1]), depths)
     if lay is not None:
-        bl = list(blocks_of[k]) + ([int(blocks_of[k][-1])] * mtp if mtp and k == p - 1 and len(blocks_of[k]) else [])
+        bl = list(blocks_of[k]) + [int(blocks_of[k][-1])] * depths
         pick = lambda xs: float(sum(xs[i] for i in bl))  # noqa: E731
         params = pick(lay.block_params) + (lay.outer_params["pre"] if k == 0 else 0) + \
             (lay.outer_params["post"] if k == p - 1 else 0)
