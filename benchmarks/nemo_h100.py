@@ -17,9 +17,11 @@ tokens into each sequence (``data.packed_sample_len``: attention per sample). ``
 could not express its recipe (:func:`unanswered`; since context parallelism, none); the table lists
 each with its reason. Sequence parallelism is Megatron's default
 wherever TP > 1 (``parallel.sequence``), as in NeMo's recipes, and so is Transformer Engine's cuDNN
-attention. Not set in any row (so every row is predicted without them): tensor-parallel
-communication overlap (``parallel.tp_overlap``: the table does not say which recipes ran it), the
-recipes' recompute settings, CUDA graphs.
+attention, and so is the tensor-parallel communication overlap of every TP > 1 row
+(``parallel.tp_overlap``, on Hopper under Megatron: NeMo's launcher configurations of these models
+set ``ub_tp_comm_overlap: true`` and NeMo ships tuned userbuffers configurations for them;
+:mod:`gpucast.estimate.parallel.sequence`). Not set in any row (so every row is predicted without
+them): the recipes' recompute settings, CUDA graphs.
 
 What it reports: per row the measured and predicted tokens/s per GPU, their ratio, the predicted
 peak memory per GPU and whether it fits an 80 GB H100 (every row ran); over the answered rows the

@@ -143,11 +143,23 @@ def test_overlapped_tensor_parallel_collectives_expose_their_first_chunk():
     assert overlapped_s(1.0, 0.5, 4) == pytest.approx(0.25 + 0.25)
     assert overlapped_s(1.0, 0.0, 2) == pytest.approx(1.0)
     par = {"tensor": 4, "grad_accum": 2}
-    plain = predict(_job(SMALL, gpus=4, parallel=par, batch=8, seq=2048), "h100").plan
+    plain = predict(_job(SMALL, gpus=4, parallel=dict(par, tp_overlap=False), batch=8, seq=2048), "h100").plan
     lapped = predict(_job(SMALL, gpus=4, parallel=dict(par, tp_overlap=True), batch=8, seq=2048), "h100").plan
     assert lapped["tp_overlap"] is True and plain["tp_overlap"] is False
     a, b = plain["step_breakdown_s"]["tensor_parallel_comm_s"], lapped["step_breakdown_s"]["tensor_parallel_comm_s"]
     assert a / 4 <= b < a
+
+
+def test_tp_overlap_defaults_to_the_recipes_on_hopper_under_megatron():
+    # NeMo's and Megatron-Bridge's performance recipes overlap every TP > 1 plan on H100/B200 with
+    # userbuffers (sequence.py's docstring); Megatron-LM's own default, and the A100, stay off.
+    def plan(gpu, **par):
+        return predict(_job(SMALL, gpus=2, parallel=dict({"tensor": 2}, **par), batch=4, seq=1024), gpu).plan
+
+    assert plan("h100")["tp_overlap"] is True
+    assert plan("a100-80gb")["tp_overlap"] is False
+    assert plan("h100", sequence=False)["tp_overlap"] is False   # nothing chunked to overlap
+    assert plan("h100", tp_overlap=False)["tp_overlap"] is False
 
 
 def test_tp_overlap_needs_sequence_parallelism():
@@ -343,3 +355,22 @@ def test_the_distributed_optimizers_collectives_hide_behind_the_layers_a_chunk_a
     assert on["step_breakdown_s"]["data_parallel_comm_s"] < off["step_breakdown_s"]["data_parallel_comm_s"]
     # DDP keeps its own bucketed all-reduce model
     assert predict(_job(SMALL, gpus=8, parallel={"grad_accum": 2}), "h100").plan["dp_overlap"] is False
+
+
+def test_megatron_s_flat_parameter_and_gradient_buffer_is_not_fragmented():
+    # Megatron-Core's ParamAndGradBuffer holds a rank's weights and gradients in one flat tensor each
+    # (parallel/memory.py's docstring): the allocator's per-tensor overhead applies to the rest only.
+    from gpucast.estimate.parallel.activations import StageActivations
+    from gpucast.estimate.parallel.constants import DEFAULT_PARALLEL
+    from gpucast.estimate.parallel.memory import RankParams, rank_memory
+    from gpucast.estimate.parallel.sharding import STRATEGIES, ModelStates
+    from gpucast.graph.memory import FRAGMENTATION
+
+    states = ModelStates(weights=10e9, gradients=10e9, optimizer=30e9)
+    acts = StageActivations(per_micro_batch=1e9, in_flight=4, working=0.5e9)
+    rp = RankParams(params=5e9, trainable=5e9, frozen_bytes=0.0, largest_block=1e8, largest_block_trainable=1e8)
+    args = (states, acts, rp, STRATEGIES["zero1"], 2.0, 2.0, 2, 0, 0, DEFAULT_PARALLEL)
+    loose, flat = rank_memory(*args), rank_memory(*args, contiguous=True)
+    saved = loose.breakdown["allocator_overhead"] - flat.breakdown["allocator_overhead"]
+    assert saved == pytest.approx(FRAGMENTATION * 20e9, rel=1e-6)
+    assert loose.total_bytes - flat.total_bytes == pytest.approx(saved, abs=2)

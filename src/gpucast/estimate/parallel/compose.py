@@ -108,6 +108,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     par = job.parallel.resolved(gpu.nvlink_gbs)
     fw_name = framework_of(par)
     seq = sequence.enabled(par, fw_name)
+    tp_hide = sequence.overlap_enabled(par, seq, fw_name, gpu)
     notes = check_plan(trace, par) + sequence.notes(par)
     job = job.with_(stack=framework_stack(fw_name, job.stack, gpu))  # the framework's kernels (.framework)
     prep = prepare(trace, job, gpu, config, env)
@@ -191,7 +192,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             bwd_busy = max(0.0, tl.gpu_busy_s - fwd_busy)
             calls: list = []  # (count, kind, group) of the micro-batch's collectives, for their fixed costs
             tp_c = tp_comm(st, lay, job, par, act_b, place, links, comm, calls, seq)
-            if sequence.overlap_enabled(par, seq):   # chunks beside the stage's GEMMs (.sequence)
+            if tp_hide:   # chunks beside the stage's GEMMs (.sequence)
                 tp_c = sequence.overlapped_s(tp_c, float(scaled[st.gemm].sum()), t)
             p2p = 0.0
             if p > 1:
@@ -276,7 +277,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
                 if lay is not None
                 else stages_mod.whole_activations(trace))
         mems.append(rank_memory(states, acts, st.params, strat, gather_b, reduce_b, communicators, context,
-                                workspaces, consts, weight_cache=2 * fp8_share * st.params.params))
+                                workspaces, consts, weight_cache=2 * fp8_share * st.params.params,
+                                contiguous=fw_name == "megatron"))
     busiest = max(range(p), key=lambda i: mems[i].total_bytes)
     mem = mems[busiest]
     lo, hi = cfg.memory_range
@@ -305,7 +307,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     }
     nodes = place.nodes
     plan = {
-        "tensor": t, "sequence": seq, "tp_overlap": sequence.overlap_enabled(par, seq), "pp_overlap": pp_hide,
+        "tensor": t, "sequence": seq, "tp_overlap": tp_hide, "pp_overlap": pp_hide,
         "dp_overlap": bool(dp_chunks), "context": c, "expert": xp.e if xp else 1,
         "expert_tensor": xp.etp if xp else None, "expert_data": xp.edp if xp else None,
         "expert_imbalance": xp.imbalance if xp else None, "pipeline": p, "virtual_pipeline": v, "data": d,

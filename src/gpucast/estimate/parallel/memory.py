@@ -16,7 +16,11 @@ overhead + CUDA context + workspaces``, each a closed form with its source:
 * FP8 weight cache: under Megatron-Core, Transformer Engine's FP8 copy of each linear weight and
   its transpose, cast in the first micro-batch and kept for the step (``weight_cache``, two bytes a
   parameter of the FP8 layers on this rank; :mod:`gpucast.graph.te`);
-* allocator overhead: :data:`gpucast.graph.memory.FRAGMENTATION` of what PyTorch allocates;
+* allocator overhead: :data:`gpucast.graph.memory.FRAGMENTATION` of what PyTorch allocates, except
+  under Megatron-Core (``contiguous``) its weights and gradients: its ``ParamAndGradBuffer`` allocates
+  each buffer's parameters and gradients as one flat tensor and hands out views of it
+  (``megatron/core/distributed/param_and_grad_buffer.py``; NeMo's ``contiguous_grad_buffer`` /
+  ``gradient_as_bucket_view``), so the caching allocator rounds those once, not per tensor;
 * CUDA context and cuBLAS workspace: :func:`gpucast.estimate.memory.cuda_context_bytes`.
 
 Not modelled: weight offload, the optimizer step's temporaries (foreach kernels over sharded
@@ -47,7 +51,7 @@ class RankParams:
 
 def rank_memory(states: ModelStates, acts: StageActivations, rp: RankParams, strategy: Strategy,
                 gather_bytes: float, reduce_bytes: float, communicators: int, context: int, workspaces: int,
-                consts: ParallelConstants, weight_cache: float = 0.0) -> MemoryEstimate:
+                consts: ParallelConstants, weight_cache: float = 0.0, contiguous: bool = False) -> MemoryEstimate:
     if strategy.gathers:
         units = rp.params if strategy.name == "fsdp-grad-op" else consts.gathered_units * rp.largest_block
         gathered = min(units, rp.params) * gather_bytes
@@ -64,7 +68,8 @@ def rank_memory(states: ModelStates, acts: StageActivations, rp: RankParams, str
         buffers = rp.largest_block_trainable * reduce_bytes
     buffers += communicators * consts.nccl_buffer_bytes
     allocated = states.total + acts.total + gathered + buffers + weight_cache
-    overhead = FRAGMENTATION * allocated
+    flat = states.weights + states.gradients if contiguous else 0.0   # one flat buffer (module docstring)
+    overhead = FRAGMENTATION * (allocated - flat)
     total = allocated + overhead + context + workspaces
     breakdown = {"weights": int(states.weights), "gradients": int(states.gradients),
                  "optimizer_state": int(states.optimizer), "activations": int(acts.total),

@@ -34,7 +34,15 @@ follows (Wang et al. 2022, *Overlap Communication with Dependent Computation via
 Large Deep Learning Models*, the collective-matmul decomposition). The first chunk cannot hide, the
 rest hides behind the stage's GEMMs: exposed ``C / t + max(0, C (t - 1) / t - G)`` for a
 micro-batch's tensor-parallel collectives ``C`` and its GEMM time ``G`` (:func:`overlapped_s`).
-Default off, Megatron-LM's (``--tp-comm-overlap``); NeMo's performance recipes turn it on.
+Default (:func:`overlap_enabled`): on for a ``megatron`` plan with sequence parallelism on Hopper or
+later (:data:`TP_OVERLAP_DEFAULT_SM`), as NVIDIA's performance recipes run every tensor-parallel
+plan there: NeMo 2.0 ships a tuned userbuffers configuration for each of its H100/B200 recipes with
+TP > 1 (``nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py``: GPT3-20B TP 2,
+GPT3-175B TP 4, Llama-3-70B TP 4 on H100 and TP 2 on B200, its LoRA at TP 2, Llama-3.1-405B TP 8,
+Nemotron-4 15B TP 2 and 340B TP 8), Megatron-Bridge's ``llama3_70b``/``llama31_405b`` pre-training
+recipes set ``CommOverlapConfig(tp_comm_overlap=True, ...)`` with them, and NeMo-Framework-Launcher's
+``llama3_70b.yaml`` and ``gpt3/20b.yaml`` set ``ub_tp_comm_overlap: true``. Off before Hopper and
+under the other frameworks (Megatron-LM's own default is off: ``--tp-comm-overlap``).
 
 Not modelled: the SMs or copy engines the overlapped exchange takes from the GEMMs, the layer norms' weight gradients all-reduced over the tensor group once a step
 (a few kilobytes a layer), Ulysses-style (all-to-all) sequence parallelism, which is context
@@ -78,9 +86,19 @@ def op_divisor(ol, tensor: int, sequence: bool) -> np.ndarray:
     return np.where(split, float(tensor), 1.0)
 
 
-def overlap_enabled(par, sequence_on: bool) -> bool:
-    """Whether the tensor-parallel collectives overlap the GEMMs (module docstring, Overlap)."""
-    return bool(par.tp_overlap) and sequence_on and (par.tensor or 1) > 1
+# The recipes' tensor-parallel overlap default: Hopper and later (module docstring, Overlap).
+TP_OVERLAP_DEFAULT_SM = (9, 0)
+
+
+def overlap_enabled(par, sequence_on: bool, framework: str = "", gpu=None) -> bool:
+    """Whether the tensor-parallel collectives overlap the GEMMs (module docstring, Overlap): the
+    job's ``parallel.tp_overlap``, else the recipes' default for ``framework`` on ``gpu``."""
+    if not sequence_on or (par.tensor or 1) <= 1:
+        return False
+    if par.tp_overlap is not None:
+        return bool(par.tp_overlap)
+    return (framework == "megatron" and gpu is not None
+            and tuple(gpu.compute_capability) >= TP_OVERLAP_DEFAULT_SM)
 
 
 def overlapped_s(comm_s: float, gemm_s: float, tensor: int) -> float:
