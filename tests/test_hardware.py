@@ -264,6 +264,8 @@ def test_fp8_and_fp4_peaks_and_their_fallbacks():
     ("fp4_tflops", 100.0, "hopper", "null on hopper"),
     ("fp8_tflops", -1.0, "hopper", "a positive number or null"),
     ("nvlink_generation", 7, "hopper", "one of 1, 2, 3, 4, 5 or null"),
+    ("nvlink_domain", 144, "hopper", "an integer between 1 and 72"),
+    ("nic_gbit", 0, "hopper", "a positive number of Gbit/s"),
 ])
 def test_fp8_fp4_and_nvlink_generation_are_checked(tmp_path, field, value, arch, needle):
     spec = get_gpu("h100" if arch == "hopper" else "a100-40gb").to_dict()
@@ -507,3 +509,14 @@ def test_register_gpu_refuses_a_taken_nvml_name(registry):
     twin = GpuSpec(**{**get_gpu("h100").to_dict(), "name": "h100-twin"})
     with pytest.raises(ValueError, match="NVML name .* already belongs to 'h100'"):
         register_gpu(twin)
+
+
+def test_the_nvl72_racks_and_blackwell_ultra_nics_set_a_plan_s_defaults():
+    # GB200/GB300 NVL72: one NVLink domain of 72 GPUs; B300/GB300 systems: a ConnectX-8 800 Gbit/s NIC per GPU.
+    from gpucast.plan import Parallel
+
+    assert get_gpu("gb200").nvlink_domain == get_gpu("gb300").nvlink_domain == 72
+    assert Parallel().resolved(get_gpu("gb300")).gpus_per_node == 72
+    assert Parallel().resolved(get_gpu("b300")).network == "ib-800/gpu"
+    assert Parallel().resolved(get_gpu("h100")).network == "ib-400/gpu"
+    assert Parallel(gpus_per_node=4, network="roce-800").resolved(get_gpu("gb300")).gpus_per_node == 4

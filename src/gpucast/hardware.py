@@ -127,6 +127,8 @@ class GpuSpec:
     fp8_tflops: float | None = None
     fp4_tflops: float | None = None
     nvlink_generation: int | None = None
+    nvlink_domain: int | None = None
+    nic_gbit: float | None = None
     tensor_clock_mhz: float | None = None
     simt_clock_mhz: float | None = None
 

@@ -21,6 +21,8 @@ DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4")
 # NVLink generations by the architecture that introduced them (Pascal 1 ... Blackwell 5).
 NVLINK_GENERATIONS = (1, 2, 3, 4, 5)
 MIB, GIB = 2**20, 2**30
+# The largest NVLink domain: a GB200/GB300 NVL72 rack's 72 GPUs (NVIDIA GB200 NVL72 specifications).
+MAX_NVLINK_DOMAIN = 72
 
 # Optional fields of a spec file and what they default to.
 DEFAULTS: dict[str, Any] = {
@@ -36,6 +38,8 @@ DEFAULTS: dict[str, Any] = {
     "fp8_tflops": None,          # no FP8 tensor cores (before Ada/Hopper); fp8 runs at the fp16 rate
     "fp4_tflops": None,          # no FP4 tensor cores (before Blackwell); fp4 runs at the fp8 rate
     "nvlink_generation": None,   # unknown or no NVLink
+    "nvlink_domain": None,       # GPUs one NVLink domain joins: unset, a node's 8 (a plan's gpus_per_node default)
+    "nic_gbit": None,            # Gbit/s of the NIC per GPU in its reference system: unset, by NVLink rate (plan.default_network)
     "tensor_clock_mhz": None,    # tensor peaks computed at boost_clock_mhz
     "simt_clock_mhz": None,      # SIMT math held at sustained_clock_mhz (or the boost clock)
 }
@@ -109,6 +113,12 @@ def check(d: Mapping[str, Any]) -> None:
     v = d["nvlink_generation"]
     if v is not None and v not in NVLINK_GENERATIONS:
         raise bad("nvlink_generation", f"one of {', '.join(map(str, NVLINK_GENERATIONS))} or null", v)
+    v = d["nvlink_domain"]
+    if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_NVLINK_DOMAIN):
+        raise bad("nvlink_domain", f"an integer between 1 and {MAX_NVLINK_DOMAIN}, or null (a node's 8)", v)
+    v = d["nic_gbit"]
+    if v is not None and not (is_num(v) and v > 0):
+        raise bad("nic_gbit", "a positive number of Gbit/s, or null (by the NVLink rate)", v)
     v = d["sustained_clock_mhz"]
     if v is not None and not (is_num(v) and v > 0):
         raise bad("sustained_clock_mhz",

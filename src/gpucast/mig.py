@@ -162,7 +162,7 @@ def slice_spec(whole, p: MigProfile):
         whole, name=p.full_name, display_name=f"{whole.display_name} MIG {p.name}", sm_count=p.sms,
         fp32_tflops=whole.fp32_tflops * sm, tf32_tflops=scaled(whole.tf32_tflops), fp16_tflops=whole.fp16_tflops * sm,
         fp16_vector_tflops=whole.fp16_vector_tflops * sm, bf16_tflops=scaled(whole.bf16_tflops),
-        fp8_tflops=scaled(whole.fp8_tflops), fp4_tflops=scaled(whole.fp4_tflops), nvlink_generation=None,
+        fp8_tflops=scaled(whole.fp8_tflops), fp4_tflops=scaled(whole.fp4_tflops), nvlink_generation=None, nvlink_domain=None, nic_gbit=None,
         memory_bytes=memory, memory_bandwidth_gbs=whole.memory_bandwidth_gbs * mem_share,
         l2_bytes=int(whole.l2_bytes * mem_share), nvlink_gbs=0.0, tdp_w=whole.tdp_w * sm, nvml_names=(),
         source=f"{whole.name} scaled to MIG {p.name} (gpucast.mig; NVIDIA MIG User Guide; SMs: {p.sms_source})")

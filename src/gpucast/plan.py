@@ -19,8 +19,9 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
   once, the all-reduces become reduce-scatters and all-gathers (unset: on with ``tensor`` > 1 under
   Megatron, as its recipes run; :mod:`gpucast.estimate.parallel.sequence`);
 * ``tp_overlap``: the tensor-parallel collectives overlapped with the GEMMs, chunk by chunk
-  (Transformer Engine's ``tp_comm_overlap``; needs sequence parallelism; unset: off, as
-  Megatron-LM; :mod:`gpucast.estimate.parallel.sequence`);
+  (Transformer Engine's ``tp_comm_overlap``; needs sequence parallelism; unset: on under Megatron
+  on Hopper and later, as NVIDIA's recipes run it, off elsewhere as Megatron-LM;
+  :mod:`gpucast.estimate.parallel.sequence`);
 * ``context``: context-parallel degree *c* (training): each sequence split over *c* ranks, keys and
   values passed round a ring (:mod:`gpucast.estimate.parallel.context`); the sequence must split
   into ``2 c`` equal chunks (checked with the model);
@@ -38,6 +39,12 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
   rest evenly over the others (Megatron-Core's ``--decoder-first/last-pipeline-num-layers``: a lighter
   first stage for the embedding, a lighter last one for the head, the loss and MTP); unset: an
   even split, the first stages taking the remainder;
+* ``pipeline_layout``: Megatron-Core's ``--pipeline-model-parallel-layout``, which layers (``t``), the
+  embedding (``E``), MTP depths (``m``) and the loss (``L``) each virtual stage holds, stages
+  separated by ``|`` (``Et*3|(tt|)*29,m|L``; unset ``virtual_pipeline``: its stages over
+  ``pipeline``); ``embedding_in_split`` / ``loss_in_split``: the embedding / the loss counted as a
+  layer in the even split (``--account-for-embedding/loss-in-pipeline-split``);
+  :mod:`gpucast.pipeline_layout`;
 * ``mtp_layers``: multi-token-prediction depths on the last stage (DeepSeek-V3's MTP modules,
   Megatron-Core's ``--mtp-num-layers``; unset: the config's ``num_nextn_predict_layers`` under
   Megatron, 0 elsewhere, as transformers' model files build none), each costed as the last layer
@@ -67,7 +74,8 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
   unset: on for ``zero1`` under Megatron); :mod:`gpucast.estimate.parallel.overlaps`;
 * ``ep_overlap``: the expert-parallel all-to-alls hidden behind another micro-batch's compute
   (Megatron-Core's ``--overlap-moe-expert-parallel-comm``; unset: off, its default);
-* ``gpus_per_node`` (8; up to 72, an NVL72 rack's NVLink domain) and ``network``, the links
+* ``gpus_per_node`` (unset: the GPU's NVLink domain, 72 on a GB200/GB300 NVL72 rack, else 8; up to
+  72) and ``network``, the links
   between nodes: ``KIND-GBIT`` with KIND in :data:`NETWORK_KINDS`, Gbit/s per node (``roce-1600``: 1,600 Gbit/s per node), or per GPU
   with ``/gpu`` (``ib-400/gpu``: a 400 Gbit/s NIC per GPU, 3,200 Gbit/s per 8-GPU node). Unset:
   :func:`default_network` for the GPU.
@@ -91,6 +99,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from gpucast.pipeline_layout import LayoutError
+from gpucast.pipeline_layout import parse as layout_stages
 from gpucast.surroundings import SpecError, _is_int, _Spec
 
 # The training framework whose Python runs around the model (gpucast.estimate.parallel.framework).
@@ -140,10 +150,13 @@ def parse_network(text: str, gpus_per_node: int = 8) -> Network:
     return Network(kind=m["kind"], node_gbit=gbit, spelled=text.strip().lower())
 
 
-def default_network(nvlink_gbs: float) -> str:
-    """The network a cluster of this GPU usually has: one 400 Gbit/s NDR NIC per GPU with
-    NVLink 4 (DGX H100/H200 reference architecture), one 200 Gbit/s HDR NIC per GPU with NVLink 3
-    (DGX A100 SuperPOD), 100 Gbit/s Ethernet per node otherwise (PCIe servers)."""
+def default_network(nvlink_gbs: float, nic_gbit: float | None = None) -> str:
+    """The network a cluster of this GPU usually has: the GPU spec's NIC per GPU where it names one
+    (``nic_gbit``: 800 Gbit/s ConnectX-8 on the B300/GB300 systems), else one 400 Gbit/s NDR NIC per
+    GPU with NVLink 4 and 5 (DGX H100/H200/B200 reference architectures), one 200 Gbit/s HDR NIC per
+    GPU with NVLink 3 (DGX A100 SuperPOD), 100 Gbit/s Ethernet per node otherwise (PCIe servers)."""
+    if nic_gbit:
+        return f"ib-{nic_gbit:g}/gpu"
     if nvlink_gbs >= 900:
         return "ib-400/gpu"
     if nvlink_gbs >= 600:
@@ -161,7 +174,8 @@ _INT_FIELDS = {
     "offload": (0, MAX_DEGREE, f"an integer between 0 and {MAX_DEGREE} (layers)"),
     "gpus_per_node": (1, MAX_NVLINK_DOMAIN, f"an integer between 1 and {MAX_NVLINK_DOMAIN}"),
 }
-_BOOL_FIELDS = ("sequence", "tp_overlap", "ep_overlap", "pp_overlap", "dp_overlap")
+_BOOL_FIELDS = ("sequence", "tp_overlap", "ep_overlap", "pp_overlap", "dp_overlap", "embedding_in_split",
+                "loss_in_split")
 
 
 @dataclass(frozen=True)
@@ -194,6 +208,9 @@ class Parallel(_Spec):
     first_stage_layers: int | None = field(default=None, repr=False)
     last_stage_layers: int | None = field(default=None, repr=False)
     dp_overlap: bool | None = field(default=None, repr=False)
+    pipeline_layout: str | None = field(default=None, repr=False)
+    embedding_in_split: bool | None = field(default=None, repr=False)
+    loss_in_split: bool | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.recompute_modules, str):
@@ -215,20 +232,39 @@ class Parallel(_Spec):
             self._check(name, getattr(self, name) is None or isinstance(getattr(self, name), bool), "true or false")
         self._check("sharding", self.sharding is None or self.sharding in SHARDINGS, f"one of {', '.join(SHARDINGS)}")
         self._check("recompute", self.recompute is None or self.recompute in RECOMPUTE, f"one of {', '.join(RECOMPUTE)}")
+        if self.pipeline_layout is not None:
+            self._check("pipeline_layout", isinstance(self.pipeline_layout, str) and len(self.pipeline_layout) <= 4096,
+                        "a layout string such as 'Et*3|(tt|)*29,m|L'")
+            try:
+                layout_stages(self.pipeline_layout)
+            except LayoutError as exc:
+                raise SpecError(f"field 'parallel.pipeline_layout': {exc}") from None
         if self.network is not None:
             if not isinstance(self.network, str):
                 self._check("network", False, "KIND-GBIT[/gpu], e.g. roce-1600 or ib-400/gpu")
             parse_network(self.network)
             object.__setattr__(self, "network", self.network.strip().lower())
 
-    def resolved(self, nvlink_gbs: float = 0.0) -> "Parallel":
-        """Every field set: the defaults (module docstring) under the job's own values."""
+    def resolved(self, gpu=None) -> "Parallel":
+        """Every field set: the defaults (module docstring) under the job's own values, those that
+        depend on the GPU from its spec (``gpu``, a :class:`gpucast.hardware.GpuSpec`): ``gpus_per_node``
+        its NVLink domain (``nvlink_domain``: 72 on a GB200/GB300 NVL72) or 8, ``network``
+        :func:`default_network` of its NVLink rate and NIC."""
+        nvlink_gbs, nvlink_domain = getattr(gpu, "nvlink_gbs", 0.0), getattr(gpu, "nvlink_domain", None)
         out = self.merged(Parallel(tensor=1, pipeline=1, sharding="ddp",
                                    recompute="selective" if self.recompute_modules else "none", grad_accum=1,
-                                   gpus_per_node=8, network=default_network(nvlink_gbs), virtual_pipeline=1,
-                                   context=1))
+                                   gpus_per_node=nvlink_domain or 8,
+                                   network=default_network(nvlink_gbs, getattr(gpu, "nic_gbit", None)),
+                                   virtual_pipeline=self._layout_chunks(), context=1))
         return out if out.recompute_modules or out.recompute != "selective" else replace(
             out, recompute_modules=("core_attn",))
+
+    def _layout_chunks(self) -> int:
+        """Virtual stages per pipeline rank a layout implies (1 without one, or when they do not divide)."""
+        if not self.pipeline_layout:
+            return 1
+        n, p = len(layout_stages(self.pipeline_layout)), self.pipeline or 1
+        return n // p if n % p == 0 else 1
 
     def network_spec(self) -> Network:
         return parse_network(self.network, self.gpus_per_node or 8)
@@ -259,6 +295,29 @@ class Adapter(_Spec):
         return self.merged(Adapter(kind=self.kind, rank=16, targets=DEFAULT_TARGETS))
 
 
+def _check_layout(par, mode: str) -> None:
+    """A custom pipeline layout or split (:mod:`gpucast.pipeline_layout`): training only, one way at a
+    time, as many stages as the pipeline's virtual stages."""
+    split = bool(par.embedding_in_split or par.loss_in_split)
+    if not (par.pipeline_layout or split):
+        return
+    name = "pipeline_layout" if par.pipeline_layout else "embedding_in_split'/'loss_in_split"
+    if mode != "train":
+        raise SpecError(f"field 'parallel.{name}' lays out a training pipeline: it applies to mode 'train'")
+    if par.first_stage_layers is not None or par.last_stage_layers is not None:
+        raise SpecError(f"field 'parallel.{name}' and 'parallel.first_stage_layers'/'last_stage_layers' both split "
+                        f"the layers: set one")
+    if par.pipeline_layout and split:
+        raise SpecError("field 'parallel.pipeline_layout' places the embedding and the loss itself: drop "
+                        "'parallel.embedding_in_split'/'loss_in_split'")
+    if par.pipeline_layout:
+        n, p = len(layout_stages(par.pipeline_layout)), par.pipeline or 1
+        v = par.virtual_pipeline or (n // p if n % p == 0 else 0)
+        if n != p * v:
+            raise SpecError(f"field 'parallel.pipeline_layout' has {n} stages, not pipeline x virtual_pipeline "
+                            f"({p} x {par.virtual_pipeline or 1})")
+
+
 def check_job(job) -> None:
     """The combinations that need no model: ``gpus`` must be a multiple of ``tensor * pipeline * context``."""
     par = job.parallel
@@ -274,6 +333,7 @@ def check_job(job) -> None:
     if (par.virtual_pipeline or 1) > 1 and (p == 1 or job.mode != "train"):
         raise SpecError("field 'parallel.virtual_pipeline' interleaves a training pipeline: it needs "
                         "parallel.pipeline > 1 and mode 'train'")
+    _check_layout(par, job.mode)
     if job.mode != "train" and (par.grad_accum or 1) > 1:
         raise SpecError("field 'parallel.grad_accum' applies to training (mode 'train')")
     e, etp = par.expert or 1, par.expert_tensor or t

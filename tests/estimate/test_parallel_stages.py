@@ -67,3 +67,82 @@ def test_impossible_stage_layouts_are_one_error_line(par, words):
     with pytest.raises(JobError) as e:
         _estimate(_job(gpus=par.get("pipeline", 2), **par))
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+# ---------------------------------------------------------------- custom layouts (gpucast.pipeline_layout)
+
+def test_a_layout_string_lands_as_megatron_s_guide_draws_it():
+    # docs/api-guide/pipeline_parallel_layout.md: DeepSeek-V3 (61 layers + 1 MTP) at PP 16, VPP 2 with
+    # "Et*3|(tt|)*29,m|L": rank 0 holds the embedding + 3 layers and then 2, ranks 1-13 2 + 2, rank 14
+    # 2 layers and the MTP depth, rank 15 2 layers and the loss.
+    from gpucast.pipeline_layout import parse, ranks
+
+    stages = parse("Et*3|(tt|)*29,m|L")
+    assert len(stages) == 32 and stages[0] == "Ettt" and stages[30] == "m" and stages[31] == "L"
+    r = ranks(stages, 16)
+    assert r.chunks[0] == [3, 2] and all(r.chunks[k] == [2, 2] for k in range(1, 14))
+    assert r.chunks[14] == [2, 0] and r.chunks[15] == [2, 0]
+    assert r.mtp == [0] * 14 + [1, 0]
+    assert list(r.blocks[0]) == [0, 1, 2, 33, 34]     # virtual stage 16 follows the first 16's 33 layers
+    assert sum(len(b) for b in r.blocks) == 61
+
+
+def test_the_embedding_and_the_loss_counted_as_layers_split_as_megatron_s_405b_recipe():
+    # Llama-3.1-405B: 126 layers + the embedding + the loss = 128 slots = PP 8 x VP 8 x 2.
+    from gpucast.pipeline_layout import from_split
+
+    stages = from_split(126, 64, embedding=True, loss=True)
+    assert len(stages) == 64 and stages[0] == "Et" and stages[-1] == "tL" and set(stages[1:-1]) == {"tt"}
+    assert from_split(5, 2, embedding=False, loss=True) == ("Ettt", "ttL")
+
+
+def test_a_layout_of_the_even_split_predicts_what_the_even_split_does():
+    plain = _estimate(_job(gpus=4, pipeline=4, mtp_layers=0))
+    laid = _estimate(_job(gpus=4, pipeline=4, mtp_layers=0, pipeline_layout="Ett|tt|t|tL"))
+    assert plain.plan["layers_per_stage"] == laid.plan["layers_per_stage"] == [2, 2, 1, 1]
+    assert laid.step_time_s == pytest.approx(plain.step_time_s)
+    assert laid.plan["memory_per_stage_bytes"] == plain.plan["memory_per_stage_bytes"]
+
+
+def test_a_layout_interleaves_uneven_stages_and_places_mtp_where_it_says():
+    # 6 layers cannot split into 2 x 2 equal chunks; the layout puts 2+1 and 1+2 layers on the two ranks
+    # and the MTP depth on the first rank's second chunk.
+    with pytest.raises(JobError, match="virtual_pipeline"):
+        _estimate(_job(virtual_pipeline=2, mtp_layers=0))
+    est = _estimate(_job(pipeline_layout="Ett|t|tm|ttL"))
+    plan = est.plan
+    assert plan["virtual_pipeline"] == 2 and plan["mtp_layers"] == 1   # the layout's stages over the pipeline
+    assert plan["layers_per_stage"] == [3 + 1, 3]                        # rank 0: 3 layers + the MTP depth
+    last_mtp = _estimate(_job(pipeline_layout="Ett|t|t|ttmL")).plan   # the same layers, the MTP depth on rank 1
+    assert last_mtp["layers_per_stage"] == [3, 3 + 1]
+    on_first, on_last = plan["memory_per_stage_bytes"], last_mtp["memory_per_stage_bytes"]
+    assert on_first[0] > on_last[0] and on_first[1] < on_last[1]      # its weights and activations move with it
+
+
+@pytest.mark.parametrize("par, words", [
+    (dict(pipeline_layout="Ett|tt|ttt|L"), "places 7 decoder layers (t), not the model's 6"),
+    (dict(pipeline_layout="Ettt|tt"), "the output layer and the loss (L) must stand once, in the last stage"),
+    (dict(pipeline_layout="Ett|t(t|ttL"), "unclosed '('"),
+    (dict(pipeline_layout="Ettt|tttL", mtp_layers=0, virtual_pipeline=2), "has 2 stages, not pipeline x virtual_pipeline (2 x 2)"),
+    (dict(pipeline_layout="Ettt|tttmmL"), "places 2 MTP depths (m), not the model's 1"),
+    (dict(pipeline_layout="Ettt|tttL", last_stage_layers=3), "set one"),
+    (dict(pipeline_layout="Ettt|tttL", loss_in_split=True), "places the embedding and the loss itself"),
+    (dict(virtual_pipeline=2, embedding_in_split=True, mtp_layers=0), "6 layers + the embedding (7 slots) do not split into 4"),
+])
+def test_impossible_custom_layouts_are_one_error_line(par, words):
+    with pytest.raises(JobError) as e:
+        _estimate(_job(**par))
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_gb200_plan_s_node_is_its_nvl72_rack():
+    # GB200/GB300 NVL72: 72 GPUs in one NVLink domain (gpus.yaml's nvlink_domain): a plan's gpus_per_node
+    # defaults to it, so 64 ranks are one NVLink domain; a job's own gpus_per_node still wins.
+    job = _job(gpus=64, pipeline=2, expert=16, mtp_layers=0)
+    rack = estimate_plan(trace(job), job, get_gpu("gb200")).plan
+    assert rack["gpus_per_node"] == 72 and rack["nodes"] == 1
+    trays = _job(gpus=64, pipeline=2, expert=16, mtp_layers=0, gpus_per_node=4)
+    split = estimate_plan(trace(trays), trays, get_gpu("gb200")).plan
+    assert split["nodes"] == 16
+    assert split["step_breakdown_s"]["expert_parallel_comm_s"] > rack["step_breakdown_s"]["expert_parallel_comm_s"]
+    assert _estimate(job).plan["gpus_per_node"] == 8

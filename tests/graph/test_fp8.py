@@ -117,3 +117,15 @@ def test_a_scaling_recipe_needs_precision_fp8():
 
     with pytest.raises(JobError, match="stack.fp8_recipe' applies to precision fp8"):
         gpucast.predict(_job("bf16").with_(stack={"fp8_recipe": "current"}), "h100")
+
+
+def test_a_model_that_adds_into_an_fp8_linear_s_output_in_place_captures():
+    # Llama-4's MoE adds the routed experts' output into its shared expert's in place; the FP8 linear's
+    # output must not be a view made inside its autograd Function (PyTorch refuses that in-place add).
+    cfg = dict(model_type="llama4_text", hidden_size=256, intermediate_size=512, intermediate_size_mlp=512,
+               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, head_dim=64, vocab_size=1024,
+               num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=1)
+    job = Job.from_hf_config(cfg, batch_size=1, seq_len=256, precision="fp8", optimizer="adamw")
+    t = trace(job)
+    assert any(o.op == "_scaled_mm" and o.phase == "fwd" for o in t.ops)
+    assert any(o.op == "_scaled_mm" and o.phase == "bwd" for o in t.ops)

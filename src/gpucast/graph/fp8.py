@@ -128,7 +128,10 @@ def apply(model: nn.Module, head: nn.Module | None) -> int:
 
 def _forward(module: nn.Module, in_out: bool, scale: torch.Tensor):
     def forward(x: torch.Tensor) -> torch.Tensor:
-        return _Fp8Linear.apply(x, module.weight, module.bias, in_out, scale)
+        out = _Fp8Linear.apply(x, module.weight, module.bias, in_out, scale)   # (tokens, out)
+        # reshaped out here: a view made inside the Function could not be modified in place after it
+        # (Llama-4's MoE adds into its shared expert's output)
+        return out.reshape(*x.shape[:-1], out.shape[-1])
 
     return forward
 
@@ -157,12 +160,12 @@ class _Fp8Linear(torch.autograd.Function):
             weakref.finalize(x, casts.pop, id(x), None)
         ctx.in_out, ctx.shape, ctx.has_bias = in_out, shape, bias is not None
         ctx.weight_dtype = weight.dtype
-        return out.reshape(*shape[:-1], out.shape[-1])
+        return out
 
     @staticmethod
     def backward(ctx, grad):
         xt, wt, scale = ctx.saved_tensors
-        g2 = grad.reshape(-1, grad.shape[-1])
+        g2 = grad
         gq = _cast(g2, E5M2)
         dx = torch._scaled_mm(gq, wt.t(), scale, scale, out_dtype=torch.bfloat16)
         dw = None

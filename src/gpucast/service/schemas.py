@@ -121,6 +121,13 @@ class ParallelSpec(BaseModel):
     last_stage_layers: Optional[StrictInt] = Field(None, description="Layers of the last pipeline stage.")
     mtp_layers: Optional[StrictInt] = Field(None, description="Multi-token-prediction depths on the last stage (unset: "
                                                               "the config's num_nextn_predict_layers under megatron).")
+    pipeline_layout: Optional[str] = Field(None, description="Megatron-Core's pipeline layout: each virtual stage's "
+                                                             "embedding (E), layers (t), MTP depths (m) and loss (L), "
+                                                             "stages split by '|', e.g. 'Et*3|(tt|)*29,m|L'.")
+    embedding_in_split: Optional[StrictBool] = Field(None, description="Count the embedding as a layer in the even "
+                                                                       "pipeline split (training).")
+    loss_in_split: Optional[StrictBool] = Field(None, description="Count the loss as a layer in the even pipeline "
+                                                                  "split (training).")
     offload: Optional[StrictInt] = Field(None, description="Layers of each pipeline stage whose saved activations "
                                                            "go to host memory (training; Megatron-Core's "
                                                            "--cpu-offloading-num-layers).")
@@ -380,6 +387,7 @@ class GpuInfo(BaseModel):
     fp8_tflops: Optional[float] = Field(None, description="Dense FP8 tensor-core TFLOPS; null before Ada/Hopper.")
     fp4_tflops: Optional[float] = Field(None, description="Dense FP4 tensor-core TFLOPS; null before Blackwell.")
     nvlink_generation: Optional[int] = None
+    nvlink_domain: Optional[int] = None
     sm_count: int
 
 

@@ -85,8 +85,8 @@ def stage_activations(layout: BlockLayout, blocks: int, stage: int, stages: int,
     saved = kept_blocks(blocks, offload) * one
     if stage == 0:
         saved += a.get("pre", 0)
-    if stage == stages - 1:   # the head's and the loss's, once more per multi-token-prediction depth
-        saved += (1 + mtp) * a.get("post", 0) / tensor
+    # the head's and the loss's on the last stage, once more per multi-token-prediction depth on this one
+    saved += ((stage == stages - 1) + mtp) * a.get("post", 0) / tensor
     whole_block = per_block(layout, tensor, "none", sequence)
     working = whole_block if recompute == "full" else 0.0
     if offload > 0:

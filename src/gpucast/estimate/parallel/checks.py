@@ -5,13 +5,15 @@ tensor or pipeline parallelism needs repeated blocks; the tensor degree must div
 heads (Megatron-LM splits whole heads; key/value heads are split too, or replicated when there are
 fewer than the degree, as Megatron-LM does for grouped-query attention); no more pipeline stages
 than blocks; interleaved stages (``virtual_pipeline`` *v*) split the layers into ``p v`` equal
-chunks; a context degree *c* splits the sequence into ``2 c`` equal chunks; an expert degree
+chunks unless a custom layout or split says how (:mod:`gpucast.pipeline_layout`: its decoder layers
+and MTP depths must be the model's, its embedding and loss slots must split evenly); a context degree *c* splits the sequence into ``2 c`` equal chunks; an expert degree
 needs routed experts and divides their number; DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only. :func:`gpucast.plan.check_job`
 checks what needs no model (``gpus`` a multiple of ``tensor * pipeline``).
 """
 
 from __future__ import annotations
 
+from gpucast import pipeline_layout as layout
 from gpucast.estimate.parallel import sequence
 from gpucast.estimate.parallel.framework import framework_of
 from gpucast.graph.trace import Trace
@@ -68,8 +70,18 @@ def check_plan(trace: Trace, par: Parallel) -> list[str]:
     if c > 1 and lay.tokens % (2 * c):
         raise JobError(f"field 'parallel.context' ({c}) must split the {lay.tokens}-token sequence into 2 x {c} equal "
                        f"chunks (Megatron-Core's load-balanced causal split)")
+    laid_out = bool(par.pipeline_layout or par.embedding_in_split or par.loss_in_split)
+    if laid_out:   # Megatron-Core's custom layout or split (gpucast.pipeline_layout)
+        if lay is None:
+            raise JobError(f"field 'parallel.pipeline_layout': {trace.model} has no repeated blocks (a "
+                           f"transformer's layers) to lay out")
+        try:
+            layout.of_plan(par, lay.blocks, lay.mtp_layers if framework_of(par) == "megatron" else 0)
+        except layout.LayoutError as exc:
+            name = "pipeline_layout" if par.pipeline_layout else "embedding_in_split'/'loss_in_split"
+            raise JobError(f"field 'parallel.{name}': {exc}") from None
     v = par.virtual_pipeline or 1
-    if v > 1 and lay.blocks % (p * v):
+    if v > 1 and lay.blocks % (p * v) and not laid_out:
         raise JobError(f"field 'parallel.virtual_pipeline' ({v}) must divide the layers of each of the {p} "
                        f"stages: {trace.model}'s {lay.blocks} layers do not split into {p} x {v} equal chunks")
     e = par.expert or 1
@@ -91,7 +103,7 @@ def check_plan(trace: Trace, par: Parallel) -> list[str]:
     if p > 1 and par.sharding in ("zero2", "zero3"):
         raise JobError(f"field 'parallel.sharding': {par.sharding} cannot run with pipeline parallelism "
                        f"(DeepSpeed's pipeline engine supports ZeRO stage 0 and 1 only); use zero1 or fsdp-*")
-    if p > 1 and lay.blocks % p and not uneven:
+    if p > 1 and lay.blocks % p and not uneven and not laid_out:
         notes.append(f"{lay.blocks} layers over {p} stages: the first stages hold one more layer, and the "
                      f"pipeline runs at the pace of the fullest stage")
     return notes

@@ -62,6 +62,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from gpucast import pipeline_layout as layout
 from gpucast.estimate import Estimate, _bottleneck, prepare
 from gpucast.estimate.comm import DEFAULT_COMM, CommConstants, Links, collective_time
 from gpucast.estimate.constants import EstimatorConfig
@@ -105,7 +106,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     env = env or Environment.default()
     consts = consts or DEFAULT_PARALLEL
     comm = comm or DEFAULT_COMM
-    par = job.parallel.resolved(gpu.nvlink_gbs)
+    par = job.parallel.resolved(gpu)
     fw_name = framework_of(par)
     seq = sequence.enabled(par, fw_name)
     tp_hide = sequence.overlap_enabled(par, seq, fw_name, gpu)
@@ -122,7 +123,11 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     links = Links.of(gpu, par.network_spec())
     lay = trace.layout
     ol = OpLayout.of(trace)
-    blocks_of = (stage_blocks(lay.blocks, p, par.first_stage_layers, par.last_stage_layers) if lay is not None
+    mtp_model = lay.mtp_layers if lay is not None and fw_name == "megatron" else 0
+    laid = layout.of_plan(par, lay.blocks, mtp_model) if lay is not None else None   # (checked by check_plan)
+    ranks_laid = layout.ranks(laid, p) if laid else None
+    blocks_of = ([np.array(b, dtype=int) for b in ranks_laid.blocks] if ranks_laid else
+                 stage_blocks(lay.blocks, p, par.first_stage_layers, par.last_stage_layers) if lay is not None
                  else [np.zeros(0, dtype=int)])
     stage = stage_of_ops(ol, blocks_of) if lay is not None else np.where(ol.phase == 3, -1, 0)
     div = sequence.op_divisor(ol, t, seq) * ring_attention.op_divisor(ol, c)
@@ -146,10 +151,10 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     dp_chunks = (overlaps.dp_chunks(lay.blocks if lay is not None else 1, v, p)
                  if overlaps.dp_enabled(par, fw_name) else 0)
     xmask = moe.expert_ops(trace) if xp is not None else None
-    mtp = (par.mtp_layers if par.mtp_layers is not None else
-           (lay.mtp_layers if lay is not None and fw_name == "megatron" else 0))
+    mtp = par.mtp_layers if par.mtp_layers is not None else mtp_model
+    mtp_at = (ranks_laid.mtp if ranks_laid and sum(ranks_laid.mtp) else [0] * (p - 1) + [mtp])  # depths per rank
     stages = [stages_mod.build(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total, frozen_total,
-                               elem, xp, xmask, mtp) for k in range(p)]
+                               elem, xp, xmask, mtp_at[k]) for k in range(p)]
     xplace = placement(replace(par, tensor=xp.e * xp.etp), job.gpus, strat.hybrid) if xp else None
     if par.offload and lay is not None:   # the saved activations each micro-batch sends to the host (.offload)
         one = per_block(lay, t, par.recompute, seq, par.recompute_modules) / c
@@ -273,7 +278,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             states = type(states)(weights=states.weights + x.weights, gradients=states.gradients + x.gradients,
                                   optimizer=states.optimizer + x.optimizer)
         acts = (stage_activations(lay, st.blocks, st.k, p, m, t, par.recompute, v, seq, c, par.recompute_modules,
-                                  par.offload or 0, mtp)
+                                  par.offload or 0, mtp_at[st.k])
                 if lay is not None
                 else stages_mod.whole_activations(trace))
         mems.append(rank_memory(states, acts, st.params, strat, gather_b, reduce_b, communicators, context,
@@ -312,7 +317,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         "expert_tensor": xp.etp if xp else None, "expert_data": xp.edp if xp else None,
         "expert_imbalance": xp.imbalance if xp else None, "pipeline": p, "virtual_pipeline": v, "data": d,
         "sharding": par.sharding, "recompute": par.recompute, "recompute_modules": list(par.recompute_modules or ()),
-        "offload": par.offload or 0, "mtp_layers": mtp,
+        "offload": par.offload or 0, "mtp_layers": sum(mtp_at),
         "grad_accum": m, "micro_batch": job.batch_size, "global_batch": samples,
         "gpus": job.gpus, "gpus_per_node": par.gpus_per_node, "nodes": nodes, "network": par.network,
         "layers_per_stage": [int(s.blocks) for s in stages],

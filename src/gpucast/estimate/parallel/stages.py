@@ -59,11 +59,11 @@ def build(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total,
     lay = trace.layout
     t, p = par.tensor, par.pipeline
     n_moe, x_params, x_trainable = 0, 0.0, 0.0
-    depths = mtp if lay is not None and k == p - 1 and len(blocks_of[k]) else 0   # MTP: the last stage's
+    depths = mtp if lay is not None else 0   # MTP depths on this rank: the last's, or where a layout puts them
     if depths:
-        idx, n_fwd = mtp_ops(ol, idx, n_fwd, n_re, int(blocks_of[k][-1]), depths)
+        idx, n_fwd = mtp_ops(ol, idx, n_fwd, n_re, lay.blocks - 1, depths)
     if lay is not None:
-        bl = list(blocks_of[k]) + [int(blocks_of[k][-1])] * depths
+        bl = list(blocks_of[k]) + [lay.blocks - 1] * depths
         pick = lambda xs: float(sum(xs[i] for i in bl))  # noqa: E731
         params = pick(lay.block_params) + (lay.outer_params["pre"] if k == 0 else 0) + \
             (lay.outer_params["post"] if k == p - 1 else 0)
@@ -100,8 +100,9 @@ def build(k, blocks_of, stage, ol, kt, host, flops, par, trace, trainable_total,
 
 
 def mtp_ops(ol, idx: np.ndarray, n_fwd: int, n_re: int, last: int, mtp: int) -> tuple[np.ndarray, int]:
-    """The last stage's ops with ``mtp`` multi-token-prediction depths (DeepSeek-V3's MTP modules, Megatron-Core's
-    ``--mtp-num-layers``) run as the last layer's and the head's ops again: each depth's forward after the main
+    """A rank's ops with ``mtp`` multi-token-prediction depths (DeepSeek-V3's MTP modules, Megatron-Core's
+    ``--mtp-num-layers``; the last stage's, or where a pipeline layout puts them) run as the model's last
+    layer's and the head's ops again: each depth's forward after the main
     forward, its backward before the main backward (the MTP loss's gradient reaches the main model's last hidden
     state). Its projection of two hidden states into one (``2h x h``) is not counted."""
     fwd = PHASE_CODES["bwd"]

@@ -84,7 +84,7 @@ def requests_of(job, serve: Serve, max_context: int) -> Requests:
 
 
 def _links(gpu, job) -> tuple[Links, int]:
-    par = (job.parallel or Parallel()).resolved(gpu.nvlink_gbs)
+    par = (job.parallel or Parallel()).resolved(gpu)
     return Links.of(gpu, par.network_spec()), par.gpus_per_node
 
 

@@ -112,7 +112,7 @@ class IterationModel:
         self.kv_scale = 0.5 if kv_fp8 else 1.0
         self.shape = model_shape(job)
         self.cache = "paged" if engine.paged else "dynamic"
-        par = Parallel().resolved(gpu.nvlink_gbs)
+        par = Parallel().resolved(gpu)
         self.links = Links.of(gpu, par.network_spec())
         # GPU times depend on the model, GPU, plan and whether small ops are fused, not on the engine's
         # scheduler settings: engines with their own kernels (vLLM, SGLang, TensorRT-LLM) share them
