@@ -254,6 +254,20 @@ def nemo(sample: int | None = 10, progress=None) -> list[dict]:
     return out
 
 
+def trtllm_v1(sample: int | None = 12, progress=None) -> list[dict]:
+    """TensorRT-LLM v1.0's published maximum-throughput runs (trtllm-bench): the share of rows gpucast can
+    express, and over an even sample of those the deployment's time per output token (the reciprocal of its
+    output tokens/s)."""
+    tb = _bench("trtllm_v1")
+    rows = tb.read(MEASURED / "trtllm-perf-overview-v1.0")
+    out = [{"gpu": r["gpu"], "group": r["precision"], "answered": False} for r in rows if tb.unanswered(r)]
+    for r in tb.predict_rows(spread([r for r in rows if tb.unanswered(r) is None], sample),
+                             lambda: _tick(progress)):
+        out.append({"gpu": r["gpu"], "group": r["precision"], "answered": True,
+                    "time": (1.0 / max(r["predicted"], 1e-9), 1.0 / r["total_output_tokens_per_s"])})
+    return out
+
+
 def kernel_checks(progress=None) -> list[dict]:
     """Published GEMM and attention throughputs (each row cited in benchmarks/kernel_checks.py), as
     times (the reciprocal of TFLOP/s)."""
@@ -283,5 +297,7 @@ SETS = {
     "llm-foundry": (llm_foundry, "llm-foundry MPT FSDP runs, 8-128 A100-40GB (40 of 78)"),
     "llm-inference-bench": (llm_inference, "LLM-Inference-Bench vLLM / TensorRT-LLM, A100-40GB (40 of 491)"),
     "nemo-h100": (nemo, "NeMo 24.07 Megatron-Core FP8 training, 8-512 H100 (10 of 18, even over pre-training, SFT, LoRA)"),
+    "trtllm-v1": (trtllm_v1, "TensorRT-LLM v1.0 maximum throughput (trtllm-bench), H100-GB200 and RTX PRO 6000 "
+                             "(12 of the 40 expressible rows, every row counted for answered %)"),
     "kernel-checks": (kernel_checks, "published GEMM / attention throughputs, A100-B200"),
 }

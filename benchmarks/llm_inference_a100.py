@@ -4,7 +4,8 @@
 ``generate`` calls of vLLM (2024) and TensorRT-LLM 0.11 on 1-4 A100-SXM4-40GB (NVLink, tensor
 parallelism = GPUs), fp16, batch 1-64 prompts of 128-2,048 tokens each generating as many. Each row
 becomes a ``mode: serve`` job (the model's published config.json shape, ``engine`` vllm / trtllm,
-``batch_size`` prompts submitted together, ``parallel.tensor`` = GPUs) and its predicted
+``batch_size`` prompts submitted together, ``parallel.tensor`` = GPUs; TensorRT-LLM at
+``engine_version`` 0.11, the release measured) and its predicted
 ``serving["latency_s"]`` (the whole batch's wall time) is compared with the measured one.
 
 One constant per engine is fitted on this set, the one it identifies: the engine's host time per
@@ -78,7 +79,8 @@ def job_of(row: dict):
     return Job.from_hf_config(cfg, batch_size=int(row["batch_size"]), precision="fp16", mode="serve", gpus=gpus,
                               parallel=dict(tensor=gpus) if gpus > 1 else None,
                               serve=dict(input_len=int(row["input_len"]), output_len=int(row["output_len"]),
-                                         engine=ENGINES[row["framework"]]))
+                                         engine=ENGINES[row["framework"]],
+                                         **({"engine_version": "0.11"} if row["framework"] == "TensorRT-LLM" else {})))
 
 
 def _term(x: dict):

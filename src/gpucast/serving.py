@@ -4,7 +4,7 @@ A job with ``mode: serve`` is a decoder-only language model behind an inference 
 what requests look like (``input_len`` and ``output_len`` tokens: fixed, or ``lognormal:MEAN,SIGMA``), how
 they arrive (all ``batch_size`` prompts at once: a static batch; ``concurrency`` requests kept in flight:
 a closed loop; or ``request_rate`` per second: Poisson arrivals; ``num_requests`` in the run) and the
-engine's settings (``engine`` and the knobs that change its speed and memory: ``max_num_seqs``,
+engine's settings (``engine``, ``engine_version`` (:data:`ENGINE_VERSIONS`; unset: the newest modelled) and the knobs that change its speed and memory: ``max_num_seqs``,
 ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``block_size``, ``cuda_graphs``,
 ``kv_cache_dtype``, ``weights`` for weight-only quantisation, ``prefix_hit_rate``). Unset fields take
 the engine's documented defaults (:mod:`gpucast.estimate.serving.engines`, each cited there).
@@ -16,11 +16,14 @@ deployment then does is :mod:`gpucast.estimate.serving`'s.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpucast.surroundings import SpecError, _is_int, _is_num, _Spec
 
 ENGINES = ("vllm", "sglang", "trtllm", "hf")
+# Engine releases whose defaults are modelled, oldest first; the last is an engine's default
+# (gpucast.estimate.serving.engines). The other engines run the one release of theirs modelled.
+ENGINE_VERSIONS = {"trtllm": ("0.11", "1.0")}
 KV_CACHE_DTYPES = ("auto", "fp8")
 WEIGHTS = ("auto", "int8", "int4")
 MAX_TOKENS = 1 << 21  # a sanity bound on lengths (2M tokens), far past any model's context
@@ -65,6 +68,8 @@ class Serve(_Spec):
     kv_cache_dtype: str | None = None
     weights: str | None = None
     prefix_hit_rate: float | None = None
+    # out of the repr (the simulator's truth draws from a hash of it, as Parallel's newer fields)
+    engine_version: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len"):
@@ -87,6 +92,14 @@ class Serve(_Spec):
         self._check("kv_cache_dtype", self.kv_cache_dtype is None or self.kv_cache_dtype in KV_CACHE_DTYPES,
                     f"one of {', '.join(KV_CACHE_DTYPES)}")
         self._check("weights", self.weights is None or self.weights in WEIGHTS, f"one of {', '.join(WEIGHTS)}")
+        if self.engine_version is not None:
+            engine = self.engine or "vllm"
+            versions = ENGINE_VERSIONS.get(engine)
+            if versions is None:
+                raise SpecError(f"field 'serve.engine_version': releases are modelled for "
+                                f"{', '.join(ENGINE_VERSIONS)} only; {engine} runs its one modelled release (unset it)")
+            self._check("engine_version", self.engine_version in versions,
+                        f"a modelled {engine} release: {', '.join(versions)}")
         if self.concurrency is not None and self.request_rate is not None:
             raise SpecError("fields 'serve.concurrency' and 'serve.request_rate' are two kinds of load: set one")
 

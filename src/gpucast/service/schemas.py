@@ -171,6 +171,8 @@ class ServeSpec(BaseModel):
                                                                          "'lognormal:MEAN,SIGMA' (default 1024).")
     output_len: Optional[Union[StrictInt, str]] = Field(None, description="Generated tokens (default 256).")
     engine: Optional[str] = Field(None, description="vllm | sglang | trtllm | hf (default vllm).")
+    engine_version: Optional[str] = Field(None, description="The engine release whose defaults apply (trtllm: 0.11 "
+                                                            "or 1.0; default the newest modelled).")
     concurrency: Optional[StrictInt] = Field(None, description="Closed loop: requests kept in flight.")
     request_rate: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="Poisson arrivals per second.")
     num_requests: Optional[StrictInt] = None

@@ -21,6 +21,12 @@ the job's ``serve`` fields over them (:func:`resolve`). What is modelled of an e
   vLLM and TensorRT-LLM on A100s), the prior below otherwise; a cluster's own, fitted by ``gpucast
   calibrate`` on its measured serving rows, comes with its environment (``Environment.serving_host_s``).
 
+* ``release`` (``serve.engine_version``): TensorRT-LLM's 0.11 (TensorRT engines and the C++ runtime, as
+  the 2024 sets ran) and 1.0 (the PyTorch backend, the default: larger batches, the overlap scheduler
+  hiding the host's work behind the GPU's, ``overlap_host``); :data:`RELEASES`. Under an all-at-once load
+  TensorRT-LLM 1.0 sizes its batch as ``trtllm-bench throughput`` does (:mod:`.bench`). vLLM and SGLang
+  have one modelled release each (the entries above; their V1/0.5 schedulers are not modelled yet).
+
 Not modelled: speculative decoding, prefix-cache eviction policies (a hit rate is an input), LoRA
 adapters, multi-step scheduling, the engines' differences in attention kernels beyond the kernel model's
 (FlashAttention-2 class kernels for all three paged engines), disaggregated prefill.
@@ -48,6 +54,8 @@ class Engine:
     graph_max_batch: int
     host_per_iteration_s: float
     source: str
+    overlap_host: bool = False   # the host's work for iteration i+1 runs while the GPU runs iteration i
+    release: str = ""            # the release whose defaults these are (serve.engine_version)
 
 
 ENGINES: dict[str, Engine] = {
@@ -83,6 +91,21 @@ ENGINES: dict[str, Engine] = {
 }
 
 
+# Releases whose defaults differ (gpucast.serving.ENGINE_VERSIONS): TensorRT-LLM 0.11 is the entry above
+# (TensorRT engines, the C++ runtime: the 2024 sets were measured on it); 1.0 runs the PyTorch backend.
+RELEASES: dict[tuple[str, str], Engine] = {
+    ("trtllm", "0.11"): replace(ENGINES["trtllm"], release="0.11"),
+    ("trtllm", "1.0"): replace(
+        ENGINES["trtllm"], release="1.0", max_num_seqs=2048, max_num_batched_tokens=8192, block_size=32,
+        graph_max_batch=128, overlap_host=True, host_per_iteration_s=2e-3,
+        source="TensorRT-LLM 1.0, PyTorch backend (tensorrt_llm/llmapi/llm_args.py): max_batch_size 2048, "
+               "max_num_tokens 8192, enable_chunked_prefill off, KV blocks of 32 tokens, CUDA graphs for "
+               "decode batches up to 128 (CudaGraphConfig's default), the overlap scheduler on "
+               "(disable_overlap_scheduler False: the Python executor prepares iteration i+1 while the GPU "
+               "runs iteration i; a 2 ms prior of that host work, hidden unless the GPU's iteration is shorter)."),
+}
+
+
 @lru_cache(maxsize=1)
 def fitted_host() -> dict[str, float]:
     """Engine -> host seconds per iteration fitted on measured runs (``data/serving_fit.json``; empty if absent)."""
@@ -92,16 +115,25 @@ def fitted_host() -> dict[str, float]:
     return {k: float(v) for k, v in json.loads(path.read_text())["host_per_iteration_s"].items() if v is not None}
 
 
+# The release the packaged host-time fit was measured on (data/serving_fit.json's source).
+FITTED_RELEASE = {"trtllm": "0.11"}
+
+
 def resolve(serve, env=None) -> Engine:
-    """The job's engine (default ``vllm``) with the ``serve`` group's settings over its defaults; its
-    host time per iteration the cluster's (``env.serving_host_s``, fitted by ``gpucast calibrate`` on
-    serving rows), else the packaged fit, else the prior."""
+    """The job's engine (default ``vllm``) at its release (``serve.engine_version``, default the newest
+    modelled: :data:`RELEASES`) with the ``serve`` group's settings over its defaults; its host time per
+    iteration the cluster's (``env.serving_host_s``, fitted by ``gpucast calibrate`` on serving rows),
+    else the packaged fit where it was fitted on that release, else the prior."""
+    from gpucast.serving import ENGINE_VERSIONS
+
     name = (serve.engine if serve is not None and serve.engine else "vllm")
-    e = ENGINES[name]
+    version = (serve.engine_version if serve is not None and serve.engine_version
+               else ENGINE_VERSIONS.get(name, ("",))[-1])
+    e = RELEASES.get((name, version), ENGINES[name])
     own = env.serving_host(name) if env is not None else None
     if own is not None:
         e = replace(e, host_per_iteration_s=own)
-    elif name in fitted_host():
+    elif name in fitted_host() and version in ("", FITTED_RELEASE.get(name, "")):
         e = replace(e, host_per_iteration_s=fitted_host()[name])
     if serve is None:
         return e

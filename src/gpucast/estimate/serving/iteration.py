@@ -142,13 +142,15 @@ class IterationModel:
     def _quantised(self, trace):
         if self.weight_scale == 1.0:
             return trace
+        fp8 = self.job.precision == "fp8"   # W8A8: the GEMMs on the FP8 tensor cores (kernels.math_peak)
         ops = []
         for o in trace.ops:
             if o.category == "matmul" and len(o.shapes) >= 2 and len(o.shapes[1]) == 2:
                 k, n = o.shapes[1]
                 size = o.bytes_read / max(1, sum(math.prod(s) for s in o.shapes[:2]))
                 cut = int(k * n * size * (1 - self.weight_scale))
-                o = dataclasses.replace(o, bytes_read=max(0, o.bytes_read - cut))
+                o = dataclasses.replace(o, bytes_read=max(0, o.bytes_read - cut),
+                                        **({"dtype": "float8_e4m3fn"} if fp8 else {}))
             ops.append(o)
         return dataclasses.replace(trace, ops=ops)
 
@@ -309,8 +311,10 @@ class IterationModel:
         return 2 * self.shape["layers"] * one
 
     # ------------------------------------------------------------------ the iteration
-    def cost(self, ntok: int, ndec: int, dctx: float, ptok: int, pctx: float) -> tuple[float, float]:
-        """(wall seconds, GPU-busy seconds) of one iteration (module docstring)."""
+    def cost(self, ntok: int, ndec: int, dctx: float, ptok: int, pctx: float, npre: int = 1) -> tuple[float, float]:
+        """(wall seconds, GPU-busy seconds) of one iteration (module docstring): ``ntok`` tokens, ``ndec``
+        decoding sequences at mean context ``dctx``, ``ptok`` prefill tokens in ``npre`` sequences' chunks
+        over ``pctx`` tokens each already cached (each chunk's attention its own: causal within it)."""
         gpu_s, eager_s, comm = self._per_tokens(ntok)
         attn = 0.0
         if ndec:
@@ -318,13 +322,15 @@ class IterationModel:
         if ptok:
             def pre(p):
                 return self._interp(lambda c: self._attention(1, p, c), pctx) if pctx >= 1 else self._attention(1, p, 0)
-            attn += self._interp(pre, ptok)
+            each = max(1, npre)
+            attn += each * self._interp(pre, ptok / each)
         busy = gpu_s + attn + comm
         if self.needs_eager(ntok):
             wall = max(busy, eager_s + attn + comm)
         else:
             wall = busy
-        return wall + self.engine.host_per_iteration_s, busy
+        host = self.engine.host_per_iteration_s
+        return (max(wall, host) if self.engine.overlap_host else wall + host), busy   # (.engines)
 
     def _per_tokens(self, ntok: int) -> tuple[float, float, float]:
         """The dense part's (GPU, eager wall) seconds at ``ntok`` tokens, interpolated on the grid, and

@@ -55,9 +55,9 @@ class RunResult:
     arrival_s: np.ndarray | None = None  # when each request arrived (a closed loop's follow its predecessors)
 
 
-Cost = Callable[[int, int, float, int, float], tuple[float, float]]
+Cost = Callable[..., tuple[float, float]]
 """(tokens in the iteration, decoding sequences, their mean context, prefill tokens, the prefills' mean
-context) -> (wall seconds, GPU-busy seconds)."""
+context, the prefilling sequences) -> (wall seconds, GPU-busy seconds)."""
 
 
 def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_tokens: int, kv_tokens: int,
@@ -182,7 +182,7 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
         dctx = sum(map(kv.__getitem__, dec)) / len(dec) if dec else 0.0
         ptok = sum(take for _, take in pre)
         pctx = sum(done_prefill[r] for r, _ in pre) / len(pre) if pre else 0.0
-        dt, b = cost(ntok, len(dec), dctx, ptok, pctx)
+        dt, b = cost(ntok, len(dec), dctx, ptok, pctx, len(pre))
         ctx_sum += dctx * len(dec)
         dec_sum += len(dec)
         peak_blocks = max(peak_blocks, used_blocks)
@@ -240,7 +240,7 @@ def static_batches(req: Requests, cost: Cost, batch: int) -> RunResult:
         start[idx] = t
         p = int(req.prompt[idx].max())
         o = int(req.output[idx].max())
-        dt, b = cost(len(idx) * p, 0, 0.0, len(idx) * p, 0.0)
+        dt, b = cost(len(idx) * p, 0, 0.0, len(idx) * p, 0.0, len(idx))
         t += dt
         busy += b
         iterations += 1

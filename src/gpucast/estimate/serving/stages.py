@@ -125,8 +125,8 @@ def staged(cost, lay: Layout, host_s: float, send, sequential: bool):
     hops = lay.pipeline - 1
     stretch = 1.0 if sequential else lay.imbalance
 
-    def run(ntok, ndec, dctx, ptok, pctx):
-        wall, busy = cost(ntok, ndec, dctx, ptok, pctx)
+    def run(ntok, ndec, dctx, ptok, pctx, npre=1):
+        wall, busy = cost(ntok, ndec, dctx, ptok, pctx, npre)
         gpu = wall - host_s
         return gpu * stretch + hops * send(ntok) + host_s, busy * lay.stage_share
 

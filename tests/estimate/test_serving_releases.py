@@ -1,0 +1,85 @@
+"""Engine releases (serve.engine_version), trtllm-bench's batch sizing for an all-at-once load, and two
+pieces of an iteration's cost: prompts prefilled together attend each within itself, and W8A8 FP8 GEMMs
+run on the FP8 tensor cores. A real transformers Llama traced on the meta device."""
+
+from __future__ import annotations
+
+import pytest
+
+import gpucast
+from gpucast.estimate.constants import EstimatorConfig
+from gpucast.estimate.environment import Environment
+from gpucast.estimate.serving.bench import trtllm_bench_sizes
+from gpucast.estimate.serving.engines import resolve
+from gpucast.estimate.serving.iteration import iteration_model
+from gpucast.hardware import get_gpu
+from gpucast.job import Job
+from gpucast.serving import Serve
+from gpucast.surroundings import SpecError
+
+LLAMA = dict(model_type="llama", hidden_size=1024, intermediate_size=2816, num_hidden_layers=4, num_attention_heads=16,
+             num_key_value_heads=4, vocab_size=32000, max_position_embeddings=8192, tie_word_embeddings=False)
+
+
+def _job(precision="bf16", **serve):
+    return Job.from_hf_config(LLAMA, batch_size=serve.pop("batch", 64), mode="serve", precision=precision,
+                              serve=dict(dict(engine="trtllm", input_len=256, output_len=64), **serve))
+
+
+def test_trtllm_defaults_to_its_newest_release_and_keeps_the_2024_one():
+    # TensorRT-LLM 1.0's LLM API (llm_args.py): max_batch_size 2048, max_num_tokens 8192, no chunked prefill,
+    # the overlap scheduler on; 0.11 is what the 2024 sets ran (256, the C++ runtime's host time added).
+    new, old = resolve(Serve(engine="trtllm")), resolve(Serve(engine="trtllm", engine_version="0.11"))
+    assert new.release == "1.0" and (new.max_num_seqs, new.max_num_batched_tokens) == (2048, 8192)
+    assert new.overlap_host and not new.chunked_prefill
+    assert old.release == "0.11" and old.max_num_seqs == 256 and not old.overlap_host
+
+
+@pytest.mark.parametrize("serve, words", [
+    (dict(engine="trtllm", engine_version="0.9"), "a modelled trtllm release: 0.11, 1.0"),
+    (dict(engine="vllm", engine_version="0.11"), "releases are modelled for trtllm only"),
+])
+def test_an_unmodelled_release_is_one_error_line(serve, words):
+    with pytest.raises(SpecError) as e:
+        Serve(**serve)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_trtllm_bench_sizes_its_batch_from_the_cache_as_the_tool_does():
+    # Llama-3.1-8B FP8 on one 80 GiB H100, 128 + 128 tokens: 8.0e9 weights of 1 byte, K/V of
+    # 2 x 32 layers x 8 heads x 128 x 1 byte = 64 KiB a token: 0.95 x (80 - 7.45) GiB / (64 KiB x 256)
+    # = 4,486 requests, capped at 4,096 (a multiple of 256), tokens 4,096 x 2 = 8,192.
+    gib = 1024 ** 3
+    assert trtllm_bench_sizes(8.0e9, 1.0, 65536, 80 * gib, 1, 1, 128, 128) == (4096, 8192)
+    # a long prompt: 0.95 x 72.55 GiB / (64 KiB x 2,176) = 519 requests -> 640 (multiples of 128 below
+    # 1,024); 519 x (1 + 2048 / 128) = 8,822 tokens -> 9,216 (multiples of 1,024 above 8,192)
+    assert trtllm_bench_sizes(8.0e9, 1.0, 65536, 80 * gib, 1, 1, 2048, 128) == (640, 9216)
+    # a small cache: at least 64 sequences and 2,048 tokens
+    assert trtllm_bench_sizes(8.0e9, 1.0, 65536, 12 * gib, 1, 1, 128, 128)[1] >= 2048
+
+
+def test_an_all_at_once_load_on_trtllm_1_0_is_sized_as_trtllm_bench_and_says_so():
+    p = gpucast.predict(_job(batch=512, num_requests=512), "h100")
+    assert any("sized as trtllm-bench" in n for n in p.serving["notes"])
+    own = gpucast.predict(_job(batch=512, num_requests=512, max_num_seqs=16), "h100")
+    assert not any("trtllm-bench" in n for n in own.serving["notes"]) and own.serving["max_batch"] <= 16
+    old = gpucast.predict(_job(batch=512, num_requests=512, engine_version="0.11"), "h100")
+    assert not any("trtllm-bench" in n for n in old.serving["notes"])
+
+
+def test_prompts_prefilled_together_attend_each_within_itself():
+    job = _job()
+    m = iteration_model(job, get_gpu("h100"), resolve(job.serve), Environment.default(), EstimatorConfig())
+    dense = m.cost(2048, 0, 0.0, 2048, 0.0, 1)[1] - m._attention(1, 2048, 0)   # GPU-busy seconds
+    one, eight = m.cost(2048, 0, 0.0, 2048, 0.0, 1)[1], m.cost(2048, 0, 0.0, 2048, 0.0, 8)[1]
+    # the same tokens' GEMMs; eight 256-token prompts' causal attention is an eighth of one 2,048-token prompt's
+    assert eight < one
+    assert eight - dense == pytest.approx(8 * m._attention(1, 256, 0), rel=0.02)
+
+
+def test_fp8_weights_and_activations_run_the_gemms_at_the_fp8_rate():
+    # W8A8 (precision fp8): at a compute-bound batch the FP8 GEMMs run about twice the bf16 rate on an H100
+    gpu, env, cfg = get_gpu("h100"), Environment.default(), EstimatorConfig()
+    bf16, fp8 = (iteration_model(j, gpu, resolve(j.serve), env, cfg) for j in (_job("bf16"), _job("fp8")))
+    dense_bf16, dense_fp8 = bf16._per_tokens(8192)[0], fp8._per_tokens(8192)[0]
+    assert 1.3 < dense_bf16 / dense_fp8 < 2.1
