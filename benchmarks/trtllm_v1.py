@@ -10,12 +10,12 @@ Each row becomes a ``mode: serve`` job as a user would write it: the model's pub
 concurrency or rate (all at once: gpucast then sizes the batch as ``trtllm-bench`` does,
 :mod:`gpucast.estimate.serving.bench`), ``input_len``/``output_len`` fixed, ``parallel.tensor``/``pipeline``
 = tp/pp; the page's ``kv_cache_free_gpu_mem_fraction 0.95`` as ``gpu_memory_utilization``; FP8 rows
-``precision: fp8`` with an FP8 KV cache (NVIDIA's ModelOpt FP8 checkpoints quantise the KV cache too;
-assumed for every row, the page does not say).
+``precision: fp8``, FP4 rows ``precision: nvfp4`` (NVIDIA's NVFP4 checkpoints), each with an FP8 KV
+cache (NVIDIA's ModelOpt checkpoints quantise the KV cache too; assumed for every row, the page does not
+say).
 
 A row is **not answered** (:func:`unanswered`, with the reason in the table) where gpucast cannot express
-it yet: NVFP4 checkpoints (``precision: nvfp4`` serving is not modelled) and the MoE models, which the page
-ran with attention data parallelism (not modelled). What the answered rows give: output tokens/s MdAPE and
+it yet: the MoE models, which the page ran with attention data parallelism (not modelled). What the answered rows give: output tokens/s MdAPE and
 median predicted / measured, per GPU and over all; ``--limit N`` predicts every N-th answered row only.
 
     .venv/bin/python benchmarks/trtllm_v1.py [--data data/measured/trtllm-perf-overview-v1.0] [--limit N]
@@ -45,7 +45,7 @@ MODELS = {  # the models' published config.json shapes (Hugging Face hub)
     "meta-llama/Llama-3.1-405B": dict(_LLAMA3, hidden_size=16384, intermediate_size=53248, num_hidden_layers=126,
                                       num_attention_heads=128),
 }
-PRECISIONS = {"fp8": "fp8"}   # the checkpoint's format -> gpucast's precision (fp4: not modelled for serving)
+PRECISIONS = {"fp8": "fp8", "fp4": "nvfp4"}   # the checkpoint's format -> gpucast's precision
 MEM_FRACTION = 0.95           # the page's kv_cache_free_gpu_mem_fraction
 
 

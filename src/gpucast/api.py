@@ -181,6 +181,10 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
     if job.mode == "serve":  # an LLM deployment: the engine's run over its requests
         from gpucast.api_serving import serving_prediction
 
+        unsupported = formats.unsupported(job.precision, spec)
+        if unsupported:
+            raise JobError(f"field 'precision': {unsupported}")
+
         pred, tr, est = serving_prediction(job, spec, config, env, model_version(env))
         return Explanation(prediction=pred, trace=tr, estimate=est, gpu=spec)
     unsupported = formats.unsupported(job.precision, spec)

@@ -83,3 +83,16 @@ def test_fp8_weights_and_activations_run_the_gemms_at_the_fp8_rate():
     bf16, fp8 = (iteration_model(j, gpu, resolve(j.serve), env, cfg) for j in (_job("bf16"), _job("fp8")))
     dense_bf16, dense_fp8 = bf16._per_tokens(8192)[0], fp8._per_tokens(8192)[0]
     assert 1.3 < dense_bf16 / dense_fp8 < 2.1
+
+
+def test_an_nvfp4_checkpoint_holds_4_5_bits_a_weight_and_runs_the_fp4_tensor_cores():
+    # NVFP4 (16-element blocks, an FP8 scale each: 4.5 bits) on a B200: its linear weights take 0.28 of
+    # their bf16 bytes, and a compute-bound batch's GEMMs run faster than FP8's (FP4 at twice the FP8 rate)
+    gpu, env, cfg = get_gpu("b200"), Environment.default(), EstimatorConfig()
+    w16, w8, w4 = (gpucast.predict(_job(p, batch=8), "b200").serving["memory"]["weights_bytes"]
+                   for p in ("bf16", "fp8", "nvfp4"))
+    ends = LLAMA["vocab_size"] * LLAMA["hidden_size"] * 2 * 2   # embedding and head stay 16-bit
+    assert (w8 - ends) / (w16 - ends) == pytest.approx(0.5, rel=1e-3)
+    assert (w4 - ends) / (w16 - ends) == pytest.approx((0.5 + 1 / 16) / 2, rel=1e-3)
+    m8, m4 = (iteration_model(j, gpu, resolve(j.serve), env, cfg) for j in (_job("fp8"), _job("nvfp4")))
+    assert m4._per_tokens(8192)[0] < m8._per_tokens(8192)[0]

@@ -23,7 +23,7 @@ import numpy as np
 
 from gpucast.estimate.serving.bench import trtllm_bench_sizes
 from gpucast.estimate.serving.engines import resolve
-from gpucast.estimate.serving.iteration import iteration_model, model_job
+from gpucast.estimate.serving.iteration import QUANT_SHARE, iteration_model, model_job
 from gpucast.estimate.comm import Links
 from gpucast.estimate.serving.memory import kv_per_rank, plan, weight_bytes
 from gpucast.estimate.serving.run import Requests, RunResult, simulate, static_batches
@@ -175,7 +175,8 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     sized = None
     if (engine.name == "trtllm" and engine.release not in ("", "0.11") and serve.load == "static"
             and serve.max_num_seqs is None and serve.max_num_batched_tokens is None):   # trtllm-bench's (.bench)
-        per_weight = {"int8": 1.0, "int4": 0.5}.get(serve.weights or "auto", 1.0 if job.precision == "fp8" else 2.0)
+        per_weight = {"int8": 1.0, "int4": 0.5}.get(serve.weights or "auto",
+                                                    {"fp8": 1.0, "nvfp4": 0.5}.get(job.precision, 2.0))
         sized = trtllm_bench_sizes(shape["parameters"], per_weight, kv_rank * t, gpu.memory_bytes, t, lay.pipeline,
                                    float(req.prompt.mean()), float(req.output.mean()))
         engine = replace(engine, max_num_seqs=sized[0], max_num_batched_tokens=sized[1], graph_max_batch=sized[0],
@@ -187,8 +188,9 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
         act_tr = trace_iteration(model_job(job), int(min(len(req), job.batch_size)), int(req.prompt.max()), 0,
                                  "dynamic")
     ends = shape["vocab"] * shape["hidden"] * 2 * (1 if shape.get("tied") else 2)  # embedding and head, 16-bit
-    fp8 = max(0, act_tr.parameter_bytes - ends) if job.precision == "fp8" else 0
-    weights = stage_weights(weight_bytes(act_tr.parameter_bytes, shape["parameters"], t, serve.weights, fp8),
+    low = max(0, act_tr.parameter_bytes - ends) if job.precision in QUANT_SHARE else 0   # quantised linear weights
+    weights = stage_weights(weight_bytes(act_tr.parameter_bytes, shape["parameters"], t, serve.weights, low,
+                                         QUANT_SHARE.get(job.precision, 0.5)),
                             shape["parameters"], shape, lay)  # the traced model's bytes
     activations = int(act_tr.memory.at_peak.get("activations", 0) + act_tr.memory.at_peak.get("temporaries", 0)) // t
     cuda_graphs = engine.cuda_graphs

@@ -71,6 +71,11 @@ LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 UNALIKE_FIELDS = ("first_k_dense_replace", "mlp_only_layers", "moe_layer_freq", "no_rope_layers",
                   "cross_attention_layers", "dense_layers")
 
+# A quantised checkpoint's linear weights: bytes kept per traced (16-bit) byte, and the GEMM operands'
+# dtype (gpucast.formats.ELEMENT_BYTES: NVFP4's 16-element blocks carry an FP8 scale each).
+QUANT_SHARE = {"fp8": 0.5, "nvfp4": (0.5 + 1.0 / 16) / 2}
+QUANT_DTYPE = {"fp8": "float8_e4m3fn", "nvfp4": "float4_e2m1fn_x2"}
+
 
 # The grid points by exponent: GRID_STEP ** k rounded (k up to 2 ** 64 tokens; a table instead of two
 # powers per call, the same values).
@@ -107,8 +112,8 @@ class IterationModel:
         self.t = tensor
         self.e = expert
         self.weight_scale = {"auto": 1.0, "int8": 0.5, "int4": 0.25}[weights or "auto"]
-        if self.weight_scale == 1.0 and job.precision == "fp8":  # FP8 weights (W8A8): one byte each
-            self.weight_scale = 0.5
+        if self.weight_scale == 1.0 and job.precision in QUANT_SHARE:  # FP8 / NVFP4 checkpoints (W8A8, W4A4)
+            self.weight_scale = QUANT_SHARE[job.precision]
         self.kv_scale = 0.5 if kv_fp8 else 1.0
         self.shape = model_shape(job)
         self.cache = "paged" if engine.paged else "dynamic"
@@ -142,7 +147,7 @@ class IterationModel:
     def _quantised(self, trace):
         if self.weight_scale == 1.0:
             return trace
-        fp8 = self.job.precision == "fp8"   # W8A8: the GEMMs on the FP8 tensor cores (kernels.math_peak)
+        low = QUANT_DTYPE.get(self.job.precision)   # W8A8 / W4A4: the GEMMs on those tensor cores (kernels.math_peak)
         ops = []
         for o in trace.ops:
             if o.category == "matmul" and len(o.shapes) >= 2 and len(o.shapes[1]) == 2:
@@ -150,7 +155,7 @@ class IterationModel:
                 size = o.bytes_read / max(1, sum(math.prod(s) for s in o.shapes[:2]))
                 cut = int(k * n * size * (1 - self.weight_scale))
                 o = dataclasses.replace(o, bytes_read=max(0, o.bytes_read - cut),
-                                        **({"dtype": "float8_e4m3fn"} if fp8 else {}))
+                                        **({"dtype": low} if low else {}))
             ops.append(o)
         return dataclasses.replace(trace, ops=ops)
 

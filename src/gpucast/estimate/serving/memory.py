@@ -55,13 +55,14 @@ class ServingMemory:
                 "kv_cache_tokens": self.kv_cache_tokens}
 
 
-def weight_bytes(parameter_bytes: int, parameters: int, tensor: int, weights: str, fp8_bytes: int = 0) -> int:
+def weight_bytes(parameter_bytes: int, parameters: int, tensor: int, weights: str, fp8_bytes: int = 0,
+                 share: float = 0.5) -> int:
     """Per-rank weight bytes (module docstring); ``fp8_bytes``: the traced (16-bit) bytes of the weights an
-    ``fp8`` job keeps in FP8, one byte each (all but the embedding and the head: vLLM's ``fp8`` quantises the
-    linear layers)."""
+    ``fp8`` or ``nvfp4`` job keeps quantised, ``share`` of a traced byte each (FP8 one byte a weight, NVFP4
+    4.5 bits; all but the embedding and the head: the engines quantise the linear layers)."""
     bits = WEIGHT_BITS.get(weights or "auto", 16)
     if bits == 16:
-        return int((parameter_bytes - fp8_bytes / 2) / tensor)
+        return int((parameter_bytes - fp8_bytes * (1 - share)) / tensor)
     packed = parameters * bits / 8 + parameters / QUANT_GROUP * 2 * 2  # weights + fp16 scale and zero per group
     return int(packed / tensor)
 
