@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 SYMBOLS = {"E": "the embedding", "t": "a decoder layer", "m": "a multi-token-prediction depth",
            "L": "the output layer and the loss"}
@@ -46,9 +47,15 @@ class LayoutError(ValueError):
 
 
 def parse(text: str) -> tuple[str, ...]:
-    """The virtual stages of a layout string (module docstring), each a string of ``EtmL``."""
+    """The virtual stages of a layout string (module docstring), each a string of ``EtmL``; parsed once
+    per string (the spec, its checks and the estimator each ask)."""
     if not isinstance(text, str) or not text.strip():
         raise LayoutError("a layout such as 'Et*3|(tt|)*29,m|L' (E embedding, t layer, m MTP, L loss, | between stages)")
+    return _parse(text)
+
+
+@lru_cache(maxsize=256)
+def _parse(text: str) -> tuple[str, ...]:
     flat, _ = _sequence(text, 0, 0)
     stages = tuple("".join(flat).split("|"))
     for sym, where, name in (("E", 0, "first"), ("L", len(stages) - 1, "last")):

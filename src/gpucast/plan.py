@@ -312,8 +312,7 @@ def _check_layout(par, mode: str) -> None:
                         "'parallel.embedding_in_split'/'loss_in_split'")
     if par.pipeline_layout:
         n, p = len(layout_stages(par.pipeline_layout)), par.pipeline or 1
-        v = par.virtual_pipeline or (n // p if n % p == 0 else 0)
-        if n != p * v:
+        if n != p * (par.virtual_pipeline or par._layout_chunks()):
             raise SpecError(f"field 'parallel.pipeline_layout' has {n} stages, not pipeline x virtual_pipeline "
                             f"({p} x {par.virtual_pipeline or 1})")
 

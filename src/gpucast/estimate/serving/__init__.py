@@ -17,11 +17,10 @@ prefix.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 
-from gpucast.estimate.serving.bench import trtllm_bench_sizes
+from gpucast.estimate.serving import bench
 from gpucast.estimate.serving.engines import resolve
 from gpucast.estimate.serving.iteration import QUANT_SHARE, iteration_model, model_job
 from gpucast.estimate.comm import Links
@@ -172,15 +171,8 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     kv_fp8 = serve.kv_cache_dtype == "fp8"
     kv_rank = kv_per_rank(kv_bytes_per_token(job, 1 if kv_fp8 else None), shape["kv_heads"], t)
     kv_token = stage_kv(kv_rank, lay)
-    sized = None
-    if (engine.name == "trtllm" and engine.release not in ("", "0.11") and serve.load == "static"
-            and serve.max_num_seqs is None and serve.max_num_batched_tokens is None):   # trtllm-bench's (.bench)
-        per_weight = {"int8": 1.0, "int4": 0.5}.get(serve.weights or "auto",
-                                                    {"fp8": 1.0, "nvfp4": 0.5}.get(job.precision, 2.0))
-        sized = trtllm_bench_sizes(shape["parameters"], per_weight, kv_rank * t, gpu.memory_bytes, t, lay.pipeline,
-                                   float(req.prompt.mean()), float(req.output.mean()))
-        engine = replace(engine, max_num_seqs=sized[0], max_num_batched_tokens=sized[1], graph_max_batch=sized[0],
-                         chunked_prefill=True)   # the bench chunks context (its 20k-token prompts ran under 2k caps)
+    engine, sized_note = bench.sized(engine, serve, job.precision, shape["parameters"], kv_rank * t, gpu.memory_bytes,
+                                     t, lay.pipeline, float(req.prompt.mean()), float(req.output.mean()))
     if engine.paged:
         chunk = int(min(engine.max_num_batched_tokens, max(req.prompt.max(), 1)))
         act_tr = trace_iteration(model_job(job), 1, chunk, 0, "paged")
@@ -226,9 +218,9 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
         "iterations": res.iterations, "gpu_busy_share": min(1.0, res.busy_s / makespan) if makespan > 0 else 0.0,
         "memory": mem.to_dict(), "finished": int(done.sum()), "tensor": t, "pipeline": lay.pipeline,
         "replicas": lay.replicas, "expert": lay.expert,
-        "notes": list(res.notes) + ([f"TensorRT-LLM {engine.release} sized as trtllm-bench throughput does: max "
-                                     f"batch {sized[0]}, max tokens {sized[1]}"] if sized else []) + ([f"{req.clipped} of {len(req)} drawn requests were longer than the model's "
-                                     f"context and were cut to it"] if getattr(req, "clipped", 0) else []),
+        "notes": list(res.notes) + ([sized_note] if sized_note else [])
+        + ([f"{req.clipped} of {len(req)} drawn requests were longer than the model's context and were cut to it"]
+           if getattr(req, "clipped", 0) else []),
         "arrival_span_s": float(arrival.max() - arrival.min()) if len(arrival) else 0.0,
         "mean_context": round(res.mean_context, 1), "peak_kv_tokens": int(res.peak_kv_tokens),
     }

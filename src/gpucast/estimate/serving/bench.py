@@ -29,27 +29,21 @@ hybrid Mamba models' extra state in the tool's estimate.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
-GIB = 1024 ** 3
 CACHE_SHARE = 0.95          # calc_engine_setting's kv_cache_gpu_mem_fraction default
 MAX_REQUESTS = 4096         # finetune_setting: total batch cap (decoder buffers)
 MAX_TOKENS = 32768          # finetune_setting: num-tokens cap (activation buffers)
+# finetune_setting's rounding: (below this, round up to a multiple of this) rungs, then the floor
+BATCH_RUNGS, BATCH_FLOOR = ((256, 32), (1024, 128), (math.inf, 256)), 64
+TOKEN_RUNGS, TOKEN_FLOOR = ((4096, 256), (8192, 512), (math.inf, 1024)), 2048
+# Bytes a weight as the tool counts them (its BYTES_PER_ELEM: NVFP4's block scales left out)
+WEIGHT_BYTES = {"fp8": 1.0, "nvfp4": 0.5}
 
 
-def _round_batch(raw: float) -> int:
-    if raw < 256:
-        return max(64, 32 * math.ceil(raw / 32))
-    if raw < 1024:
-        return 128 * math.ceil(raw / 128)
-    return 256 * math.ceil(raw / 256)
-
-
-def _round_tokens(raw: float) -> int:
-    if raw < 4096:
-        return max(2048, 256 * math.ceil(raw / 256))
-    if raw < 8192:
-        return 512 * math.ceil(raw / 512)
-    return 1024 * math.ceil(raw / 1024)
+def _round_up(raw: float, rungs, floor: int) -> int:
+    step = next(m for below, m in rungs if raw < below)
+    return max(floor, step * math.ceil(raw / step))
 
 
 def trtllm_bench_sizes(parameters: float, weight_bytes: float, kv_token_bytes: float, gpu_memory_bytes: float,
@@ -62,4 +56,24 @@ def trtllm_bench_sizes(parameters: float, weight_bytes: float, kv_token_bytes: f
     requests = CACHE_SHARE * available / max(kv_token_bytes * (input_len + output_len), 1.0)
     raw_bs = min(requests, MAX_REQUESTS) / pipeline
     raw_tokens = min(raw_bs * (1 + input_len / max(output_len, 1.0)), MAX_TOKENS)
-    return _round_batch(raw_bs), _round_tokens(raw_tokens)
+    return _round_up(raw_bs, BATCH_RUNGS, BATCH_FLOOR), _round_up(raw_tokens, TOKEN_RUNGS, TOKEN_FLOOR)
+
+
+def sized(engine, serve, precision: str, parameters: float, kv_token_bytes: float, gpu_memory_bytes: float,
+          tensor: int, pipeline: int, input_len: float, output_len: float):
+    """(the engine as ``trtllm-bench throughput`` runs it, a note), or ``(engine, None)`` where the tool's
+    sizing does not apply: another engine or release than TensorRT-LLM 1.0's, a load that is not all at
+    once, or caps the job sets itself (module docstring)."""
+    from gpucast.estimate.serving.memory import WEIGHT_BITS
+
+    if (engine.name != "trtllm" or engine.release in ("", "0.11") or serve.load != "static"
+            or serve.max_num_seqs is not None or serve.max_num_batched_tokens is not None):
+        return engine, None
+    weights = serve.weights or "auto"
+    per_weight = WEIGHT_BITS[weights] / 8 if weights != "auto" else WEIGHT_BYTES.get(precision, 2.0)
+    batch, tokens = trtllm_bench_sizes(parameters, per_weight, kv_token_bytes, gpu_memory_bytes, tensor, pipeline,
+                                       input_len, output_len)
+    note = (f"TensorRT-LLM {engine.release} sized as trtllm-bench throughput does: max batch {batch}, "
+            f"max tokens {tokens}")
+    return replace(engine, max_num_seqs=batch, max_num_batched_tokens=tokens, graph_max_batch=batch,
+                   chunked_prefill=True), note

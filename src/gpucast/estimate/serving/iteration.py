@@ -45,6 +45,7 @@ import numpy as np
 
 from gpucast.estimate.comm import Group, Links, collective_time
 from gpucast.estimate.kernels import kernel_times
+from gpucast.formats import ELEMENT_BYTES
 from gpucast.estimate.serving.experts import ITEMSIZE, routed
 from gpucast.plan import Parallel
 
@@ -71,9 +72,9 @@ LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 UNALIKE_FIELDS = ("first_k_dense_replace", "mlp_only_layers", "moe_layer_freq", "no_rope_layers",
                   "cross_attention_layers", "dense_layers")
 
-# A quantised checkpoint's linear weights: bytes kept per traced (16-bit) byte, and the GEMM operands'
-# dtype (gpucast.formats.ELEMENT_BYTES: NVFP4's 16-element blocks carry an FP8 scale each).
-QUANT_SHARE = {"fp8": 0.5, "nvfp4": (0.5 + 1.0 / 16) / 2}
+# A quantised checkpoint's linear weights: bytes kept per traced (16-bit) byte (gpucast.formats.ELEMENT_BYTES:
+# NVFP4's 16-element blocks carry an FP8 scale each), and the GEMM operands' dtype.
+QUANT_SHARE = {p: ELEMENT_BYTES[p] / 2 for p in ("fp8", "nvfp4")}
 QUANT_DTYPE = {"fp8": "float8_e4m3fn", "nvfp4": "float4_e2m1fn_x2"}
 
 
