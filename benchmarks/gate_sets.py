@@ -300,6 +300,6 @@ SETS = {
     "llm-inference-bench": (llm_inference, "LLM-Inference-Bench vLLM / TensorRT-LLM, A100-40GB (40 of 491)"),
     "nemo-h100": (nemo, "NeMo 24.07 Megatron-Core FP8 training, 8-512 H100 (10 of 18, even over pre-training, SFT, LoRA)"),
     "trtllm-v1": (trtllm_v1, "TensorRT-LLM v1.0 maximum throughput (trtllm-bench), H100-GB200 and RTX PRO 6000 "
-                             "(8 of the 106 expressible rows, every row counted for answered %)"),
+                             "(8 of the 178 expressible rows, every row counted for answered %)"),
     "kernel-checks": (kernel_checks, "published GEMM / attention throughputs, A100-B200"),
 }

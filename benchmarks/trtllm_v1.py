@@ -14,9 +14,15 @@ concurrency or rate (all at once: gpucast then sizes the batch as ``trtllm-bench
 cache (NVIDIA's ModelOpt checkpoints quantise the KV cache too; assumed for every row, the page does not
 say).
 
+The MoE models (Qwen3-30B-A3B, Qwen3-235B-A22B, Llama-4 Scout and Maverick) ran as the page's MoE
+command has them: ``--ep $ep_size`` with ``enable_attention_dp: true`` (the page nests it under
+``cuda_graph_config``; taken as meant). The page does not print ``$ep_size`` per row; ``ep = tp`` is
+assumed (NVIDIA's usual MoE mapping, "DEP"), so a MoE row with ``tp > 1`` is ``parallel.expert = tp`` and
+``parallel.attention_dp: true``.
+
 A row is **not answered** (:func:`unanswered`, with the reason in the table) where gpucast cannot express
-it yet: the MoE models, which the page ran with attention data parallelism (not modelled). What the answered rows give: output tokens/s MdAPE and
-median predicted / measured, per GPU and over all; ``--limit N`` predicts every N-th answered row only.
+it yet. What the answered rows give: output tokens/s MdAPE and median predicted / measured, per GPU and
+over all; ``--limit N`` predicts every N-th answered row only.
 
     .venv/bin/python benchmarks/trtllm_v1.py [--data data/measured/trtllm-perf-overview-v1.0] [--limit N]
 """
@@ -45,6 +51,26 @@ MODELS = {  # the models' published config.json shapes (Hugging Face hub)
     "meta-llama/Llama-3.1-405B": dict(_LLAMA3, hidden_size=16384, intermediate_size=53248, num_hidden_layers=126,
                                       num_attention_heads=128),
 }
+_QWEN3_MOE = dict(model_type="qwen3_moe", hidden_act="silu", rms_norm_eps=1e-6, tie_word_embeddings=False,
+                  vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0, num_experts=128,
+                  num_experts_per_tok=8, norm_topk_prob=True, head_dim=128, num_key_value_heads=4)
+_LLAMA4 = dict(model_type="llama4_text", hidden_act="silu", rms_norm_eps=1e-5, tie_word_embeddings=False,
+               vocab_size=202048, rope_theta=500000.0, hidden_size=5120, intermediate_size=8192,
+               intermediate_size_mlp=16384, num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8,
+               head_dim=128, num_experts_per_tok=1, attention_chunk_size=8192)
+MODELS.update({
+    "Qwen/Qwen3-30B-A3B": dict(_QWEN3_MOE, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                               num_hidden_layers=48, num_attention_heads=32),
+    "Qwen/Qwen3-235B-A22B": dict(_QWEN3_MOE, hidden_size=4096, intermediate_size=12288, moe_intermediate_size=1536,
+                                 num_hidden_layers=94, num_attention_heads=64),
+    # Llama-4's text configs (the text_config of the published config.json)
+    "meta-llama/Llama-4-Scout-17B-16E": dict(_LLAMA4, num_local_experts=16, interleave_moe_layer_step=1,
+                                             max_position_embeddings=10485760, use_qk_norm=True),
+    "meta-llama/Llama-4-Maverick-17B-128E": dict(_LLAMA4, num_local_experts=128, interleave_moe_layer_step=2,
+                                                 max_position_embeddings=1048576, use_qk_norm=False),
+})
+MOE = {"Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-235B-A22B", "meta-llama/Llama-4-Scout-17B-16E",
+       "meta-llama/Llama-4-Maverick-17B-128E"}
 PRECISIONS = {"fp8": "fp8", "fp4": "nvfp4"}   # the checkpoint's format -> gpucast's precision
 MEM_FRACTION = 0.95           # the page's kv_cache_free_gpu_mem_fraction
 
@@ -61,7 +87,7 @@ def read(data: Path = DATA) -> list[dict]:
 
 def unanswered(row: dict) -> str | None:
     if row["model"] not in MODELS:
-        return "MoE with attention data parallelism (not modelled)"
+        return "model not described here"
     if row["precision"] not in PRECISIONS:
         return f"{row['precision']} serving (not modelled)"
     return None
@@ -71,6 +97,8 @@ def job_of(row: dict):
     from gpucast.job import Job
 
     par = {k: v for k, v in (("tensor", row["tp"]), ("pipeline", row["pp"])) if v > 1}
+    if row["model"] in MOE and row["tp"] > 1:   # the page's MoE command: --ep with attention DP (docstring)
+        par.update(expert=row["tp"], attention_dp=True)
     return Job.from_hf_config(
         MODELS[row["model"]], batch_size=row["num_requests"], mode="serve", precision=PRECISIONS[row["precision"]],
         gpus=row["gpus"], parallel=par or None,

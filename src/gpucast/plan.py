@@ -62,6 +62,12 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
   MoE parallel folding, the experts over *e* ranks, each token's hidden state sent to its experts'
   ranks and back by all-to-alls (:mod:`gpucast.estimate.parallel.experts`); ``e x expert_tensor``
   must divide ``gpus / pipeline`` (checked here) and *e* the model's experts (checked with the model);
+* ``attention_dp``: attention data-parallel over the tensor-parallel ranks of a served model
+  (TensorRT-LLM's ``enable_attention_dp``, SGLang's ``--enable-dp-attention``; vLLM's
+  ``--data-parallel-size d --enable-expert-parallel`` is ``tensor: d`` with it): each rank keeps every
+  weight but the routed experts' and serves its own requests from its own KV cache; the MoE layers
+  stay spread over the ranks (``expert``), the tokens gathered to them and their outputs scattered
+  back (:mod:`gpucast.estimate.serving.stages`); unset: off;
 * ``expert_tensor``: expert-tensor-parallel degree of training (each expert's width split over
   that many ranks; unset: the tensor degree, Megatron-LM's default); serving's is ``tensor / expert``;
 * ``expert_dispatcher``: how a trained MoE layer's tokens reach their experts' ranks,
@@ -175,7 +181,7 @@ _INT_FIELDS = {
     "gpus_per_node": (1, MAX_NVLINK_DOMAIN, f"an integer between 1 and {MAX_NVLINK_DOMAIN}"),
 }
 _BOOL_FIELDS = ("sequence", "tp_overlap", "ep_overlap", "pp_overlap", "dp_overlap", "embedding_in_split",
-                "loss_in_split")
+                "loss_in_split", "attention_dp")
 
 
 @dataclass(frozen=True)
@@ -211,6 +217,7 @@ class Parallel(_Spec):
     pipeline_layout: str | None = field(default=None, repr=False)
     embedding_in_split: bool | None = field(default=None, repr=False)
     loss_in_split: bool | None = field(default=None, repr=False)
+    attention_dp: bool | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.recompute_modules, str):
@@ -339,6 +346,9 @@ def check_job(job) -> None:
     if job.mode == "serve" and par.expert_tensor is not None:
         raise SpecError("field 'parallel.expert_tensor' applies to training: a served model's experts are split "
                         "tensor / expert ways")
+    if par.attention_dp and job.mode != "serve":
+        raise SpecError("field 'parallel.attention_dp' splits a served model's requests over its tensor-parallel "
+                        "ranks: it applies to mode 'serve'")
     if job.mode == "infer" and e > 1:
         raise SpecError("field 'parallel.expert' applies to training and serving (mode 'train' or 'serve')")
     if job.mode == "train" and (job.gpus // p) % (e * etp):

@@ -47,6 +47,20 @@ def test_an_expert_parallel_plan_over_http(client):
     assert plan["step_breakdown_s"]["expert_parallel_comm_s"] > 0
 
 
+def test_a_served_moe_with_attention_data_parallelism_over_http(client):
+    moe = dict(model_type="qwen3_moe", hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
+               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, num_experts=8, num_experts_per_tok=2,
+               vocab_size=256, max_position_embeddings=2048)
+    parallel = {"tensor": 4, "expert": 4, "attention_dp": True}
+    body = {"hf_config": moe, "batch_size": 16, "precision": "bf16", "mode": "serve", "gpu": "h100", "gpus": 4,
+            "parallel": parallel, "serve": {"input_len": 64, "output_len": 8}}
+    r = client.post("/v1/predict", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["job"]["parallel"] == parallel and r.json()["serving"]["attention_dp"] is True
+    r = client.post("/v1/predict", json={**body, "mode": "train", "serve": None})
+    assert r.status_code == 422 and "attention_dp" in str(r.json()["detail"])
+
+
 def test_adapters_round_trip_through_the_schema(client):
     r = client.post("/v1/predict", json={**BASE, "precision": "amp-bf16",
                                          "adapter": {"kind": "lora", "rank": 4, "targets": ["q_proj", "v_proj"]}})

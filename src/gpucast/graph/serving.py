@@ -90,6 +90,7 @@ import torch
 
 from gpucast import imports
 from gpucast.graph.blocks import BlockWatch, experts_of, find_blocks, heads_of
+from gpucast.graph import routed_experts
 from gpucast.graph.mirror import CudaMirror
 from gpucast.graph.serving_caches import cache_tensors, dynamic_cache, paged_cache
 from gpucast.graph.trace import Trace
@@ -211,14 +212,16 @@ def kv_bytes_per_token(job, kv_dtype_bytes: int | None = None) -> int:
 def model_shape(job) -> dict:
     """``{'layers', 'hidden', 'heads', 'kv_heads', 'head_dim', 'vocab', 'intermediate',
     'max_context', 'experts', 'experts_per_token', 'tied', 'cache_k_dim', 'cache_v_dim', 'mla',
-    'parameters'}`` of the job's HF config; ``max_context`` is ``max_position_embeddings``, ``experts``
+    'parameters', 'expert_parameters', 'moe_layers'}`` of the job's HF config; ``max_context`` is ``max_position_embeddings``, ``experts``
     ``num_local_experts``, ``num_experts`` or ``n_routed_experts`` (0 for a dense model), ``tied`` whether
     the head shares the embedding's weights, ``cache_k_dim``/``cache_v_dim`` what a token's cache holds
     per K/V head (``head_dim``; MLA: the latent and the rotary key, one "head"), ``mla`` MLA's dims
     (``lora``, ``rope``, ``nope``, ``v``; None without it), ``parameters`` the count of the meta-built model
-    (built once per config and precision, cached)."""
+    (built once per config and precision, cached), ``expert_parameters`` those of the routed experts (the
+    ``(E, in, out)`` weights of transformers' MoE layers) and ``moe_layers`` the modules holding them."""
     shape = _shape_of(_hf_config(job))
-    shape["parameters"] = _model(job).parameters
+    built = _model(job)
+    shape.update(parameters=built.parameters, expert_parameters=built.expert_parameters, moe_layers=built.moe_layers)
     return shape
 
 
@@ -230,6 +233,8 @@ class _Model:
     parameters: int
     parameter_bytes: int
     param_tensors: int
+    expert_parameters: int
+    moe_layers: int
     modules: int
     cache_kw: str  # "cache" (transformers >= 5) or "past_key_values"
     logits_kw: str | None  # "logits_to_keep" or "num_logits_to_keep"; None: the model keeps all
@@ -285,9 +290,13 @@ def _build(job) -> _Model:
         if weights is not None:
             model = model.to(weights)
     model.eval()
+    routed_experts.route(model)   # Llama-4's experts as the engines run them, not over every expert
     if model.config._attn_implementation == hf._ATTN:  # SDPA: ours adds the cache's masks (module docstring)
         model.config._attn_implementation = _ATTN
     params = list(model.parameters())
+    experts = shape.get("experts") or 0
+    holders = [m for m in model.modules()
+               if experts and any(p.ndim == 3 and p.shape[0] == experts for p in m.parameters(recurse=False))]
     names = inspect.signature(model.forward).parameters
     logits_kw = next((n for n in ("logits_to_keep", "num_logits_to_keep") if n in names), None)
     return _Model(
@@ -295,6 +304,8 @@ def _build(job) -> _Model:
         parameters=sum(p.numel() for p in params),
         parameter_bytes=sum(p.numel() * p.element_size() for p in params),
         param_tensors=len(params), modules=sum(1 for _ in model.modules()),
+        expert_parameters=sum(p.numel() for m in holders for p in m.parameters(recurse=False)),
+        moe_layers=len(holders),
         cache_kw="cache" if "cache" in names else "past_key_values", logits_kw=logits_kw,
     )
 

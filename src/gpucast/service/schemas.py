@@ -128,6 +128,10 @@ class ParallelSpec(BaseModel):
                                                                        "pipeline split (training).")
     loss_in_split: Optional[StrictBool] = Field(None, description="Count the loss as a layer in the even pipeline "
                                                                   "split (training).")
+    attention_dp: Optional[StrictBool] = Field(None, description="Serving: attention data-parallel over the tensor "
+                                                                 "ranks, each its own requests and KV cache, the MoE "
+                                                                 "layers expert-parallel over them (TensorRT-LLM's "
+                                                                 "enable_attention_dp).")
     offload: Optional[StrictInt] = Field(None, description="Layers of each pipeline stage whose saved activations "
                                                            "go to host memory (training; Megatron-Core's "
                                                            "--cpu-offloading-num-layers).")

@@ -92,7 +92,7 @@ def _links(gpu, job) -> tuple[Links, int]:
 def _run(req: Requests, cost, engine, kv_tokens: int, serve: Serve, batch: int, lay: Layout) -> RunResult:
     """The run of every replica and pipeline stream (:mod:`.stages`), merged into one result."""
     if engine.continuous:
-        streams = lay.replicas * lay.streams
+        streams = lay.replicas * lay.dp * lay.streams   # attention-DP ranks are schedulers of their own
         if serve.load == "closed":  # a stream per client at most
             streams = min(streams, serve.concurrency)
         seqs = max(1, engine.max_num_seqs // lay.streams)
@@ -123,7 +123,7 @@ def _run(req: Requests, cost, engine, kv_tokens: int, serve: Serve, batch: int, 
     # streams of one replica share its GPUs (each busy for its stage of every stream); replicas have their own
     per_replica = lay.streams if engine.continuous else 1
     return RunResult(
-        start, first, finish, its, sum(r.busy_s for r in subs) / lay.replicas,
+        start, first, finish, its, sum(r.busy_s for r in subs) / (lay.replicas * lay.dp),
         max(r.max_batch for r in subs),
         sum(r.mean_batch * r.iterations for r in subs) / its if its else 0.0,
         sum(r.preemptions for r in subs), notes,
@@ -135,7 +135,7 @@ def staged_cost(job, gpu, engine, env, cfg, lay: Layout, shape: dict):
     """The cost of one iteration of a stream of the deployment (:mod:`.iteration` under :mod:`.stages`)."""
     serve = job.serve or Serve()
     model = iteration_model(job, gpu, engine, env, cfg, lay.tensor, serve.weights, serve.kv_cache_dtype == "fp8",
-                            lay.expert)
+                            lay.expert, lay.attention_dp)
     if lay.pipeline <= 1:
         return model.cost
     links, per_node = _links(gpu, job)
@@ -161,6 +161,9 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     shape = model_shape(job)
     lay = layout(job, shape)
     t = lay.tensor
+    if lay.attention_dp and not engine.continuous:
+        raise JobError(f"field 'parallel.attention_dp' needs an engine with its own scheduler per rank (vllm, sglang "
+                       f"or trtllm), not '{engine.name}'")
     if shape.get("mla") and engine.name == "hf":
         raise JobError("engine 'hf' with multi-head latent attention (kv_lora_rank): transformers decompresses "
                        "the whole cache every step, which is not modelled; choose vllm, sglang or trtllm")
@@ -169,9 +172,11 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
                        f"request_rate, or choose vllm, sglang or trtllm")
     req = requests_of(job, serve, shape["max_context"] or (1 << 30))
     kv_fp8 = serve.kv_cache_dtype == "fp8"
-    kv_rank = kv_per_rank(kv_bytes_per_token(job, 1 if kv_fp8 else None), shape["kv_heads"], t)
+    kv_token_bytes = kv_bytes_per_token(job, 1 if kv_fp8 else None)
+    kv_rank = kv_per_rank(kv_token_bytes, shape["kv_heads"], lay.attention_tensor)
     kv_token = stage_kv(kv_rank, lay)
-    engine, sized_note = bench.sized(engine, serve, job.precision, shape["parameters"], kv_rank * t, gpu.memory_bytes,
+    engine, sized_note = bench.sized(engine, serve, job.precision, shape["parameters"],
+                                     kv_per_rank(kv_token_bytes, shape["kv_heads"], t) * t, gpu.memory_bytes,
                                      t, lay.pipeline, float(req.prompt.mean()), float(req.output.mean()))
     if engine.paged:
         chunk = int(min(engine.max_num_batched_tokens, max(req.prompt.max(), 1)))
@@ -181,10 +186,17 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
                                  "dynamic")
     ends = shape["vocab"] * shape["hidden"] * 2 * (1 if shape.get("tied") else 2)  # embedding and head, 16-bit
     low = max(0, act_tr.parameter_bytes - ends) if job.precision in QUANT_SHARE else 0   # quantised linear weights
-    weights = stage_weights(weight_bytes(act_tr.parameter_bytes, shape["parameters"], t, serve.weights, low,
-                                         QUANT_SHARE.get(job.precision, 0.5)),
-                            shape["parameters"], shape, lay)  # the traced model's bytes
-    activations = int(act_tr.memory.at_peak.get("activations", 0) + act_tr.memory.at_peak.get("temporaries", 0)) // t
+    share = QUANT_SHARE.get(job.precision, 0.5)
+    if lay.attention_dp:   # every weight on every rank but the routed experts', 1/t of those (.stages)
+        whole = weight_bytes(act_tr.parameter_bytes, shape["parameters"], 1, serve.weights, low, share)
+        per_linear = max(0, whole - ends) / max(1, shape["parameters"] - ends // 2)   # bytes a linear weight
+        experts = shape.get("expert_parameters", 0) * per_linear
+        rank_weights = int(whole - experts * (1 - 1 / t))
+    else:
+        rank_weights = weight_bytes(act_tr.parameter_bytes, shape["parameters"], t, serve.weights, low, share)
+    weights = stage_weights(rank_weights, shape["parameters"], shape, lay)  # the traced model's bytes
+    activations = int(act_tr.memory.at_peak.get("activations", 0)
+                      + act_tr.memory.at_peak.get("temporaries", 0)) // lay.attention_tensor
     cuda_graphs = engine.cuda_graphs
     mem = plan(gpu.memory_bytes, weights, kv_token, activations, context_bytes, engine, cuda_graphs)
     cost = staged_cost(job, gpu, engine, env, cfg, lay, shape)
@@ -217,7 +229,7 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
         "max_batch": res.max_batch, "mean_batch": round(res.mean_batch, 2), "preemptions": res.preemptions,
         "iterations": res.iterations, "gpu_busy_share": min(1.0, res.busy_s / makespan) if makespan > 0 else 0.0,
         "memory": mem.to_dict(), "finished": int(done.sum()), "tensor": t, "pipeline": lay.pipeline,
-        "replicas": lay.replicas, "expert": lay.expert,
+        "replicas": lay.replicas, "expert": lay.expert, "attention_dp": lay.attention_dp,
         "notes": list(res.notes) + ([sized_note] if sized_note else [])
         + ([f"{req.clipped} of {len(req)} drawn requests were longer than the model's context and were cut to it"]
            if getattr(req, "clipped", 0) else []),

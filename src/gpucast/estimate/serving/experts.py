@@ -19,8 +19,13 @@ random (balanced routers; a trained router's skew is not modelled):
   replicated over the tensor-parallel group before the layer and summed after it, so the
   communication is tensor parallelism's all-reduce either way.
 
-Not modelled: routing skew (hot experts), shared experts' separate GEMMs beyond what the trace has,
-all-to-all dispatch with data-parallel attention (expert parallelism across replicas).
+* **attention data parallelism** (``parallel.attention_dp``, :mod:`.stages`): each of the ``t`` ranks
+  brings its own ``n`` tokens, and the MoE layer runs all ``t n`` of them over the ranks' experts as
+  above (``routed(..., ranks=t)``); the tokens are gathered to the ranks and the outputs
+  reduce-scattered back (:mod:`.iteration`).
+
+Not modelled: routing skew (hot experts), redundant experts (EPLB), shared experts' separate GEMMs beyond
+what the trace has.
 """
 
 from __future__ import annotations
@@ -62,10 +67,19 @@ def busiest(experts: int, top_k: int, tokens: int, expert_degree: int) -> tuple[
             _expected_max(rows, 1.0 / expert_degree, expert_degree))
 
 
-def routed(trace, shape: dict, tensor: int, expert_degree: int, weight_scale: float = 1.0):
+def is_expert_gemm(o, shape: dict) -> bool:
+    """Whether a traced op is a MoE layer's routed-experts GEMM (``_grouped_mm`` over all ``E`` experts)."""
+    experts = shape.get("experts") or 0
+    return (bool(experts) and o.op == "_grouped_mm" and len(o.shapes) >= 2 and len(o.shapes[0]) == 2
+            and len(o.shapes[1]) == 3 and o.shapes[1][0] == experts)
+
+
+def routed(trace, shape: dict, tensor: int, expert_degree: int, weight_scale: float = 1.0, ranks: int = 1):
     """``trace`` with each MoE ``_grouped_mm`` costed as the busiest rank runs it (module docstring).
 
-    ``weight_scale``: the experts' weight bytes per fp16 byte (weight-only int8/int4: 0.5/0.25).
+    ``weight_scale``: the experts' weight bytes per fp16 byte (weight-only int8/int4: 0.5/0.25);
+    ``ranks``: how many ranks' tokens the layer takes (attention data parallelism: ``tensor``; each
+    traced for one rank's).
     The serving model divides a split op's FLOPs and bytes by ``tensor`` (its ``split``); an op under
     expert parallelism is stored at ``tensor`` times its busiest rank's share, so that the division
     leaves that share."""
@@ -75,8 +89,7 @@ def routed(trace, shape: dict, tensor: int, expert_degree: int, weight_scale: fl
     ops = []
     changed = False
     for o in trace.ops:
-        if o.op == "_grouped_mm" and len(o.shapes) >= 2 and len(o.shapes[0]) == 2 and len(o.shapes[1]) == 3 \
-                and o.shapes[1][0] == experts:
+        if is_expert_gemm(o, shape):
             rows, kdim = o.shapes[0]
             ndim = o.shapes[1][2]
             size = ITEMSIZE.get(o.dtype, 2)
@@ -85,10 +98,11 @@ def routed(trace, shape: dict, tensor: int, expert_degree: int, weight_scale: fl
             read_expert = per_expert * weight_scale
             read = min(experts, rows)
             rest = max(0, o.bytes_read - a_bytes - read * per_expert)
-            tokens = max(1, rows // k)
+            tokens = max(1, rows // k) * ranks
             hit, rank_rows = busiest(experts, k, tokens, expert_degree)
             if expert_degree <= 1:
-                o = dataclasses.replace(o, bytes_read=int(a_bytes + hit * read_expert + rest))
+                o = dataclasses.replace(o, flops=o.flops * ranks, bytes_written=o.bytes_written * ranks,
+                                        bytes_read=int(a_bytes * ranks + hit * read_expert + rest))
             else:
                 width = expert_degree / tensor  # a rank's share of an expert's width
                 share = rank_rows / max(1, rows)

@@ -13,7 +13,14 @@ each, at a mean context of ``L`` cached tokens) and prefill chunks (``p`` tokens
   cached ones, their shapes rescaled to the context asked (FLOPs grow with it, K/V bytes too);
 * **tensor parallelism** ``t``: GEMMs, attention and the fused small kernels narrowed to a rank's
   share (the kernel model's ``split``), and two all-reduces of the ``n`` tokens' hidden states per layer
-  (:func:`gpucast.estimate.comm.collective_time` over the node's links).
+  (:func:`gpucast.estimate.comm.collective_time` over the node's links);
+* **attention data parallelism** (``parallel.attention_dp``, :mod:`.stages`): ``n`` is one rank's
+  tokens, and every op but the routed experts runs whole on them; each MoE layer takes all ``t``
+  ranks' tokens (:func:`.experts.routed` with ``ranks = t``), gathered to the ranks before it and
+  reduce-scattered after it (TensorRT-LLM's default ``AllGatherReduceScatter``:
+  ``fused_moe/communication/allgather_reducescatter.py``, which quantises before the gather: the
+  tokens go in the checkpoint's activation format, :data:`DISPATCH_BYTES`, the outputs in 16 bits).
+  No all-reduce.
 
 Its wall time: with CUDA graphs (decode iterations up to the captured batch) the GPU time plus the
 engine's host time per iteration; without them (``hf``, or an eager iteration) the step gpucast's
@@ -46,7 +53,7 @@ import numpy as np
 from gpucast.estimate.comm import Group, Links, collective_time
 from gpucast.estimate.kernels import kernel_times
 from gpucast.formats import ELEMENT_BYTES
-from gpucast.estimate.serving.experts import ITEMSIZE, routed
+from gpucast.estimate.serving.experts import ITEMSIZE, is_expert_gemm, routed
 from gpucast.plan import Parallel
 
 GRID_STEP = 2 ** 0.25  # ~19 % between grid points of token counts and contexts
@@ -76,6 +83,10 @@ UNALIKE_FIELDS = ("first_k_dense_replace", "mlp_only_layers", "moe_layer_freq", 
 # NVFP4's 16-element blocks carry an FP8 scale each), and the GEMM operands' dtype.
 QUANT_SHARE = {p: ELEMENT_BYTES[p] / 2 for p in ("fp8", "nvfp4")}
 QUANT_DTYPE = {"fp8": "float8_e4m3fn", "nvfp4": "float4_e2m1fn_x2"}
+# Bytes a token's hidden element takes in an attention-DP MoE layer's gather (post-quantisation dispatch):
+# FP8 one byte; NVFP4 half a byte plus one FP8 scale per 16 elements (gpucast.formats.ELEMENT_BYTES); else 16-bit.
+DISPATCH_BYTES = {p: ELEMENT_BYTES[p] for p in ("fp8", "nvfp4")}
+COMBINE_BYTES = 2
 
 
 # The grid points by exponent: GRID_STEP ** k rounded (k up to 2 ** 64 tokens; a table instead of two
@@ -105,13 +116,15 @@ class IterationModel:
     """Costs of iterations of ``job`` on ``gpu`` under ``engine`` (module docstring)."""
 
     def __init__(self, job, gpu, engine, env, cfg, tensor: int = 1, weights: str = "auto", kv_fp8: bool = False,
-                 expert: int = 1):
+                 expert: int = 1, attention_dp: bool = False):
         from gpucast.graph.serving import model_shape
 
         job = model_job(job)  # traces depend on the model and precision only
         self.job, self.gpu, self.engine, self.env, self.cfg = job, gpu, engine, env, cfg
         self.t = tensor
         self.e = expert
+        self.dp = attention_dp and tensor > 1
+        self.attn_t = 1 if self.dp else tensor   # the ranks attention and the dense layers split over
         self.weight_scale = {"auto": 1.0, "int8": 0.5, "int4": 0.25}[weights or "auto"]
         if self.weight_scale == 1.0 and job.precision in QUANT_SHARE:  # FP8 / NVFP4 checkpoints (W8A8, W4A4)
             self.weight_scale = QUANT_SHARE[job.precision]
@@ -122,7 +135,7 @@ class IterationModel:
         self.links = Links.of(gpu, par.network_spec())
         # GPU times depend on the model, GPU, plan and whether small ops are fused, not on the engine's
         # scheduler settings: engines with their own kernels (vLLM, SGLang, TensorRT-LLM) share them
-        shared = _COSTS.setdefault((job.key, gpu, tensor, expert, self.weight_scale, self.kv_scale,
+        shared = _COSTS.setdefault((job.key, gpu, tensor, expert, self.dp, self.weight_scale, self.kv_scale,
                                     engine.name == "hf", id(env), cfg), ({}, {}))
         if len(_COSTS) > _COSTS_MAX:
             _COSTS.pop(next(iter(_COSTS)))
@@ -140,6 +153,8 @@ class IterationModel:
     def _split(self, trace) -> np.ndarray | None:
         if self.t <= 1:
             return None
+        if self.dp:   # only the routed experts are spread over the ranks (stored at t x a rank's share: .experts)
+            return np.array([float(self.t) if is_expert_gemm(o, self.shape) else 1.0 for o in trace.ops])
         # GEMMs, attention and the fused small kernels (their bytes are mostly the MLP's and the heads'
         # activations, which tensor parallelism shards) run a rank's share; the embedding is replicated
         return np.array([float(self.t) if o.category in ("matmul", "attention") or o.op == "fused_elementwise"
@@ -151,7 +166,9 @@ class IterationModel:
         low = QUANT_DTYPE.get(self.job.precision)   # W8A8 / W4A4: the GEMMs on those tensor cores (kernels.math_peak)
         ops = []
         for o in trace.ops:
-            if o.category == "matmul" and len(o.shapes) >= 2 and len(o.shapes[1]) == 2:
+            if low and is_expert_gemm(o, self.shape):   # their weight bytes are cut where they are routed (.experts)
+                o = dataclasses.replace(o, dtype=low)
+            elif o.category == "matmul" and len(o.shapes) >= 2 and len(o.shapes[1]) == 2:
                 k, n = o.shapes[1]
                 size = o.bytes_read / max(1, sum(math.prod(s) for s in o.shapes[:2]))
                 cut = int(k * n * size * (1 - self.weight_scale))
@@ -187,7 +204,8 @@ class IterationModel:
         (the whole model's unless a cut one was traced)."""
         from gpucast.surroundings import Stack
 
-        trace = self._fused(self._quantised(routed(trace, self.shape, self.t, self.e, self.weight_scale)),
+        trace = self._fused(self._quantised(routed(trace, self.shape, self.t, self.e, self.weight_scale,
+                                                   self.t if self.dp else 1)),
                             layers or self.shape["layers"])
         return trace, kernel_times(trace, self.gpu, self.job.precision, self.cfg,
                                    self.job.stack or Stack(), split=self._split(trace)).time
@@ -297,7 +315,8 @@ class IterationModel:
         return dataclasses.replace(
             op, shapes=((batch, heads, 1, d), (batch, 1, total, d), (batch, 1, total, lora)),
             out_shapes=((batch, heads, 1, lora),), flops=int(2 * batch * heads * total * (d + lora)),
-            bytes_read=int(latent * self.t + batch * heads * d * size), bytes_written=int(q_out - batch * heads * d * size))
+            bytes_read=int(latent * self.attn_t + batch * heads * d * size),
+            bytes_written=int(q_out - batch * heads * d * size))
 
     def _interp(self, fn, x: float, snap=grid):
         lo, hi, w = snap(x)
@@ -310,8 +329,17 @@ class IterationModel:
         return a + (b - a) * w
 
     def _allreduce(self, n: int) -> float:
+        """Seconds of an iteration's tensor-parallel collectives at ``n`` tokens (a rank's, under
+        attention DP: the MoE layers' gather and reduce-scatter instead; module docstring)."""
         if self.t <= 1:
             return 0.0
+        if self.dp:
+            group = Group(self.t, self.t)
+            tokens = self.t * n * self.shape["hidden"]
+            gather = collective_time("all-gather", tokens * DISPATCH_BYTES.get(self.job.precision, 2.0), group,
+                                     self.links)
+            scatter = collective_time("reduce-scatter", tokens * COMBINE_BYTES, group, self.links)
+            return self.shape.get("moe_layers", 0) * (gather + scatter)
         nbytes = n * self.shape["hidden"] * 2
         one = collective_time("all-reduce", nbytes, Group(self.t, self.t), self.links)
         return 2 * self.shape["layers"] * one
@@ -403,13 +431,14 @@ _COSTS_MAX = 64
 
 
 def iteration_model(job, gpu, engine, env, cfg, tensor: int = 1, weights: str | None = "auto",
-                    kv_fp8: bool = False, expert: int = 1) -> IterationModel:
+                    kv_fp8: bool = False, expert: int = 1, attention_dp: bool = False) -> IterationModel:
     """A shared :class:`IterationModel` (its memoised costs serve every job of the same model, GPU,
     engine and plan)."""
-    key = (model_job(job).key, gpu, engine, tensor, weights or "auto", kv_fp8, expert, id(env), cfg)
+    key = (model_job(job).key, gpu, engine, tensor, weights or "auto", kv_fp8, expert, attention_dp, id(env), cfg)
     m = _MODELS.get(key)
     if m is None:
         if len(_MODELS) >= _MODELS_MAX:
             _MODELS.pop(next(iter(_MODELS)))
-        m = _MODELS[key] = IterationModel(job, gpu, engine, env, cfg, tensor, weights or "auto", kv_fp8, expert)
+        m = _MODELS[key] = IterationModel(job, gpu, engine, env, cfg, tensor, weights or "auto", kv_fp8, expert,
+                                          attention_dp)
     return m

@@ -21,10 +21,19 @@ what is left, each a whole copy of the deployment behind a load balancer) and ``
   imbalance, each GPU busy for its stage only.
 * **Replicas** (``r``): requests go round-robin to the replicas in arrival order (a load balancer's
   default); each replica is simulated on its own share.
+* **Attention data parallelism** (``parallel.attention_dp``; TensorRT-LLM's ``enable_attention_dp``:
+  "all GEMM weights are replicated on every GPU; the KV-cache is partitioned, because different user
+  requests are routed to different DP ranks", its ``docs/source/features/parallel-strategy.md``): each
+  of the ``t`` ranks is a scheduler of its own (its ``max_num_seqs``, its KV cache, requests dealt to
+  it round-robin), holding every weight but the routed experts', which stay spread over the ranks
+  (``expert``; ``t / expert`` ways of each expert's width). The ranks step together: every MoE layer
+  takes all ranks' tokens (:mod:`.iteration`). A pipeline stage's ranks are ``t`` streams then, each
+  ``p`` deep.
 
 Not modelled: pipelines whose stages hold unequal layer counts by choice (``VLLM_PP_LAYER_PARTITION``),
-a load balancer that routes by load or by prefix, data-parallel attention with expert parallelism
-across replicas (DeepSeek's "wide EP").
+a load balancer that routes by load or by prefix, attention-DP ranks out of step (one rank's long
+prefill holding the others' MoE layers: the ranks are taken as balanced, as TensorRT-LLM's attention-DP
+balancing aims for), redundant experts (EPLB).
 """
 
 from __future__ import annotations
@@ -50,6 +59,17 @@ class Layout:
     replicas: int
     expert: int
     layers: int
+    attention_dp: bool = False
+
+    @property
+    def dp(self) -> int:
+        """Attention data-parallel ranks of a tensor group: schedulers of their own (module docstring)."""
+        return self.tensor if self.attention_dp else 1
+
+    @property
+    def attention_tensor(self) -> int:
+        """The ranks the attention and the dense layers are split over (1 under attention DP)."""
+        return 1 if self.attention_dp else self.tensor
 
     @property
     def stage_layers(self) -> int:
@@ -77,7 +97,8 @@ def layout(job, shape: dict) -> Layout:
     t = (par.tensor or 1) if par is not None else 1
     p = (par.pipeline or 1) if par is not None else 1
     e = (par.expert or 1) if par is not None else 1
-    if shape["heads"] % t:
+    dp = bool(par is not None and par.attention_dp)
+    if shape["heads"] % t and not dp:
         raise JobError(f"field 'parallel.tensor' ({t}) must divide the model's {shape['heads']} attention heads")
     if p > shape["layers"]:
         raise JobError(f"field 'parallel.pipeline' ({p}) must be at most the model's {shape['layers']} layers")
@@ -89,7 +110,8 @@ def layout(job, shape: dict) -> Layout:
                            f"spread over the tensor-parallel ranks")
         if shape["experts"] % e:
             raise JobError(f"field 'parallel.expert' ({e}) must divide the model's {shape['experts']} experts")
-    return Layout(tensor=t, pipeline=p, replicas=max(1, job.gpus // (t * p)), expert=e, layers=shape["layers"])
+    return Layout(tensor=t, pipeline=p, replicas=max(1, job.gpus // (t * p)), expert=e, layers=shape["layers"],
+                  attention_dp=dp)
 
 
 def stage_weights(weights_per_rank: int, parameters: int, shape: dict, lay: Layout) -> int:

@@ -1,0 +1,106 @@
+"""Attention data parallelism in serving (``parallel.attention_dp``) and Llama-4's experts traced as routed.
+
+Expected values come from closed forms stated per test (a Mixtral layer's expert parameters, one token's
+K/V bytes, a routed GEMM's FLOPs), or from identities that hold whatever the constants (attention DP on a
+dense model is data parallelism), not from the code's own output. Real Hugging Face model definitions,
+built on the meta device."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import Llama4TextConfig, LlamaConfig, MixtralConfig
+
+import gpucast
+from gpucast.graph.serving import trace_iteration
+from gpucast.job import Job, JobError
+
+H, FFN, LAYERS, E, K = 512, 1024, 2, 8, 2
+MOE = MixtralConfig(hidden_size=H, intermediate_size=FFN, num_hidden_layers=LAYERS, num_attention_heads=8,
+                    num_key_value_heads=2, num_local_experts=E, num_experts_per_tok=K, vocab_size=1024,
+                    max_position_embeddings=4096).to_dict()
+DENSE = LlamaConfig(hidden_size=H, intermediate_size=FFN, num_hidden_layers=4, num_attention_heads=8,
+                    num_key_value_heads=4, vocab_size=2048, max_position_embeddings=4096).to_dict()
+EXPERT_PARAMS = LAYERS * E * 3 * H * FFN   # Mixtral's experts: gate, up and down projections of each
+
+
+def _serve(cfg, gpus=1, parallel=None, batch=64, **serve):
+    return Job.from_hf_config(cfg, batch_size=batch, precision="bf16", mode="serve", gpus=gpus, parallel=parallel,
+                              serve=dict(dict(input_len=128, output_len=32, engine="vllm"), **serve))
+
+
+def test_each_rank_keeps_every_weight_but_a_share_of_the_experts():
+    one = gpucast.predict(_serve(MOE), "h100").serving["memory"]["weights_bytes"]
+    tp = gpucast.predict(_serve(MOE, gpus=4, parallel=dict(tensor=4, expert=4)), "h100").serving
+    dp = gpucast.predict(_serve(MOE, gpus=4, parallel=dict(tensor=4, expert=4, attention_dp=True)),
+                         "h100").serving
+    # bf16: two bytes a weight; the routed experts a quarter on each rank, everything else whole
+    assert dp["memory"]["weights_bytes"] == pytest.approx(one - 2 * EXPERT_PARAMS * 3 / 4, rel=1e-3)
+    assert tp["memory"]["weights_bytes"] == pytest.approx(one / 4, rel=1e-3)
+    assert dp["attention_dp"] is True and tp["attention_dp"] is False
+
+
+def test_each_rank_caches_whole_heads_of_its_own_requests():
+    one = gpucast.predict(_serve(MOE), "h100").serving["memory"]["kv_bytes_per_token"]
+    tp = gpucast.predict(_serve(MOE, gpus=2, parallel=dict(tensor=2)), "h100").serving
+    dp = gpucast.predict(_serve(MOE, gpus=2, parallel=dict(tensor=2, expert=2, attention_dp=True)),
+                         "h100").serving
+    # 2 layers x 2 KV heads x 64 dims x K and V x 2 bytes; tensor parallelism splits the heads, DP does not
+    assert one == LAYERS * 2 * 64 * 2 * 2
+    assert dp["memory"]["kv_bytes_per_token"] == one
+    assert tp["memory"]["kv_bytes_per_token"] == one // 2
+
+
+def test_attention_dp_of_a_dense_model_is_data_parallelism():
+    # no experts: nothing crosses the ranks, each a scheduler with its own cache, as two replicas are
+    dp = gpucast.predict(_serve(DENSE, gpus=2, parallel=dict(tensor=2, attention_dp=True), concurrency=16,
+                                num_requests=64), "a100-80gb").serving
+    rep = gpucast.predict(_serve(DENSE, gpus=2, concurrency=16, num_requests=64), "a100-80gb").serving
+    for key in ("output_tokens_per_s", "ttft_s", "tpot_s", "kv_cache_tokens"):
+        assert dp[key] == pytest.approx(rep[key], rel=1e-6), key
+
+
+def test_the_moe_layer_takes_every_ranks_tokens():
+    from gpucast.estimate.serving.engines import resolve
+    from gpucast.estimate.serving.iteration import IterationModel
+    from gpucast.hardware import get_gpu
+    from gpucast.estimate import EstimatorConfig
+    from gpucast.estimate.environment import Environment
+
+    job, gpu, env = _serve(MOE), get_gpu("h100"), Environment()
+    engine = resolve(job.serve, env)
+
+    def experts_flops(**kw):
+        m = IterationModel(job, gpu, engine, env, EstimatorConfig(), **kw)
+        tr, _ = m._times(m._trace(1, 2048, 0))
+        div = m._split(tr)
+        return sum(o.flops / (div[i] if div is not None else 1) for i, o in enumerate(tr.ops)
+                   if o.op == "_grouped_mm")
+    alone = experts_flops()
+    dp = experts_flops(tensor=4, expert=4, attention_dp=True)
+    # balanced routing: 4 ranks x 2,048 tokens x 2 experts over 4 ranks = one rank's 2,048 x 2 rows, at
+    # full width; the busiest rank a little more (the expected largest of four binomial counts)
+    assert alone < dp < 1.05 * alone
+
+
+def test_attention_dp_is_refused_where_it_means_nothing():
+    with pytest.raises(JobError, match="attention_dp.*mode 'serve'"):
+        Job.from_hf_config(MOE, batch_size=8, mode="train", gpus=2, parallel=dict(tensor=2, attention_dp=True))
+    with pytest.raises(JobError, match="attention_dp"):
+        gpucast.predict(_serve(MOE, gpus=2, parallel=dict(tensor=2, attention_dp=True), engine="hf"), "h100")
+
+
+LLAMA4 = Llama4TextConfig(hidden_size=H, intermediate_size=FFN, intermediate_size_mlp=2 * FFN, num_hidden_layers=2,
+                          num_attention_heads=8, num_key_value_heads=2, head_dim=64, num_local_experts=4,
+                          num_experts_per_tok=1, vocab_size=1024, max_position_embeddings=4096).to_dict()
+
+
+def test_llama4_experts_are_traced_as_the_engines_route_them():
+    job = Job.from_hf_config(LLAMA4, batch_size=1, mode="infer", precision="bf16")
+    n = 96
+    tr = trace_iteration(job, 1, n, 0, "paged")
+    grouped = [o for o in tr.ops if o.op == "_grouped_mm"]
+    assert not [o for o in tr.ops if o.op == "bmm" and o.shapes[0][0] == 4]   # no GEMM over every expert
+    assert len(grouped) == 2 * 2                                            # up and down, each MoE layer
+    assert all(o.shapes[0][0] == n * 1 for o in grouped)                     # n tokens x top-1 rows
+    # per layer: 2 n k (H x 2I) for gate and up, 2 n k (I x H) for down
+    assert sum(o.flops for o in grouped) == 2 * (2 * n * H * 2 * FFN + 2 * n * FFN * H)
