@@ -4,8 +4,8 @@
 ``generate`` calls of vLLM (2024) and TensorRT-LLM 0.11 on 1-4 A100-SXM4-40GB (NVLink, tensor
 parallelism = GPUs), fp16, batch 1-64 prompts of 128-2,048 tokens each generating as many. Each row
 becomes a ``mode: serve`` job (the model's published config.json shape, ``engine`` vllm / trtllm,
-``batch_size`` prompts submitted together, ``parallel.tensor`` = GPUs; TensorRT-LLM at
-``engine_version`` 0.11, the release measured) and its predicted
+``batch_size`` prompts submitted together, ``parallel.tensor`` = GPUs; each engine at the release
+measured: TensorRT-LLM ``engine_version`` 0.11, vLLM 0.6, gpucast's entry for 2024's vLLM) and its predicted
 ``serving["latency_s"]`` (the whole batch's wall time) is compared with the measured one.
 
 One constant per engine is fitted on this set, the one it identifies: the engine's host time per
@@ -69,6 +69,10 @@ CONFIGS = {  # the models' published config.json shapes (Hugging Face hub)
 ENGINES = {"vLLM": "vllm", "TensorRT-LLM": "trtllm"}
 
 
+# The releases the set ran (its README): TensorRT-LLM 0.11, vLLM of 2024 (gpucast's vLLM 0.6 entry).
+RELEASE = {"TensorRT-LLM": "0.11", "vLLM": "0.6"}
+
+
 def job_of(row: dict):
     from gpucast.job import Job
 
@@ -80,7 +84,7 @@ def job_of(row: dict):
                               parallel=dict(tensor=gpus) if gpus > 1 else None,
                               serve=dict(input_len=int(row["input_len"]), output_len=int(row["output_len"]),
                                          engine=ENGINES[row["framework"]],
-                                         **({"engine_version": "0.11"} if row["framework"] == "TensorRT-LLM" else {})))
+                                         engine_version=RELEASE[row["framework"]]))
 
 
 def _term(x: dict):

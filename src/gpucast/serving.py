@@ -4,7 +4,9 @@ A job with ``mode: serve`` is a decoder-only language model behind an inference 
 what requests look like (``input_len`` and ``output_len`` tokens: fixed, or ``lognormal:MEAN,SIGMA``), how
 they arrive (all ``batch_size`` prompts at once: a static batch; ``concurrency`` requests kept in flight:
 a closed loop; or ``request_rate`` per second: Poisson arrivals; ``num_requests`` in the run) and the
-engine's settings (``engine``, ``engine_version`` (:data:`ENGINE_VERSIONS`; unset: the newest modelled) and the knobs that change its speed and memory: ``max_num_seqs``,
+engine's settings (``engine``, ``engine_version`` (:data:`ENGINE_VERSIONS`; unset: the newest modelled),
+``entry`` (:data:`ENTRIES`: vLLM's defaults differ between its offline ``LLM`` class and its server) and
+the knobs that change its speed and memory: ``max_num_seqs``,
 ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``block_size``, ``cuda_graphs``,
 ``kv_cache_dtype``, ``weights`` for weight-only quantisation, ``prefix_hit_rate``). Unset fields take
 the engine's documented defaults (:mod:`gpucast.estimate.serving.engines`, each cited there).
@@ -23,7 +25,10 @@ from gpucast.surroundings import SpecError, _is_int, _is_num, _Spec
 ENGINES = ("vllm", "sglang", "trtllm", "hf")
 # Engine releases whose defaults are modelled, oldest first; the last is an engine's default
 # (gpucast.estimate.serving.engines). The other engines run the one release of theirs modelled.
-ENGINE_VERSIONS = {"trtllm": ("0.11", "1.0")}
+ENGINE_VERSIONS = {"trtllm": ("0.11", "1.0"), "vllm": ("0.6", "0.11")}
+# How a deployment is driven (vLLM's defaults depend on it): the offline LLM class or the OpenAI-compatible
+# server; unset: offline for an all-at-once load, the server for a closed loop or a request rate.
+ENTRIES = ("offline", "server")
 KV_CACHE_DTYPES = ("auto", "fp8")
 WEIGHTS = ("auto", "int8", "int4")
 MAX_TOKENS = 1 << 21  # a sanity bound on lengths (2M tokens), far past any model's context
@@ -70,6 +75,7 @@ class Serve(_Spec):
     prefix_hit_rate: float | None = None
     # out of the repr (the simulator's truth draws from a hash of it, as Parallel's newer fields)
     engine_version: str | None = field(default=None, repr=False)
+    entry: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len"):
@@ -92,6 +98,7 @@ class Serve(_Spec):
         self._check("kv_cache_dtype", self.kv_cache_dtype is None or self.kv_cache_dtype in KV_CACHE_DTYPES,
                     f"one of {', '.join(KV_CACHE_DTYPES)}")
         self._check("weights", self.weights is None or self.weights in WEIGHTS, f"one of {', '.join(WEIGHTS)}")
+        self._check("entry", self.entry is None or self.entry in ENTRIES, f"one of {', '.join(ENTRIES)}")
         if self.engine_version is not None:
             engine = self.engine or "vllm"
             versions = ENGINE_VERSIONS.get(engine)
@@ -111,6 +118,11 @@ class Serve(_Spec):
         if self.concurrency is not None:
             return "closed"
         return "static"
+
+    @property
+    def entry_point(self) -> str:
+        """``entry``, or ``offline`` for an all-at-once load and ``server`` for the others."""
+        return self.entry or ("offline" if self.load == "static" else "server")
 
 
 def check_serve_job(job) -> None:

@@ -35,9 +35,32 @@ def test_trtllm_defaults_to_its_newest_release_and_keeps_the_2024_one():
     assert old.release == "0.11" and old.max_num_seqs == 256 and not old.overlap_host
 
 
+@pytest.mark.parametrize("gpu, entry, expected", [
+    ("h100", "offline", (1024, 16384)), ("h100", "server", (1024, 8192)), ("b200", "server", (1024, 8192)),
+    ("a100-80gb", "offline", (256, 8192)), ("a100-80gb", "server", (256, 2048)), ("l4", "offline", (256, 8192)),
+])
+def test_vllm_v1_sets_its_batch_caps_by_gpu_and_entry_point(gpu, entry, expected):
+    # vllm/engine/arg_utils.py get_batch_defaults: >= 70 GiB and not an A100: 1024 sequences, 16384 tokens
+    # offline (the LLM class) and 8192 behind the server; otherwise 256 and 8192 / 2048
+    e = resolve(Serve(engine="vllm", entry=entry), gpu=get_gpu(gpu))
+    assert e.release == "0.11" and (e.max_num_seqs, e.max_num_batched_tokens) == expected
+    assert e.chunked_prefill
+
+
+def test_vllm_entry_follows_the_load_and_the_2024_release_keeps_its_caps():
+    h100 = get_gpu("h100")
+    assert resolve(Serve(engine="vllm"), gpu=h100).max_num_batched_tokens == 16384            # all at once
+    assert resolve(Serve(engine="vllm", concurrency=8), gpu=h100).max_num_batched_tokens == 8192   # a server
+    assert resolve(Serve(engine="vllm", max_num_seqs=64), gpu=h100).max_num_seqs == 64           # the job's own
+    old = resolve(Serve(engine="vllm", engine_version="0.6"), gpu=h100)
+    assert (old.max_num_seqs, old.max_num_batched_tokens) == (256, 8192)
+
+
 @pytest.mark.parametrize("serve, words", [
     (dict(engine="trtllm", engine_version="0.9"), "a modelled trtllm release: 0.11, 1.0"),
-    (dict(engine="vllm", engine_version="0.11"), "releases are modelled for trtllm only"),
+    (dict(engine="vllm", engine_version="0.9"), "a modelled vllm release: 0.6, 0.11"),
+    (dict(engine="sglang", engine_version="0.5"), "releases are modelled for trtllm, vllm only"),
+    (dict(engine="vllm", entry="batch"), "offline, server"),
 ])
 def test_an_unmodelled_release_is_one_error_line(serve, words):
     with pytest.raises(SpecError) as e:

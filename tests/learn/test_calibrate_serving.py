@@ -39,7 +39,8 @@ CONFIGS = {"meta-llama/Llama-2-7b-hf": LLAMA2_7B, "mistralai/Mistral-7B-v0.1": M
 
 def _job(cfg, batch, n_in, n_out, engine="vllm"):
     return Job.from_hf_config(cfg, batch_size=batch, precision="fp16", mode="serve",
-                              serve=dict(input_len=n_in, output_len=n_out, engine=engine))
+                              serve=dict(input_len=n_in, output_len=n_out, engine=engine,
+                                         **({"engine_version": "0.6"} if engine == "vllm" else {})))  # 2024's vLLM
 
 
 def _measured_rows():

@@ -98,8 +98,9 @@ def _terms(row, env: Environment) -> tuple[str, float, list[Term]]:
     """The row's engine, host time in force and terms (module docstring: two predictions)."""
     from gpucast.api import predict
     from gpucast.estimate.serving.engines import resolve
+    from gpucast.hardware import get_gpu
 
-    engine = resolve(row.job.serve, env)
+    engine = resolve(row.job.serve, env, get_gpu(row.gpu))
     h0 = engine.host_per_iteration_s
     at0 = _figures(predict(row.job, row.gpu, env=env))
     at1 = _figures(predict(row.job, row.gpu, env=env.with_params({f"{PER_ENGINE}:{engine.name}": h0 + STEP_S})))

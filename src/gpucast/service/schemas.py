@@ -176,7 +176,11 @@ class ServeSpec(BaseModel):
     output_len: Optional[Union[StrictInt, str]] = Field(None, description="Generated tokens (default 256).")
     engine: Optional[str] = Field(None, description="vllm | sglang | trtllm | hf (default vllm).")
     engine_version: Optional[str] = Field(None, description="The engine release whose defaults apply (trtllm: 0.11 "
-                                                            "or 1.0; default the newest modelled).")
+                                                            "or 1.0; vllm: 0.6 or 0.11; default the newest "
+                                                            "modelled).")
+    entry: Optional[Literal["offline", "server"]] = Field(None, description="vLLM's entry point: the offline LLM "
+                                                                            "class or the OpenAI server (default: "
+                                                                            "offline for an all-at-once load).")
     concurrency: Optional[StrictInt] = Field(None, description="Closed loop: requests kept in flight.")
     request_rate: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="Poisson arrivals per second.")
     num_requests: Optional[StrictInt] = None

@@ -149,7 +149,7 @@ def decode_step(job, gpu, cfg, env, batch: int, context: float) -> tuple[float, 
 
     shape = model_shape(job)
     lay = layout(job, shape)
-    return staged_cost(job, gpu, resolve(job.serve, env), env, cfg, lay, shape)(batch, batch, context, 0, 0.0)
+    return staged_cost(job, gpu, resolve(job.serve, env, gpu), env, cfg, lay, shape)(batch, batch, context, 0, 0.0)
 
 
 def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
@@ -157,7 +157,7 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     from gpucast.graph.serving import kv_bytes_per_token, model_shape, trace_iteration
 
     serve = job.serve or Serve()
-    engine = resolve(serve, env)
+    engine = resolve(serve, env, gpu)
     shape = model_shape(job)
     lay = layout(job, shape)
     t = lay.tensor

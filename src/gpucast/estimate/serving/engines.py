@@ -21,11 +21,12 @@ the job's ``serve`` fields over them (:func:`resolve`). What is modelled of an e
   vLLM and TensorRT-LLM on A100s), the prior below otherwise; a cluster's own, fitted by ``gpucast
   calibrate`` on its measured serving rows, comes with its environment (``Environment.serving_host_s``).
 
-* ``release`` (``serve.engine_version``): TensorRT-LLM's 0.11 (TensorRT engines and the C++ runtime, as
+* ``release`` (``serve.engine_version``): vLLM's 0.6 (2024's: the A100 set's) and 0.11 (the V1 engine,
+  the default: its batch caps by GPU memory and entry point, :func:`vllm_batch_defaults`); TensorRT-LLM's 0.11 (TensorRT engines and the C++ runtime, as
   the 2024 sets ran) and 1.0 (the PyTorch backend, the default: larger batches, the overlap scheduler
   hiding the host's work behind the GPU's, ``overlap_host``); :data:`RELEASES`. Under an all-at-once load
-  TensorRT-LLM 1.0 sizes its batch as ``trtllm-bench throughput`` does (:mod:`.bench`). vLLM and SGLang
-  have one modelled release each (the entries above; their V1/0.5 schedulers are not modelled yet).
+  TensorRT-LLM 1.0 sizes its batch as ``trtllm-bench throughput`` does (:mod:`.bench`). SGLang has one
+  modelled release (the entry above; 0.5's defaults by GPU memory are not modelled yet).
 
 Not modelled: speculative decoding, prefix-cache eviction policies (a hit rate is an input), LoRA
 adapters, multi-step scheduling, the engines' differences in attention kernels beyond the kernel model's
@@ -93,7 +94,19 @@ ENGINES: dict[str, Engine] = {
 
 # Releases whose defaults differ (gpucast.serving.ENGINE_VERSIONS): TensorRT-LLM 0.11 is the entry above
 # (TensorRT engines, the C++ runtime: the 2024 sets were measured on it); 1.0 runs the PyTorch backend.
+# vLLM 0.6 is the entry above (the 2024 A100 set's vLLM); 0.11 is the V1 engine, whose batch defaults
+# depend on the GPU and the entry point (vllm_batch_defaults).
 RELEASES: dict[tuple[str, str], Engine] = {
+    ("vllm", "0.6"): replace(ENGINES["vllm"], release="0.6"),
+    ("vllm", "0.11"): replace(
+        ENGINES["vllm"], release="0.11", host_per_iteration_s=2e-3,
+        source="vLLM 0.11, the V1 engine (vllm/engine/arg_utils.py, EngineArgs._set_default_args and "
+               "get_batch_defaults): chunked prefill always on; max_num_seqs / max_num_batched_tokens 1024 / "
+               "16384 for the offline LLM class and 1024 / 8192 for the OpenAI server on GPUs of 70 GiB or more "
+               "other than the A100, else 256 / 8192 and 256 / 2048; gpu_memory_utilization 0.9, blocks of 16, "
+               "CUDA graphs for decode batches up to 512; async scheduling off (its default), so the host's work "
+               "per iteration adds to the GPU's: a 2 ms prior (the 2024 fit was 2.5 ms; V1's persistent batch "
+               "and separate API process cut it)."),
     ("trtllm", "0.11"): replace(ENGINES["trtllm"], release="0.11"),
     ("trtllm", "1.0"): replace(
         ENGINES["trtllm"], release="1.0", max_num_seqs=2048, max_num_batched_tokens=8192, block_size=32,
@@ -116,12 +129,27 @@ def fitted_host() -> dict[str, float]:
 
 
 # The release the packaged host-time fit was measured on (data/serving_fit.json's source).
-FITTED_RELEASE = {"trtllm": "0.11"}
+FITTED_RELEASE = {"trtllm": "0.11", "vllm": "0.6"}
+# vLLM V1's batch defaults (vllm/engine/arg_utils.py, get_batch_defaults): (max_num_seqs,
+# max_num_batched_tokens) by entry point, on a GPU of at least LARGE_GPU_GIB that is not an A100 ("setting
+# large max_num_batched_tokens for A100 reduces throughput", PR #17885) and on the others.
+VLLM_V1_LARGE_GPU_GIB = 70
+VLLM_V1_BATCH = {True: {"offline": (1024, 16384), "server": (1024, 8192)},
+                 False: {"offline": (256, 8192), "server": (256, 2048)}}
 
 
-def resolve(serve, env=None) -> Engine:
+def vllm_batch_defaults(gpu, entry: str) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) vLLM V1 sets on ``gpu`` (a GpuSpec, or None: the smaller
+    defaults, as vLLM's own fallback when it cannot query the device) for ``entry`` (offline | server)."""
+    large = (gpu is not None and gpu.memory_bytes >= VLLM_V1_LARGE_GPU_GIB * 2**30
+             and "a100" not in gpu.name.lower())
+    return VLLM_V1_BATCH[large][entry]
+
+
+def resolve(serve, env=None, gpu=None) -> Engine:
     """The job's engine (default ``vllm``) at its release (``serve.engine_version``, default the newest
-    modelled: :data:`RELEASES`) with the ``serve`` group's settings over its defaults; its host time per
+    modelled: :data:`RELEASES`; vLLM V1's batch defaults for ``gpu`` and the entry point,
+    :func:`vllm_batch_defaults`) with the ``serve`` group's settings over its defaults; its host time per
     iteration the cluster's (``env.serving_host_s``, fitted by ``gpucast calibrate`` on serving rows),
     else the packaged fit where it was fitted on that release, else the prior."""
     from gpucast.serving import ENGINE_VERSIONS
@@ -130,6 +158,9 @@ def resolve(serve, env=None) -> Engine:
     version = (serve.engine_version if serve is not None and serve.engine_version
                else ENGINE_VERSIONS.get(name, ("",))[-1])
     e = RELEASES.get((name, version), ENGINES[name])
+    if (name, e.release) == ("vllm", "0.11"):
+        seqs, tokens = vllm_batch_defaults(gpu, serve.entry_point if serve is not None else "offline")
+        e = replace(e, max_num_seqs=seqs, max_num_batched_tokens=tokens)
     own = env.serving_host(name) if env is not None else None
     if own is not None:
         e = replace(e, host_per_iteration_s=own)
