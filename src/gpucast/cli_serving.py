@@ -9,17 +9,27 @@ def _ms(v) -> str:
     return "-" if v is None or v != v else f"{v * 1e3:.1f}"
 
 
+def _tok(v) -> str:
+    return "-" if v is None or v != v else f"{v:,.0f}"
+
+
 def serving_table(preds) -> Table:
-    """One row per GPU: engine and load, TTFT and TPOT (median, p90), end-to-end p50/p99, throughput,
-    the KV tokens that fit, the largest batch and the preemptions."""
+    """One row per GPU: engine and load, TTFT and TPOT (median, p90, p99), inter-token latency (median,
+    p99), end-to-end p50/p99, output tokens/s (the deployment's, per GPU, per user), the KV tokens that
+    fit, the largest batch and the preemptions."""
     t = Table(title="serving")
-    for col in ("gpu", "engine", "load", "requests", "latency s", "TTFT ms (p90)", "TPOT ms (p90)", "e2e p50/p99 s",
-                "out tok/s", "KV tokens", "max batch", "preempted"):
+    for col in ("gpu", "engine", "load", "requests", "latency s", "TTFT ms (p90, p99)", "TPOT ms (p90, p99)",
+                "ITL ms (p99)", "e2e p50/p99 s", "out tok/s (per GPU, per user)", "KV tokens", "max batch",
+                "preempted"):
         t.add_column(col, justify="left" if col in ("gpu", "engine", "load") else "right")
     for p in preds:
         s = p.serving
         t.add_row(p.gpu, s["engine"], s["load"], str(s["requests"]), f"{s['latency_s']:.2f}",
-                  f"{_ms(s['ttft_s'])} ({_ms(s['ttft_p90_s'])})", f"{_ms(s['tpot_s'])} ({_ms(s['tpot_p90_s'])})",
-                  f"{s['e2e_p50_s']:.2f}/{s['e2e_p99_s']:.2f}", f"{s['output_tokens_per_s']:.0f}",
+                  f"{_ms(s['ttft_s'])} ({_ms(s['ttft_p90_s'])}, {_ms(s.get('ttft_p99_s'))})",
+                  f"{_ms(s['tpot_s'])} ({_ms(s['tpot_p90_s'])}, {_ms(s.get('tpot_p99_s'))})",
+                  f"{_ms(s.get('itl_p50_s'))} ({_ms(s.get('itl_p99_s'))})",
+                  f"{s['e2e_p50_s']:.2f}/{s['e2e_p99_s']:.2f}",
+                  f"{_tok(s['output_tokens_per_s'])} ({_tok(s.get('output_tokens_per_s_per_gpu'))}, "
+                  f"{_tok(s.get('output_tokens_per_s_per_user'))})",
                   f"{s['kv_cache_tokens']:,}", str(s["max_batch"]), str(s["preemptions"]))
     return t

@@ -22,6 +22,7 @@ import numpy as np
 
 from gpucast.estimate.serving import bench
 from gpucast.estimate.serving.engines import resolve
+from gpucast.estimate.serving.figures import figures
 from gpucast.estimate.serving.iteration import QUANT_SHARE, iteration_model, model_job
 from gpucast.estimate.comm import Links
 from gpucast.estimate.serving.memory import kv_per_rank, plan, weight_bytes
@@ -31,9 +32,11 @@ from gpucast.plan import Parallel
 from gpucast.job import JobError
 from gpucast.serving import Serve, parse_length
 
-KEYS = ("engine", "load", "requests", "latency_s", "ttft_s", "ttft_p90_s", "tpot_s", "tpot_p90_s", "e2e_p50_s",
-        "e2e_p90_s", "e2e_p99_s", "output_tokens_per_s", "requests_per_s", "kv_cache_tokens", "kv_bytes_per_token",
-        "max_batch", "mean_batch", "preemptions", "iterations", "gpu_busy_share", "memory")
+KEYS = ("engine", "load", "requests", "latency_s", "ttft_s", "ttft_mean_s", "ttft_p90_s", "ttft_p99_s", "tpot_s",
+        "tpot_mean_s", "tpot_p90_s", "tpot_p99_s", "itl_mean_s", "itl_p50_s", "itl_p99_s", "e2e_p50_s", "e2e_p90_s",
+        "e2e_p99_s", "output_tokens_per_s", "output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user",
+        "requests_per_s", "kv_cache_tokens", "kv_bytes_per_token", "max_batch", "mean_batch", "preemptions",
+        "iterations", "gpu_busy_share", "memory")
 DEFAULT_OUTPUT_LEN = 256
 DEFAULT_INPUT_LEN = 1024
 DEFAULT_STREAM = 1000  # requests of a Poisson run unless num_requests says otherwise
@@ -128,7 +131,9 @@ def _run(req: Requests, cost, engine, kv_tokens: int, serve: Serve, batch: int, 
         sum(r.mean_batch * r.iterations for r in subs) / its if its else 0.0,
         sum(r.preemptions for r in subs), notes,
         (sum(r.mean_context * r.iterations for r in subs) / its) if its else 0.0,
-        max(r.peak_kv_tokens for r in subs) * per_replica, arrival)
+        max(r.peak_kv_tokens for r in subs) * per_replica, arrival,
+        np.concatenate([r.gap_s for r in subs if r.gap_s is not None] or [np.array([])]),
+        np.concatenate([r.gap_weight for r in subs if r.gap_weight is not None] or [np.array([])]))
 
 
 def staged_cost(job, gpu, engine, env, cfg, lay: Layout, shape: dict):
@@ -205,30 +210,15 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
         need = int((req.prompt.max() + req.output.max()) * min(len(req), -(-job.batch_size // lay.replicas)))
         if need > mem.kv_cache_tokens:
             res.notes.append(f"the batch's cache needs {need} tokens, more than the {mem.kv_cache_tokens} that fit")
-    done = np.isfinite(res.finish_s)
     arrival = res.arrival_s if res.arrival_s is not None else req.arrival_s
-    ttft = res.first_token_s - arrival
-    gen = np.maximum(req.output - 1, 1)
-    tpot = (res.finish_s - res.first_token_s) / gen
-    e2e = res.finish_s - arrival
-    makespan = float(np.nanmax(res.finish_s) - arrival.min()) if done.any() else float("inf")
-
-    def q(a, p):
-        a = a[done & np.isfinite(a)]
-        return float(np.percentile(a, p)) if len(a) else float("nan")
-
+    fig = figures(arrival, res.first_token_s, res.finish_s, req.output, res.gap_s, res.gap_weight, job.gpus)
+    makespan = fig["latency_s"]
     out = {
-        "engine": engine.name, "load": serve.load, "requests": int(len(req)),
-        "latency_s": makespan, "ttft_s": q(ttft, 50), "ttft_p90_s": q(ttft, 90),
-        "tpot_s": q(tpot[req.output > 1], 50) if (req.output > 1).any() else 0.0,
-        "tpot_p90_s": q(tpot[req.output > 1], 90) if (req.output > 1).any() else 0.0,
-        "e2e_p50_s": q(e2e, 50), "e2e_p90_s": q(e2e, 90), "e2e_p99_s": q(e2e, 99),
-        "output_tokens_per_s": float(req.output[done].sum() / makespan) if makespan > 0 else 0.0,
-        "requests_per_s": float(done.sum() / makespan) if makespan > 0 else 0.0,
+        "engine": engine.name, "load": serve.load, "requests": int(len(req)), **fig,
         "kv_cache_tokens": mem.kv_cache_tokens, "kv_bytes_per_token": mem.kv_bytes_per_token,
         "max_batch": res.max_batch, "mean_batch": round(res.mean_batch, 2), "preemptions": res.preemptions,
         "iterations": res.iterations, "gpu_busy_share": min(1.0, res.busy_s / makespan) if makespan > 0 else 0.0,
-        "memory": mem.to_dict(), "finished": int(done.sum()), "tensor": t, "pipeline": lay.pipeline,
+        "memory": mem.to_dict(), "tensor": t, "pipeline": lay.pipeline,
         "replicas": lay.replicas, "expert": lay.expert, "attention_dp": lay.attention_dp,
         "notes": list(res.notes) + ([sized_note] if sized_note else [])
         + ([f"{req.clipped} of {len(req)} drawn requests were longer than the model's context and were cut to it"]

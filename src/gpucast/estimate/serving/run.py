@@ -16,6 +16,11 @@ replaced at once), ``poisson`` (arrivals at ``request_rate``). A non-continuous 
 ``generate``) runs the requests in static batches of ``batch``: one prefill of the batch padded to its
 longest prompt, then decode steps until its longest output is done.
 
+The inter-token latency (ITL) a benchmark reports is the gap between a request's consecutive tokens:
+each decode iteration gives every decoding sequence a token, so its duration is one gap for each of
+them (``RunResult.gap_s`` weighted by ``gap_weight``); a preempted sequence's longer gap is counted as
+its iterations' gaps.
+
 Not modelled: the scheduler's fairness policies beyond first come first served, priorities, prefix-cache
 hits beyond a uniform share of each prompt (``prefix_hit_rate``), swapping to CPU memory, the
 detokeniser's latency after the last token.
@@ -53,6 +58,9 @@ class RunResult:
     mean_context: float = 0.0   # decoding sequences' mean context over the run's decode steps
     peak_kv_tokens: int = 0     # the most tokens the cache held at once (whole blocks)
     arrival_s: np.ndarray | None = None  # when each request arrived (a closed loop's follow its predecessors)
+    # inter-token gaps: each decode iteration's seconds and the sequences it gave a token (ITL weights)
+    gap_s: np.ndarray | None = None
+    gap_weight: np.ndarray | None = None
 
 
 Cost = Callable[..., tuple[float, float]]
@@ -99,6 +107,8 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
 
     used_blocks = peak_blocks = 0
     ctx_sum, dec_sum = 0.0, 0
+    gap_s: list[float] = []
+    gap_w: list[int] = []
     cap_blocks = kv_tokens // blk
     notes = []
     if cap_blocks <= 0:
@@ -185,6 +195,9 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
         dt, b = cost(ntok, len(dec), dctx, ptok, pctx, len(pre))
         ctx_sum += dctx * len(dec)
         dec_sum += len(dec)
+        if dec:   # each decoding sequence waited this iteration for its next token
+            gap_s.append(dt)
+            gap_w.append(len(dec))
         peak_blocks = max(peak_blocks, used_blocks)
         t += dt
         busy += b
@@ -221,7 +234,8 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
             running = [r for r in running if r not in gone]
     return RunResult(np.array(start), np.array(first), np.array(finish), iterations, busy, max_batch,
                      batch_sum / iterations if iterations else 0.0, preemptions, notes,
-                     ctx_sum / dec_sum if dec_sum else 0.0, peak_blocks * blk, arrival)
+                     ctx_sum / dec_sum if dec_sum else 0.0, peak_blocks * blk, arrival,
+                     np.array(gap_s), np.array(gap_w, dtype=np.float64))
 
 
 def static_batches(req: Requests, cost: Cost, batch: int) -> RunResult:
@@ -234,6 +248,7 @@ def static_batches(req: Requests, cost: Cost, batch: int) -> RunResult:
     t = 0.0
     busy = 0.0
     iterations = 0
+    gap_s, gap_w = [], []
     for s in range(0, n, batch):
         idx = np.arange(s, min(n, s + batch))
         t = max(t, float(req.arrival_s[idx].max()))
@@ -257,8 +272,11 @@ def static_batches(req: Requests, cost: Cost, batch: int) -> RunResult:
             t += t_dec
             busy += (b0 + b1) / 2 * steps
             iterations += steps
+            gap_s += [d0, d1]   # the steps' gaps grow from the first's to the last's, each half of them
+            gap_w += [len(idx) * steps / 2] * 2
         else:
             finish[idx] = t
     longest = int((req.prompt + req.output).max()) if n else 0
     return RunResult(start, first, finish, iterations, busy, min(batch, n), float(min(batch, n)), 0, [],
-                     float(req.prompt.mean() + req.output.mean() / 2) if n else 0.0, longest * min(batch, n))
+                     float(req.prompt.mean() + req.output.mean() / 2) if n else 0.0, longest * min(batch, n),
+                     None, np.array(gap_s), np.array(gap_w, dtype=np.float64))
