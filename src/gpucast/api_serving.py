@@ -60,7 +60,7 @@ def serving_prediction(job, spec, config, env, version: str):
     # the counts (FLOPs, bytes, kernels) of a decode step near the run's mean shape: batch to a power of
     # two and context to the iteration grid, so deployments of one model share the trace
     tr, est = _estimate(job, (1 << (mean_batch.bit_length() - 1), 1, grid(total_ctx)[0], cache), spec, cfg, env)
-    engine = resolve(job.serve, env, spec)
+    engine = resolve(job.serve, env, spec, job.parallel)
     step, busy = decode_step(job, spec, cfg, env, mean_batch, float(total_ctx))
     util = round(100.0 * serving["gpu_busy_share"], 2)
     if engine.gpu_memory_utilization is not None:

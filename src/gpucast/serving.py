@@ -25,7 +25,7 @@ from gpucast.surroundings import SpecError, _is_int, _is_num, _Spec
 ENGINES = ("vllm", "sglang", "trtllm", "hf")
 # Engine releases whose defaults are modelled, oldest first; the last is an engine's default
 # (gpucast.estimate.serving.engines). The other engines run the one release of theirs modelled.
-ENGINE_VERSIONS = {"trtllm": ("0.11", "1.0"), "vllm": ("0.6", "0.11")}
+ENGINE_VERSIONS = {"trtllm": ("0.11", "1.0"), "vllm": ("0.6", "0.11"), "sglang": ("0.4", "0.5")}
 # How a deployment is driven (vLLM's defaults depend on it): the offline LLM class or the OpenAI-compatible
 # server; unset: offline for an all-at-once load, the server for a closed loop or a request rate.
 ENTRIES = ("offline", "server")

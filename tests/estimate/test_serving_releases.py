@@ -10,7 +10,8 @@ import gpucast
 from gpucast.estimate.constants import EstimatorConfig
 from gpucast.estimate.environment import Environment
 from gpucast.estimate.serving.bench import trtllm_bench_sizes
-from gpucast.estimate.serving.engines import resolve
+from gpucast.estimate.serving.engines import resolve, sglang_defaults, sglang_max_requests
+from gpucast.plan import Parallel
 from gpucast.estimate.serving.iteration import iteration_model
 from gpucast.hardware import get_gpu
 from gpucast.job import Job
@@ -56,10 +57,32 @@ def test_vllm_entry_follows_the_load_and_the_2024_release_keeps_its_caps():
     assert (old.max_num_seqs, old.max_num_batched_tokens) == (256, 8192)
 
 
+@pytest.mark.parametrize("gpu, tensor, chunk, graph", [
+    ("l4", 1, 2048, 24), ("l4", 4, 2048, 80), ("a100-40gb", 1, 4096, 32), ("h100", 1, 8192, 256),
+    ("h100", 8, 8192, 512), ("h200", 1, 8192, 256), ("b200", 1, 16384, 512),
+])
+def test_sglang_0_5_sizes_its_chunks_and_graphs_by_gpu_memory(gpu, tensor, chunk, graph):
+    # server_args.py _handle_gpu_memory_settings: < 35 GiB 2k chunks and 24 (tp < 4) / 80 graphs; < 60 GiB
+    # 4k and 32 / 160; < 160 GiB 8k and 256 / 512; larger 16k and 512
+    e = resolve(Serve(engine="sglang"), gpu=get_gpu(gpu), parallel=Parallel(tensor=tensor) if tensor > 1 else None)
+    assert e.release == "0.5" and (e.max_num_batched_tokens, e.graph_max_batch) == (chunk, graph)
+
+
+def test_sglang_0_5_reserves_memory_for_activations_and_graphs():
+    h100 = get_gpu("h100")
+    mib = h100.memory_bytes / 2**20
+    # 512 + 1.5 x 8192 + 2 x 256 + 1 x 1 / 8 x 1024 = 13,440 MiB (over the 10 GiB floor on a large GPU)
+    assert sglang_defaults(h100)[2] == pytest.approx(1 - 13440 / mib, abs=1e-3)
+    # its running requests: the request pool, 512 per context length of KV tokens, within [2048, 4096]
+    assert sglang_max_requests(441_000, 8192) == 4096 and sglang_max_requests(100_000, 131072) == 2048
+    assert sglang_max_requests(1_000_000, 131072) == 3906
+
+
 @pytest.mark.parametrize("serve, words", [
     (dict(engine="trtllm", engine_version="0.9"), "a modelled trtllm release: 0.11, 1.0"),
     (dict(engine="vllm", engine_version="0.9"), "a modelled vllm release: 0.6, 0.11"),
-    (dict(engine="sglang", engine_version="0.5"), "releases are modelled for trtllm, vllm only"),
+    (dict(engine="sglang", engine_version="0.9"), "a modelled sglang release: 0.4, 0.5"),
+    (dict(engine="hf", engine_version="4.0"), "releases are modelled for trtllm, vllm, sglang only"),
     (dict(engine="vllm", entry="batch"), "offline, server"),
 ])
 def test_an_unmodelled_release_is_one_error_line(serve, words):

@@ -176,7 +176,7 @@ class ServeSpec(BaseModel):
     output_len: Optional[Union[StrictInt, str]] = Field(None, description="Generated tokens (default 256).")
     engine: Optional[str] = Field(None, description="vllm | sglang | trtllm | hf (default vllm).")
     engine_version: Optional[str] = Field(None, description="The engine release whose defaults apply (trtllm: 0.11 "
-                                                            "or 1.0; vllm: 0.6 or 0.11; default the newest "
+                                                            "or 1.0; vllm: 0.6 or 0.11; sglang: 0.4 or 0.5; default the newest "
                                                             "modelled).")
     entry: Optional[Literal["offline", "server"]] = Field(None, description="vLLM's entry point: the offline LLM "
                                                                             "class or the OpenAI server (default: "

@@ -17,11 +17,12 @@ prefix.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from gpucast.estimate.serving import bench
-from gpucast.estimate.serving.engines import resolve
+from gpucast.estimate.serving.engines import resolve, sglang_max_requests
 from gpucast.estimate.serving.figures import figures
 from gpucast.estimate.serving.iteration import QUANT_SHARE, iteration_model, model_job
 from gpucast.estimate.comm import Links
@@ -154,7 +155,7 @@ def decode_step(job, gpu, cfg, env, batch: int, context: float) -> tuple[float, 
 
     shape = model_shape(job)
     lay = layout(job, shape)
-    return staged_cost(job, gpu, resolve(job.serve, env, gpu), env, cfg, lay, shape)(batch, batch, context, 0, 0.0)
+    return staged_cost(job, gpu, resolve(job.serve, env, gpu, job.parallel), env, cfg, lay, shape)(batch, batch, context, 0, 0.0)
 
 
 def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
@@ -162,7 +163,7 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     from gpucast.graph.serving import kv_bytes_per_token, model_shape, trace_iteration
 
     serve = job.serve or Serve()
-    engine = resolve(serve, env, gpu)
+    engine = resolve(serve, env, gpu, job.parallel)
     shape = model_shape(job)
     lay = layout(job, shape)
     t = lay.tensor
@@ -204,6 +205,8 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
                       + act_tr.memory.at_peak.get("temporaries", 0)) // lay.attention_tensor
     cuda_graphs = engine.cuda_graphs
     mem = plan(gpu.memory_bytes, weights, kv_token, activations, context_bytes, engine, cuda_graphs)
+    if (engine.name, engine.release) == ("sglang", "0.5") and serve.max_num_seqs is None:
+        engine = replace(engine, max_num_seqs=sglang_max_requests(mem.kv_cache_tokens, shape["max_context"] or 4096))
     cost = staged_cost(job, gpu, engine, env, cfg, lay, shape)
     res = _run(req, cost, engine, mem.kv_cache_tokens, serve, job.batch_size, lay)
     if not engine.continuous:

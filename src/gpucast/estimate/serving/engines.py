@@ -25,8 +25,9 @@ the job's ``serve`` fields over them (:func:`resolve`). What is modelled of an e
   the default: its batch caps by GPU memory and entry point, :func:`vllm_batch_defaults`); TensorRT-LLM's 0.11 (TensorRT engines and the C++ runtime, as
   the 2024 sets ran) and 1.0 (the PyTorch backend, the default: larger batches, the overlap scheduler
   hiding the host's work behind the GPU's, ``overlap_host``); :data:`RELEASES`. Under an all-at-once load
-  TensorRT-LLM 1.0 sizes its batch as ``trtllm-bench throughput`` does (:mod:`.bench`). SGLang has one
-  modelled release (the entry above; 0.5's defaults by GPU memory are not modelled yet).
+  TensorRT-LLM 1.0 sizes its batch as ``trtllm-bench throughput`` does (:mod:`.bench`). SGLang has its
+  0.4 defaults (the entry above) and 0.5's by GPU memory and plan (:func:`sglang_defaults`, the default;
+  its running-request cap from the KV cache, :func:`sglang_max_requests`).
 
 Not modelled: speculative decoding, prefix-cache eviction policies (a hit rate is an input), LoRA
 adapters, multi-step scheduling, the engines' differences in attention kernels beyond the kernel model's
@@ -98,6 +99,14 @@ ENGINES: dict[str, Engine] = {
 # depend on the GPU and the entry point (vllm_batch_defaults).
 RELEASES: dict[tuple[str, str], Engine] = {
     ("vllm", "0.6"): replace(ENGINES["vllm"], release="0.6"),
+    ("sglang", "0.4"): replace(ENGINES["sglang"], release="0.4"),
+    ("sglang", "0.5"): replace(
+        ENGINES["sglang"], release="0.5",
+        source="SGLang 0.5 (python/sglang/srt/server_args.py, _handle_gpu_memory_settings): chunked_prefill_size, "
+               "cuda_graph_max_bs and mem_fraction_static by the GPU's memory (sglang_defaults); max running "
+               "requests the request pool's size, min(max(KV tokens / context length x 512, 2048), 4096) "
+               "(model_runner.init_memory_pool; sglang_max_requests); a token-granular pool; the overlap "
+               "scheduler hides most host work (a 1 ms prior)."),
     ("vllm", "0.11"): replace(
         ENGINES["vllm"], release="0.11", host_per_iteration_s=2e-3,
         source="vLLM 0.11, the V1 engine (vllm/engine/arg_utils.py, EngineArgs._set_default_args and "
@@ -138,6 +147,38 @@ VLLM_V1_BATCH = {True: {"offline": (1024, 16384), "server": (1024, 8192)},
                  False: {"offline": (256, 8192), "server": (256, 2048)}}
 
 
+# SGLang 0.5's defaults by GPU memory (server_args.py, _handle_gpu_memory_settings): (below this many GiB,
+# chunked_prefill_size, cuda_graph_max_bs below tensor 4, at tensor 4 or more); and its memory reservation
+# in MiB: 512 + 1.5 x max(chunk, 2048) + 2 x graph batch + tp x pp / 8 x 1024 (+ 3 x graph batch x dp under
+# DP attention), at least 10 GiB on GPUs over 60 GiB.
+SGLANG_BY_MEMORY = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (90, 8192, 256, 512),
+                    (160, 8192, 256, 512), (float("inf"), 16384, 512, 512))
+SGLANG_POOL = (2048, 4096, 512)   # request pool: at least, at most, and slots per context length of KV tokens
+
+
+def sglang_defaults(gpu, tensor: int = 1, pipeline: int = 1, dp_attention: int = 0) -> tuple[int, int, float]:
+    """(chunked_prefill_size, cuda_graph_max_bs, mem_fraction_static) SGLang 0.5 sets on ``gpu`` (None: its
+    fallback, 4096, 160 and 0.88) for a deployment of ``tensor`` x ``pipeline`` ranks (``dp_attention``: the
+    attention data-parallel ranks, 0 without)."""
+    if gpu is None:
+        return 4096, 160, 0.88
+    mib = gpu.memory_bytes / 2**20
+    _, chunk, small, large = next(row for row in SGLANG_BY_MEMORY if mib < row[0] * 1024)
+    graph = small if tensor < 4 else large
+    reserved = 512 + max(chunk, 2048) * 1.5 + graph * 2 + tensor * pipeline / 8 * 1024
+    if dp_attention:
+        reserved += graph * dp_attention * 3 + (graph * dp_attention * 1.5 if graph > 300 else 0)
+    if mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return chunk, graph, round((mib - reserved) / mib, 3)
+
+
+def sglang_max_requests(kv_tokens: int, context_len: int) -> int:
+    """SGLang's running-request cap: its request pool, sized from the KV tokens per context length."""
+    low, high, per = SGLANG_POOL
+    return int(min(max(kv_tokens / max(1, context_len) * per, low), high))
+
+
 def vllm_batch_defaults(gpu, entry: str) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) vLLM V1 sets on ``gpu`` (a GpuSpec, or None: the smaller
     defaults, as vLLM's own fallback when it cannot query the device) for ``entry`` (offline | server)."""
@@ -146,10 +187,11 @@ def vllm_batch_defaults(gpu, entry: str) -> tuple[int, int]:
     return VLLM_V1_BATCH[large][entry]
 
 
-def resolve(serve, env=None, gpu=None) -> Engine:
+def resolve(serve, env=None, gpu=None, parallel=None) -> Engine:
     """The job's engine (default ``vllm``) at its release (``serve.engine_version``, default the newest
     modelled: :data:`RELEASES`; vLLM V1's batch defaults for ``gpu`` and the entry point,
-    :func:`vllm_batch_defaults`) with the ``serve`` group's settings over its defaults; its host time per
+    :func:`vllm_batch_defaults`; SGLang 0.5's by ``gpu`` and the ``parallel`` plan, :func:`sglang_defaults`)
+    with the ``serve`` group's settings over its defaults; its host time per
     iteration the cluster's (``env.serving_host_s``, fitted by ``gpucast calibrate`` on serving rows),
     else the packaged fit where it was fitted on that release, else the prior."""
     from gpucast.serving import ENGINE_VERSIONS
@@ -161,6 +203,11 @@ def resolve(serve, env=None, gpu=None) -> Engine:
     if (name, e.release) == ("vllm", "0.11"):
         seqs, tokens = vllm_batch_defaults(gpu, serve.entry_point if serve is not None else "offline")
         e = replace(e, max_num_seqs=seqs, max_num_batched_tokens=tokens)
+    if (name, e.release) == ("sglang", "0.5"):
+        t, p = ((parallel.tensor or 1), (parallel.pipeline or 1)) if parallel is not None else (1, 1)
+        dp = t if parallel is not None and parallel.attention_dp else 0
+        chunk, graph, fraction = sglang_defaults(gpu, t, p, dp)
+        e = replace(e, max_num_batched_tokens=chunk, graph_max_batch=graph, gpu_memory_utilization=fraction)
     own = env.serving_host(name) if env is not None else None
     if own is not None:
         e = replace(e, host_per_iteration_s=own)
