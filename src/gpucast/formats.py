@@ -31,7 +31,8 @@ TE_RECIPES = ("fp8", "mxfp8", "nvfp4")
 # The tensor-core rate (GpuSpec.sustained_tflops dtype) each recipe's GEMMs run at.
 GEMM_RATE = {"fp8": "fp8", "mxfp8": "fp8", "nvfp4": "fp4"}
 # Bytes of one stored element, its block scales included (module docstring).
-ELEMENT_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "nvfp4": 0.5 + 1.0 / 16}
+ELEMENT_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "nvfp4": 0.5 + 1.0 / 16,
+                 "mxfp4": 0.5 + 1.0 / 32}   # OCP MX: E2M1 in blocks of 32 with an E8M0 scale (GPT-OSS's experts)
 # Block-scaled FP8 (MXFP8) needs Blackwell's tensor cores: compute capability 10.0 and later.
 MXFP8_FROM = (10, 0)
 

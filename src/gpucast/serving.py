@@ -30,7 +30,7 @@ ENGINE_VERSIONS = {"trtllm": ("0.11", "1.0"), "vllm": ("0.6", "0.11"), "sglang":
 # server; unset: offline for an all-at-once load, the server for a closed loop or a request rate.
 ENTRIES = ("offline", "server")
 KV_CACHE_DTYPES = ("auto", "fp8")
-WEIGHTS = ("auto", "int8", "int4")
+WEIGHTS = ("auto", "int8", "int4", "mxfp4")   # mxfp4: the routed experts only (GPT-OSS's checkpoints)
 MAX_TOKENS = 1 << 21  # a sanity bound on lengths (2M tokens), far past any model's context
 MAX_REQUESTS = 1_000_000
 

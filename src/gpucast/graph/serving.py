@@ -70,7 +70,8 @@ microseconds. A memoised 8B trace holds about 1.6 MB (its op records and memory 
 Not modelled: sampling (not in the forward), the engine's host work (scheduling, block tables,
 detokenisation), CUDA graphs, ragged batches (every sequence here has the same context and new
 tokens), prefix caching, speculative decoding, tensor-parallel collectives (the estimator adds
-them from ``Trace.layout``), LoRA adapters, sliding-window attention in the paged cache (it reads
+them from ``Trace.layout``), LoRA adapters, attention sinks (GPT-OSS: traced as fused attention without
+them, :data:`SINK_ATTENTION`), sliding-window attention in the paged cache (it reads
 the whole context, as the closed form of :func:`kv_bytes_per_token` counts it), and attention
 layouts other than (grouped-)multi-head attention and MLA (DeepSeek-V2/V3, ``kv_lora_rank``: its
 cache holds the compressed latent and the rotary key per token, as transformers' own layer caches
@@ -111,6 +112,11 @@ SMALL_TRACES_KEPT = 1024
 _ATTN = "gpucast_serving"  # the attention (and mask) implementation the serving models run
 _REGIONS = ("pre", "post", "sharded", "replicated", "attention_core")
 _ATTENTION_LAYERS = {"full_attention", "sliding_attention", "chunked_attention"}  # HF's layer_types we trace
+# Models whose attention adds learned sinks (one extra logit per head: GPT-OSS), which transformers runs only
+# eagerly (explicit matmuls and softmax); the engines run fused attention with sinks (vLLM's and SGLang's
+# FlashAttention-3 / TRT-LLM's kernels), so they are traced through this module's SDPA attention, the sink's
+# extra logit left out (a 1/context share of the scores).
+SINK_ATTENTION = {"gpt_oss"}
 
 
 class _LRU:
@@ -293,6 +299,8 @@ def _build(job) -> _Model:
     routed_experts.route(model)   # Llama-4's experts as the engines run them, not over every expert
     if model.config._attn_implementation == hf._ATTN:  # SDPA: ours adds the cache's masks (module docstring)
         model.config._attn_implementation = _ATTN
+    elif model.config._attn_implementation == "eager" and cfg.model_type in SINK_ATTENTION:
+        model.config._attn_implementation = _ATTN   # fused attention, as the engines run it (SINK_ATTENTION)
     params = list(model.parameters())
     experts = shape.get("experts") or 0
     holders = [m for m in model.modules()
@@ -352,6 +360,7 @@ def _attention(module, query, key, value, attention_mask, dropout: float = 0.0, 
     """HF's SDPA attention, except for a prefill chunk on cached tokens without a mask (the paged
     cache): HF would keep only the first T keys there (its shortcut for an empty static cache);
     this runs causal attention over all ``context + T`` keys, flash's bottom-right alignment."""
+    kwargs.pop("s_aux", None)   # attention sinks (SINK_ATTENTION): one logit more per head and query
     q_len, kv_len = query.shape[2], key.shape[2]
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     if attention_mask is None and causal and 1 < q_len < kv_len and kwargs.get("position_bias") is None:

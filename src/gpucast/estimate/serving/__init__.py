@@ -26,7 +26,7 @@ from gpucast.estimate.serving.engines import resolve, sglang_max_requests
 from gpucast.estimate.serving.figures import figures
 from gpucast.estimate.serving.iteration import QUANT_SHARE, iteration_model, model_job
 from gpucast.estimate.comm import Links
-from gpucast.estimate.serving.memory import kv_per_rank, plan, weight_bytes
+from gpucast.estimate.serving.memory import expert_bytes, kv_per_rank, plan, weight_bytes
 from gpucast.estimate.serving.run import Requests, RunResult, simulate, static_batches
 from gpucast.estimate.serving.stages import Layout, layout, send_time, shares, split, stage_kv, stage_weights, staged
 from gpucast.plan import Parallel
@@ -170,6 +170,9 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     if lay.attention_dp and not engine.continuous:
         raise JobError(f"field 'parallel.attention_dp' needs an engine with its own scheduler per rank (vllm, sglang "
                        f"or trtllm), not '{engine.name}'")
+    if serve.weights == "mxfp4" and not shape["experts"]:
+        raise JobError("field 'serve.weights': mxfp4 keeps a mixture-of-experts model's routed experts in MXFP4 (as "
+                       "GPT-OSS ships them); this model has no experts (int8 or int4 quantise every linear layer)")
     if shape.get("mla") and engine.name == "hf":
         raise JobError("engine 'hf' with multi-head latent attention (kv_lora_rank): transformers decompresses "
                        "the whole cache every step, which is not modelled; choose vllm, sglang or trtllm")
@@ -193,13 +196,15 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     ends = shape["vocab"] * shape["hidden"] * 2 * (1 if shape.get("tied") else 2)  # embedding and head, 16-bit
     low = max(0, act_tr.parameter_bytes - ends) if job.precision in QUANT_SHARE else 0   # quantised linear weights
     share = QUANT_SHARE.get(job.precision, 0.5)
+    experts = shape.get("expert_parameters", 0)
     if lay.attention_dp:   # every weight on every rank but the routed experts', 1/t of those (.stages)
-        whole = weight_bytes(act_tr.parameter_bytes, shape["parameters"], 1, serve.weights, low, share)
-        per_linear = max(0, whole - ends) / max(1, shape["parameters"] - ends // 2)   # bytes a linear weight
-        experts = shape.get("expert_parameters", 0) * per_linear
-        rank_weights = int(whole - experts * (1 - 1 / t))
+        whole = weight_bytes(act_tr.parameter_bytes, shape["parameters"], 1, serve.weights, low, share, experts)
+        ex = expert_bytes(act_tr.parameter_bytes, shape["parameters"], experts, serve.weights,
+                          share if low else 1.0)
+        rank_weights = int(whole - ex * (1 - 1 / t))
     else:
-        rank_weights = weight_bytes(act_tr.parameter_bytes, shape["parameters"], t, serve.weights, low, share)
+        rank_weights = weight_bytes(act_tr.parameter_bytes, shape["parameters"], t, serve.weights, low, share,
+                                    experts)
     weights = stage_weights(rank_weights, shape["parameters"], shape, lay)  # the traced model's bytes
     activations = int(act_tr.memory.at_peak.get("activations", 0)
                       + act_tr.memory.at_peak.get("temporaries", 0)) // lay.attention_tensor

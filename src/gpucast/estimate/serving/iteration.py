@@ -26,7 +26,8 @@ Its wall time: with CUDA graphs (decode iterations up to the captured batch) the
 engine's host time per iteration; without them (``hf``, or an eager iteration) the step gpucast's
 estimator gives the traced forward on its own (each op dispatched from Python,
 :mod:`gpucast.estimate.host`), plus the same host time. Weight-only int8/int4 cut the GEMMs' weight
-bytes to 8/16 or 4/16 (the dequantising kernels' math is not modelled), ``fp8`` precision to 8/16
+bytes to 8/16 or 4/16 (the dequantising kernels' math is not modelled; ``mxfp4`` the routed experts'
+only, to 4.25/16, at the 16-bit rate as Hopper's dequantising MoE kernels run them), ``fp8`` precision to 8/16
 (FP8 weights and activations: the GEMMs at the FP8 peak; the head's GEMM is cut too, though engines keep it
 in 16 bits); an FP8 KV cache halves the
 attention's K/V bytes. Multi-head latent attention (DeepSeek-V2/V3, ``kv_lora_rank``) decodes over the
@@ -54,6 +55,7 @@ from gpucast.estimate.comm import Group, Links, collective_time
 from gpucast.estimate.kernels import kernel_times
 from gpucast.formats import ELEMENT_BYTES
 from gpucast.estimate.serving.experts import ITEMSIZE, is_expert_gemm, routed
+from gpucast.estimate.serving.memory import MXFP4_SHARE
 from gpucast.plan import Parallel
 
 GRID_STEP = 2 ** 0.25  # ~19 % between grid points of token counts and contexts
@@ -125,9 +127,11 @@ class IterationModel:
         self.e = expert
         self.dp = attention_dp and tensor > 1
         self.attn_t = 1 if self.dp else tensor   # the ranks attention and the dense layers split over
-        self.weight_scale = {"auto": 1.0, "int8": 0.5, "int4": 0.25}[weights or "auto"]
+        self.weight_scale = {"auto": 1.0, "int8": 0.5, "int4": 0.25, "mxfp4": 1.0}[weights or "auto"]
         if self.weight_scale == 1.0 and job.precision in QUANT_SHARE:  # FP8 / NVFP4 checkpoints (W8A8, W4A4)
             self.weight_scale = QUANT_SHARE[job.precision]
+        # the routed experts' bytes per traced byte: MXFP4 experts (GPT-OSS) at 4.25 bits, else the rest's
+        self.expert_scale = MXFP4_SHARE if weights == "mxfp4" else self.weight_scale
         self.kv_scale = 0.5 if kv_fp8 else 1.0
         self.shape = model_shape(job)
         self.cache = "paged" if engine.paged else "dynamic"
@@ -135,8 +139,8 @@ class IterationModel:
         self.links = Links.of(gpu, par.network_spec())
         # GPU times depend on the model, GPU, plan and whether small ops are fused, not on the engine's
         # scheduler settings: engines with their own kernels (vLLM, SGLang, TensorRT-LLM) share them
-        shared = _COSTS.setdefault((job.key, gpu, tensor, expert, self.dp, self.weight_scale, self.kv_scale,
-                                    engine.name == "hf", id(env), cfg), ({}, {}))
+        shared = _COSTS.setdefault((job.key, gpu, tensor, expert, self.dp, self.weight_scale, self.expert_scale,
+                                    self.kv_scale, engine.name == "hf", id(env), cfg), ({}, {}))
         if len(_COSTS) > _COSTS_MAX:
             _COSTS.pop(next(iter(_COSTS)))
         self._dense: dict[int, tuple[float, float]] = shared[0]
@@ -204,7 +208,7 @@ class IterationModel:
         (the whole model's unless a cut one was traced)."""
         from gpucast.surroundings import Stack
 
-        trace = self._fused(self._quantised(routed(trace, self.shape, self.t, self.e, self.weight_scale,
+        trace = self._fused(self._quantised(routed(trace, self.shape, self.t, self.e, self.expert_scale,
                                                    self.t if self.dp else 1)),
                             layers or self.shape["layers"])
         return trace, kernel_times(trace, self.gpu, self.job.precision, self.cfg,

@@ -5,7 +5,9 @@ Closed forms, each from the engine's own accounting:
 * **weights**: the model's parameter bytes (traced on the meta device; an ``fp8`` job's linear layers
   one byte a weight, its embedding and head two) over the tensor-parallel degree ``t`` (every engine shards attention, MLP, embedding and head over ``t``; the norms'
   few weights are counted as sharded too), times ``weight_bits / 16`` for weight-only int8/int4
-  (AWQ/GPTQ: packed weights, plus the fp16 scales of one group of 128 per output channel).
+  (AWQ/GPTQ: packed weights, plus the fp16 scales of one group of 128 per output channel); ``mxfp4``
+  keeps the routed experts in MXFP4 (4.25 bits a weight: E2M1 in blocks of 32 with an E8M0 scale, as
+  GPT-OSS ships them) and everything else 16-bit.
 * **KV cache per token** (per rank): layers x KV heads x head dim x 2 (K and V) x the cache dtype's
   bytes, the KV heads split over ``t``; with fewer KV heads than ranks each rank keeps one head (vLLM
   replicates them), so a rank holds ``max(kv_heads / t, 1)`` heads.
@@ -25,11 +27,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpucast.formats import ELEMENT_BYTES
+
 # CUDA graphs' memory pools in a graph-capturing engine: vLLM logs "Graph capturing finished in N secs,
 # took 0.2-1.5 GiB" for 7B-70B models at its default capture sizes; we take 0.5 GiB (an assumption
 # from those logs, not a measurement of ours).
 CUDA_GRAPH_BYTES = 512 * 2**20
-WEIGHT_BITS = {"auto": 16, "int8": 8, "int4": 4}
+WEIGHT_BITS = {"auto": 16, "int8": 8, "int4": 4, "mxfp4": 4}
+MXFP4_SHARE = ELEMENT_BYTES["mxfp4"] / 2   # an MXFP4 expert weight's bytes per 16-bit byte
 QUANT_GROUP = 128  # AWQ/GPTQ group size: one fp16 scale (and zero) per 128 weights of a row
 
 
@@ -56,15 +61,25 @@ class ServingMemory:
 
 
 def weight_bytes(parameter_bytes: int, parameters: int, tensor: int, weights: str, fp8_bytes: int = 0,
-                 share: float = 0.5) -> int:
+                 share: float = 0.5, expert_parameters: int = 0) -> int:
     """Per-rank weight bytes (module docstring); ``fp8_bytes``: the traced (16-bit) bytes of the weights an
     ``fp8`` or ``nvfp4`` job keeps quantised, ``share`` of a traced byte each (FP8 one byte a weight, NVFP4
     4.5 bits; all but the embedding and the head: the engines quantise the linear layers)."""
     bits = WEIGHT_BITS.get(weights or "auto", 16)
+    if weights == "mxfp4":   # the experts only; the traced bytes per weight as they are for the rest
+        per = parameter_bytes / max(1, parameters)
+        return int((parameter_bytes - expert_parameters * per * (1 - MXFP4_SHARE)) / tensor)
     if bits == 16:
         return int((parameter_bytes - fp8_bytes * (1 - share)) / tensor)
     packed = parameters * bits / 8 + parameters / QUANT_GROUP * 2 * 2  # weights + fp16 scale and zero per group
     return int(packed / tensor)
+
+
+def expert_bytes(parameter_bytes: int, parameters: int, expert_parameters: int, weights: str, share: float) -> float:
+    """Bytes of the routed experts' weights as the checkpoint keeps them (``share``: a quantised
+    precision's bytes per traced byte, 1 for none)."""
+    scale = {"mxfp4": MXFP4_SHARE, "int8": 0.5, "int4": 0.25}.get(weights or "auto", share)
+    return expert_parameters * parameter_bytes / max(1, parameters) * scale
 
 
 def kv_per_rank(kv_bytes_per_token: int, kv_heads: int, tensor: int) -> int:

@@ -1,4 +1,5 @@
-"""Attention data parallelism in serving (``parallel.attention_dp``) and Llama-4's experts traced as routed.
+"""Mixture-of-experts deployments as 2026 engines serve them: attention data parallelism
+(``parallel.attention_dp``), Llama-4's experts traced as routed, GPT-OSS's MXFP4 experts and sink attention.
 
 Expected values come from closed forms stated per test (a Mixtral layer's expert parameters, one token's
 K/V bytes, a routed GEMM's FLOPs), or from identities that hold whatever the constants (attention DP on a
@@ -104,3 +105,31 @@ def test_llama4_experts_are_traced_as_the_engines_route_them():
     assert all(o.shapes[0][0] == n * 1 for o in grouped)                     # n tokens x top-1 rows
     # per layer: 2 n k (H x 2I) for gate and up, 2 n k (I x H) for down
     assert sum(o.flops for o in grouped) == 2 * (2 * n * H * 2 * FFN + 2 * n * FFN * H)
+
+
+def test_mxfp4_keeps_the_experts_in_4_25_bits_and_the_rest_in_16():
+    one = gpucast.predict(_serve(MOE), "h100").serving
+    mx = gpucast.predict(_serve(MOE, weights="mxfp4"), "h100").serving
+    # OCP MXFP4: 4 bits a weight plus an 8-bit scale per 32, 4.25 / 16 of a bf16 expert weight's bytes
+    saved = 2 * EXPERT_PARAMS * (1 - 4.25 / 16)
+    assert mx["memory"]["weights_bytes"] == pytest.approx(one["memory"]["weights_bytes"] - saved, rel=1e-3)
+    assert mx["tpot_s"] < one["tpot_s"]   # decode reads the experts' weights: fewer bytes, a faster step
+    with pytest.raises(JobError, match="mxfp4.*no experts"):
+        gpucast.predict(_serve(DENSE, weights="mxfp4"), "h100")
+
+
+GPT_OSS = dict(model_type="gpt_oss", hidden_size=256, intermediate_size=256, num_hidden_layers=2, num_attention_heads=8,
+               num_key_value_heads=2, head_dim=32, num_local_experts=4, num_experts_per_tok=2, vocab_size=1024,
+               max_position_embeddings=4096, sliding_window=128, layer_types=["sliding_attention", "full_attention"])
+
+
+def test_attention_with_sinks_is_traced_as_the_engines_fused_attention():
+    # transformers runs GPT-OSS's sink attention eagerly (matmuls and a softmax); engines fuse it, so the
+    # serving trace has one attention kernel per layer, whose cost grows with the context it reads
+    job = Job.from_hf_config(GPT_OSS, batch_size=1, mode="infer", precision="bf16")
+    tr = trace_iteration(job, 4, 1, 512, "paged")
+    attn = [o for o in tr.ops if o.category == "attention"]
+    assert len(attn) == 2 and not [o for o in tr.ops if o.op == "bmm"]
+    served = _serve(GPT_OSS, batch=4, input_len=256, output_len=8)
+    longer = _serve(GPT_OSS, batch=4, input_len=2048, output_len=8)
+    assert gpucast.predict(longer, "h100").serving["tpot_s"] > gpucast.predict(served, "h100").serving["tpot_s"]
