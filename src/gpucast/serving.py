@@ -8,7 +8,8 @@ engine's settings (``engine``, ``engine_version`` (:data:`ENGINE_VERSIONS`; unse
 ``entry`` (:data:`ENTRIES`: vLLM's defaults differ between its offline ``LLM`` class and its server) and
 the knobs that change its speed and memory: ``max_num_seqs``,
 ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``block_size``, ``cuda_graphs``,
-``kv_cache_dtype``, ``weights`` for weight-only quantisation, ``prefix_hit_rate``). Unset fields take
+``kv_cache_dtype``, ``weights`` for weight-only quantisation, ``prefix_hit_rate``, ``max_model_len``: the
+longest request the engine takes, the model's ``max_position_embeddings`` unless set). Unset fields take
 the engine's documented defaults (:mod:`gpucast.estimate.serving.engines`, each cited there).
 
 This module validates and serialises the group; it imports neither torch nor the estimator. What a
@@ -76,6 +77,7 @@ class Serve(_Spec):
     # out of the repr (the simulator's truth draws from a hash of it, as Parallel's newer fields)
     engine_version: str | None = field(default=None, repr=False)
     entry: str | None = field(default=None, repr=False)
+    max_model_len: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len"):
@@ -84,7 +86,7 @@ class Serve(_Spec):
                 parse_length(v, name)
         self._check("engine", self.engine is None or self.engine in ENGINES, f"one of {', '.join(ENGINES)}")
         for name, hi in (("concurrency", MAX_REQUESTS), ("num_requests", MAX_REQUESTS), ("max_num_seqs", 65536),
-                         ("max_num_batched_tokens", MAX_TOKENS), ("block_size", 1024)):
+                         ("max_num_batched_tokens", MAX_TOKENS), ("block_size", 1024), ("max_model_len", MAX_TOKENS)):
             v = getattr(self, name)
             self._check(name, v is None or (_is_int(v) and 1 <= v <= hi), f"an integer between 1 and {hi}")
         self._check("request_rate", self.request_rate is None or (

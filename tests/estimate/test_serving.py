@@ -59,8 +59,14 @@ def test_serve_jobs_round_trip_through_json():
 
 
 def test_requests_longer_than_the_context_and_odd_tensor_degrees_are_refused():
-    with pytest.raises(JobError, match="more than the model's 4096"):
+    with pytest.raises(JobError, match="more than the model's 4096.*VLLM_ALLOW_LONG_MAX_MODEL_LEN"):
         gpucast.predict(_job(input_len=4000, output_len=200), "a100-40gb")
+    # the engine told to take longer requests (vLLM's --max-model-len past the config) serves it ...
+    longer = gpucast.predict(_job(input_len=4000, output_len=200, max_model_len=8192), "a100-40gb").serving
+    assert longer["finished"] == longer["requests"]
+    # ... and a shorter limit refuses what the model would take, naming the field
+    with pytest.raises(JobError, match=r"more than serve.max_model_len \(1024\)"):
+        gpucast.predict(_job(input_len=1000, output_len=200, max_model_len=1024), "a100-40gb")
     job = Job.from_hf_config(TINY, batch_size=2, precision="bf16", mode="serve", gpus=3, parallel=dict(tensor=3),
                              serve=dict(input_len=16, output_len=4))
     with pytest.raises(JobError, match="must divide the model's 8 attention heads"):

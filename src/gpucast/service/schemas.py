@@ -190,6 +190,8 @@ class ServeSpec(BaseModel):
     block_size: Optional[StrictInt] = None
     cuda_graphs: Optional[bool] = None
     kv_cache_dtype: Optional[str] = Field(None, description="auto | fp8.")
+    max_model_len: Optional[StrictInt] = Field(None, description="The longest request the engine takes (default: "
+                                                                 "the model's max_position_embeddings).")
     weights: Optional[str] = Field(None, description="auto | int8 | int4 (weight-only, AWQ/GPTQ) | mxfp4 (the "
                                                      "routed experts in MXFP4, as GPT-OSS ships).")
     prefix_hit_rate: Optional[Union[StrictFloat, StrictInt]] = None

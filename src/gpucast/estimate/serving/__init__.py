@@ -52,8 +52,18 @@ def _lengths(spec, default: int, n: int, rng) -> np.ndarray:
     return np.maximum(1, np.round(rng.lognormal(mu, sigma, n))).astype(np.int64)
 
 
+# How each engine serves requests longer than the model's configured context (the error names it).
+LONGER_CONTEXT = {
+    "vllm": "--max-model-len with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
+    "sglang": "--context-length with SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1",
+    "trtllm": "max_seq_len",
+    "hf": "max_length (transformers generates past max_position_embeddings without a check)",
+}
+
+
 def requests_of(job, serve: Serve, max_context: int) -> Requests:
-    """The run's requests: lengths (fixed, or drawn with a seed from the job's key) and arrivals."""
+    """The run's requests: lengths (fixed, or drawn with a seed from the job's key) and arrivals;
+    ``max_context`` the longest request the engine takes (``serve.max_model_len``, else the model's)."""
     rng = np.random.default_rng(int(job.key[:8], 16))
     load = serve.load
     if load == "static":
@@ -73,8 +83,11 @@ def requests_of(job, serve: Serve, max_context: int) -> Requests:
         prompt = np.maximum(1, np.minimum(prompt, max_context - output))
     longest = int((prompt + output).max())
     if longest > max_context:
+        what = (f"serve.max_model_len ({max_context})" if serve.max_model_len else
+                f"the model's {max_context} (set serve.max_model_len to serve longer requests, as the engine's "
+                f"{LONGER_CONTEXT.get(serve.engine or 'vllm', 'setting')} does)")
         raise JobError(f"a request of {int(prompt.max())} prompt tokens and {int(output.max())} generated ones "
-                       f"needs {longest} tokens of context, more than the model's {max_context}")
+                       f"needs {longest} tokens of context, more than {what}")
     hit = serve.prefix_hit_rate or 0.0
     if hit:
         prompt = np.maximum(1, np.round(prompt * (1 - hit))).astype(np.int64)
@@ -179,7 +192,8 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     if serve.load != "static" and not engine.continuous:
         raise JobError(f"engine '{engine.name}' runs static batches (model.generate): set no concurrency or "
                        f"request_rate, or choose vllm, sglang or trtllm")
-    req = requests_of(job, serve, shape["max_context"] or (1 << 30))
+    max_len = serve.max_model_len or shape["max_context"] or (1 << 30)
+    req = requests_of(job, serve, max_len)
     kv_fp8 = serve.kv_cache_dtype == "fp8"
     kv_token_bytes = kv_bytes_per_token(job, 1 if kv_fp8 else None)
     kv_rank = kv_per_rank(kv_token_bytes, shape["kv_heads"], lay.attention_tensor)
@@ -211,7 +225,7 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     cuda_graphs = engine.cuda_graphs
     mem = plan(gpu.memory_bytes, weights, kv_token, activations, context_bytes, engine, cuda_graphs)
     if (engine.name, engine.release) == ("sglang", "0.5") and serve.max_num_seqs is None:
-        engine = replace(engine, max_num_seqs=sglang_max_requests(mem.kv_cache_tokens, shape["max_context"] or 4096))
+        engine = replace(engine, max_num_seqs=sglang_max_requests(mem.kv_cache_tokens, serve.max_model_len or shape["max_context"] or 4096))
     cost = staged_cost(job, gpu, engine, env, cfg, lay, shape)
     res = _run(req, cost, engine, mem.kv_cache_tokens, serve, job.batch_size, lay)
     if not engine.continuous:
