@@ -133,3 +133,30 @@ def test_attention_with_sinks_is_traced_as_the_engines_fused_attention():
     served = _serve(GPT_OSS, batch=4, input_len=256, output_len=8)
     longer = _serve(GPT_OSS, batch=4, input_len=2048, output_len=8)
     assert gpucast.predict(longer, "h100").serving["tpot_s"] > gpucast.predict(served, "h100").serving["tpot_s"]
+
+
+def test_a_window_keeps_the_pairs_within_it():
+    from gpucast.graph.windows import chunk_share
+
+    assert chunk_share(128, 1000, 1) == pytest.approx(128 / 1001)          # a decode reads its window
+    assert chunk_share(128, 10, 1) == 1.0                                    # inside the window: all of it
+    # a 4-token chunk over 126 cached: queries see 127, 128, 128, 128 keys of 127..130
+    assert chunk_share(128, 126, 4) == pytest.approx((127 + 128 * 3) / (127 + 128 + 129 + 130))
+
+
+def test_sliding_layers_decode_over_their_window_only():
+    from gpucast.estimate import EstimatorConfig
+    from gpucast.estimate.environment import Environment
+    from gpucast.estimate.serving.engines import resolve
+    from gpucast.estimate.serving.iteration import IterationModel
+    from gpucast.hardware import get_gpu
+
+    def attention(types):
+        job = _serve(dict(GPT_OSS, layer_types=types))
+        m = IterationModel(job, get_gpu("h100"), resolve(job.serve), Environment(), EstimatorConfig())
+        return m._decode_attention(256, 2000), m._decode_attention(256, 8000)
+    full = attention(["full_attention"] * 2)
+    sliding = attention(["sliding_attention"] * 2)
+    assert full[1] > 2.5 * full[0]                       # full attention reads four times the keys
+    assert sliding[1] == pytest.approx(sliding[0], rel=0.05)   # a 128-token window reads 128 either way
+    assert sliding[0] < full[0] / 3   # 128 of 2,000 keys (each kernel's fixed time aside)

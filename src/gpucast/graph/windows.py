@@ -14,8 +14,16 @@ Applied where the capture runs Transformer Engine's layers (a Megatron-Core plan
 :mod:`gpucast.graph.te`): PyTorch's SDPA with a window's mask computes every tile and masks them,
 so an eager or SDPA capture keeps the whole cost, as it runs.
 
-Not modelled: FlashAttention's windows outside a Transformer Engine capture, windows wider than the
-sequence (no saving), the attention sinks' extra logit.
+Serving (:mod:`gpucast.estimate.serving.iteration`): the engines' paged attention kernels (vLLM's and
+SGLang's FlashAttention/FlashInfer, TensorRT-LLM's) take the window too, so a sliding layer's decode and
+prefill-chunk attention read and compute only the keys in its window (:func:`chunk_share`); ``hf``'s SDPA
+with a mask keeps the whole cost.
+
+Not modelled: FlashAttention's windows in a training capture outside Transformer Engine, windows wider
+than the sequence (no saving), the attention sinks' extra logit, Llama-4's chunked attention (each token
+within its chunk of ``attention_chunk_size``: costed as full attention), the cache a window frees (vLLM
+V1's hybrid allocator keeps a sliding layer's last window only; gpucast's KV per token counts every
+layer).
 """
 
 from __future__ import annotations
@@ -29,6 +37,17 @@ def band_share(window: int, tokens: int) -> float:
     if window <= 0 or window >= tokens:
         return 1.0
     return (window * (tokens - window) + window * window / 2) / (tokens * tokens / 2)
+
+
+def chunk_share(window: int, context: int, new: int) -> float:
+    """The share of the query-key pairs of ``new`` tokens attending causally over ``context`` cached ones
+    (query i sees ``context + i`` keys) that a window of ``window`` tokens keeps (query i sees at most
+    ``window``): a serving iteration's decode (``new = 1``) or prefill chunk."""
+    if window <= 0 or new <= 0 or context + new <= window:
+        return 1.0
+    k = max(0, min(new, window - context))      # queries still inside the window's reach
+    banded = k * context + k * (k + 1) / 2 + (new - k) * window
+    return banded / (new * context + new * (new + 1) / 2)
 
 
 def windows_of(job) -> list[int]:

@@ -54,6 +54,7 @@ import numpy as np
 from gpucast.estimate.comm import Group, Links, collective_time
 from gpucast.estimate.kernels import kernel_times
 from gpucast.formats import ELEMENT_BYTES
+from gpucast.graph.windows import chunk_share, windows_of
 from gpucast.estimate.serving.experts import ITEMSIZE, is_expert_gemm, routed
 from gpucast.estimate.serving.memory import MXFP4_SHARE
 from gpucast.plan import Parallel
@@ -288,12 +289,16 @@ class IterationModel:
             return 0.0
         total_ref = ref_ctx + new
         total = ctx + new
+        windows = self._windows()
         if new == 1 and self.shape.get("mla"):
             sub = dataclasses.replace(tr, ops=[self._latent_decode(o, batch, total) for o in ops])
             return float(self._times(sub, layers)[1].sum())
         scaled = []
         for o in ops:
             f = total / total_ref
+            w = windows[o.block] if 0 <= o.block < len(windows) else 0
+            if w:   # a sliding layer's kernel reads and computes its window only (gpucast.graph.windows)
+                f *= chunk_share(w, ctx, new)
             shapes = tuple(tuple(d if i != len(s) - 2 or j == 0 or d != total_ref else total
                                  for i, d in enumerate(s)) for j, s in enumerate(o.shapes))
             kv_bytes = sum(math.prod(s) for s in o.shapes[1:3]) if len(o.shapes) >= 3 else 0
@@ -304,6 +309,15 @@ class IterationModel:
                                               bytes_read=int(max(0.0, rest) + kv_now)))
         sub = dataclasses.replace(tr, ops=scaled)
         return float(self._times(sub, layers)[1].sum())
+
+    def _windows(self) -> list[int]:
+        """Each layer's sliding window (0: full attention), for engines whose kernels take it (not ``hf``)."""
+        if self.engine.name == "hf":
+            return []
+        got = self._attn.get(("windows",))
+        if got is None:
+            got = self._attn[("windows",)] = windows_of(self.job)
+        return got
 
     def _latent_decode(self, op, batch: int, total: int):
         """A decode step's attention over MLA's latent cache as vLLM's MLA backends run it (FlashMLA; the
