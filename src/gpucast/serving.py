@@ -9,7 +9,9 @@ engine's settings (``engine``, ``engine_version`` (:data:`ENGINE_VERSIONS`; unse
 the knobs that change its speed and memory: ``max_num_seqs``,
 ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``block_size``, ``cuda_graphs``,
 ``kv_cache_dtype``, ``weights`` for weight-only quantisation, ``prefix_hit_rate``, ``max_model_len``: the
-longest request the engine takes, the model's ``max_position_embeddings`` unless set). Unset fields take
+longest request the engine takes, the model's ``max_position_embeddings`` unless set; speculative decoding:
+``spec_method`` (:data:`SPEC_METHODS`), ``spec_tokens`` (draft tokens a step, default 1) and
+``spec_acceptance``, the mean tokens a step emits, an input). Unset fields take
 the engine's documented defaults (:mod:`gpucast.estimate.serving.engines`, each cited there).
 
 This module validates and serialises the group; it imports neither torch nor the estimator. What a
@@ -30,6 +32,8 @@ ENGINE_VERSIONS = {"trtllm": ("0.11", "1.0"), "vllm": ("0.6", "0.11"), "sglang":
 # How a deployment is driven (vLLM's defaults depend on it): the offline LLM class or the OpenAI-compatible
 # server; unset: offline for an all-at-once load, the server for a closed loop or a request rate.
 ENTRIES = ("offline", "server")
+# Speculative decoding (gpucast.estimate.serving.speculative): a drafter's k tokens verified in one target step.
+SPEC_METHODS = ("eagle3", "mtp", "ngram")
 KV_CACHE_DTYPES = ("auto", "fp8")
 WEIGHTS = ("auto", "int8", "int4", "mxfp4")   # mxfp4: the routed experts only (GPT-OSS's checkpoints)
 MAX_TOKENS = 1 << 21  # a sanity bound on lengths (2M tokens), far past any model's context
@@ -78,6 +82,9 @@ class Serve(_Spec):
     engine_version: str | None = field(default=None, repr=False)
     entry: str | None = field(default=None, repr=False)
     max_model_len: int | None = field(default=None, repr=False)
+    spec_method: str | None = field(default=None, repr=False)
+    spec_tokens: int | None = field(default=None, repr=False)
+    spec_acceptance: float | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len"):
@@ -101,6 +108,18 @@ class Serve(_Spec):
                     f"one of {', '.join(KV_CACHE_DTYPES)}")
         self._check("weights", self.weights is None or self.weights in WEIGHTS, f"one of {', '.join(WEIGHTS)}")
         self._check("entry", self.entry is None or self.entry in ENTRIES, f"one of {', '.join(ENTRIES)}")
+        self._check("spec_method", self.spec_method is None or self.spec_method in SPEC_METHODS,
+                    f"one of {', '.join(SPEC_METHODS)}")
+        self._check("spec_tokens", self.spec_tokens is None or (_is_int(self.spec_tokens) and 1 <= self.spec_tokens <= 16),
+                    "an integer between 1 and 16 (draft tokens per step)")
+        if (self.spec_tokens is not None or self.spec_acceptance is not None) and self.spec_method is None:
+            raise SpecError("fields 'serve.spec_tokens' and 'serve.spec_acceptance' describe speculative decoding: "
+                            "set serve.spec_method (eagle3, mtp or ngram)")
+        if self.spec_method is not None:
+            k = self.spec_tokens or 1
+            self._check("spec_acceptance", _is_num(self.spec_acceptance) and 1 <= self.spec_acceptance <= k + 1,
+                        f"the mean tokens a step emits, accepted drafts plus the target's own: between 1 and "
+                        f"spec_tokens + 1 ({k + 1}); it depends on the drafter and the data, so it is an input")
         if self.engine_version is not None:
             engine = self.engine or "vllm"
             versions = ENGINE_VERSIONS.get(engine)

@@ -190,6 +190,11 @@ class ServeSpec(BaseModel):
     block_size: Optional[StrictInt] = None
     cuda_graphs: Optional[bool] = None
     kv_cache_dtype: Optional[str] = Field(None, description="auto | fp8.")
+    spec_method: Optional[Literal["eagle3", "mtp", "ngram"]] = Field(None, description="Speculative decoding's "
+                                                                                       "drafter.")
+    spec_tokens: Optional[StrictInt] = Field(None, description="Draft tokens a step (default 1).")
+    spec_acceptance: Optional[Union[StrictFloat, StrictInt]] = Field(
+        None, description="Mean tokens a speculative step emits (accepted drafts + 1): an input.")
     max_model_len: Optional[StrictInt] = Field(None, description="The longest request the engine takes (default: "
                                                                  "the model's max_position_embeddings).")
     weights: Optional[str] = Field(None, description="auto | int8 | int4 (weight-only, AWQ/GPTQ) | mxfp4 (the "

@@ -10,8 +10,8 @@ How the deployment spans its GPUs (tensor-parallel ranks, pipeline stages and th
 batches, replicas behind a round-robin load balancer, expert parallelism) is :mod:`.stages` and
 :mod:`.experts`.
 
-Not modelled: speculative decoding, disaggregated prefill/decode, load balancers that route by load or
-prefix.
+Speculative decoding is :mod:`.speculative`. Not modelled: disaggregated prefill/decode, load balancers
+that route by load or prefix.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpucast.estimate.serving import bench
+from gpucast.estimate.serving import bench, speculative
 from gpucast.estimate.serving.engines import resolve, sglang_max_requests
 from gpucast.estimate.serving.figures import figures
 from gpucast.estimate.serving.iteration import QUANT_SHARE, iteration_model, model_job
@@ -117,7 +117,8 @@ def _run(req: Requests, cost, engine, kv_tokens: int, serve: Serve, batch: int, 
 
         def one(sub: Requests, k: int) -> RunResult:
             return simulate(sub, cost, seqs, engine.max_num_batched_tokens, kv, engine.block_size,
-                            engine.chunked_prefill, serve.load, clients[k] if clients else None)
+                            engine.chunked_prefill, serve.load, clients[k] if clients else None,
+                            speculative.of(serve))
         clients = shares(serve.concurrency, streams) if serve.load == "closed" else None
     else:
         streams = lay.replicas
@@ -154,7 +155,7 @@ def staged_cost(job, gpu, engine, env, cfg, lay: Layout, shape: dict):
     """The cost of one iteration of a stream of the deployment (:mod:`.iteration` under :mod:`.stages`)."""
     serve = job.serve or Serve()
     model = iteration_model(job, gpu, engine, env, cfg, lay.tensor, serve.weights, serve.kv_cache_dtype == "fp8",
-                            lay.expert, lay.attention_dp)
+                            lay.expert, lay.attention_dp, speculative.of(serve))
     if lay.pipeline <= 1:
         return model.cost
     links, per_node = _links(gpu, job)
@@ -183,6 +184,8 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     if lay.attention_dp and not engine.continuous:
         raise JobError(f"field 'parallel.attention_dp' needs an engine with its own scheduler per rank (vllm, sglang "
                        f"or trtllm), not '{engine.name}'")
+    if serve.spec_method is not None and not engine.continuous:
+        raise JobError(f"speculative decoding (serve.spec_method) runs in vllm, sglang or trtllm, not '{engine.name}'")
     if serve.weights == "mxfp4" and not shape["experts"]:
         raise JobError("field 'serve.weights': mxfp4 keeps a mixture-of-experts model's routed experts in MXFP4 (as "
                        "GPT-OSS ships them); this model has no experts (int8 or int4 quantise every linear layer)")

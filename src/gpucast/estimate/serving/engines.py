@@ -29,7 +29,7 @@ the job's ``serve`` fields over them (:func:`resolve`). What is modelled of an e
   0.4 defaults (the entry above) and 0.5's by GPU memory and plan (:func:`sglang_defaults`, the default;
   its running-request cap from the KV cache, :func:`sglang_max_requests`).
 
-Not modelled: speculative decoding, prefix-cache eviction policies (a hit rate is an input), LoRA
+Not modelled: prefix-cache eviction policies (a hit rate is an input), LoRA
 adapters, multi-step scheduling, the engines' differences in attention kernels beyond the kernel model's
 (FlashAttention-2 class kernels for all three paged engines), disaggregated prefill.
 """

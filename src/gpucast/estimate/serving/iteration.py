@@ -57,6 +57,7 @@ from gpucast.formats import ELEMENT_BYTES
 from gpucast.graph.windows import chunk_share, windows_of
 from gpucast.estimate.serving.experts import ITEMSIZE, is_expert_gemm, routed
 from gpucast.estimate.serving.memory import MXFP4_SHARE
+from gpucast.estimate.serving.speculative import draft_seconds
 from gpucast.plan import Parallel
 
 GRID_STEP = 2 ** 0.25  # ~19 % between grid points of token counts and contexts
@@ -119,13 +120,14 @@ class IterationModel:
     """Costs of iterations of ``job`` on ``gpu`` under ``engine`` (module docstring)."""
 
     def __init__(self, job, gpu, engine, env, cfg, tensor: int = 1, weights: str = "auto", kv_fp8: bool = False,
-                 expert: int = 1, attention_dp: bool = False):
+                 expert: int = 1, attention_dp: bool = False, spec=None):
         from gpucast.graph.serving import model_shape
 
         job = model_job(job)  # traces depend on the model and precision only
         self.job, self.gpu, self.engine, self.env, self.cfg = job, gpu, engine, env, cfg
         self.t = tensor
         self.e = expert
+        self.spec = spec   # gpucast.estimate.serving.speculative.Speculation, or None
         self.dp = attention_dp and tensor > 1
         self.attn_t = 1 if self.dp else tensor   # the ranks attention and the dense layers split over
         self.weight_scale = {"auto": 1.0, "int8": 0.5, "int4": 0.25, "mxfp4": 1.0}[weights or "auto"]
@@ -228,6 +230,10 @@ class IterationModel:
                 gpu_s = eager = self._over_layers(lambda k: self._dense_gpu(self._trace(1, n, 0, k), k))
             got = self._dense[n] = (gpu_s, max(gpu_s, eager))
         return got
+
+    def cut_to(self, layers: int):
+        """The model cut to its first ``layers`` layers (:func:`layer_sample`), or None when they are unalike."""
+        return layer_sample(self.job, layers)
 
     def _dense_gpu(self, trace, layers: int | None) -> float:
         tr, kt = self._times(trace, layers)
@@ -376,6 +382,8 @@ class IterationModel:
                 return self._interp(lambda c: self._attention(1, p, c), pctx) if pctx >= 1 else self._attention(1, p, 0)
             each = max(1, npre)
             attn += each * self._interp(pre, ptok / each)
+        if self.spec is not None and ndec:   # speculative decoding's draft passes (.speculative)
+            attn += draft_seconds(self, self.spec, ndec, dctx)
         busy = gpu_s + attn + comm
         if self.needs_eager(ntok):
             wall = max(busy, eager_s + attn + comm)
@@ -449,14 +457,15 @@ _COSTS_MAX = 64
 
 
 def iteration_model(job, gpu, engine, env, cfg, tensor: int = 1, weights: str | None = "auto",
-                    kv_fp8: bool = False, expert: int = 1, attention_dp: bool = False) -> IterationModel:
+                    kv_fp8: bool = False, expert: int = 1, attention_dp: bool = False, spec=None) -> IterationModel:
     """A shared :class:`IterationModel` (its memoised costs serve every job of the same model, GPU,
     engine and plan)."""
-    key = (model_job(job).key, gpu, engine, tensor, weights or "auto", kv_fp8, expert, attention_dp, id(env), cfg)
+    key = (model_job(job).key, gpu, engine, tensor, weights or "auto", kv_fp8, expert, attention_dp, spec, id(env),
+           cfg)
     m = _MODELS.get(key)
     if m is None:
         if len(_MODELS) >= _MODELS_MAX:
             _MODELS.pop(next(iter(_MODELS)))
         m = _MODELS[key] = IterationModel(job, gpu, engine, env, cfg, tensor, weights or "auto", kv_fp8, expert,
-                                          attention_dp)
+                                          attention_dp, spec)
     return m

@@ -69,8 +69,15 @@ context, the prefilling sequences) -> (wall seconds, GPU-busy seconds)."""
 
 
 def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_tokens: int, kv_tokens: int,
-             block: int, chunked: bool, load: str = "static", concurrency: int | None = None) -> RunResult:
-    """Continuous batching over ``req`` (module docstring)."""
+             block: int, chunked: bool, load: str = "static", concurrency: int | None = None,
+             spec=None) -> RunResult:
+    """Continuous batching over ``req`` (module docstring); ``spec``: speculative decoding
+    (:class:`gpucast.estimate.serving.speculative.Speculation`): a decode step takes ``k + 1`` of the token
+    budget and emits the tokens :func:`~gpucast.estimate.serving.speculative.tokens_this_step` gives."""
+    from gpucast.estimate.serving.speculative import tokens_this_step
+
+    width = spec.tokens + 1 if spec is not None else 1   # budget tokens a decode takes (verified drafts)
+    steps = [0] * len(req)                                 # a sequence's speculative steps so far
     n = len(req)
     arrival = req.arrival_s.astype(float).copy()
     prompt = [int(v) for v in req.prompt]
@@ -114,6 +121,11 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
     if cap_blocks <= 0:
         return RunResult(np.array(start), np.array(first), np.array(finish), 0, 0.0, 0, 0.0, 0,
                          ["no KV cache fits: nothing can run"])
+    def gain(r: int) -> int:   # tokens a decode of ``r`` emits this iteration
+        if spec is None:
+            return 1
+        return min(tokens_this_step(spec.acceptance, steps[r]), max(1, out[r] - generated[r]))
+
     while finished < n:
         while next_arrival < scheduled and arrival_l[order[next_arrival]] <= t:
             waiting.append(order[next_arrival])
@@ -125,10 +137,13 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
         # A sequence needs a new block when its tokens fill whole blocks (kv % blk == 0); when the free
         # blocks cover every decode's need at once, no preemption can happen: take them all (fast path)
         dec = [r for r in running if done_prefill[r] >= target[r]]
-        need_all = sum(1 for r in dec if kv[r] % blk == 0) if blk > 1 else len(dec)
+        if spec is None:
+            need_all = sum(1 for r in dec if kv[r] % blk == 0) if blk > 1 else len(dec)
+        else:
+            need_all = sum(blocks(kv[r] + gain(r)) - blocks(kv[r]) for r in dec)
         if need_all <= cap_blocks - used_blocks:
             used_blocks += need_all
-            budget -= len(dec)
+            budget -= len(dec) * width
             i = len(running)
         else:
             dec = []
@@ -138,7 +153,7 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
             if done_prefill[r] < target[r]:
                 i += 1
                 continue
-            need = blocks(kv[r] + 1) - blocks(kv[r])
+            need = blocks(kv[r] + gain(r)) - blocks(kv[r])
             while need > cap_blocks - used_blocks and running[-1] != r:
                 v = running.pop()
                 used_blocks -= blocks(kv[v])
@@ -151,7 +166,7 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
                 break
             used_blocks += need
             dec.append(r)
-            budget -= 1
+            budget -= width
             i += 1
         # prefills already under way, then new requests
         for r in running:
@@ -188,7 +203,7 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
                 continue
             notes.append("requests larger than the KV cache never start")
             break
-        ntok = len(dec) + sum(take for _, take in pre)
+        ntok = len(dec) * width + sum(take for _, take in pre)
         dctx = sum(map(kv.__getitem__, dec)) / len(dec) if dec else 0.0
         ptok = sum(take for _, take in pre)
         pctx = sum(done_prefill[r] for r, _ in pre) / len(pre) if pre else 0.0
@@ -206,8 +221,10 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
         batch_sum += batch
         max_batch = max(max_batch, batch)
         for r in dec:
-            generated[r] += 1
-            kv[r] += 1
+            g = gain(r)
+            generated[r] += g
+            kv[r] += g
+            steps[r] += 1
         for r, take in pre:
             done_prefill[r] += take
             kv[r] += take
