@@ -30,6 +30,8 @@ def runs(tmp_path_factory):
                    "--tensors", "1,2", "--tpot", "1", "--json"],
         "err_advise_target": ["advise", "--hf-config", cfg, "--mode", "serve", "--ttft", "-1"],
         "err_replicas": ["advise", "--hf-config", cfg, "--mode", "serve", "--replicas", "0"],
+        "err_layouts": ["advise", "--hf-config", cfg, "--mode", "serve", "--precision", "bf16", "-g", "h100",
+                        "--tensors", "2", "--layouts", "ep"],
         "advise_replicas": ["advise", "--hf-config", cfg, "--mode", "serve", "--precision", "bf16", "-b", "4",
                             "--set", "serve.input_len=128", "--set", "serve.output_len=16", "--set",
                             "serve.request_rate=8000", "--set", "serve.num_requests=200", "-g", "l4",
@@ -82,7 +84,7 @@ def test_advise_serve_sizes_the_replicas_in_its_table(runs):
 
 @pytest.mark.parametrize("name, needle", [
     ("err_engine", "serve.engine"), ("err_length", "serve.input_len"), ("err_context", "more than the model's 2048"),
-    ("err_load", "two kinds of load"), ("err_advise_target", "--ttft"), ("err_replicas", "--replicas"), ("err_zoo", "Hugging Face decoder"), ("err_group", "applies to mode 'serve'"),
+    ("err_load", "two kinds of load"), ("err_advise_target", "--ttft"), ("err_replicas", "--replicas"), ("err_layouts", "--layouts"), ("err_zoo", "Hugging Face decoder"), ("err_group", "applies to mode 'serve'"),
     ("err_stages", "at most the model's 2 layers"), ("err_expert", "has no experts"),
     ("err_expert_train", "parallel.expert"),
 ])

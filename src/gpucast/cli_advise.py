@@ -267,6 +267,11 @@ def register(app: typer.Typer, cli) -> None:
                    replicas: int = typer.Option(1, "--replicas", help="Serving: at most this many replicas of a "
                                                                       "deployment behind a load balancer, each "
                                                                       "serving its share of the load."),
+                   layouts: Optional[str] = typer.Option(None, "--layouts", help="Serving: tp (tensor "
+                                                                                 "parallelism) and/or dep (attention "
+                                                                                 "data parallelism with expert "
+                                                                                 "parallelism; default both for a "
+                                                                                 "mixture-of-experts model)."),
                    report: Optional[Path] = typer.Option(None, "--report", help="Write the plot of the front here: an "
                                                                                "HTML page (offline) or, for "
                                                                                "FILE.svg, a static image."),
@@ -316,7 +321,8 @@ def register(app: typer.Typer, cli) -> None:
                 from gpucast.cli_advise_serving import advise_serving_cmd
 
                 advise_serving_cmd(cli, kw, parse_list(tensors, "--tensors"), parse_list(engines, "--engines", str),
-                                   ttft, tpot, prices, provider, as_json, replicas)
+                                   ttft, tpot, prices, provider, as_json, replicas,
+                                   parse_list(layouts, "--layouts", str))
                 return
             result = _search(kw)
             if reserved is not None:

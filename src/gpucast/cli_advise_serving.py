@@ -13,11 +13,12 @@ DEFAULT_GPUS = ("l4", "a10", "a100-40gb", "a100-80gb", "h100", "h200", "b200")
 def _table(advice) -> Table:
     t = Table(title="gpucast advise --serve")
     numbers = ("n", "replicas", "TTFT p90 s", "TPOT p90 ms", "out tok/s", "$/M tokens")
-    for col in ("", "gpu", "n", "replicas", "precision", "engine", "TTFT p90 s", "TPOT p90 ms", "out tok/s",
-                "$/M tokens", "why"):
+    for col in ("", "gpu", "n", "replicas", "layout", "precision", "engine", "TTFT p90 s", "TPOT p90 ms",
+                "out tok/s", "$/M tokens", "why"):
         t.add_column(col, justify="right" if col in numbers else "left")
     for i, o in enumerate(advice.options):
-        t.add_row("*" if i == advice.best else "", o.gpu, str(o.tensor), str(o.replicas), o.precision, o.engine,
+        t.add_row("*" if i == advice.best else "", o.gpu, str(o.tensor), str(o.replicas), o.layout, o.precision,
+                  o.engine,
                   "-" if o.ttft_p90_s is None else f"{o.ttft_p90_s:.3g}",
                   "-" if o.tpot_p90_s is None else f"{o.tpot_p90_s * 1e3:.3g}",
                   "-" if o.output_tokens_per_s is None else f"{o.output_tokens_per_s:,.0f}",
@@ -26,7 +27,7 @@ def _table(advice) -> Table:
 
 
 def advise_serving_cmd(cli, kw: dict, tensors: list | None, engines: list | None, ttft, tpot, prices, provider,
-                       as_json: bool, replicas: int = 1) -> None:
+                       as_json: bool, replicas: int = 1, layouts: list | None = None) -> None:
     """Search (``tensors``/``engines`` already parsed by cli_advise) and print the table or JSON."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -44,7 +45,7 @@ def advise_serving_cmd(cli, kw: dict, tensors: list | None, engines: list | None
                               tensors=tensors or DEFAULT_TENSORS,
                               precisions=kw["precisions"], engines=eng, ttft_s=ttft, tpot_s=tpot, prices=prices,
                               provider=provider, progress=lambda d, n: bar.update(task, completed=d, total=n),
-                              replicas=replicas)
+                              replicas=replicas, layouts=layouts)
 
     with Progress(TextColumn("deployments"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=cli.err, transient=True) as bar:

@@ -101,3 +101,22 @@ def test_a_replica_takes_its_share_of_each_kind_of_load():
 def test_a_bad_replica_count_is_refused(bad):
     with pytest.raises(JobError, match="--replicas"):
         advise_serving(_busy_job(), ["l4"], replicas=bad)
+
+
+MOE = dict(model_type="qwen3_moe", hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
+           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, num_experts=8, num_experts_per_tok=2,
+           vocab_size=256, max_position_embeddings=2048)
+
+
+def test_a_mixture_of_experts_model_is_tried_with_attention_dp_and_expert_parallelism():
+    job = Job.from_hf_config(MOE, batch_size=1, precision="bf16", mode="serve",
+                             serve=dict(input_len=128, output_len=16, concurrency=64, num_requests=128))
+    a = advise_serving(job, ["h100"], tensors=(1, 2, 4))
+    shapes = sorted((o.tensor, o.layout) for o in a.options)
+    # one GPU runs one way; two and four GPUs each as tensor parallel and as DEP (the DEP of one is the TP)
+    assert shapes == [(1, "tp"), (2, "dep"), (2, "tp"), (4, "dep"), (4, "tp")]
+    assert all(o.why != "meets the targets" or o.feasible for o in a.options)
+    dense = advise_serving(_job(), ["h100"], tensors=(1, 2))
+    assert {o.layout for o in dense.options} == {"tp"}
+    with pytest.raises(JobError, match="--layouts"):
+        advise_serving(job, ["h100"], tensors=(2,), layouts=["ep"])

@@ -21,6 +21,13 @@ flight keeps ``ceil(C / r)`` on each and a static batch of ``B`` prompts gives e
 Identical replicas under identical loads have the same latency distribution, so one replica's run is
 the fleet's percentiles; the fleet generates ``r`` times its tokens and costs ``r`` times its GPUs.
 
+Layouts (``layouts``): ``tp`` spreads every layer over the ``t`` ranks (tensor parallelism; a
+mixture-of-experts model's experts too); ``dep`` runs a mixture-of-experts model's attention
+data-parallel over them and its experts expert-parallel (``parallel.attention_dp`` with ``expert = t``,
+TensorRT-LLM's and SGLang's DEP layouts: each rank its own requests and cache,
+:mod:`gpucast.estimate.serving.stages`). A mixture-of-experts model is tried both ways unless told
+otherwise, a dense one as ``tp``.
+
 Not modelled: routing smarter than random (least-loaded or prefix-affine balancers shorten queues and
 raise prefix-cache hits), pipeline parallelism, autoscaling, the price of the CPU hosts.
 """
@@ -35,6 +42,8 @@ from gpucast.job import Job, JobError
 from gpucast.serving import Serve
 
 DEFAULT_TENSORS = (1, 2, 4, 8)
+LAYOUTS = ("tp", "dep")
+MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")   # a config's routed-expert count
 DEFAULT_ENGINES = ("vllm",)
 KEEP_UP = 0.95  # share of a Poisson load's rate a deployment must serve to count as keeping up
 
@@ -53,6 +62,7 @@ class ServingOption:
     usd_per_gpu_hour: float | None = None
     usd_per_million_tokens: float | None = None
     replicas: int = 1  # copies of the deployment behind a load balancer (the tensor degree's GPUs each)
+    layout: str = "tp"  # tp | dep (LAYOUTS)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -83,10 +93,19 @@ def replica_share(job: Job, r: int) -> Job:
     return job.with_(batch_size=math.ceil(job.batch_size / r), serve=replace(serve, num_requests=None))
 
 
-def _candidate(job: Job, gpu: str, t: int, precision: str, engine: str, r: int = 1) -> Job:
+def _candidate(job: Job, gpu: str, t: int, precision: str, engine: str, r: int = 1, layout: str = "tp") -> Job:
     serve = replace(job.serve or Serve(), engine=engine)
-    one = job.with_(precision=precision, gpus=t, parallel=(dict(tensor=t) if t > 1 else None), serve=serve)
+    par = (dict(tensor=t, expert=t, attention_dp=True) if layout == "dep" else dict(tensor=t)) if t > 1 else None
+    one = job.with_(precision=precision, gpus=t, parallel=par, serve=serve)
     return replica_share(one, r)
+
+
+def default_layouts(job: Job) -> tuple[str, ...]:
+    """``tp`` and ``dep`` for a mixture-of-experts model (its config names routed experts), else ``tp``."""
+    import json
+
+    cfg = json.loads(job.hf_config) if job.hf_config else {}
+    return LAYOUTS if any(cfg.get(k) for k in MOE_FIELDS) else ("tp",)
 
 
 def _replica_counts(most: int) -> list[int]:
@@ -102,7 +121,7 @@ def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DE
                    precisions: Sequence[str] | None = None, engines: Sequence[str] = DEFAULT_ENGINES,
                    ttft_s: float | None = None, tpot_s: float | None = None, prices=None, provider: str | None = None,
                    progress: Callable[[int, int], None] | None = None, predict=None,
-                   replicas: int = 1) -> ServingAdvice:
+                   replicas: int = 1, layouts: Sequence[str] | None = None) -> ServingAdvice:
     """The cheapest deployment of ``job`` meeting the targets, with at most ``replicas`` copies of it
     (module docstring)."""
     from gpucast.advisor import prices as price_tables
@@ -118,14 +137,20 @@ def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DE
         from gpucast.api import predict
     table = prices if isinstance(prices, price_tables.PriceTable) else price_tables.load(prices)
     precisions = list(precisions or [job.precision])
-    combos = [(g, t, p, e) for g in gpus for t in tensors for p in precisions for e in engines]
+    layouts = tuple(layouts or default_layouts(job))
+    bad = [x for x in layouts if x not in LAYOUTS]
+    if bad:
+        raise JobError(f"--layouts takes {', '.join(LAYOUTS)}, got {', '.join(bad)}")
+    # a DEP layout of one GPU is the TP one: tried once
+    combos = [(g, t, p, e, x) for g in gpus for t in tensors for p in precisions for e in engines for x in layouts
+              if not (x == "dep" and t == 1 and "tp" in layouts)]
     serve = job.serve or Serve()
     options = []
-    for i, (g, t, p, e) in enumerate(combos):
+    for i, (g, t, p, e, x) in enumerate(combos):
         usd = (table.price(g, provider) or _NO_PRICE).usd_per_gpu_hour
 
         def one(r):
-            return _option(job, serve, predict, g, t, p, e, r, usd, ttft_s, tpot_s)
+            return _option(job, serve, predict, g, t, p, e, r, usd, ttft_s, tpot_s, x)
         below = 0  # the most replicas known to fall short of the targets
         for r in _replica_counts(replicas):
             option, load_bound = one(r)
@@ -152,7 +177,8 @@ def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DE
     else:
         o = options[best]
         copies = f"{o.replicas} replicas of " if o.replicas > 1 else ""
-        message = (f"{copies}{o.tensor} x {o.gpu} ({o.precision}, {o.engine}): p90 TTFT {o.ttft_p90_s:.3g} s, p90 TPOT "
+        shape = ", attention DP + expert parallel" if o.layout == "dep" and o.tensor > 1 else ""
+        message = (f"{copies}{o.tensor} x {o.gpu} ({o.precision}, {o.engine}{shape}): p90 TTFT {o.ttft_p90_s:.3g} s, p90 TPOT "
                    f"{o.tpot_p90_s * 1e3:.3g} ms, {o.output_tokens_per_s:.0f} output tokens/s, "
                    f"${o.usd_per_million_tokens:.2f} per million output tokens: the cheapest of {len(feasible)} "
                    f"that meet the targets ({len(options)} tried)")
@@ -167,13 +193,13 @@ _NO_PRICE = _NoPrice()
 
 
 def _option(job: Job, serve: Serve, predict, g: str, t: int, p: str, e: str, r: int, usd: float | None,
-            ttft_s: float | None, tpot_s: float | None) -> tuple[ServingOption, bool]:
+            ttft_s: float | None, tpot_s: float | None, layout: str = "tp") -> tuple[ServingOption, bool]:
     """One candidate with ``r`` replicas, and whether what it misses is its load's doing (latency, a queue,
     requests left unfinished): more replicas may then meet the targets."""
     try:
-        pred = predict(_candidate(job, g, t, p, e, r), g)
+        pred = predict(_candidate(job, g, t, p, e, r, layout), g)
     except JobError as exc:
-        return ServingOption(g, t, p, e, False, str(exc), replicas=r), False
+        return ServingOption(g, t, p, e, False, str(exc), replicas=r, layout=layout), False
     s = pred.serving
     why, load = [], []
     if not pred.fits_in_memory:
@@ -197,5 +223,5 @@ def _option(job: Job, serve: Serve, predict, g: str, t: int, p: str, e: str, r: 
     fleet = r * s["output_tokens_per_s"]
     per_m = usd * t * r / (fleet * 3600) * 1e6 if usd is not None and fleet > 0 else None
     option = ServingOption(g, t, p, e, not why, "; ".join(why) or "meets the targets", s["ttft_p90_s"],
-                           s["tpot_p90_s"], fleet, usd, per_m, replicas=r)
+                           s["tpot_p90_s"], fleet, usd, per_m, replicas=r, layout=layout)
     return option, bool(load) and pred.fits_in_memory and usd is not None
