@@ -70,7 +70,9 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
   back (:mod:`gpucast.estimate.serving.stages`); unset: off;
 * ``expert_tensor``: expert-tensor-parallel degree of training (each expert's width split over
   that many ranks; unset: the tensor degree, Megatron-LM's default); serving's is ``tensor / expert``;
-* ``expert_dispatcher``: how a trained MoE layer's tokens reach their experts' ranks,
+* ``expert_dispatcher``: how a MoE layer's tokens reach their experts' ranks (training; and serving
+  under ``attention_dp``, where unset is TensorRT-LLM's all-gather / reduce-scatter and ``alltoall`` /
+  ``deepep`` the wide-EP all-to-alls),
   :data:`EXPERT_DISPATCHERS`: ``alltoall`` (Megatron-Core's default: one copy per token and expert)
   or ``deepep`` (DeepEP's kernels: one copy per token and node across nodes, forwarded over NVLink);
 * ``pp_overlap``: the pipeline's sends hidden behind compute (Megatron-Core's ``overlap_p2p_comm``;

@@ -160,3 +160,25 @@ def test_sliding_layers_decode_over_their_window_only():
     assert full[1] > 2.5 * full[0]                       # full attention reads four times the keys
     assert sliding[1] == pytest.approx(sliding[0], rel=0.05)   # a 128-token window reads 128 either way
     assert sliding[0] < full[0] / 3   # 128 of 2,000 keys (each kernel's fixed time aside)
+
+
+def test_wide_expert_parallelism_sends_each_token_to_its_experts_only():
+    from gpucast.estimate import EstimatorConfig
+    from gpucast.estimate.environment import Environment
+    from gpucast.estimate.serving.engines import resolve
+    from gpucast.estimate.serving.iteration import IterationModel
+    from gpucast.hardware import get_gpu
+
+    job = _serve(MOE)
+
+    def comm(dispatcher, n=4096):
+        m = IterationModel(job, get_gpu("gb200"), resolve(job.serve), Environment(), EstimatorConfig(), tensor=8,
+                           expert=8, attention_dp=True, dispatcher=dispatcher)
+        return m._allreduce(n)
+    gather, a2a = comm(None), comm("alltoall")
+    # the gather brings every rank all 8 ranks' tokens; the all-to-all each token's 2 experts' copies:
+    # about 8 / 2 times fewer bytes a rank (the calls' fixed latency aside)
+    assert 0 < a2a < gather / 2.5
+    served = gpucast.predict(_serve(MOE, gpus=8, parallel=dict(tensor=8, expert=8, attention_dp=True,
+                                                                expert_dispatcher="alltoall")), "gb200").serving
+    assert served["finished"] == served["requests"]

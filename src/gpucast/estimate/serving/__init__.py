@@ -155,7 +155,8 @@ def staged_cost(job, gpu, engine, env, cfg, lay: Layout, shape: dict):
     """The cost of one iteration of a stream of the deployment (:mod:`.iteration` under :mod:`.stages`)."""
     serve = job.serve or Serve()
     model = iteration_model(job, gpu, engine, env, cfg, lay.tensor, serve.weights, serve.kv_cache_dtype == "fp8",
-                            lay.expert, lay.attention_dp, speculative.of(serve))
+                            lay.expert, lay.attention_dp, speculative.of(serve),
+                            job.parallel.expert_dispatcher if job.parallel is not None else None)
     if lay.pipeline <= 1:
         return model.cost
     links, per_node = _links(gpu, job)

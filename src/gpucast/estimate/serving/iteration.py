@@ -19,8 +19,11 @@ each, at a mean context of ``L`` cached tokens) and prefill chunks (``p`` tokens
   ranks' tokens (:func:`.experts.routed` with ``ranks = t``), gathered to the ranks before it and
   reduce-scattered after it (TensorRT-LLM's default ``AllGatherReduceScatter``:
   ``fused_moe/communication/allgather_reducescatter.py``, which quantises before the gather: the
-  tokens go in the checkpoint's activation format, :data:`DISPATCH_BYTES`, the outputs in 16 bits).
-  No all-reduce.
+  tokens go in the checkpoint's activation format, :data:`DISPATCH_BYTES`, the outputs in 16 bits);
+  with ``parallel.expert_dispatcher: alltoall`` (wide expert parallelism: TensorRT-LLM's MNNVL / DeepEP
+  all-to-all, SGLang's DeepEP) each token goes only to its ``k`` experts' ranks and back: a dispatch and
+  a combine all-to-all of ``n k`` hidden states a rank. The ranks span nodes past ``gpus_per_node`` (an
+  NVL72 rack is one NVLink domain). No all-reduce.
 
 Its wall time: with CUDA graphs (decode iterations up to the captured batch) the GPU time plus the
 engine's host time per iteration; without them (``hf``, or an eager iteration) the step gpucast's
@@ -120,7 +123,7 @@ class IterationModel:
     """Costs of iterations of ``job`` on ``gpu`` under ``engine`` (module docstring)."""
 
     def __init__(self, job, gpu, engine, env, cfg, tensor: int = 1, weights: str = "auto", kv_fp8: bool = False,
-                 expert: int = 1, attention_dp: bool = False, spec=None):
+                 expert: int = 1, attention_dp: bool = False, spec=None, dispatcher: str | None = None):
         from gpucast.graph.serving import model_shape
 
         job = model_job(job)  # traces depend on the model and precision only
@@ -128,6 +131,7 @@ class IterationModel:
         self.t = tensor
         self.e = expert
         self.spec = spec   # gpucast.estimate.serving.speculative.Speculation, or None
+        self.all_to_all = dispatcher in ("alltoall", "deepep")   # attention DP's MoE dispatch (module docstring)
         self.dp = attention_dp and tensor > 1
         self.attn_t = 1 if self.dp else tensor   # the ranks attention and the dense layers split over
         self.weight_scale = {"auto": 1.0, "int8": 0.5, "int4": 0.25, "mxfp4": 1.0}[weights or "auto"]
@@ -140,10 +144,11 @@ class IterationModel:
         self.cache = "paged" if engine.paged else "dynamic"
         par = Parallel().resolved(gpu)
         self.links = Links.of(gpu, par.network_spec())
+        self.per_node = par.gpus_per_node
         # GPU times depend on the model, GPU, plan and whether small ops are fused, not on the engine's
         # scheduler settings: engines with their own kernels (vLLM, SGLang, TensorRT-LLM) share them
-        shared = _COSTS.setdefault((job.key, gpu, tensor, expert, self.dp, self.weight_scale, self.expert_scale,
-                                    self.kv_scale, engine.name == "hf", id(env), cfg), ({}, {}))
+        shared = _COSTS.setdefault((job.key, gpu, tensor, expert, self.dp, self.all_to_all, self.weight_scale,
+                                    self.expert_scale, self.kv_scale, engine.name == "hf", id(env), cfg), ({}, {}))
         if len(_COSTS) > _COSTS_MAX:
             _COSTS.pop(next(iter(_COSTS)))
         self._dense: dict[int, tuple[float, float]] = shared[0]
@@ -358,7 +363,13 @@ class IterationModel:
         if self.t <= 1:
             return 0.0
         if self.dp:
-            group = Group(self.t, self.t)
+            group = Group(self.t, min(self.t, self.per_node))
+            if self.all_to_all:   # each token to its k experts' ranks and back
+                sent = n * (self.shape.get("experts_per_token") or 1) * self.shape["hidden"]
+                a2a = (collective_time("all-to-all", sent * DISPATCH_BYTES.get(self.job.precision, 2.0), group,
+                                       self.links)
+                       + collective_time("all-to-all", sent * COMBINE_BYTES, group, self.links))
+                return self.shape.get("moe_layers", 0) * a2a
             tokens = self.t * n * self.shape["hidden"]
             gather = collective_time("all-gather", tokens * DISPATCH_BYTES.get(self.job.precision, 2.0), group,
                                      self.links)
@@ -457,15 +468,16 @@ _COSTS_MAX = 64
 
 
 def iteration_model(job, gpu, engine, env, cfg, tensor: int = 1, weights: str | None = "auto",
-                    kv_fp8: bool = False, expert: int = 1, attention_dp: bool = False, spec=None) -> IterationModel:
+                    kv_fp8: bool = False, expert: int = 1, attention_dp: bool = False, spec=None,
+                    dispatcher: str | None = None) -> IterationModel:
     """A shared :class:`IterationModel` (its memoised costs serve every job of the same model, GPU,
     engine and plan)."""
-    key = (model_job(job).key, gpu, engine, tensor, weights or "auto", kv_fp8, expert, attention_dp, spec, id(env),
-           cfg)
+    key = (model_job(job).key, gpu, engine, tensor, weights or "auto", kv_fp8, expert, attention_dp, spec, dispatcher,
+           id(env), cfg)
     m = _MODELS.get(key)
     if m is None:
         if len(_MODELS) >= _MODELS_MAX:
             _MODELS.pop(next(iter(_MODELS)))
         m = _MODELS[key] = IterationModel(job, gpu, engine, env, cfg, tensor, weights or "auto", kv_fp8, expert,
-                                          attention_dp, spec)
+                                          attention_dp, spec, dispatcher)
     return m

@@ -25,7 +25,8 @@ what is left, each a whole copy of the deployment behind a load balancer) and ``
   "all GEMM weights are replicated on every GPU; the KV-cache is partitioned, because different user
   requests are routed to different DP ranks", its ``docs/source/features/parallel-strategy.md``): each
   of the ``t`` ranks is a scheduler of its own (its ``max_num_seqs``, its KV cache, requests dealt to
-  it round-robin), holding every weight but the routed experts', which stay spread over the ranks
+  it round-robin; the ranks of a large group span nodes past ``gpus_per_node``), holding every weight but
+  the routed experts', which stay spread over the ranks
   (``expert``; ``t / expert`` ways of each expert's width). The ranks step together: every MoE layer
   takes all ranks' tokens (:mod:`.iteration`). A pipeline stage's ranks are ``t`` streams then, each
   ``p`` deep.
