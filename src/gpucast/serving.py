@@ -34,7 +34,12 @@ ENGINE_VERSIONS = {"trtllm": ("0.11", "1.0"), "vllm": ("0.6", "0.11"), "sglang":
 ENTRIES = ("offline", "server")
 # Speculative decoding (gpucast.estimate.serving.speculative): a drafter's k tokens verified in one target step.
 SPEC_METHODS = ("eagle3", "mtp", "ngram")
-KV_CACHE_DTYPES = ("auto", "fp8")
+KV_CACHE_DTYPES = ("auto", "fp8", "nvfp4")
+# Bytes a cached K/V element takes (auto: the model's dtype); NVFP4 in 16-element blocks with an FP8 scale
+# (gpucast.formats.ELEMENT_BYTES, restated here: this module imports no estimator).
+KV_ELEMENT_BYTES = {"fp8": 1.0, "nvfp4": 0.5 + 1.0 / 16}
+# Engines with an NVFP4 KV cache (TensorRT-LLM's kv_cache_config dtype nvfp4, SGLang's fp4_e2m1), on FP4 tensor cores.
+NVFP4_KV_ENGINES = ("trtllm", "sglang")
 WEIGHTS = ("auto", "int8", "int4", "mxfp4")   # mxfp4: the routed experts only (GPT-OSS's checkpoints)
 MAX_TOKENS = 1 << 21  # a sanity bound on lengths (2M tokens), far past any model's context
 MAX_REQUESTS = 1_000_000

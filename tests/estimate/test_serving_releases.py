@@ -14,7 +14,7 @@ from gpucast.estimate.serving.engines import resolve, sglang_defaults, sglang_ma
 from gpucast.plan import Parallel
 from gpucast.estimate.serving.iteration import iteration_model
 from gpucast.hardware import get_gpu
-from gpucast.job import Job
+from gpucast.job import Job, JobError
 from gpucast.serving import Serve
 from gpucast.surroundings import SpecError
 
@@ -142,3 +142,14 @@ def test_an_nvfp4_checkpoint_holds_4_5_bits_a_weight_and_runs_the_fp4_tensor_cor
     assert (w4 - ends) / (w16 - ends) == pytest.approx((0.5 + 1 / 16) / 2, rel=1e-3)
     m8, m4 = (iteration_model(j, gpu, resolve(j.serve), env, cfg) for j in (_job("fp8"), _job("nvfp4")))
     assert m4._per_tokens(8192)[0] < m8._per_tokens(8192)[0]
+
+
+def test_an_nvfp4_kv_cache_holds_4_5_bits_an_element_on_blackwell_only():
+    fp8 = gpucast.predict(_job(kv_cache_dtype="fp8"), "b200").serving["memory"]["kv_bytes_per_token"]
+    fp4 = gpucast.predict(_job(kv_cache_dtype="nvfp4"), "b200").serving["memory"]["kv_bytes_per_token"]
+    # 4 layers x 4 KV heads x 64 dims x K and V: one byte each in FP8, 0.5 + 1/16 in NVFP4
+    assert fp8 == 4 * 4 * 64 * 2 and fp4 == int(4 * 4 * 64 * 2 * (0.5 + 1 / 16))
+    with pytest.raises(JobError, match="NVFP4 KV cache needs FP4 tensor cores"):
+        gpucast.predict(_job(kv_cache_dtype="nvfp4"), "h100")
+    with pytest.raises(JobError, match="NVFP4 KV cache"):
+        gpucast.predict(_job(kv_cache_dtype="nvfp4", engine="vllm"), "b200")

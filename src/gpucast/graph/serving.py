@@ -201,7 +201,7 @@ def _shape_of(cfg) -> dict:
     return shape
 
 
-def kv_bytes_per_token(job, kv_dtype_bytes: int | None = None) -> int:
+def kv_bytes_per_token(job, kv_dtype_bytes: float | None = None) -> int:
     """Bytes of K and V one token occupies in the whole model's cache: layers x KV heads x head dim
     x 2 x dtype size. The dtype is the cache dtype of :func:`trace_iteration` unless given: 2 for
     fp16/bf16/amp-*/fp8 (fp8 weights keep a bf16 cache, vLLM's ``kv_cache_dtype="auto"``), 4 for
@@ -212,7 +212,7 @@ def kv_bytes_per_token(job, kv_dtype_bytes: int | None = None) -> int:
     (they hold at most their window), and layers without attention (linear attention, Mamba)."""
     s = _shape_of(_hf_config(job))
     size = kv_dtype_bytes if kv_dtype_bytes is not None else (4 if job.precision in ("fp32", "tf32") else 2)
-    return s["layers"] * s["kv_heads"] * (s["cache_k_dim"] + s["cache_v_dim"]) * int(size)
+    return int(s["layers"] * s["kv_heads"] * (s["cache_k_dim"] + s["cache_v_dim"]) * size)
 
 
 def model_shape(job) -> dict:

@@ -189,7 +189,7 @@ class ServeSpec(BaseModel):
     gpu_memory_utilization: Optional[Union[StrictFloat, StrictInt]] = None
     block_size: Optional[StrictInt] = None
     cuda_graphs: Optional[bool] = None
-    kv_cache_dtype: Optional[str] = Field(None, description="auto | fp8.")
+    kv_cache_dtype: Optional[str] = Field(None, description="auto | fp8 | nvfp4 (Blackwell; trtllm, sglang).")
     spec_method: Optional[Literal["eagle3", "mtp", "ngram"]] = Field(None, description="Speculative decoding's "
                                                                                        "drafter.")
     spec_tokens: Optional[StrictInt] = Field(None, description="Draft tokens a step (default 1).")

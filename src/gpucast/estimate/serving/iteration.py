@@ -32,8 +32,8 @@ estimator gives the traced forward on its own (each op dispatched from Python,
 bytes to 8/16 or 4/16 (the dequantising kernels' math is not modelled; ``mxfp4`` the routed experts'
 only, to 4.25/16, at the 16-bit rate as Hopper's dequantising MoE kernels run them), ``fp8`` precision to 8/16
 (FP8 weights and activations: the GEMMs at the FP8 peak; the head's GEMM is cut too, though engines keep it
-in 16 bits); an FP8 KV cache halves the
-attention's K/V bytes. Multi-head latent attention (DeepSeek-V2/V3, ``kv_lora_rank``) decodes over the
+in 16 bits); an FP8 KV cache halves the attention's K/V bytes, an NVFP4 one (Blackwell) takes 4.5 bits an
+element. Multi-head latent attention (DeepSeek-V2/V3, ``kv_lora_rank``) decodes over the
 cached latents with the up-projections absorbed (:meth:`IterationModel._latent_decode`); its prefill runs
 the traced decompressed attention. Mixture-of-experts GEMMs read the experts the iteration's tokens reach, on the
 busiest rank under expert parallelism (:mod:`.experts`).
@@ -122,7 +122,7 @@ def pow2(x: int) -> tuple[int, int, float]:
 class IterationModel:
     """Costs of iterations of ``job`` on ``gpu`` under ``engine`` (module docstring)."""
 
-    def __init__(self, job, gpu, engine, env, cfg, tensor: int = 1, weights: str = "auto", kv_fp8: bool = False,
+    def __init__(self, job, gpu, engine, env, cfg, tensor: int = 1, weights: str = "auto", kv_scale: float = 1.0,
                  expert: int = 1, attention_dp: bool = False, spec=None, dispatcher: str | None = None):
         from gpucast.graph.serving import model_shape
 
@@ -139,7 +139,7 @@ class IterationModel:
             self.weight_scale = QUANT_SHARE[job.precision]
         # the routed experts' bytes per traced byte: MXFP4 experts (GPT-OSS) at 4.25 bits, else the rest's
         self.expert_scale = MXFP4_SHARE if weights == "mxfp4" else self.weight_scale
-        self.kv_scale = 0.5 if kv_fp8 else 1.0
+        self.kv_scale = float(kv_scale)   # the cache's bytes per 16-bit K/V byte (FP8 0.5, NVFP4 0.28)
         self.shape = model_shape(job)
         self.cache = "paged" if engine.paged else "dynamic"
         par = Parallel().resolved(gpu)
@@ -468,16 +468,16 @@ _COSTS_MAX = 64
 
 
 def iteration_model(job, gpu, engine, env, cfg, tensor: int = 1, weights: str | None = "auto",
-                    kv_fp8: bool = False, expert: int = 1, attention_dp: bool = False, spec=None,
+                    kv_scale: float = 1.0, expert: int = 1, attention_dp: bool = False, spec=None,
                     dispatcher: str | None = None) -> IterationModel:
     """A shared :class:`IterationModel` (its memoised costs serve every job of the same model, GPU,
     engine and plan)."""
-    key = (model_job(job).key, gpu, engine, tensor, weights or "auto", kv_fp8, expert, attention_dp, spec, dispatcher,
+    key = (model_job(job).key, gpu, engine, tensor, weights or "auto", kv_scale, expert, attention_dp, spec, dispatcher,
            id(env), cfg)
     m = _MODELS.get(key)
     if m is None:
         if len(_MODELS) >= _MODELS_MAX:
             _MODELS.pop(next(iter(_MODELS)))
-        m = _MODELS[key] = IterationModel(job, gpu, engine, env, cfg, tensor, weights or "auto", kv_fp8, expert,
+        m = _MODELS[key] = IterationModel(job, gpu, engine, env, cfg, tensor, weights or "auto", kv_scale, expert,
                                           attention_dp, spec, dispatcher)
     return m
