@@ -13,7 +13,8 @@ Tracing runs on the meta device, where four things differ from a CUDA run:
   inference rows allocate fp32 Llama weights plus the activations, torch 2.11; a CPU autocast check
   in torch 2.14 shows one ``to`` per use there, one per region under ``no_grad``).
   The casts are real ``aten._to_copy`` ops, so the trace records them and autograd records
-  their backward. Lists: PyTorch's autocast documentation ("CUDA Ops that can autocast to
+  their backward; grouped GEMMs (a mixture-of-experts layer's experts) at the autocast dtype too
+  (:data:`GROUPED`: not on CUDA's list). Lists: PyTorch's autocast documentation ("CUDA Ops that can autocast to
   float16 / to float32", ``aten/src/ATen/autocast_mode.cpp``). A function the mode cannot
   see (one called from inside another Python-level torch function) keeps its input dtype;
   ``multi_head_attention_forward`` is handled whole for that reason.
@@ -73,6 +74,13 @@ PROMOTE = frozenset("""
 addcdiv addcmul atan2 bilinear cross dot grid_sample index_copy index_put scatter_add tensordot cat stack
 """.split())
 RNN_FUNCTIONS = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
+# Grouped GEMMs (a mixture-of-experts layer's experts: transformers' grouped_mm experts). Not on CUDA
+# autocast's list (pytorch#174763): on a GPU, transformers 5's fp32-weight grouped GEMM under autocast fails
+# (the kernel takes bf16 operands). Taken at the autocast dtype here, as the frameworks that train
+# mixture-of-experts models in mixed precision run their experts (Megatron-Core, DeepSpeed, TorchTitan);
+# under fp16 autocast in bf16 (PyTorch's grouped GEMM takes no fp16 operands on meta; the same FLOPs and
+# bytes, and fp16 and bf16 peaks are equal on the GPUs that run grouped GEMMs).
+GROUPED = frozenset({"grouped_mm", "_grouped_mm"})
 _CASTABLE = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -199,6 +207,8 @@ class CudaMirror(TorchFunctionMode):
             target = None
             if name in LOWER_PRECISION:
                 target = self.amp_dtype
+            elif name in GROUPED:   # fp16 grouped GEMMs do not trace on meta: bf16's FLOPs and bytes
+                target = torch.bfloat16
             elif name in FP32:
                 target = torch.float32
             elif name in PROMOTE:
