@@ -210,6 +210,9 @@ def _build(cfg):
     except ValueError:  # an architecture without SDPA support
         cfg._attn_implementation = "eager"
         model = cls(cfg)
+    from gpucast.graph import routed_experts
+
+    routed_experts.route(model)   # MoE layers that run every expert on every token, as frameworks route them
     return model
 
 

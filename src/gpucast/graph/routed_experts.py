@@ -9,13 +9,17 @@ it by the router's score (zero for experts not chosen) and runs two ``bmm`` over
 (16x for Scout, 128x for Maverick), none of which vLLM's, SGLang's or TensorRT-LLM's fused MoE kernels
 run (they gather each expert's routed tokens, as the grouped form does).
 
-:func:`route` rebinds every such layer of a model built for a serving trace to the routed form: the
+:func:`route` rebinds every such layer of a model gpucast builds (:func:`gpucast.graph.hf._build`, for
+training and serving traces alike) to the routed form: the
 router's top-k, the chosen experts' sigmoid scores applied to their tokens' inputs (Llama-4 scales the
 input, not the output), the experts through transformers' own ``grouped_mm_experts_forward`` (the
 weights as stored, ``(E, in, out)``), the shared expert added. Same parameters, same output shape.
 
-Not modelled: training traces keep transformers' forward (Megatron-Core's grouped GEMMs are what a
-training run computes; the training path is unchanged here).
+Training frameworks route the same way (Megatron-Core's grouped GEMMs, TorchTitan's), so a training
+trace's experts take the routed tokens only, and their backward is the grouped GEMMs'.
+
+Not modelled: Llama-4 scales the routed tokens' inputs by the router's sigmoid score before the experts,
+here after (the same kernels and bytes).
 """
 
 from __future__ import annotations

@@ -91,7 +91,6 @@ import torch
 
 from gpucast import imports
 from gpucast.graph.blocks import BlockWatch, experts_of, find_blocks, heads_of
-from gpucast.graph import routed_experts
 from gpucast.graph.mirror import CudaMirror
 from gpucast.graph.serving_caches import cache_tensors, dynamic_cache, paged_cache
 from gpucast.graph.trace import Trace
@@ -296,7 +295,6 @@ def _build(job) -> _Model:
         if weights is not None:
             model = model.to(weights)
     model.eval()
-    routed_experts.route(model)   # Llama-4's experts as the engines run them, not over every expert
     if model.config._attn_implementation == hf._ATTN:  # SDPA: ours adds the cache's masks (module docstring)
         model.config._attn_implementation = _ATTN
     elif model.config._attn_implementation == "eager" and cfg.model_type in SINK_ATTENTION:
