@@ -115,8 +115,8 @@ class Serve(_Spec):
         self._check("entry", self.entry is None or self.entry in ENTRIES, f"one of {', '.join(ENTRIES)}")
         self._check("spec_method", self.spec_method is None or self.spec_method in SPEC_METHODS,
                     f"one of {', '.join(SPEC_METHODS)}")
-        self._check("spec_tokens", self.spec_tokens is None or (_is_int(self.spec_tokens) and 1 <= self.spec_tokens <= 16),
-                    "an integer between 1 and 16 (draft tokens per step)")
+        self._check("spec_tokens", self.spec_tokens is None or (
+            _is_int(self.spec_tokens) and 1 <= self.spec_tokens <= 16), "an integer between 1 and 16 (draft tokens per step)")
         if (self.spec_tokens is not None or self.spec_acceptance is not None) and self.spec_method is None:
             raise SpecError("fields 'serve.spec_tokens' and 'serve.spec_acceptance' describe speculative decoding: "
                             "set serve.spec_method (eagle3, mtp or ngram)")
@@ -144,6 +144,11 @@ class Serve(_Spec):
         if self.concurrency is not None:
             return "closed"
         return "static"
+
+    @property
+    def kv_element_bytes(self) -> float | None:
+        """Bytes of one cached K/V element (:data:`KV_ELEMENT_BYTES`), or None for the model's dtype."""
+        return KV_ELEMENT_BYTES.get(self.kv_cache_dtype or "auto")
 
     @property
     def entry_point(self) -> str:

@@ -178,7 +178,8 @@ def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DE
         o = options[best]
         copies = f"{o.replicas} replicas of " if o.replicas > 1 else ""
         shape = ", attention DP + expert parallel" if o.layout == "dep" and o.tensor > 1 else ""
-        message = (f"{copies}{o.tensor} x {o.gpu} ({o.precision}, {o.engine}{shape}): p90 TTFT {o.ttft_p90_s:.3g} s, p90 TPOT "
+        message = (f"{copies}{o.tensor} x {o.gpu} ({o.precision}, {o.engine}{shape}): p90 TTFT {o.ttft_p90_s:.3g} s, "
+                   f"p90 TPOT "
                    f"{o.tpot_p90_s * 1e3:.3g} ms, {o.output_tokens_per_s:.0f} output tokens/s, "
                    f"${o.usd_per_million_tokens:.2f} per million output tokens: the cheapest of {len(feasible)} "
                    f"that meet the targets ({len(options)} tried)")

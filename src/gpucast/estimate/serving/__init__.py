@@ -31,7 +31,7 @@ from gpucast.estimate.serving.run import Requests, RunResult, simulate, static_b
 from gpucast.estimate.serving.stages import Layout, layout, send_time, shares, split, stage_kv, stage_weights, staged
 from gpucast.plan import Parallel
 from gpucast.job import JobError
-from gpucast.serving import KV_ELEMENT_BYTES, NVFP4_KV_ENGINES, Serve, parse_length
+from gpucast.serving import NVFP4_KV_ENGINES, Serve, parse_length
 
 KEYS = ("engine", "load", "requests", "latency_s", "ttft_s", "ttft_mean_s", "ttft_p90_s", "ttft_p99_s", "tpot_s",
         "tpot_mean_s", "tpot_p90_s", "tpot_p99_s", "itl_mean_s", "itl_p50_s", "itl_p99_s", "e2e_p50_s", "e2e_p90_s",
@@ -154,7 +154,7 @@ def _run(req: Requests, cost, engine, kv_tokens: int, serve: Serve, batch: int, 
 def staged_cost(job, gpu, engine, env, cfg, lay: Layout, shape: dict):
     """The cost of one iteration of a stream of the deployment (:mod:`.iteration` under :mod:`.stages`)."""
     serve = job.serve or Serve()
-    kv = KV_ELEMENT_BYTES.get(serve.kv_cache_dtype or "auto")
+    kv = serve.kv_element_bytes
     model = iteration_model(job, gpu, engine, env, cfg, lay.tensor, serve.weights, kv / 2 if kv else 1.0,
                             lay.expert, lay.attention_dp, speculative.of(serve),
                             job.parallel.expert_dispatcher if job.parallel is not None else None)
@@ -171,7 +171,8 @@ def decode_step(job, gpu, cfg, env, batch: int, context: float) -> tuple[float, 
 
     shape = model_shape(job)
     lay = layout(job, shape)
-    return staged_cost(job, gpu, resolve(job.serve, env, gpu, job.parallel), env, cfg, lay, shape)(batch, batch, context, 0, 0.0)
+    engine = resolve(job.serve, env, gpu, job.parallel)
+    return staged_cost(job, gpu, engine, env, cfg, lay, shape)(batch, batch, context, 0, 0.0)
 
 
 def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
@@ -197,12 +198,11 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     if serve.load != "static" and not engine.continuous:
         raise JobError(f"engine '{engine.name}' runs static batches (model.generate): set no concurrency or "
                        f"request_rate, or choose vllm, sglang or trtllm")
-    max_len = serve.max_model_len or shape["max_context"] or (1 << 30)
-    req = requests_of(job, serve, max_len)
+    req = requests_of(job, serve, serve.max_model_len or shape["max_context"] or (1 << 30))
     if serve.kv_cache_dtype == "nvfp4" and (engine.name not in NVFP4_KV_ENGINES or not gpu.fp4_tflops):
         raise JobError(f"field 'serve.kv_cache_dtype': an NVFP4 KV cache needs FP4 tensor cores (Blackwell) and "
                        f"{' or '.join(NVFP4_KV_ENGINES)} (got {engine.name} on {gpu.name})")
-    kv_token_bytes = kv_bytes_per_token(job, KV_ELEMENT_BYTES.get(serve.kv_cache_dtype or "auto"))
+    kv_token_bytes = kv_bytes_per_token(job, serve.kv_element_bytes)
     kv_rank = kv_per_rank(kv_token_bytes, shape["kv_heads"], lay.attention_tensor)
     kv_token = stage_kv(kv_rank, lay)
     engine, sized_note = bench.sized(engine, serve, job.precision, shape["parameters"],
@@ -232,7 +232,8 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     cuda_graphs = engine.cuda_graphs
     mem = plan(gpu.memory_bytes, weights, kv_token, activations, context_bytes, engine, cuda_graphs)
     if (engine.name, engine.release) == ("sglang", "0.5") and serve.max_num_seqs is None:
-        engine = replace(engine, max_num_seqs=sglang_max_requests(mem.kv_cache_tokens, serve.max_model_len or shape["max_context"] or 4096))
+        context_len = serve.max_model_len or shape["max_context"] or 4096
+        engine = replace(engine, max_num_seqs=sglang_max_requests(mem.kv_cache_tokens, context_len))
     cost = staged_cost(job, gpu, engine, env, cfg, lay, shape)
     res = _run(req, cost, engine, mem.kv_cache_tokens, serve, job.batch_size, lay)
     if not engine.continuous:

@@ -22,7 +22,8 @@ the job's ``serve`` fields over them (:func:`resolve`). What is modelled of an e
   calibrate`` on its measured serving rows, comes with its environment (``Environment.serving_host_s``).
 
 * ``release`` (``serve.engine_version``): vLLM's 0.6 (2024's: the A100 set's) and 0.11 (the V1 engine,
-  the default: its batch caps by GPU memory and entry point, :func:`vllm_batch_defaults`); TensorRT-LLM's 0.11 (TensorRT engines and the C++ runtime, as
+  the default: its batch caps by GPU memory and entry point, :func:`vllm_batch_defaults`); TensorRT-LLM's
+  0.11 (TensorRT engines and the C++ runtime, as
   the 2024 sets ran) and 1.0 (the PyTorch backend, the default: larger batches, the overlap scheduler
   hiding the host's work behind the GPU's, ``overlap_host``); :data:`RELEASES`. Under an all-at-once load
   TensorRT-LLM 1.0 sizes its batch as ``trtllm-bench throughput`` does (:mod:`.bench`). SGLang has its

@@ -59,7 +59,7 @@ from gpucast.estimate.kernels import kernel_times
 from gpucast.formats import ELEMENT_BYTES
 from gpucast.graph.windows import chunk_share, windows_of
 from gpucast.estimate.serving.experts import ITEMSIZE, is_expert_gemm, routed
-from gpucast.estimate.serving.memory import MXFP4_SHARE
+from gpucast.estimate.serving.memory import MXFP4_SHARE, WEIGHT_ONLY_SHARE
 from gpucast.estimate.serving.speculative import draft_seconds
 from gpucast.plan import Parallel
 
@@ -134,7 +134,7 @@ class IterationModel:
         self.all_to_all = dispatcher in ("alltoall", "deepep")   # attention DP's MoE dispatch (module docstring)
         self.dp = attention_dp and tensor > 1
         self.attn_t = 1 if self.dp else tensor   # the ranks attention and the dense layers split over
-        self.weight_scale = {"auto": 1.0, "int8": 0.5, "int4": 0.25, "mxfp4": 1.0}[weights or "auto"]
+        self.weight_scale = WEIGHT_ONLY_SHARE.get(weights or "auto", 1.0)   # mxfp4: the experts' only
         if self.weight_scale == 1.0 and job.precision in QUANT_SHARE:  # FP8 / NVFP4 checkpoints (W8A8, W4A4)
             self.weight_scale = QUANT_SHARE[job.precision]
         # the routed experts' bytes per traced byte: MXFP4 experts (GPT-OSS) at 4.25 bits, else the rest's

@@ -35,6 +35,8 @@ from gpucast.formats import ELEMENT_BYTES
 CUDA_GRAPH_BYTES = 512 * 2**20
 WEIGHT_BITS = {"auto": 16, "int8": 8, "int4": 4, "mxfp4": 4}
 MXFP4_SHARE = ELEMENT_BYTES["mxfp4"] / 2   # an MXFP4 expert weight's bytes per 16-bit byte
+# Weight-only int8/int4: every linear weight's bytes per 16-bit byte (the GEMMs read them so).
+WEIGHT_ONLY_SHARE = {w: WEIGHT_BITS[w] / 16 for w in ("int8", "int4")}
 QUANT_GROUP = 128  # AWQ/GPTQ group size: one fp16 scale (and zero) per 128 weights of a row
 
 
@@ -78,7 +80,7 @@ def weight_bytes(parameter_bytes: int, parameters: int, tensor: int, weights: st
 def expert_bytes(parameter_bytes: int, parameters: int, expert_parameters: int, weights: str, share: float) -> float:
     """Bytes of the routed experts' weights as the checkpoint keeps them (``share``: a quantised
     precision's bytes per traced byte, 1 for none)."""
-    scale = {"mxfp4": MXFP4_SHARE, "int8": 0.5, "int4": 0.25}.get(weights or "auto", share)
+    scale = {**WEIGHT_ONLY_SHARE, "mxfp4": MXFP4_SHARE}.get(weights or "auto", share)
     return expert_parameters * parameter_bytes / max(1, parameters) * scale
 
 

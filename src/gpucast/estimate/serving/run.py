@@ -121,9 +121,8 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
     if cap_blocks <= 0:
         return RunResult(np.array(start), np.array(first), np.array(finish), 0, 0.0, 0, 0.0, 0,
                          ["no KV cache fits: nothing can run"])
-    def gain(r: int) -> int:   # tokens a decode of ``r`` emits this iteration
-        if spec is None:
-            return 1
+
+    def gain(r: int) -> int:   # tokens a speculative decode of ``r`` emits this iteration (1 without)
         return min(tokens_this_step(spec.acceptance, steps[r]), max(1, out[r] - generated[r]))
 
     while finished < n:
@@ -153,7 +152,7 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
             if done_prefill[r] < target[r]:
                 i += 1
                 continue
-            need = blocks(kv[r] + gain(r)) - blocks(kv[r])
+            need = blocks(kv[r] + (gain(r) if spec is not None else 1)) - blocks(kv[r])
             while need > cap_blocks - used_blocks and running[-1] != r:
                 v = running.pop()
                 used_blocks -= blocks(kv[v])
@@ -220,11 +219,16 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
         batch = len(dec) + len(pre)
         batch_sum += batch
         max_batch = max(max_batch, batch)
-        for r in dec:
-            g = gain(r)
-            generated[r] += g
-            kv[r] += g
-            steps[r] += 1
+        if spec is None:   # the hot path: one token each
+            for r in dec:
+                generated[r] += 1
+                kv[r] += 1
+        else:
+            for r in dec:
+                g = gain(r)
+                generated[r] += g
+                kv[r] += g
+                steps[r] += 1
         for r, take in pre:
             done_prefill[r] += take
             kv[r] += take
