@@ -75,8 +75,10 @@ them, :data:`SINK_ATTENTION`), sliding-window attention in the paged cache (it r
 the whole context, as the closed form of :func:`kv_bytes_per_token` counts it), and attention
 layouts other than (grouped-)multi-head attention and MLA (DeepSeek-V2/V3, ``kv_lora_rank``: its
 cache holds the compressed latent and the rotary key per token, as transformers' own layer caches
-them; the serving estimator decodes over it as vLLM does): models with linear-attention or
-state-space layers (Mamba, Jamba, Qwen3-Next) are refused.
+them; the serving estimator decodes over it as vLLM does). Gated delta-net layers (Qwen3-Next, Qwen3.5:
+``layer_types`` ``"linear_attention"``) run as the engines' fused kernels with a per-sequence state in the
+paged cache (:mod:`gpucast.graph.linear_attention`; the dynamic cache refuses them); other linear-attention and
+state-space layers (Mamba, Jamba, Nemotron-H, Kimi-Linear) are refused.
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gpucast import imports
+from gpucast.graph import linear_attention
 from gpucast.graph.blocks import BlockWatch, experts_of, find_blocks, heads_of
 from gpucast.graph.mirror import CudaMirror
 from gpucast.graph.serving_caches import cache_tensors, dynamic_cache, paged_cache
@@ -98,7 +101,7 @@ from gpucast.graph.precision import AMP_DTYPES, PURE_DTYPES
 from gpucast.graph.tracer import CaptureError, _Recorder, _stage
 from gpucast.job import JobError
 
-__all__ = ["CACHES", "kv_bytes_per_token", "model_shape", "trace_iteration"]
+__all__ = ["CACHES", "kv_bytes_per_token", "model_shape", "state_bytes_per_sequence", "trace_iteration"]
 
 CACHES = ("paged", "dynamic")
 MODELS_KEPT = 4  # meta-built models (an 8B or 70B shape: about 0.3 s to build)
@@ -165,8 +168,17 @@ def _hf_config(job):
     if cfg is None:
         from gpucast.graph import hf
 
-        cfg = hf._config(job)
+        cfg = _text(hf._config(job))
         _CONFIGS.put(job.hf_config, cfg)
+    return cfg
+
+
+def _text(cfg):
+    """The language model of a composite (vision-language) config, as an engine serves text prompts with it
+    (Qwen3.5's and Llama-4's Hub configs nest it in ``text_config``); the config itself otherwise."""
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    if text is not cfg and getattr(text, "num_hidden_layers", None) and not getattr(cfg, "num_hidden_layers", None):
+        return text
     return cfg
 
 
@@ -197,6 +209,11 @@ def _shape_of(cfg) -> dict:
                      mla=dict(lora=int(lora), rope=rope, nope=int(cfg.qk_nope_head_dim), v=int(cfg.v_head_dim)))
     else:
         shape.update(cache_k_dim=shape["head_dim"], cache_v_dim=shape["head_dim"], mla=None)
+    try:
+        linear = linear_attention.dims(cfg)
+    except ValueError as exc:
+        raise JobError(f"a serving iteration: {exc}") from None
+    shape.update(linear=linear, attention_layers=shape["layers"] - (len(linear["layers"]) if linear else 0))
     return shape
 
 
@@ -207,21 +224,34 @@ def kv_bytes_per_token(job, kv_dtype_bytes: float | None = None) -> int:
     fp32/tf32; pass 1 for an fp8 cache. From the HF config: ``num_key_value_heads`` (default
     ``num_attention_heads``), ``head_dim`` (default ``hidden_size // num_attention_heads``),
     ``num_hidden_layers``; MLA (DeepSeek-V2/V3): layers x (``kv_lora_rank`` + ``qk_rope_head_dim``) x
-    dtype size, the one latent a token keeps. Not modelled beyond this closed form: sliding-window layers
-    (they hold at most their window), and layers without attention (linear attention, Mamba)."""
+    dtype size, the one latent a token keeps. Gated delta-net layers keep no K/V (their state is
+    :func:`state_bytes_per_sequence`): only the attention layers count. Not modelled beyond this closed form:
+    sliding-window layers (they hold at most their window)."""
     s = _shape_of(_hf_config(job))
-    size = kv_dtype_bytes if kv_dtype_bytes is not None else (4 if job.precision in ("fp32", "tf32") else 2)
-    return int(s["layers"] * s["kv_heads"] * (s["cache_k_dim"] + s["cache_v_dim"]) * size)
+    size = kv_dtype_bytes if kv_dtype_bytes is not None else _cache_bytes(job)
+    return int(s["attention_layers"] * s["kv_heads"] * (s["cache_k_dim"] + s["cache_v_dim"]) * size)
+
+
+def _cache_bytes(job) -> int:
+    return 4 if job.precision in ("fp32", "tf32") else 2
+
+
+def state_bytes_per_sequence(job) -> int:
+    """Bytes of one sequence's gated delta-net state over the whole model (conv and recurrent, at the cache's
+    dtype: :mod:`gpucast.graph.linear_attention`); 0 for a model without linear-attention layers."""
+    return linear_attention.state_bytes(_shape_of(_hf_config(job))["linear"], _cache_bytes(job))
 
 
 def model_shape(job) -> dict:
     """``{'layers', 'hidden', 'heads', 'kv_heads', 'head_dim', 'vocab', 'intermediate',
-    'max_context', 'experts', 'experts_per_token', 'tied', 'cache_k_dim', 'cache_v_dim', 'mla',
-    'parameters', 'expert_parameters', 'moe_layers'}`` of the job's HF config; ``max_context`` is ``max_position_embeddings``, ``experts``
+    'max_context', 'experts', 'experts_per_token', 'tied', 'cache_k_dim', 'cache_v_dim', 'mla', 'linear',
+    'attention_layers', 'parameters', 'expert_parameters', 'moe_layers'}`` of the job's HF config; ``max_context`` is ``max_position_embeddings``, ``experts``
     ``num_local_experts``, ``num_experts`` or ``n_routed_experts`` (0 for a dense model), ``tied`` whether
     the head shares the embedding's weights, ``cache_k_dim``/``cache_v_dim`` what a token's cache holds
     per K/V head (``head_dim``; MLA: the latent and the rotary key, one "head"), ``mla`` MLA's dims
-    (``lora``, ``rope``, ``nope``, ``v``; None without it), ``parameters`` the count of the meta-built model
+    (``lora``, ``rope``, ``nope``, ``v``; None without it), ``linear`` the gated delta-net layers
+    (:func:`gpucast.graph.linear_attention.dims`; None without them), ``attention_layers`` the layers that keep
+    K/V, ``parameters`` the count of the meta-built model
     (built once per config and precision, cached), ``expert_parameters`` those of the routed experts (the
     ``(E, in, out)`` weights of transformers' MoE layers) and ``moe_layers`` the modules holding them."""
     shape = _shape_of(_hf_config(job))
@@ -285,7 +315,7 @@ def _model(job) -> _Model:
 def _build(job) -> _Model:
     from gpucast.graph import hf
 
-    cfg = hf._config(job)  # a fresh one: building sets its attention implementation
+    cfg = _text(hf._config(job))  # a fresh one: building sets its attention implementation
     _check_causal_lm(job, cfg, hf._model_class(cfg))
     shape = _shape_of(cfg)
     _register_attention()
@@ -295,6 +325,9 @@ def _build(job) -> _Model:
         if weights is not None:
             model = model.to(weights)
     model.eval()
+    if shape["linear"]:   # the engines' fused kernels instead of transformers' torch fallbacks (linear_attention)
+        linear_attention.patch(next(type(x).__module__ for x in model.modules()
+                                    if type(x).__name__.endswith("GatedDeltaNet")))
     if model.config._attn_implementation == hf._ATTN:  # SDPA: ours adds the cache's masks (module docstring)
         model.config._attn_implementation = _ATTN
     elif model.config._attn_implementation == "eager" and cfg.model_type in SINK_ATTENTION:
@@ -325,6 +358,8 @@ def _check_causal_lm(job, cfg, cls) -> None:
         raise JobError(f"a serving iteration needs a decoder-only Hugging Face causal LM; {job.model} is not one "
                        f"(its model class is {cls.__name__})")
     other = set(getattr(cfg, "layer_types", None) or ()) - _ATTENTION_LAYERS
+    if cfg.model_type in linear_attention.GATED_DELTA_NET:
+        other.discard(linear_attention.LINEAR_LAYER)
     if other:
         raise JobError(f"a serving iteration of {job.model}: its {', '.join(sorted(map(str, other)))} layers are "
                        f"not modelled (attention layers only)")
@@ -395,6 +430,10 @@ def _check_shape(batch, new_tokens, context, cache) -> None:
 
 def _trace(job, batch: int, new_tokens: int, context: int, cache: str) -> Trace:
     m = _model(job)
+    if m.shape["linear"] and cache != "paged":
+        raise JobError(f"a serving iteration of {job.model}: its gated delta-net layers run transformers' torch "
+                       f"fallback in the dynamic cache (engine 'hf'), which is not modelled; choose vllm, sglang or "
+                       f"trtllm")
     _, amp, dtype = _dtypes(_precision(job))
     kv = (paged_cache(m.shape, dtype, batch, new_tokens, context) if cache == "paged"
           else dynamic_cache(m.shape, m.model.config, dtype, batch, context))
@@ -408,7 +447,7 @@ def _trace(job, batch: int, new_tokens: int, context: int, cache: str) -> Trace:
     for t in cache_tensors(kv) + [ids]:  # the cache exists before the iteration (the estimator owns its size)
         rec.memory.track(t, "inputs", before_step=True)
     with m.lock:
-        layout = _run(job, m, rec, kwargs, amp, cache == "paged")
+        layout = _run(job, m, rec, kwargs, amp, cache == "paged", context)
     memory = rec.memory.report(len(rec.ops), [o.phase for o in rec.ops], None)
     return Trace(
         job_key=job.key, model=job.model, mode="infer", precision=job.precision, batch_size=batch,
@@ -420,12 +459,13 @@ def _trace(job, batch: int, new_tokens: int, context: int, cache: str) -> Trace:
     )
 
 
-def _run(job, m: _Model, rec: _Recorder, kwargs: dict, amp: torch.dtype | None, paged: bool):
+def _run(job, m: _Model, rec: _Recorder, kwargs: dict, amp: torch.dtype | None, paged: bool, context: int):
     """The forward under the recorder; the model's block layout (None if it has no blocks)."""
     model = m.model
     blocks = find_blocks(model)
     watch = BlockWatch(rec, model, blocks) if blocks else None
     token = _PAGED.set(paged)
+    linear = linear_attention.ACTIVE.set(("cached" if context else "fresh") if paged else None)
     try:
         with rec, torch.no_grad(), CudaMirror(amp_dtype=amp, on_rnn=rec.on_rnn):
             out = _stage("the serving forward pass", lambda: model(**kwargs))
@@ -438,6 +478,7 @@ def _run(job, m: _Model, rec: _Recorder, kwargs: dict, amp: torch.dtype | None, 
         raise
     finally:
         _PAGED.reset(token)
+        linear_attention.ACTIVE.reset(linear)
         if watch is not None:
             watch.remove()
     if watch is None:

@@ -3,6 +3,8 @@
 * :func:`paged_cache`: a preallocated cache per layer (vLLM/SGLang/TensorRT-LLM), keys and values for
   ``context + new_tokens`` tokens of ``cache_k_dim``/``cache_v_dim`` per K/V head (MLA: the latent and the
   rotary key); an iteration writes only its new tokens (``PagedLayer.update``).
+  A gated delta-net layer (:mod:`gpucast.graph.linear_attention`) gets a ``StateLayer`` instead: each
+  sequence's conv and recurrent state, of a fixed size, updated in place by the layer's kernels.
 * :func:`dynamic_cache`: transformers' own ``DynamicCache`` (the ``hf`` engine), pre-filled.
 
 Not modelled: block tables and paging itself (the cache is one contiguous tensor per layer).
@@ -15,6 +17,41 @@ import functools
 import torch
 
 from gpucast import imports
+
+
+@functools.cache
+def _state_class() -> type:
+    """A gated delta-net layer's preallocated state (a transformers ``LinearAttentionCacheLayerMixin``)."""
+    cu = imports.load("transformers.cache_utils")
+    if not hasattr(cu, "LinearAttentionCacheLayerMixin"):
+        raise ImportError(f"serving traces of linear-attention layers need transformers' LinearAttentionCacheLayerMixin, "
+                          f"which transformers {imports.load('transformers').__version__} lacks: upgrade transformers")
+
+    class StateLayer(cu.LinearAttentionCacheLayerMixin):
+        """The conv and recurrent state of ``batch`` sequences that have seen ``cached`` tokens; the
+        kernels (:mod:`gpucast.graph.linear_attention`) update them in place."""
+
+        def __init__(self, conv: torch.Tensor, recurrent: torch.Tensor, cached: int) -> None:
+            super().__init__()
+            self.conv_states[0], self.recurrent_states[0] = conv, recurrent
+            self.is_conv_states_initialized[0] = self.is_recurrent_states_initialized[0] = True
+            self.has_previous_state[0] = True   # the layer passes its states to the kernels whatever the history
+            self.conv_kernel_size[0] = conv.shape[-1]
+            self.cached, self.device, self.dtype = cached, conv.device, conv.dtype
+
+        def lazy_initialization(self, *args, **kwargs) -> None:
+            pass
+
+        def update_conv_state(self, conv_states, state_idx: int = 0, **kwargs):
+            return self.conv_states[state_idx]
+
+        def update_recurrent_state(self, recurrent_states, state_idx: int = 0, **kwargs):
+            return self.recurrent_states[state_idx]
+
+        def get_seq_length(self) -> int:
+            return self.cached
+
+    return StateLayer
 
 
 @functools.cache
@@ -71,9 +108,16 @@ def paged_cache(s: dict, dtype: torch.dtype, batch: int, new_tokens: int, contex
     PagedCache, PagedLayer = _paged_classes()
     total = context + new_tokens
     k, v = (batch, s["kv_heads"], total, s["cache_k_dim"]), (batch, s["kv_heads"], total, s["cache_v_dim"])
-    return PagedCache([PagedLayer(torch.empty(k, dtype=dtype, device="meta"),
-                                  torch.empty(v, dtype=dtype, device="meta"), context)
-                       for _ in range(s["layers"])])
+    linear = s.get("linear") or {"layers": ()}
+    layers = []
+    for i in range(s["layers"]):
+        if i in linear["layers"]:
+            layers.append(_state_class()(torch.empty((batch, *linear["conv"]), dtype=dtype, device="meta"),
+                                         torch.empty((batch, *linear["state"]), dtype=dtype, device="meta"), context))
+        else:
+            layers.append(PagedLayer(torch.empty(k, dtype=dtype, device="meta"),
+                                     torch.empty(v, dtype=dtype, device="meta"), context))
+    return PagedCache(layers)
 
 
 def dynamic_cache(s: dict, config, dtype: torch.dtype, batch: int, context: int):
@@ -95,6 +139,7 @@ def dynamic_cache(s: dict, config, dtype: torch.dtype, batch: int, context: int)
 def cache_tensors(cache) -> list[torch.Tensor]:
     tensors = []
     for layer in getattr(cache, "layers", ()):
-        tensors += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
-                    if isinstance(t, torch.Tensor)]
+        held = [getattr(layer, "keys", None), getattr(layer, "values", None),
+                *getattr(layer, "conv_states", {}).values(), *getattr(layer, "recurrent_states", {}).values()]
+        tensors += [t for t in held if isinstance(t, torch.Tensor)]
     return tensors

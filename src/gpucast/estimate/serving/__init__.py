@@ -106,7 +106,8 @@ def _links(gpu, job) -> tuple[Links, int]:
     return Links.of(gpu, par.network_spec()), par.gpus_per_node
 
 
-def _run(req: Requests, cost, engine, kv_tokens: int, serve: Serve, batch: int, lay: Layout) -> RunResult:
+def _run(req: Requests, cost, engine, kv_tokens: int, serve: Serve, batch: int, lay: Layout,
+         seq_blocks: int = 0) -> RunResult:
     """The run of every replica and pipeline stream (:mod:`.stages`), merged into one result."""
     if engine.continuous:
         streams = lay.replicas * lay.dp * lay.streams   # attention-DP ranks are schedulers of their own
@@ -118,7 +119,7 @@ def _run(req: Requests, cost, engine, kv_tokens: int, serve: Serve, batch: int, 
         def one(sub: Requests, k: int) -> RunResult:
             return simulate(sub, cost, seqs, engine.max_num_batched_tokens, kv, engine.block_size,
                             engine.chunked_prefill, serve.load, clients[k] if clients else None,
-                            speculative.of(serve))
+                            speculative.of(serve), seq_blocks)
         clients = shares(serve.concurrency, streams) if serve.load == "closed" else None
     else:
         streams = lay.replicas
@@ -177,7 +178,7 @@ def decode_step(job, gpu, cfg, env, batch: int, context: float) -> tuple[float, 
 
 def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     """``Prediction.serving`` for a ``mode: serve`` job on ``gpu`` (module docstring)."""
-    from gpucast.graph.serving import kv_bytes_per_token, model_shape, trace_iteration
+    from gpucast.graph.serving import kv_bytes_per_token, model_shape, state_bytes_per_sequence, trace_iteration
 
     serve = job.serve or Serve()
     engine = resolve(serve, env, gpu, job.parallel)
@@ -205,6 +206,10 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     kv_token_bytes = kv_bytes_per_token(job, serve.kv_element_bytes)
     kv_rank = kv_per_rank(kv_token_bytes, shape["kv_heads"], lay.attention_tensor)
     kv_token = stage_kv(kv_rank, lay)
+    state = stage_kv(state_bytes_per_sequence(job) // lay.attention_tensor, lay)   # linear layers' heads split too
+    if state and engine.name == "hf":
+        raise JobError("engine 'hf' with gated delta-net layers (linear attention): transformers runs its torch "
+                       "fallback, which is not modelled; choose vllm, sglang or trtllm")
     engine, sized_note = bench.sized(engine, serve, job.precision, shape["parameters"],
                                      kv_per_rank(kv_token_bytes, shape["kv_heads"], t) * t, gpu.memory_bytes,
                                      t, lay.pipeline, float(req.prompt.mean()), float(req.output.mean()))
@@ -230,12 +235,12 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     activations = int(act_tr.memory.at_peak.get("activations", 0)
                       + act_tr.memory.at_peak.get("temporaries", 0)) // lay.attention_tensor
     cuda_graphs = engine.cuda_graphs
-    mem = plan(gpu.memory_bytes, weights, kv_token, activations, context_bytes, engine, cuda_graphs)
+    mem = plan(gpu.memory_bytes, weights, kv_token, activations, context_bytes, engine, cuda_graphs, state)
     if (engine.name, engine.release) == ("sglang", "0.5") and serve.max_num_seqs is None:
         context_len = serve.max_model_len or shape["max_context"] or 4096
         engine = replace(engine, max_num_seqs=sglang_max_requests(mem.kv_cache_tokens, context_len))
     cost = staged_cost(job, gpu, engine, env, cfg, lay, shape)
-    res = _run(req, cost, engine, mem.kv_cache_tokens, serve, job.batch_size, lay)
+    res = _run(req, cost, engine, mem.kv_cache_tokens, serve, job.batch_size, lay, mem.state_blocks)
     if not engine.continuous:
         need = int((req.prompt.max() + req.output.max()) * min(len(req), -(-job.batch_size // lay.replicas)))
         if need > mem.kv_cache_tokens:
@@ -251,6 +256,8 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
         "memory": mem.to_dict(), "tensor": t, "pipeline": lay.pipeline,
         "replicas": lay.replicas, "expert": lay.expert, "attention_dp": lay.attention_dp,
         "notes": list(res.notes) + ([sized_note] if sized_note else [])
+        + ([f"linear-attention state: {state / 2**20:.1f} MiB a running sequence per rank ({mem.state_blocks} KV "
+            f"blocks of the pool), whatever its length"] if state else [])
         + ([f"{req.clipped} of {len(req)} drawn requests were longer than the model's context and were cut to it"]
            if getattr(req, "clipped", 0) else []),
         "arrival_span_s": float(arrival.max() - arrival.min()) if len(arrival) else 0.0,

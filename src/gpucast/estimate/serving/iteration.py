@@ -40,9 +40,10 @@ busiest rank under expert parallelism (:mod:`.experts`).
 
 Results are memoised on a grid (token counts and contexts in steps of ~19 %, batch sizes in powers
 of two) and interpolated linearly between grid points, so a run of thousands of iterations costs a
-few dozen traces. A model whose layers are alike (by its config, and checked once per model and plan
-against the whole model's decode step) is traced cut to one and two layers, each cost taken as
-``f(1) + (L - 1) (f(2) - f(1))`` (:func:`layer_sample`): an 80-layer model's traces ~40x faster,
+few dozen traces. A model whose layers are alike, or repeat with a period of ``P`` layers (by its config,
+and checked once per model and plan against the whole model's decode step), is traced cut to one and two
+periods, each cost taken as ``f(P) + (L / P - 1) (f(2P) - f(P))`` (:mod:`.layers`): an 80-layer model's
+traces ~40x faster,
 the costs within 0.5 % of the whole model's (the fused small kernels meet their floor a little
 differently). ``hf`` is traced whole (its eager wall time is the estimator's, not a sum).
 """
@@ -57,8 +58,10 @@ import numpy as np
 from gpucast.estimate.comm import Group, Links, collective_time
 from gpucast.estimate.kernels import kernel_times
 from gpucast.formats import ELEMENT_BYTES
+from gpucast.graph.linear_attention import OPS as LINEAR_OPS
 from gpucast.graph.windows import chunk_share, windows_of
 from gpucast.estimate.serving.experts import ITEMSIZE, is_expert_gemm, routed
+from gpucast.estimate.serving.layers import _SAMPLES, layer_period, layer_sample  # noqa: F401 (tests clear _SAMPLES)
 from gpucast.estimate.serving.memory import MXFP4_SHARE, WEIGHT_ONLY_SHARE
 from gpucast.estimate.serving.speculative import draft_seconds
 from gpucast.plan import Parallel
@@ -74,17 +77,12 @@ FUSED_KERNELS_PER_LAYER = 5
 # intermediate (RMSNorm: pow, mean, rsqrt, two multiplies, casts); an assumption of ~3.
 FUSION_BYTES = 3.0
 KEEP = ("matmul", "attention", "embedding")
-# Layer sampling: a model whose layers are alike is traced cut to one and two layers, and each cost of
+# Layer sampling (.layers): a model whose layers are alike is traced cut to one and two layers, and each cost of
 # the whole model is f(1) + (L - 1) (f(2) - f(1)) (the embedding, final norm and head once, a layer L
 # times): two small traces instead of one of every layer (an 80-layer model's traces ~40x faster).
 # Checked once per model and plan against the whole model's decode step: within this share, or the
 # whole model is traced.
 SAMPLE_TOLERANCE = 1e-3
-LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-# Config fields that make some layers unlike the others (dense layers among MoE ones, every-other-layer
-# experts, layers without RoPE): a model setting any of them is traced whole.
-UNALIKE_FIELDS = ("first_k_dense_replace", "mlp_only_layers", "moe_layer_freq", "no_rope_layers",
-                  "cross_attention_layers", "dense_layers")
 
 # A quantised checkpoint's linear weights: bytes kept per traced (16-bit) byte (gpucast.formats.ELEMENT_BYTES:
 # NVFP4's 16-element blocks carry an FP8 scale each), and the GEMM operands' dtype.
@@ -245,13 +243,22 @@ class IterationModel:
         return float(sum(t for o, t in zip(tr.ops, kt) if o.category != "attention"))
 
     def _over_layers(self, fn) -> float:
-        """``fn(layers)`` of the whole model: from models cut to one and two layers where the layers are
-        alike (:func:`layer_sample`), as ``f(1) + (L - 1) (f(2) - f(1))``; else ``fn(None)``, the whole
-        traced model."""
+        """``fn(layers)`` of the whole model: from models cut to one and two periods of ``P`` layers where
+        the layers repeat with period ``P`` (1: alike; a hybrid's pattern, such as Qwen3-Next's three linear
+        layers and one full: :func:`layer_period`), as ``f(P) + (L / P - 1) (f(2P) - f(P))``; else
+        ``fn(None)``, the whole traced model."""
         if not self._sampled():
             return fn(None)
-        one = fn(1)
-        return one + (self.shape["layers"] - 1) * (fn(2) - one)
+        p = self.period
+        one = fn(p)
+        return one + (self.shape["layers"] // p - 1) * (fn(2 * p) - one)
+
+    @property
+    def period(self) -> int:
+        got = self._attn.get(("period",))
+        if got is None:
+            got = self._attn[("period",)] = layer_period(self.job) or 0
+        return got
 
     def _sampled(self) -> bool:
         """Whether the cut models stand for the whole one: checked once per model and plan against the
@@ -260,9 +267,10 @@ class IterationModel:
         got = self._attn.get(key)
         if got is None:
             got = False
-            if self.engine.name != "hf" and self.shape["layers"] > 2 and layer_sample(self.job, 1) is not None:
+            p = self.period
+            if self.engine.name != "hf" and p and self.shape["layers"] > 2 * p:
                 whole = self._step_gpu(None)
-                cut = self._step_gpu(1) + (self.shape["layers"] - 1) * (self._step_gpu(2) - self._step_gpu(1))
+                cut = self._step_gpu(p) + (self.shape["layers"] // p - 1) * (self._step_gpu(2 * p) - self._step_gpu(p))
                 got = abs(cut - whole) <= SAMPLE_TOLERANCE * whole
             self._attn[key] = got
         return got
@@ -306,6 +314,9 @@ class IterationModel:
             return float(self._times(sub, layers)[1].sum())
         scaled = []
         for o in ops:
+            if o.op in LINEAR_OPS:   # a gated delta-net's work is per token and sequence, not per cached token
+                scaled.append(o)
+                continue
             f = total / total_ref
             w = windows[o.block] if 0 <= o.block < len(windows) else 0
             if w:   # a sliding layer's kernel reads and computes its window only (gpucast.graph.windows)
@@ -430,30 +441,6 @@ class IterationModel:
         return a + (at(bhi) - a) * bw
 
 
-def layer_sample(job, layers: int):
-    """The job's model cut to its first ``layers`` layers (per-layer lists cut alike), or None when its
-    layers are not alike by its config: a per-layer list whose values differ, or a field that makes some
-    layers dense and others sparse (:data:`UNALIKE_FIELDS`). Memoised."""
-    key = (job.key, layers)
-    if key in _SAMPLES:
-        return _SAMPLES[key]
-    import json
-
-    from gpucast.job import canonical_json
-
-    cfg = json.loads(job.hf_config) if job.hf_config else {}
-    name = next((k for k in LAYER_FIELDS if isinstance(cfg.get(k), int) and cfg[k] > 0), None)
-    cut = None
-    if name is not None and not any(cfg.get(f) for f in UNALIKE_FIELDS):
-        total = cfg[name]
-        lists = {k: v for k, v in cfg.items() if isinstance(v, list) and len(v) == total and total > 1}
-        if all(len({json.dumps(x, sort_keys=True) for x in v}) == 1 for v in lists.values()):
-            small = dict(cfg, **{name: layers}, **{k: v[:layers] for k, v in lists.items()})
-            cut = job.with_(hf_config=canonical_json(small))
-    _SAMPLES[key] = cut
-    return cut
-
-
 def model_job(job):
     """The job as far as its traces depend on it (the model and its precision): one memoised trace
     serves every deployment of the model, whatever its batch, load or engine settings."""
@@ -462,7 +449,6 @@ def model_job(job):
 
 _MODELS: dict = {}
 _MODELS_MAX = 32
-_SAMPLES: dict = {}  # (job key, layers) -> the cut job or None
 _COSTS: dict = {}  # memoised GPU times, shared by the IterationModels of one model, GPU and plan
 _COSTS_MAX = 64
 

@@ -11,6 +11,9 @@ Closed forms, each from the engine's own accounting:
 * **KV cache per token** (per rank): layers x KV heads x head dim x 2 (K and V) x the cache dtype's
   bytes, the KV heads split over ``t``; with fewer KV heads than ranks each rank keeps one head (vLLM
   replicates them), so a rank holds ``max(kv_heads / t, 1)`` heads.
+* **linear-attention state** (gated delta-net layers: :mod:`gpucast.graph.linear_attention`): a fixed
+  number of bytes per running sequence (its layers' conv and recurrent state, their heads split over
+  ``t``), taken from the same pool as the KV blocks, in whole blocks (``state_blocks``).
 * **activations**: the peak of the largest iteration's forward (``max_num_batched_tokens`` tokens:
   what vLLM profiles at start-up before sizing the cache), from the traced forward's memory timeline.
 * **non-torch memory**: the CUDA context (gpucast.estimate.memory's, as for any job) and the CUDA
@@ -50,6 +53,8 @@ class ServingMemory:
     kv_cache_bytes: int          # per rank
     kv_cache_tokens: int         # tokens whose K/V fit (per sequence-independent pool)
     block_size: int
+    state_bytes_per_sequence: int = 0   # per rank: a running sequence's linear-attention state
+    state_blocks: int = 0               # the pool's blocks that state takes
 
     @property
     def fits(self) -> bool:
@@ -59,7 +64,7 @@ class ServingMemory:
         return {"weights_bytes": self.weights_bytes, "kv_bytes_per_token": self.kv_bytes_per_token,
                 "activation_bytes": self.activation_bytes, "non_torch_bytes": self.non_torch_bytes,
                 "budget_bytes": self.budget_bytes, "kv_cache_bytes": self.kv_cache_bytes,
-                "kv_cache_tokens": self.kv_cache_tokens}
+                "kv_cache_tokens": self.kv_cache_tokens, "state_bytes_per_sequence": self.state_bytes_per_sequence}
 
 
 def weight_bytes(parameter_bytes: int, parameters: int, tensor: int, weights: str, fp8_bytes: int = 0,
@@ -91,8 +96,9 @@ def kv_per_rank(kv_bytes_per_token: int, kv_heads: int, tensor: int) -> int:
 
 
 def plan(memory_bytes: int, weights: int, kv_token: int, activations: int, context: int, engine,
-         cuda_graphs: bool) -> ServingMemory:
-    """The KV cache a rank of ``memory_bytes`` gets (module docstring)."""
+         cuda_graphs: bool, state: int = 0) -> ServingMemory:
+    """The KV cache a rank of ``memory_bytes`` gets (module docstring); ``state``: a running sequence's
+    linear-attention bytes."""
     non_torch = context + (CUDA_GRAPH_BYTES if cuda_graphs else 0)
     if engine.gpu_memory_utilization is not None:
         budget = int(engine.gpu_memory_utilization * memory_bytes)
@@ -101,5 +107,7 @@ def plan(memory_bytes: int, weights: int, kv_token: int, activations: int, conte
     free = budget - weights - activations - non_torch
     tokens = max(0, free // kv_token) if kv_token > 0 else 0
     tokens -= tokens % max(engine.block_size, 1)
+    block = max(engine.block_size, 1) * kv_token
+    state_blocks = -(-state // block) if state and block > 0 else 0
     return ServingMemory(weights, kv_token, activations, non_torch, budget, tokens * kv_token, int(tokens),
-                         engine.block_size)
+                         engine.block_size, state, state_blocks)

@@ -7,7 +7,9 @@ the token budget (``chunked_prefill``; without it a prompt is taken whole or wai
 are admitted first come, first served while there is room in the batch and in the KV cache. A decode
 that finds no free KV block preempts the most recently admitted sequence, whose cache is dropped and
 recomputed later as a prefill of its prompt and the tokens it had generated (vLLM's default,
-``preemption_mode=recompute``). The iteration's duration comes from ``cost`` (the engine's forward at
+``preemption_mode=recompute``). A model with gated delta-net layers also holds a fixed state per running
+sequence (``seq_blocks`` blocks of the pool: vLLM V1's hybrid allocator gives each request one state page per
+group of linear layers), taken at admission and given back at preemption or finish. The iteration's duration comes from ``cost`` (the engine's forward at
 that shape: :mod:`gpucast.estimate.serving.iteration`); the first token of a request is sampled by the
 iteration that finishes its prefill.
 
@@ -70,8 +72,9 @@ context, the prefilling sequences) -> (wall seconds, GPU-busy seconds)."""
 
 def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_tokens: int, kv_tokens: int,
              block: int, chunked: bool, load: str = "static", concurrency: int | None = None,
-             spec=None) -> RunResult:
-    """Continuous batching over ``req`` (module docstring); ``spec``: speculative decoding
+             spec=None, seq_blocks: int = 0) -> RunResult:
+    """Continuous batching over ``req`` (module docstring); ``seq_blocks``: blocks a running sequence holds
+    whatever its length (a linear-attention state); ``spec``: speculative decoding
     (:class:`gpucast.estimate.serving.speculative.Speculation`): a decode step takes ``k + 1`` of the token
     budget and emits the tokens :func:`~gpucast.estimate.serving.speculative.tokens_this_step` gives."""
     from gpucast.estimate.serving.speculative import tokens_this_step
@@ -155,7 +158,7 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
             need = blocks(kv[r] + (gain(r) if spec is not None else 1)) - blocks(kv[r])
             while need > cap_blocks - used_blocks and running[-1] != r:
                 v = running.pop()
-                used_blocks -= blocks(kv[v])
+                used_blocks -= blocks(kv[v]) + seq_blocks
                 kv[v] = 0
                 target[v] = prompt[v] + generated[v]
                 done_prefill[v] = 0
@@ -183,7 +186,7 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
             r = waiting[0]
             left = target[r] - done_prefill[r]
             take = min(left, budget) if chunked else (left if left <= budget else 0)
-            grow = blocks(kv[r] + take) - blocks(kv[r])
+            grow = blocks(kv[r] + take) - blocks(kv[r]) + seq_blocks
             if take <= 0 or grow > cap_blocks - used_blocks:
                 break
             waiting.pop(0)
@@ -246,7 +249,7 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
                     continue
                 finish[r] = t
                 finished += 1
-                used_blocks -= blocks(kv[r])
+                used_blocks -= blocks(kv[r]) + seq_blocks
                 if load == "closed" and sent < n:
                     # the client sends its next request when this one returns (requests in index order)
                     arrival[sent] = t

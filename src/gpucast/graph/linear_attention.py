@@ -1,0 +1,184 @@
+"""Gated delta-net (linear attention) layers as serving engines run them: a state per sequence, not a cache per token.
+
+Qwen3-Next and Qwen3.5 (Hugging Face ``layer_types`` ``"linear_attention"``) interleave full-attention layers
+with gated delta-net layers (Yang, Kautz and Hatamizadeh, "Gated Delta Networks", ICLR 2025). Such a layer
+keeps, per sequence, a fixed-size **state**: a causal depthwise convolution's last ``K - 1`` inputs
+(``conv_dim = 2 key_dim + value_dim`` channels, ``K = linear_conv_kernel_dim``) and a recurrent matrix of
+``dk x dv`` per value head (``linear_num_value_heads``). Its work per token does not grow with the context.
+vLLM, SGLang and TensorRT-LLM run the layer with flash-linear-attention's kernels (``fla``): a fused
+causal-conv1d kernel, then ``chunk_gated_delta_rule`` for a prefill chunk or ``fused_recurrent_gated_delta_rule``
+for a decode step, reading and writing the state in place (vLLM's ``mamba`` cache: one state slot per running
+request). transformers' torch fallbacks (a Python loop over 64-token chunks, a repeat of the grouped K heads,
+fp32 copies) are what a GPU runs without ``fla``, not what an engine runs, so a serving trace
+(:mod:`gpucast.graph.serving`) replaces them, while :data:`ACTIVE` is set, by two custom ops of this module:
+
+* ``gpucast::causal_conv1d(x, state, weight, cached)``: ``2 K`` FLOPs a channel and token; it reads the new
+  tokens, the weights and (``cached``: the sequence has history) the conv state, and writes its output and the
+  state. One kernel.
+* ``gpucast::gated_delta_rule(q, k, v, g, beta, state, cached)``: a decode step (one token) costs
+  :data:`RECURRENT_FLOPS` ``dk dv`` FLOPs a value head (decay the state, ``k^T S``, the delta update, ``q^T S``)
+  in one kernel; a prefill chunk of ``T`` tokens fla's chunked WY form at chunk ``c = min(T, CHUNK)``, per token
+  and value head ``6 c dk + 4 c dv + 6 dk dv + c^2`` FLOPs (:func:`chunk_flops`: ``beta K K^T`` and ``W`` at
+  ``2 c dk`` each, ``U`` at ``2 c dv``, the intra-chunk ``Q K^T`` and ``A V_new`` at ``2 c (dk + dv)``, the
+  triangular inverse ``~c^2``, the state pass ``V_new = U - W S`` and ``S += K^T V_new`` at ``4 dk dv`` and the
+  inter-chunk output ``Q S`` at ``2 dk dv``) in :data:`CHUNK_KERNELS` kernels. Both read the state when
+  ``cached`` and always write it (bytes at the state's dtype).
+
+Both ops are of the ``attention`` category (the layer's token mixer): the serving estimator keeps them beside the
+attention kernels, splits them over tensor-parallel ranks (vLLM shards the value and key heads), and does not
+rescale them with the context as it does attention (:mod:`gpucast.estimate.serving.iteration`).
+
+The state's dtype is the model's (vLLM's ``mamba_cache_dtype`` and ``mamba_ssm_cache_dtype`` default to
+``auto``: the model dtype). :func:`state_bytes` is a sequence's state over the model's linear layers.
+
+Not modelled: Mamba-2 state-space layers (Nemotron-H, Falcon-H1, Granite-4 hybrids), Kimi's delta attention
+and lightning attention (MiniMax): refused; the transformers ``hf`` engine (its eager torch fallback) for these
+models; prefix caching of states; fla's kernels' own efficiency (their FLOPs run at the fused attention
+kernels' achieved rate, :mod:`gpucast.estimate.achieved`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import sys
+
+import torch
+from torch.utils.flop_counter import register_flop_formula
+
+from gpucast.graph import rules
+
+# Model types whose "linear_attention" layers are gated delta-nets with transformers' kernel functions
+# (causal_conv1d_forward, torch_chunk_gated_delta_rule, torch_recurrent_gated_delta_rule in the model's module).
+GATED_DELTA_NET = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
+LINEAR_LAYER = "linear_attention"
+# flash-linear-attention's chunk length (fla/ops/gated_delta_rule/chunk.py: BT = 64), transformers' default too.
+CHUNK = 64
+# FLOPs a value head spends on one decode token per dk x dv state element: decay (1), k^T S (2), the
+# outer-product update (2), q^T S (2) (fused_recurrent_gated_delta_rule's loop body).
+RECURRENT_FLOPS = 7
+# Kernels of fla's chunk_gated_delta_rule_fwd: l2norm of q and k (use_qk_l2norm_in_kernel), chunk_local_cumsum,
+# chunk_scaled_dot_kkt_fwd, solve_tril, recompute_w_u_fwd, chunk_gated_delta_rule_fwd_h, chunk_fwd_o.
+CHUNK_KERNELS = 8
+
+# Set (to "fresh": no history, or "cached") while a serving trace runs its paged forward: the patched kernel
+# functions record this module's ops instead of transformers' fallbacks.
+ACTIVE: contextvars.ContextVar[str | None] = contextvars.ContextVar("gpucast_linear_attention", default=None)
+
+_LIB = torch.library.Library("gpucast", "FRAGMENT")
+_LIB.define("causal_conv1d(Tensor x, Tensor state, Tensor weight, bool cached) -> Tensor")
+_LIB.define("gated_delta_rule(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor state, bool cached) "
+            "-> Tensor")
+
+
+@torch.library.register_fake("gpucast::causal_conv1d")
+def _conv_fake(x, state, weight, cached):
+    return x.new_empty(x.shape)
+
+
+@torch.library.register_fake("gpucast::gated_delta_rule")
+def _rule_fake(q, k, v, g, beta, state, cached):
+    return v.new_empty(v.shape)
+
+
+causal_conv1d = torch.ops.gpucast.causal_conv1d
+gated_delta_rule = torch.ops.gpucast.gated_delta_rule
+OPS = frozenset({"causal_conv1d", "gated_delta_rule"})
+
+
+def chunk_flops(tokens: int, dk: int, dv: int) -> int:
+    """FLOPs per token and value head of fla's chunked gated delta rule over ``tokens`` tokens (module docstring)."""
+    c = min(tokens, CHUNK)
+    return 6 * c * dk + 4 * c * dv + 6 * dk * dv + c * c
+
+
+@register_flop_formula(causal_conv1d)
+def _conv_flop(x_shape, state_shape, weight_shape, cached, out_shape=None, **kwargs) -> int:
+    return 2 * math.prod(x_shape) * weight_shape[-1]
+
+
+@register_flop_formula(gated_delta_rule)
+def _rule_flop(q_shape, k_shape, v_shape, g_shape, beta_shape, state_shape, cached, out_shape=None, **kwargs) -> int:
+    batch, tokens, heads, dv = v_shape
+    dk = q_shape[-1]
+    if tokens == 1:
+        return RECURRENT_FLOPS * batch * heads * dk * dv
+    return batch * tokens * heads * chunk_flops(tokens, dk, dv)
+
+
+rules.category_rule("attention", causal_conv1d, gated_delta_rule)
+
+
+@rules.bytes_rule(causal_conv1d, gated_delta_rule)
+def _state_bytes(args, kwargs, out):
+    """Reads every input but the state unless ``cached``; writes the output and the state (in place)."""
+    state, cached = args[-2], args[-1]
+    inputs = [t for t in args[:-2] if isinstance(t, torch.Tensor)] + ([state] if cached else [])
+    return sum(map(rules.effective_bytes, inputs)), rules.effective_bytes(out) + rules.effective_bytes(state)
+
+
+@rules.kernels_rule("gated_delta_rule")
+def _rule_kernels(name, args) -> int:
+    return 1 if args[0].shape[1] == 1 else CHUNK_KERNELS
+
+
+# --------------------------------------------------------------------------- the model's shapes
+def dims(cfg) -> dict | None:
+    """The linear layers of a transformers config: ``{'layers': [indices], 'conv': (channels, K - 1),
+    'state': (value heads, dk, dv)}``; None when it has none. Raises ValueError for linear layers of a kind
+    not modelled."""
+    types = list(getattr(cfg, "layer_types", None) or ())
+    layers = [i for i, t in enumerate(types) if t == LINEAR_LAYER]
+    if not layers:
+        return None
+    if cfg.model_type not in GATED_DELTA_NET:
+        raise ValueError(f"the linear-attention layers of {cfg.model_type!r} are not modelled (gated delta-nets "
+                         f"only: {', '.join(sorted(GATED_DELTA_NET))})")
+    dk, dv = int(cfg.linear_key_head_dim), int(cfg.linear_value_head_dim)
+    hk, hv = int(cfg.linear_num_key_heads), int(cfg.linear_num_value_heads)
+    return {"layers": layers, "conv": (2 * hk * dk + hv * dv, int(cfg.linear_conv_kernel_dim) - 1),
+            "state": (hv, dk, dv), "key_heads": hk}
+
+
+def state_bytes(linear: dict | None, element_bytes: float) -> int:
+    """Bytes of one sequence's state over every linear layer (conv and recurrent, at ``element_bytes``)."""
+    if not linear:
+        return 0
+    per_layer = math.prod(linear["conv"]) + math.prod(linear["state"])
+    return int(len(linear["layers"]) * per_layer * element_bytes)
+
+
+# --------------------------------------------------------------------------- the kernels a trace records
+def patch(module_name: str) -> None:
+    """Route a transformers modeling module's gated delta-net kernel functions through this module's ops while
+    :data:`ACTIVE` is set (the originals otherwise). Idempotent."""
+    mod = sys.modules[module_name]
+    if getattr(mod, "_gpucast_linear_attention", False):
+        return
+    for name in ("causal_conv1d_forward", "torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule"):
+        if not callable(getattr(mod, name, None)):
+            raise ValueError(f"{module_name} has no {name}: this transformers release's gated delta-net is not "
+                             f"modelled")
+    conv_orig, chunk_orig, rec_orig = (mod.causal_conv1d_forward, mod.torch_chunk_gated_delta_rule,
+                                       mod.torch_recurrent_gated_delta_rule)
+
+    def conv_forward(conv1d, hidden_states, cache, layer_idx, *args, **kwargs):
+        mode = ACTIVE.get()
+        if mode is None:
+            return conv_orig(conv1d, hidden_states, cache, layer_idx, *args, **kwargs)
+        state = cache.layers[layer_idx].conv_states[0]
+        return causal_conv1d(hidden_states, state, conv1d.weight.squeeze(1), mode == "cached")
+
+    def rule(orig):
+        def run(query, key, value, g, beta, *args, initial_state=None, **kwargs):
+            mode = ACTIVE.get()
+            if mode is None or initial_state is None:
+                return orig(query, key, value, g, beta, *args, initial_state=initial_state, **kwargs)
+            out = gated_delta_rule(query, key, value, g, beta, initial_state, mode == "cached")
+            return out, initial_state   # the state is updated in place (fla's kernels with an initial state)
+        return run
+
+    mod.causal_conv1d_forward = conv_forward
+    mod.torch_chunk_gated_delta_rule = rule(chunk_orig)
+    mod.torch_recurrent_gated_delta_rule = rule(rec_orig)
+    mod._gpucast_linear_attention = True

@@ -1,0 +1,120 @@
+"""Gated delta-net (linear attention) layers served: Qwen3-Next and Qwen3.5 hybrids.
+
+The independent reasons behind the assertions: a gated delta-net layer keeps a fixed state per sequence
+(``(K - 1) x conv_dim`` conv inputs and ``heads x dk x dv`` recurrent values, from the config's fields), so
+only the full-attention layers hold K/V per token; its decode work does not depend on how long the context
+is; a running sequence holds its state whatever its length, so the state caps how many sequences fit; and
+the layers repeat with the config's ``full_attention_interval``, so models cut to one and two periods give
+the whole model's costs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpucast
+from gpucast.estimate.serving import iteration
+from gpucast.estimate.serving.run import Requests, simulate
+from gpucast.graph.serving import kv_bytes_per_token, model_shape, state_bytes_per_sequence, trace_iteration
+from gpucast.job import Job, JobError
+
+HYBRID = {"model_type": "qwen3_next", "hidden_size": 512, "num_hidden_layers": 8, "num_attention_heads": 8,
+          "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 1024, "linear_conv_kernel_dim": 4,
+          "linear_key_head_dim": 32, "linear_value_head_dim": 48, "linear_num_key_heads": 4,
+          "linear_num_value_heads": 8, "moe_intermediate_size": 128, "shared_expert_intermediate_size": 128,
+          "num_experts_per_tok": 2, "num_experts": 8, "vocab_size": 4096, "max_position_embeddings": 8192,
+          "full_attention_interval": 4}
+DENSE_TEXT = {"model_type": "qwen3_5_text", "hidden_size": 512, "num_hidden_layers": 8, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 1024, "linear_conv_kernel_dim": 4,
+              "linear_key_head_dim": 32, "linear_value_head_dim": 48, "linear_num_key_heads": 4,
+              "linear_num_value_heads": 8, "vocab_size": 4096, "max_position_embeddings": 8192,
+              "full_attention_interval": 4}
+
+
+def _job(cfg, **serve):
+    return Job.from_hf_config(cfg, batch_size=8, precision="bf16", mode="serve",
+                              serve=dict(dict(input_len=256, output_len=32), **serve))
+
+
+def test_only_full_attention_layers_keep_kv_and_every_linear_layer_a_state():
+    job = _job(HYBRID)
+    # 8 layers, every 4th full attention: 2 layers x 2 KV heads x (64 + 64) x 2 bytes
+    assert kv_bytes_per_token(job) == 2 * 2 * 128 * 2
+    # 6 linear layers x (conv: 3 x (2 x 4 x 32 + 8 x 48) + state: 8 x 32 x 48) x 2 bytes
+    assert state_bytes_per_sequence(job) == 6 * (3 * (2 * 4 * 32 + 8 * 48) + 8 * 32 * 48) * 2
+    assert model_shape(job)["attention_layers"] == 2
+
+
+def test_a_decode_steps_linear_work_does_not_grow_with_the_context():
+    job = _job(HYBRID)
+    short, long = trace_iteration(job, 4, 1, 128), trace_iteration(job, 4, 1, 4096)
+
+    def of(tr, name):
+        return [(o.flops, o.bytes_read, o.bytes_written) for o in tr.ops if o.op == name]
+    assert of(short, "gated_delta_rule") == of(long, "gated_delta_rule") != []
+    assert len(of(short, "gated_delta_rule")) == 6 and len(of(short, "causal_conv1d")) == 6
+    sdpa = [o.flops for o in short.ops if o.category == "attention" and "dot_product" in o.op]
+    sdpa_long = [o.flops for o in long.ops if o.category == "attention" and "dot_product" in o.op]
+    assert len(sdpa) == 2 and sdpa_long[0] > 20 * sdpa[0]
+    # a decode reads and writes each sequence's recurrent state: 4 x 8 heads x 32 x 48 x 2 bytes, at least
+    rule = next(o for o in short.ops if o.op == "gated_delta_rule")
+    assert rule.bytes_read >= 4 * 8 * 32 * 48 * 2 and rule.bytes_written >= 4 * 8 * 32 * 48 * 2
+    # a first prefill has no state to read: fewer bytes than the same chunk continuing a sequence
+    fresh, cont = trace_iteration(job, 1, 256, 0), trace_iteration(job, 1, 256, 512)
+    f = next(o for o in fresh.ops if o.op == "gated_delta_rule")
+    c = next(o for o in cont.ops if o.op == "gated_delta_rule")
+    assert c.bytes_read - f.bytes_read == 8 * 32 * 48 * 2 and c.flops == f.flops
+
+
+def test_decode_time_grows_less_with_context_than_an_all_attention_model():
+    def tpot(cfg, n):
+        return gpucast.predict(_job(cfg, input_len=n, output_len=32), "h100").serving["tpot_s"]
+    full = dict(HYBRID, layer_types=["full_attention"] * 8)
+    hybrid = tpot(HYBRID, 6000) / tpot(HYBRID, 200)
+    dense = tpot(full, 6000) / tpot(full, 200)
+    assert 1.0 <= hybrid < dense
+
+
+def test_the_state_caps_the_running_sequences():
+    # 40 blocks of 16 tokens; each request needs 2 blocks of K/V (17-20 tokens) and, with a state, 8 more
+    req = Requests(np.zeros(12), np.full(12, 16), np.full(12, 4))
+
+    def flat(*_):
+        return 0.01, 0.01
+    plain = simulate(req, flat, 256, 8192, 40 * 16, 16, True)
+    held = simulate(req, flat, 256, 8192, 40 * 16, 16, True, seq_blocks=8)
+    assert plain.max_batch == 12 and held.max_batch == 4 and np.isfinite(held.finish_s).all()
+
+
+def test_the_pattern_repeats_every_full_attention_interval():
+    # the sampled costs agree with the whole model's: tests/estimate/test_serving_layers.py
+    job = _job(dict(HYBRID, num_hidden_layers=16))
+    assert iteration.layer_period(job) == 4
+    assert iteration.layer_sample(job, 1) is None and iteration.layer_sample(job, 4) is not None
+
+
+def test_a_composite_config_serves_its_language_model():
+    vlm = {"model_type": "qwen3_5", "text_config": dict(DENSE_TEXT),
+           "vision_config": {"depth": 1, "hidden_size": 64, "num_heads": 2, "out_hidden_size": 512}}
+    a = gpucast.predict(_job(vlm), "h100").serving
+    b = gpucast.predict(_job(DENSE_TEXT), "h100").serving
+    assert a["tpot_s"] == pytest.approx(b["tpot_s"], rel=1e-6)
+    assert a["memory"]["state_bytes_per_sequence"] == b["memory"]["state_bytes_per_sequence"] > 0
+
+
+def test_tensor_parallel_ranks_hold_a_share_of_the_state():
+    one = gpucast.predict(_job(HYBRID), "h100").serving["memory"]["state_bytes_per_sequence"]
+    job = Job.from_hf_config(HYBRID, batch_size=8, precision="bf16", mode="serve", gpus=2, parallel=dict(tensor=2),
+                             serve=dict(input_len=256, output_len=32))
+    assert gpucast.predict(job, "h100").serving["memory"]["state_bytes_per_sequence"] == one // 2
+
+
+def test_unmodelled_engines_and_layers_are_one_error_line():
+    with pytest.raises(JobError, match="engine 'hf' with gated delta-net layers"):
+        gpucast.predict(_job(HYBRID, engine="hf"), "h100")
+    mamba = {"model_type": "nemotron_h", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "vocab_size": 1000, "layers_block_type": ["mamba", "attention", "mamba", "mlp"],
+             "mamba_num_heads": 8, "mamba_head_dim": 32, "ssm_state_size": 16, "n_groups": 2, "intermediate_size": 512}
+    with pytest.raises(JobError) as err:
+        gpucast.predict(_job(mamba), "h100")
+    assert "\n" not in str(err.value) and "not modelled" in str(err.value)
