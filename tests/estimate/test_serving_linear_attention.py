@@ -118,3 +118,26 @@ def test_unmodelled_engines_and_layers_are_one_error_line():
     with pytest.raises(JobError) as err:
         gpucast.predict(_job(mamba), "h100")
     assert "\n" not in str(err.value) and "not modelled" in str(err.value)
+
+
+# ----------------------------------------------------------------- sliding windows under vLLM V1's hybrid allocator
+def test_windowed_bytes_split_full_layers_from_each_sequences_windows():
+    from gpucast.estimate.serving.memory import windowed
+
+    # 4 attention layers of 100 bytes a token, two of them sliding over 128 tokens, blocks of 16
+    assert windowed(400, [128, 0, 128, 0], 4, 16) == (200, 2 * 100 * (128 + 16))
+    assert windowed(400, [0, 0, 0, 0], 4, 16) == (400, 0)
+    assert windowed(400, [128] * 4, 4, 16) == (400, 0)   # no full layer: every token is kept
+
+
+def test_vllm_v1_fits_more_tokens_when_half_the_layers_slide():
+    gpt_oss = {"model_type": "gpt_oss", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "head_dim": 64, "num_local_experts": 4, "num_experts_per_tok": 2,
+               "intermediate_size": 256, "vocab_size": 1000, "sliding_window": 128, "max_position_embeddings": 8192,
+               "layer_types": ["sliding_attention", "full_attention"] * 2}
+    v1 = gpucast.predict(_job(gpt_oss), "h100").serving
+    old = gpucast.predict(_job(gpt_oss, engine_version="0.6"), "h100").serving
+    # half the layers keep only their window: a token costs half the bytes, each sequence its windows
+    assert v1["kv_bytes_per_token"] * 2 == old["kv_bytes_per_token"]
+    assert v1["memory"]["state_bytes_per_sequence"] == 2 * 2 * 64 * 2 * 2 * (128 + 16)
+    assert v1["kv_cache_tokens"] > 1.9 * old["kv_cache_tokens"]

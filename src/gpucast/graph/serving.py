@@ -225,8 +225,9 @@ def kv_bytes_per_token(job, kv_dtype_bytes: float | None = None) -> int:
     ``num_attention_heads``), ``head_dim`` (default ``hidden_size // num_attention_heads``),
     ``num_hidden_layers``; MLA (DeepSeek-V2/V3): layers x (``kv_lora_rank`` + ``qk_rope_head_dim``) x
     dtype size, the one latent a token keeps. Gated delta-net layers keep no K/V (their state is
-    :func:`state_bytes_per_sequence`): only the attention layers count. Not modelled beyond this closed form:
-    sliding-window layers (they hold at most their window)."""
+    :func:`state_bytes_per_sequence`): only the attention layers count. Sliding-window layers count every token
+    here; an engine that frees what their window has passed is the serving memory plan's
+    (:func:`gpucast.estimate.serving.memory.windowed`)."""
     s = _shape_of(_hf_config(job))
     size = kv_dtype_bytes if kv_dtype_bytes is not None else _cache_bytes(job)
     return int(s["attention_layers"] * s["kv_heads"] * (s["cache_k_dim"] + s["cache_v_dim"]) * size)

@@ -21,9 +21,9 @@ with a mask keeps the whole cost.
 
 Not modelled: FlashAttention's windows in a training capture outside Transformer Engine, windows wider
 than the sequence (no saving), the attention sinks' extra logit, Llama-4's chunked attention (each token
-within its chunk of ``attention_chunk_size``: costed as full attention), the cache a window frees (vLLM
-V1's hybrid allocator keeps a sliding layer's last window only; gpucast's KV per token counts every
-layer).
+within its chunk of ``attention_chunk_size``: costed as full attention). The cache a window frees (vLLM
+V1's hybrid allocator keeps a sliding layer's last window only) is the serving memory plan's
+(:func:`gpucast.estimate.serving.memory.windowed`).
 """
 
 from __future__ import annotations

@@ -26,9 +26,10 @@ from gpucast.estimate.serving.engines import resolve, sglang_max_requests
 from gpucast.estimate.serving.figures import figures
 from gpucast.estimate.serving.iteration import QUANT_SHARE, iteration_model, model_job
 from gpucast.estimate.comm import Links
-from gpucast.estimate.serving.memory import expert_bytes, kv_per_rank, plan, weight_bytes
+from gpucast.estimate.serving.memory import expert_bytes, kv_per_rank, plan, weight_bytes, windowed
 from gpucast.estimate.serving.run import Requests, RunResult, simulate, static_batches
 from gpucast.estimate.serving.stages import Layout, layout, send_time, shares, split, stage_kv, stage_weights, staged
+from gpucast.graph.windows import windows_of
 from gpucast.plan import Parallel
 from gpucast.job import JobError
 from gpucast.serving import NVFP4_KV_ENGINES, Serve, parse_length
@@ -204,9 +205,12 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
         raise JobError(f"field 'serve.kv_cache_dtype': an NVFP4 KV cache needs FP4 tensor cores (Blackwell) and "
                        f"{' or '.join(NVFP4_KV_ENGINES)} (got {engine.name} on {gpu.name})")
     kv_token_bytes = kv_bytes_per_token(job, serve.kv_element_bytes)
-    kv_rank = kv_per_rank(kv_token_bytes, shape["kv_heads"], lay.attention_tensor)
+    kept, window_bytes = (windowed(kv_token_bytes, windows_of(job), shape["attention_layers"], engine.block_size)
+                          if engine.windowed_kv else (kv_token_bytes, 0))
+    kv_rank = kv_per_rank(kept, shape["kv_heads"], lay.attention_tensor)
     kv_token = stage_kv(kv_rank, lay)
-    state = stage_kv(state_bytes_per_sequence(job) // lay.attention_tensor, lay)   # linear layers' heads split too
+    state = stage_kv(state_bytes_per_sequence(job) // lay.attention_tensor   # linear layers' heads split too
+                     + kv_per_rank(window_bytes, shape["kv_heads"], lay.attention_tensor), lay)
     if state and engine.name == "hf":
         raise JobError("engine 'hf' with gated delta-net layers (linear attention): transformers runs its torch "
                        "fallback, which is not modelled; choose vllm, sglang or trtllm")
@@ -256,8 +260,8 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
         "memory": mem.to_dict(), "tensor": t, "pipeline": lay.pipeline,
         "replicas": lay.replicas, "expert": lay.expert, "attention_dp": lay.attention_dp,
         "notes": list(res.notes) + ([sized_note] if sized_note else [])
-        + ([f"linear-attention state: {state / 2**20:.1f} MiB a running sequence per rank ({mem.state_blocks} KV "
-            f"blocks of the pool), whatever its length"] if state else [])
+        + ([f"linear-attention state and sliding windows: {state / 2**20:.1f} MiB a running sequence per rank "
+            f"({mem.state_blocks} KV blocks of the pool), whatever its length"] if state else [])
         + ([f"{req.clipped} of {len(req)} drawn requests were longer than the model's context and were cut to it"]
            if getattr(req, "clipped", 0) else []),
         "arrival_span_s": float(arrival.max() - arrival.min()) if len(arrival) else 0.0,

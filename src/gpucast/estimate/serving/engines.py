@@ -59,6 +59,8 @@ class Engine:
     source: str
     overlap_host: bool = False   # the host's work for iteration i+1 runs while the GPU runs iteration i
     release: str = ""            # the release whose defaults these are (serve.engine_version)
+    # a sliding-window layer keeps only its window's blocks (vLLM V1's hybrid KV cache manager), else every token's
+    windowed_kv: bool = False
 
 
 ENGINES: dict[str, Engine] = {
@@ -109,14 +111,16 @@ RELEASES: dict[tuple[str, str], Engine] = {
                "(model_runner.init_memory_pool; sglang_max_requests); a token-granular pool; the overlap "
                "scheduler hides most host work (a 1 ms prior)."),
     ("vllm", "0.11"): replace(
-        ENGINES["vllm"], release="0.11", host_per_iteration_s=2e-3,
+        ENGINES["vllm"], release="0.11", host_per_iteration_s=2e-3, windowed_kv=True,
         source="vLLM 0.11, the V1 engine (vllm/engine/arg_utils.py, EngineArgs._set_default_args and "
                "get_batch_defaults): chunked prefill always on; max_num_seqs / max_num_batched_tokens 1024 / "
                "16384 for the offline LLM class and 1024 / 8192 for the OpenAI server on GPUs of 70 GiB or more "
                "other than the A100, else 256 / 8192 and 256 / 2048; gpu_memory_utilization 0.9, blocks of 16, "
                "CUDA graphs for decode batches up to 512; async scheduling off (its default), so the host's work "
                "per iteration adds to the GPU's: a 2 ms prior (the 2024 fit was 2.5 ms; V1's persistent batch "
-               "and separate API process cut it)."),
+               "and separate API process cut it). Its hybrid KV cache manager (vllm/v1/core/"
+               "single_type_kv_cache_manager.py, SlidingWindowManager.remove_skipped_blocks) frees a sliding-window "
+               "layer's blocks once the window has passed them."),
     ("trtllm", "0.11"): replace(ENGINES["trtllm"], release="0.11"),
     ("trtllm", "1.0"): replace(
         ENGINES["trtllm"], release="1.0", max_num_seqs=2048, max_num_batched_tokens=8192, block_size=32,

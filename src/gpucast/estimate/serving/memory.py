@@ -14,6 +14,9 @@ Closed forms, each from the engine's own accounting:
 * **linear-attention state** (gated delta-net layers: :mod:`gpucast.graph.linear_attention`): a fixed
   number of bytes per running sequence (its layers' conv and recurrent state, their heads split over
   ``t``), taken from the same pool as the KV blocks, in whole blocks (``state_blocks``).
+* **sliding-window layers** under an engine that frees what their window has passed (``windowed_kv``: vLLM
+  V1's hybrid KV cache manager): the per-token bytes count the full-attention layers only, and each running
+  sequence holds its sliding layers' window plus a block (:func:`windowed`), charged like a state.
 * **activations**: the peak of the largest iteration's forward (``max_num_batched_tokens`` tokens:
   what vLLM profiles at start-up before sizing the cache), from the traced forward's memory timeline.
 * **non-torch memory**: the CUDA context (gpucast.estimate.memory's, as for any job) and the CUDA
@@ -93,6 +96,19 @@ def kv_per_rank(kv_bytes_per_token: int, kv_heads: int, tensor: int) -> int:
     """Per-rank KV bytes of one token: the KV heads split over the ranks, at least one head each."""
     per_head = kv_bytes_per_token / max(kv_heads, 1)
     return int(per_head * max(kv_heads / tensor, 1.0))
+
+
+def windowed(kv_token_bytes: int, windows: list[int], attention_layers: int, block: int) -> tuple[int, int]:
+    """(bytes per token of the full-attention layers, bytes a sequence's sliding-window layers hold) for a
+    model whose attention layers' K/V take ``kv_token_bytes`` a token and whose layers have the windows
+    ``windows`` (0: full attention or no attention): each sliding layer keeps ``window + block`` tokens at
+    most. A model without full-attention layers, or without windows, keeps every token: ``(kv_token_bytes, 0)``."""
+    sliding = [w for w in windows if w > 0]
+    full = attention_layers - len(sliding)
+    if not sliding or full <= 0:
+        return kv_token_bytes, 0
+    per_layer = kv_token_bytes / attention_layers
+    return int(per_layer * full), int(per_layer * sum(w + block for w in sliding))
 
 
 def plan(memory_bytes: int, weights: int, kv_token: int, activations: int, context: int, engine,
