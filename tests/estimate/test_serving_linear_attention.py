@@ -1,4 +1,4 @@
-"""Gated delta-net (linear attention) layers served: Qwen3-Next and Qwen3.5 hybrids.
+"""Linear-attention layers served: Qwen3-Next and Qwen3.5 (gated delta-nets), Nemotron-H (Mamba-2).
 
 The independent reasons behind the assertions: a gated delta-net layer keeps a fixed state per sequence
 (``(K - 1) x conv_dim`` conv inputs and ``heads x dk x dv`` recurrent values, from the config's fields), so
@@ -110,14 +110,36 @@ def test_tensor_parallel_ranks_hold_a_share_of_the_state():
 
 
 def test_unmodelled_engines_and_layers_are_one_error_line():
-    with pytest.raises(JobError, match="engine 'hf' with gated delta-net layers"):
+    with pytest.raises(JobError, match="engine 'hf' with linear-attention layers"):
         gpucast.predict(_job(HYBRID, engine="hf"), "h100")
-    mamba = {"model_type": "nemotron_h", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "vocab_size": 1000, "layers_block_type": ["mamba", "attention", "mamba", "mlp"],
-             "mamba_num_heads": 8, "mamba_head_dim": 32, "ssm_state_size": 16, "n_groups": 2, "intermediate_size": 512}
+    kimi = {"model_type": "kimi_linear", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "vocab_size": 1000, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
     with pytest.raises(JobError) as err:
-        gpucast.predict(_job(mamba), "h100")
+        gpucast.predict(_job(kimi), "h100")
     assert "\n" not in str(err.value) and "not modelled" in str(err.value)
+
+
+# ----------------------------------------------------------------- Mamba-2 hybrids (Nemotron-H)
+NEMOTRON_H = {"model_type": "nemotron_h", "hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2,
+              "head_dim": 64, "intermediate_size": 1024, "vocab_size": 4096, "max_position_embeddings": 8192,
+              "hybrid_override_pattern": "M-M*M-M-", "mamba_num_heads": 16, "mamba_head_dim": 32,
+              "ssm_state_size": 64, "n_groups": 2, "conv_kernel": 4, "chunk_size": 128,
+              "mamba_ssm_cache_dtype": "float32"}
+
+
+def test_mamba2_layers_keep_a_state_and_only_attention_blocks_keep_kv():
+    job = _job(NEMOTRON_H)
+    # "M-M*M-M-": four Mamba-2 layers, one attention layer, three MLP blocks (no cache)
+    assert kv_bytes_per_token(job) == 1 * 2 * 128 * 2
+    # 4 x (conv: 3 x (16 x 32 + 2 x 2 x 64) x 2 bytes + SSM state: 16 x 32 x 64 x 4 bytes, float32 as configured)
+    assert state_bytes_per_sequence(job) == 4 * (3 * (16 * 32 + 2 * 2 * 64) * 2 + 16 * 32 * 64 * 4)
+    short, long = trace_iteration(job, 4, 1, 128), trace_iteration(job, 4, 1, 4096)
+    scans = [(o.flops, o.bytes_read) for o in short.ops if o.op == "ssd_scan"]
+    assert len(scans) == 4 and scans == [(o.flops, o.bytes_read) for o in long.ops if o.op == "ssd_scan"]
+    # a decode step reads every head's P x N state in float32, for each of the 4 sequences
+    assert scans[0][1] >= 4 * 16 * 32 * 64 * 4
+    served = gpucast.predict(_job(NEMOTRON_H), "h100").serving
+    assert served["finished"] == served["requests"] and served["memory"]["state_bytes_per_sequence"] > 0
 
 
 # ----------------------------------------------------------------- sliding windows under vLLM V1's hybrid allocator

@@ -1,4 +1,4 @@
-"""Gated delta-net (linear attention) layers as serving engines run them: a state per sequence, not a cache per token.
+"""Linear-attention layers (gated delta-nets, Mamba-2) as serving engines run them: a state per sequence.
 
 Qwen3-Next and Qwen3.5 (Hugging Face ``layer_types`` ``"linear_attention"``) interleave full-attention layers
 with gated delta-net layers (Yang, Kautz and Hatamizadeh, "Gated Delta Networks", ICLR 2025). Such a layer
@@ -24,15 +24,26 @@ fp32 copies) are what a GPU runs without ``fla``, not what an engine runs, so a 
   inter-chunk output ``Q S`` at ``2 dk dv``) in :data:`CHUNK_KERNELS` kernels. Both read the state when
   ``cached`` and always write it (bytes at the state's dtype).
 
-Both ops are of the ``attention`` category (the layer's token mixer): the serving estimator keeps them beside the
+Mamba-2 layers (Nemotron-H: ``layer_types`` ``"linear_attention"`` beside ``full_attention``, ``mlp`` and ``moe``
+blocks; Dao and Gu, "Transformers are SSMs", ICML 2024) keep the conv state (``conv_dim = heads x head_dim +
+2 groups x d_state``) and an ``head_dim x d_state`` state per head. The engines run mamba-ssm's kernels:
+``causal_conv1d`` as above, then ``mamba_chunk_scan_combined`` for a prefill chunk or ``selective_state_update``
+for a decode step, recorded as ``gpucast::ssd_scan(x, dt, B, C, state, chunk, cached)``: a decode step
+:data:`SSD_DECODE_FLOPS` ``P N`` FLOPs a head (decay, ``B x`` outer product, ``C`` read-out), a chunk of ``T``
+tokens at ``c = min(T, chunk)`` per token ``2 c P + 4 P N`` a head (the intra-chunk ``L o (C B^T) X`` and the
+chunk's state in and out) plus ``2 c N`` a group (``C B^T``), in :data:`SSD_CHUNK_KERNELS` kernels. The SSM
+state takes the config's ``mamba_ssm_cache_dtype`` (Nemotron-H's configs and model cards: float32), the conv
+state the model's dtype.
+
+The ops are of the ``attention`` category (the layer's token mixer): the serving estimator keeps them beside the
 attention kernels, splits them over tensor-parallel ranks (vLLM shards the value and key heads), and does not
 rescale them with the context as it does attention (:mod:`gpucast.estimate.serving.iteration`).
 
 The state's dtype is the model's (vLLM's ``mamba_cache_dtype`` and ``mamba_ssm_cache_dtype`` default to
 ``auto``: the model dtype). :func:`state_bytes` is a sequence's state over the model's linear layers.
 
-Not modelled: Mamba-2 state-space layers (Nemotron-H, Falcon-H1, Granite-4 hybrids), Kimi's delta attention
-and lightning attention (MiniMax): refused; the transformers ``hf`` engine (its eager torch fallback) for these
+Not modelled: other hybrids of Mamba-2 (Falcon-H1's parallel heads, Granite-4, Bamba, Zamba-2), Mamba-1
+(Jamba), Kimi's delta attention and lightning attention (MiniMax): refused; the transformers ``hf`` engine (its eager torch fallback) for these
 models; prefix caching of states; fla's kernels' own efficiency (their FLOPs run at the fused attention
 kernels' achieved rate, :mod:`gpucast.estimate.achieved`).
 """
@@ -51,7 +62,12 @@ from gpucast.graph import rules
 # Model types whose "linear_attention" layers are gated delta-nets with transformers' kernel functions
 # (causal_conv1d_forward, torch_chunk_gated_delta_rule, torch_recurrent_gated_delta_rule in the model's module).
 GATED_DELTA_NET = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
+# Model types whose "linear_attention" layers are Mamba-2 mixers with transformers' causal_conv1d_forward and
+# mamba2_scan_forward (and whose other layers are full attention, MLP or MoE blocks).
+MAMBA2 = frozenset({"nemotron_h"})
 LINEAR_LAYER = "linear_attention"
+# Layer types that hold neither K/V nor a state (Nemotron-H's MLP and MoE blocks).
+STATELESS_LAYERS = frozenset({"mlp", "moe"})
 # flash-linear-attention's chunk length (fla/ops/gated_delta_rule/chunk.py: BT = 64), transformers' default too.
 CHUNK = 64
 # FLOPs a value head spends on one decode token per dk x dv state element: decay (1), k^T S (2), the
@@ -60,6 +76,10 @@ RECURRENT_FLOPS = 7
 # Kernels of fla's chunk_gated_delta_rule_fwd: l2norm of q and k (use_qk_l2norm_in_kernel), chunk_local_cumsum,
 # chunk_scaled_dot_kkt_fwd, solve_tril, recompute_w_u_fwd, chunk_gated_delta_rule_fwd_h, chunk_fwd_o.
 CHUNK_KERNELS = 8
+# mamba-ssm's selective_state_update per head_dim x d_state element: decay (1), dt B x (2), C . state (2).
+SSD_DECODE_FLOPS = 5
+# mamba_chunk_scan_combined's kernels: chunk_cumsum, chunk_state, state_passing, bmm_chunk (C B^T), chunk_scan.
+SSD_CHUNK_KERNELS = 5
 
 # Set (to "fresh": no history, or "cached") while a serving trace runs its paged forward: the patched kernel
 # functions record this module's ops instead of transformers' fallbacks.
@@ -69,6 +89,7 @@ _LIB = torch.library.Library("gpucast", "FRAGMENT")
 _LIB.define("causal_conv1d(Tensor x, Tensor state, Tensor weight, bool cached) -> Tensor")
 _LIB.define("gated_delta_rule(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor state, bool cached) "
             "-> Tensor")
+_LIB.define("ssd_scan(Tensor x, Tensor dt, Tensor B, Tensor C, Tensor state, int chunk, bool cached) -> Tensor")
 
 
 @torch.library.register_fake("gpucast::causal_conv1d")
@@ -81,9 +102,15 @@ def _rule_fake(q, k, v, g, beta, state, cached):
     return v.new_empty(v.shape)
 
 
+@torch.library.register_fake("gpucast::ssd_scan")
+def _ssd_fake(x, dt, B, C, state, chunk, cached):
+    return x.new_empty(x.shape)
+
+
 causal_conv1d = torch.ops.gpucast.causal_conv1d
 gated_delta_rule = torch.ops.gpucast.gated_delta_rule
-OPS = frozenset({"causal_conv1d", "gated_delta_rule"})
+ssd_scan = torch.ops.gpucast.ssd_scan
+OPS = frozenset({"causal_conv1d", "gated_delta_rule", "ssd_scan"})
 
 
 def chunk_flops(tokens: int, dk: int, dv: int) -> int:
@@ -106,20 +133,33 @@ def _rule_flop(q_shape, k_shape, v_shape, g_shape, beta_shape, state_shape, cach
     return batch * tokens * heads * chunk_flops(tokens, dk, dv)
 
 
-rules.category_rule("attention", causal_conv1d, gated_delta_rule)
+@register_flop_formula(ssd_scan)
+def _ssd_flop(x_shape, dt_shape, b_shape, c_shape, state_shape, chunk, cached, out_shape=None, **kwargs) -> int:
+    batch, tokens, heads, p = x_shape
+    groups, n = b_shape[-2], b_shape[-1]
+    if tokens == 1:
+        return SSD_DECODE_FLOPS * batch * heads * p * n
+    c = min(tokens, chunk)
+    return batch * tokens * (heads * (2 * c * p + 4 * p * n) + groups * 2 * c * n)
 
 
-@rules.bytes_rule(causal_conv1d, gated_delta_rule)
+rules.category_rule("attention", causal_conv1d, gated_delta_rule, ssd_scan)
+
+
+@rules.bytes_rule(causal_conv1d, gated_delta_rule, ssd_scan)
 def _state_bytes(args, kwargs, out):
     """Reads every input but the state unless ``cached``; writes the output and the state (in place)."""
-    state, cached = args[-2], args[-1]
-    inputs = [t for t in args[:-2] if isinstance(t, torch.Tensor)] + ([state] if cached else [])
+    tensors = [t for t in args if isinstance(t, torch.Tensor)]
+    state, cached = tensors[-1], args[-1]
+    inputs = tensors[:-1] + ([state] if cached else [])
     return sum(map(rules.effective_bytes, inputs)), rules.effective_bytes(out) + rules.effective_bytes(state)
 
 
-@rules.kernels_rule("gated_delta_rule")
+@rules.kernels_rule("gated_delta_rule", "ssd_scan")
 def _rule_kernels(name, args) -> int:
-    return 1 if args[0].shape[1] == 1 else CHUNK_KERNELS
+    if args[0].shape[1] == 1:
+        return 1
+    return CHUNK_KERNELS if name == "gated_delta_rule" else SSD_CHUNK_KERNELS
 
 
 # --------------------------------------------------------------------------- the model's shapes
@@ -131,36 +171,54 @@ def dims(cfg) -> dict | None:
     layers = [i for i, t in enumerate(types) if t == LINEAR_LAYER]
     if not layers:
         return None
+    if cfg.model_type in MAMBA2:
+        heads, p, n, groups = (int(cfg.mamba_num_heads), int(cfg.mamba_head_dim), int(cfg.ssm_state_size),
+                               int(cfg.n_groups))
+        ssm = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(getattr(cfg, "mamba_ssm_cache_dtype", "")))
+        return {"kind": "mamba2", "layers": layers, "conv": (heads * p + 2 * groups * n, int(cfg.conv_kernel) - 1),
+                "state": (heads, p, n), "state_bytes": ssm}
     if cfg.model_type not in GATED_DELTA_NET:
-        raise ValueError(f"the linear-attention layers of {cfg.model_type!r} are not modelled (gated delta-nets "
-                         f"only: {', '.join(sorted(GATED_DELTA_NET))})")
+        raise ValueError(f"the linear-attention layers of {cfg.model_type!r} are not modelled (gated delta-nets and "
+                         f"Mamba-2 only: {', '.join(sorted(GATED_DELTA_NET | MAMBA2))})")
     dk, dv = int(cfg.linear_key_head_dim), int(cfg.linear_value_head_dim)
     hk, hv = int(cfg.linear_num_key_heads), int(cfg.linear_num_value_heads)
-    return {"layers": layers, "conv": (2 * hk * dk + hv * dv, int(cfg.linear_conv_kernel_dim) - 1),
-            "state": (hv, dk, dv), "key_heads": hk}
+    return {"kind": "gated_delta_net", "layers": layers,
+            "conv": (2 * hk * dk + hv * dv, int(cfg.linear_conv_kernel_dim) - 1), "state": (hv, dk, dv),
+            "state_bytes": None}
 
 
 def state_bytes(linear: dict | None, element_bytes: float) -> int:
-    """Bytes of one sequence's state over every linear layer (conv and recurrent, at ``element_bytes``)."""
+    """Bytes of one sequence's state over every linear layer: the conv state at ``element_bytes``, the
+    recurrent one at its own dtype where the config names one (Mamba-2's ``mamba_ssm_cache_dtype``)."""
     if not linear:
         return 0
-    per_layer = math.prod(linear["conv"]) + math.prod(linear["state"])
-    return int(len(linear["layers"]) * per_layer * element_bytes)
+    per_layer = (math.prod(linear["conv"]) * element_bytes
+                 + math.prod(linear["state"]) * (linear.get("state_bytes") or element_bytes))
+    return int(len(linear["layers"]) * per_layer)
+
+
+def state_dtype(linear: dict, dtype: torch.dtype) -> torch.dtype:
+    """The recurrent state's dtype in a trace (the cache's, or the config's ``mamba_ssm_cache_dtype``)."""
+    return torch.float32 if linear.get("state_bytes") == 4 else dtype
 
 
 # --------------------------------------------------------------------------- the kernels a trace records
-def patch(module_name: str) -> None:
-    """Route a transformers modeling module's gated delta-net kernel functions through this module's ops while
-    :data:`ACTIVE` is set (the originals otherwise). Idempotent."""
+_FUNCTIONS = {"gated_delta_net": ("causal_conv1d_forward", "torch_chunk_gated_delta_rule",
+                                   "torch_recurrent_gated_delta_rule"),
+              "mamba2": ("causal_conv1d_forward", "mamba2_scan_forward")}
+
+
+def patch(module_name: str, kind: str) -> None:
+    """Route a transformers modeling module's linear-attention kernel functions (``kind``: gated_delta_net or
+    mamba2) through this module's ops while :data:`ACTIVE` is set (the originals otherwise). Idempotent."""
     mod = sys.modules[module_name]
     if getattr(mod, "_gpucast_linear_attention", False):
         return
-    for name in ("causal_conv1d_forward", "torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule"):
+    for name in _FUNCTIONS[kind]:
         if not callable(getattr(mod, name, None)):
-            raise ValueError(f"{module_name} has no {name}: this transformers release's gated delta-net is not "
+            raise ValueError(f"{module_name} has no {name}: this transformers release's {kind} layer is not "
                              f"modelled")
-    conv_orig, chunk_orig, rec_orig = (mod.causal_conv1d_forward, mod.torch_chunk_gated_delta_rule,
-                                       mod.torch_recurrent_gated_delta_rule)
+    conv_orig = mod.causal_conv1d_forward
 
     def conv_forward(conv1d, hidden_states, cache, layer_idx, *args, **kwargs):
         mode = ACTIVE.get()
@@ -178,7 +236,23 @@ def patch(module_name: str) -> None:
             return out, initial_state   # the state is updated in place (fla's kernels with an initial state)
         return run
 
+    def scan_forward(module, hidden_states, B, C, dt, cache, **kwargs):
+        mode = ACTIVE.get()
+        if mode is None or cache is None:
+            return scan_orig(module, hidden_states, B, C, dt, cache, **kwargs)
+        b, t = hidden_states.shape[:2]
+        state = cache.layers[module.layer_idx].recurrent_states[0]
+        y = ssd_scan(hidden_states.view(b, t, module.num_heads, module.head_dim), dt,
+                     B.view(b, t, module.n_groups, module.ssm_state_size),
+                     C.view(b, t, module.n_groups, module.ssm_state_size), state, int(module.chunk_size),
+                     mode == "cached")
+        return y.view(b, t, -1)
+
     mod.causal_conv1d_forward = conv_forward
-    mod.torch_chunk_gated_delta_rule = rule(chunk_orig)
-    mod.torch_recurrent_gated_delta_rule = rule(rec_orig)
+    if kind == "mamba2":
+        scan_orig = mod.mamba2_scan_forward
+        mod.mamba2_scan_forward = scan_forward
+    else:
+        mod.torch_chunk_gated_delta_rule = rule(mod.torch_chunk_gated_delta_rule)
+        mod.torch_recurrent_gated_delta_rule = rule(mod.torch_recurrent_gated_delta_rule)
     mod._gpucast_linear_attention = True

@@ -75,10 +75,11 @@ them, :data:`SINK_ATTENTION`), sliding-window attention in the paged cache (it r
 the whole context, as the closed form of :func:`kv_bytes_per_token` counts it), and attention
 layouts other than (grouped-)multi-head attention and MLA (DeepSeek-V2/V3, ``kv_lora_rank``: its
 cache holds the compressed latent and the rotary key per token, as transformers' own layer caches
-them; the serving estimator decodes over it as vLLM does). Gated delta-net layers (Qwen3-Next, Qwen3.5:
-``layer_types`` ``"linear_attention"``) run as the engines' fused kernels with a per-sequence state in the
-paged cache (:mod:`gpucast.graph.linear_attention`; the dynamic cache refuses them); other linear-attention and
-state-space layers (Mamba, Jamba, Nemotron-H, Kimi-Linear) are refused.
+them; the serving estimator decodes over it as vLLM does). Gated delta-net layers (Qwen3-Next, Qwen3.5) and
+Mamba-2 layers (Nemotron-H; ``layer_types`` ``"linear_attention"``) run as the engines' fused kernels with a
+per-sequence state in the paged cache (:mod:`gpucast.graph.linear_attention`; the dynamic cache refuses them),
+Nemotron-H's MLP and MoE blocks without a cache; other linear-attention and state-space layers (Mamba-1,
+Jamba, Falcon-H1, Kimi-Linear) are refused.
 """
 
 from __future__ import annotations
@@ -213,7 +214,10 @@ def _shape_of(cfg) -> dict:
         linear = linear_attention.dims(cfg)
     except ValueError as exc:
         raise JobError(f"a serving iteration: {exc}") from None
-    shape.update(linear=linear, attention_layers=shape["layers"] - (len(linear["layers"]) if linear else 0))
+    types = list(getattr(cfg, "layer_types", None) or ())
+    attention = sum(t in _ATTENTION_LAYERS for t in types) if types else shape["layers"]
+    shape.update(linear=linear, attention_layers=attention,
+                 stateless_layers=[i for i, t in enumerate(types) if t in linear_attention.STATELESS_LAYERS])
     return shape
 
 
@@ -327,8 +331,10 @@ def _build(job) -> _Model:
             model = model.to(weights)
     model.eval()
     if shape["linear"]:   # the engines' fused kernels instead of transformers' torch fallbacks (linear_attention)
-        linear_attention.patch(next(type(x).__module__ for x in model.modules()
-                                    if type(x).__name__.endswith("GatedDeltaNet")))
+        kind = shape["linear"]["kind"]
+        suffix = "GatedDeltaNet" if kind == "gated_delta_net" else "Mamba2Mixer"
+        linear_attention.patch(next(type(x).__module__ for x in model.modules() if type(x).__name__.endswith(suffix)),
+                               kind)
     if model.config._attn_implementation == hf._ATTN:  # SDPA: ours adds the cache's masks (module docstring)
         model.config._attn_implementation = _ATTN
     elif model.config._attn_implementation == "eager" and cfg.model_type in SINK_ATTENTION:
@@ -361,6 +367,8 @@ def _check_causal_lm(job, cfg, cls) -> None:
     other = set(getattr(cfg, "layer_types", None) or ()) - _ATTENTION_LAYERS
     if cfg.model_type in linear_attention.GATED_DELTA_NET:
         other.discard(linear_attention.LINEAR_LAYER)
+    if cfg.model_type in linear_attention.MAMBA2:
+        other -= {linear_attention.LINEAR_LAYER, *linear_attention.STATELESS_LAYERS}
     if other:
         raise JobError(f"a serving iteration of {job.model}: its {', '.join(sorted(map(str, other)))} layers are "
                        f"not modelled (attention layers only)")
@@ -432,7 +440,7 @@ def _check_shape(batch, new_tokens, context, cache) -> None:
 def _trace(job, batch: int, new_tokens: int, context: int, cache: str) -> Trace:
     m = _model(job)
     if m.shape["linear"] and cache != "paged":
-        raise JobError(f"a serving iteration of {job.model}: its gated delta-net layers run transformers' torch "
+        raise JobError(f"a serving iteration of {job.model}: its linear-attention layers run transformers' torch "
                        f"fallback in the dynamic cache (engine 'hf'), which is not modelled; choose vllm, sglang or "
                        f"trtllm")
     _, amp, dtype = _dtypes(_precision(job))

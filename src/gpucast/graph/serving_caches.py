@@ -108,12 +108,19 @@ def paged_cache(s: dict, dtype: torch.dtype, batch: int, new_tokens: int, contex
     PagedCache, PagedLayer = _paged_classes()
     total = context + new_tokens
     k, v = (batch, s["kv_heads"], total, s["cache_k_dim"]), (batch, s["kv_heads"], total, s["cache_v_dim"])
+    from gpucast.graph.linear_attention import state_dtype
+
     linear = s.get("linear") or {"layers": ()}
+    stateless = set(s.get("stateless_layers") or ())
+    cu = imports.load("transformers.cache_utils")
     layers = []
     for i in range(s["layers"]):
         if i in linear["layers"]:
             layers.append(_state_class()(torch.empty((batch, *linear["conv"]), dtype=dtype, device="meta"),
-                                         torch.empty((batch, *linear["state"]), dtype=dtype, device="meta"), context))
+                                         torch.empty((batch, *linear["state"]), dtype=state_dtype(linear, dtype),
+                                                     device="meta"), context))
+        elif i in stateless:   # an MLP or MoE block (Nemotron-H): no cache
+            layers.append(cu.DummyLayer())
         else:
             layers.append(PagedLayer(torch.empty(k, dtype=dtype, device="meta"),
                                      torch.empty(v, dtype=dtype, device="meta"), context))

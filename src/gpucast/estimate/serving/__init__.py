@@ -212,8 +212,8 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     state = stage_kv(state_bytes_per_sequence(job) // lay.attention_tensor   # linear layers' heads split too
                      + kv_per_rank(window_bytes, shape["kv_heads"], lay.attention_tensor), lay)
     if state and engine.name == "hf":
-        raise JobError("engine 'hf' with gated delta-net layers (linear attention): transformers runs its torch "
-                       "fallback, which is not modelled; choose vllm, sglang or trtllm")
+        raise JobError("engine 'hf' with linear-attention layers (gated delta-nets, Mamba-2): transformers runs its "
+                       "torch fallback, which is not modelled; choose vllm, sglang or trtllm")
     engine, sized_note = bench.sized(engine, serve, job.precision, shape["parameters"],
                                      kv_per_rank(kv_token_bytes, shape["kv_heads"], t) * t, gpu.memory_bytes,
                                      t, lay.pipeline, float(req.prompt.mean()), float(req.output.mean()))
