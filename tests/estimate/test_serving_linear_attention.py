@@ -163,3 +163,41 @@ def test_vllm_v1_fits_more_tokens_when_half_the_layers_slide():
     assert v1["kv_bytes_per_token"] * 2 == old["kv_bytes_per_token"]
     assert v1["memory"]["state_bytes_per_sequence"] == 2 * 2 * 64 * 2 * 2 * (128 + 16)
     assert v1["kv_cache_tokens"] > 1.9 * old["kv_cache_tokens"]
+
+
+# ----------------------------------------------------------------- DeepSeek sparse attention (V3.2)
+DSA = {"model_type": "deepseek_v32", "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
+       "num_key_value_heads": 8, "q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 64,
+       "qk_rope_head_dim": 32, "v_head_dim": 64, "intermediate_size": 1024, "moe_intermediate_size": 256,
+       "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "first_k_dense_replace": 1,
+       "n_group": 1, "topk_group": 1, "vocab_size": 4096, "max_position_embeddings": 16384,
+       "index_topk": 256, "index_head_dim": 64, "index_n_heads": 8}
+
+
+def test_sparse_attention_caches_the_latent_and_an_fp8_index_key():
+    # 4 layers x (128 latent + 32 rotary) x 2 bytes + 4 layers x (64 FP8 index values + a 4-byte scale)
+    assert kv_bytes_per_token(_job(DSA)) == 4 * 160 * 2 + 4 * (64 + 4)
+
+
+def test_the_indexer_scores_every_cached_token_of_every_new_one():
+    from gpucast.estimate.serving.sparse import indexer
+
+    like = next(o for o in trace_iteration(_job(DSA), 4, 1, 256).ops if o.category == "attention")
+    op = indexer(like, 4, 1, 1000, {"topk": 256, "heads": 8, "dim": 64})
+    # 4 sequences x 1,001 visible tokens x (2 x 8 heads x 64 + 2 x 8) FLOPs; FP8 keys with their scales read once
+    assert op.flops == 4 * 1001 * (2 * 8 * 64 + 2 * 8)
+    assert op.bytes_read >= 4 * 1001 * (64 + 4) and op.dtype.startswith("float8")
+    chunk = indexer(like, 1, 100, 50, {"topk": 256, "heads": 8, "dim": 64})
+    assert chunk.flops == (100 * 50 + 100 * 101 // 2) * (2 * 8 * 64 + 2 * 8)   # causal pairs of a chunk
+
+
+def test_sparse_attention_grows_less_with_the_context_than_dense_mla():
+    dense = {k: v for k, v in DSA.items() if not k.startswith("index_")}
+    dense["model_type"] = "deepseek_v3"
+
+    def served(cfg, n):
+        return gpucast.predict(_job(cfg, input_len=n, output_len=32), "h100").serving
+    sparse_tpot = served(DSA, 12000)["tpot_s"] - served(DSA, 200)["tpot_s"]
+    dense_tpot = served(dense, 12000)["tpot_s"] - served(dense, 200)["tpot_s"]
+    assert 0 < sparse_tpot < dense_tpot
+    assert served(DSA, 12000)["ttft_s"] < served(dense, 12000)["ttft_s"]

@@ -191,7 +191,7 @@ def test_model_shape_of_llama3_8b_has_its_published_parameter_count():
     assert shape == {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "vocab": 128256,
                      "intermediate": 14336, "max_context": 8192, "experts": 0, "experts_per_token": 0,
                      "tied": False, "cache_k_dim": 128, "cache_v_dim": 128, "mla": None,
-                     "linear": None, "attention_layers": 32, "stateless_layers": [],
+                     "linear": None, "attention_layers": 32, "stateless_layers": [], "sparse": None,
                      "parameters": 8_030_261_248,   # Meta-Llama-3-8B
                      "expert_parameters": 0, "moe_layers": 0}
 

@@ -79,7 +79,9 @@ them; the serving estimator decodes over it as vLLM does). Gated delta-net layer
 Mamba-2 layers (Nemotron-H; ``layer_types`` ``"linear_attention"``) run as the engines' fused kernels with a
 per-sequence state in the paged cache (:mod:`gpucast.graph.linear_attention`; the dynamic cache refuses them),
 Nemotron-H's MLP and MoE blocks without a cache; other linear-attention and state-space layers (Mamba-1,
-Jamba, Falcon-H1, Kimi-Linear) are refused.
+Jamba, Falcon-H1, Kimi-Linear) are refused. DeepSeek sparse attention (DeepSeek-V3.2) is traced as its dense
+sibling, DeepSeek-V3 (:mod:`gpucast.graph.sparse_attention`: the serving estimator adds the indexer and the
+top-k), and caches its FP8 indexer keys beside the latents.
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gpucast import imports
-from gpucast.graph import linear_attention
+from gpucast.graph import linear_attention, sparse_attention
 from gpucast.graph.blocks import BlockWatch, experts_of, find_blocks, heads_of
 from gpucast.graph.mirror import CudaMirror
 from gpucast.graph.serving_caches import cache_tensors, dynamic_cache, paged_cache
@@ -169,9 +171,21 @@ def _hf_config(job):
     if cfg is None:
         from gpucast.graph import hf
 
-        cfg = _text(hf._config(job))
+        cfg = _text(hf._config(_traced(job)))
         _CONFIGS.put(job.hf_config, cfg)
     return cfg
+
+
+def _traced(job):
+    """The job whose config transformers builds: a sparse-attention model as its dense sibling
+    (:mod:`gpucast.graph.sparse_attention`), any other as it is."""
+    import json
+
+    from gpucast.job import canonical_json
+
+    data = json.loads(job.hf_config)
+    traced = sparse_attention.traced_data(data)
+    return job if traced is data else job.with_(model=f"hf:{traced['model_type']}", hf_config=canonical_json(traced))
 
 
 def _text(cfg):
@@ -216,7 +230,7 @@ def _shape_of(cfg) -> dict:
         raise JobError(f"a serving iteration: {exc}") from None
     types = list(getattr(cfg, "layer_types", None) or ())
     attention = sum(t in _ATTENTION_LAYERS for t in types) if types else shape["layers"]
-    shape.update(linear=linear, attention_layers=attention,
+    shape.update(linear=linear, attention_layers=attention, sparse=sparse_attention.dims(cfg),
                  stateless_layers=[i for i, t in enumerate(types) if t in linear_attention.STATELESS_LAYERS])
     return shape
 
@@ -228,13 +242,15 @@ def kv_bytes_per_token(job, kv_dtype_bytes: float | None = None) -> int:
     fp32/tf32; pass 1 for an fp8 cache. From the HF config: ``num_key_value_heads`` (default
     ``num_attention_heads``), ``head_dim`` (default ``hidden_size // num_attention_heads``),
     ``num_hidden_layers``; MLA (DeepSeek-V2/V3): layers x (``kv_lora_rank`` + ``qk_rope_head_dim``) x
-    dtype size, the one latent a token keeps. Gated delta-net layers keep no K/V (their state is
+    dtype size, the one latent a token keeps, plus DeepSeek sparse attention's FP8 indexer key and its scale
+    (:mod:`gpucast.graph.sparse_attention`). Gated delta-net layers keep no K/V (their state is
     :func:`state_bytes_per_sequence`): only the attention layers count. Sliding-window layers count every token
     here; an engine that frees what their window has passed is the serving memory plan's
     (:func:`gpucast.estimate.serving.memory.windowed`)."""
     s = _shape_of(_hf_config(job))
     size = kv_dtype_bytes if kv_dtype_bytes is not None else _cache_bytes(job)
-    return int(s["attention_layers"] * s["kv_heads"] * (s["cache_k_dim"] + s["cache_v_dim"]) * size)
+    index_keys = s["attention_layers"] * sparse_attention.key_bytes(s["sparse"])   # DSA's indexer keys (FP8)
+    return int(s["attention_layers"] * s["kv_heads"] * (s["cache_k_dim"] + s["cache_v_dim"]) * size) + index_keys
 
 
 def _cache_bytes(job) -> int:
@@ -248,17 +264,19 @@ def state_bytes_per_sequence(job) -> int:
 
 
 def model_shape(job) -> dict:
-    """``{'layers', 'hidden', 'heads', 'kv_heads', 'head_dim', 'vocab', 'intermediate',
-    'max_context', 'experts', 'experts_per_token', 'tied', 'cache_k_dim', 'cache_v_dim', 'mla', 'linear',
-    'attention_layers', 'parameters', 'expert_parameters', 'moe_layers'}`` of the job's HF config; ``max_context`` is ``max_position_embeddings``, ``experts``
-    ``num_local_experts``, ``num_experts`` or ``n_routed_experts`` (0 for a dense model), ``tied`` whether
-    the head shares the embedding's weights, ``cache_k_dim``/``cache_v_dim`` what a token's cache holds
-    per K/V head (``head_dim``; MLA: the latent and the rotary key, one "head"), ``mla`` MLA's dims
-    (``lora``, ``rope``, ``nope``, ``v``; None without it), ``linear`` the gated delta-net layers
-    (:func:`gpucast.graph.linear_attention.dims`; None without them), ``attention_layers`` the layers that keep
-    K/V, ``parameters`` the count of the meta-built model
-    (built once per config and precision, cached), ``expert_parameters`` those of the routed experts (the
-    ``(E, in, out)`` weights of transformers' MoE layers) and ``moe_layers`` the modules holding them."""
+    """``{'layers', 'hidden', 'heads', 'kv_heads', 'head_dim', 'vocab', 'intermediate', 'max_context',
+    'experts', 'experts_per_token', 'tied', 'cache_k_dim', 'cache_v_dim', 'mla', 'linear', 'attention_layers',
+    'stateless_layers', 'sparse', 'parameters', 'expert_parameters', 'moe_layers'}`` of the job's HF config;
+    ``max_context`` is ``max_position_embeddings``, ``experts`` ``num_local_experts``, ``num_experts`` or
+    ``n_routed_experts`` (0 for a dense model), ``tied`` whether the head shares the embedding's weights,
+    ``cache_k_dim``/``cache_v_dim`` what a token's cache holds per K/V head (``head_dim``; MLA: the latent and
+    the rotary key, one "head"), ``mla`` MLA's dims (``lora``, ``rope``, ``nope``, ``v``; None without it),
+    ``linear`` the linear-attention layers (:func:`gpucast.graph.linear_attention.dims`; None without them),
+    ``attention_layers`` the layers that keep K/V, ``stateless_layers`` those that keep nothing (Nemotron-H's
+    MLP/MoE blocks), ``sparse`` DeepSeek sparse attention's indexer (:func:`gpucast.graph.sparse_attention.dims`;
+    None without it), ``parameters`` the count of the meta-built model (built once per config and precision,
+    cached), ``expert_parameters`` those of the routed experts (the ``(E, in, out)`` weights of transformers'
+    MoE layers) and ``moe_layers`` the modules holding them."""
     shape = _shape_of(_hf_config(job))
     built = _model(job)
     shape.update(parameters=built.parameters, expert_parameters=built.expert_parameters, moe_layers=built.moe_layers)
@@ -320,7 +338,7 @@ def _model(job) -> _Model:
 def _build(job) -> _Model:
     from gpucast.graph import hf
 
-    cfg = _text(hf._config(job))  # a fresh one: building sets its attention implementation
+    cfg = _text(hf._config(_traced(job)))  # a fresh one: building sets its attention implementation
     _check_causal_lm(job, cfg, hf._model_class(cfg))
     shape = _shape_of(cfg)
     _register_attention()

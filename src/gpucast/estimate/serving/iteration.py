@@ -63,6 +63,7 @@ from gpucast.graph.windows import chunk_share, windows_of
 from gpucast.estimate.serving.experts import ITEMSIZE, is_expert_gemm, routed
 from gpucast.estimate.serving.layers import _SAMPLES, layer_period, layer_sample  # noqa: F401 (tests clear _SAMPLES)
 from gpucast.estimate.serving.memory import MXFP4_SHARE, WEIGHT_ONLY_SHARE
+from gpucast.estimate.serving.sparse import indexer
 from gpucast.estimate.serving.speculative import draft_seconds
 from gpucast.plan import Parallel
 
@@ -309,10 +310,13 @@ class IterationModel:
         total_ref = ref_ctx + new
         total = ctx + new
         windows = self._windows()
+        sparse = self.shape.get("sparse")
+        index = [indexer(o, batch, new, ctx, sparse, self.attn_t) for o in ops] if sparse else []   # DSA (.sparse)
         if new == 1 and self.shape.get("mla"):
-            sub = dataclasses.replace(tr, ops=[self._latent_decode(o, batch, total) for o in ops])
+            seen = min(total, sparse["topk"]) if sparse else total   # DSA: the top-k latents only
+            sub = dataclasses.replace(tr, ops=[self._latent_decode(o, batch, seen) for o in ops] + index)
             return float(self._times(sub, layers)[1].sum())
-        scaled = []
+        scaled = list(index)
         for o in ops:
             if o.op in LINEAR_OPS:   # a gated delta-net's work is per token and sequence, not per cached token
                 scaled.append(o)
@@ -333,12 +337,15 @@ class IterationModel:
         return float(self._times(sub, layers)[1].sum())
 
     def _windows(self) -> list[int]:
-        """Each layer's sliding window (0: full attention), for engines whose kernels take it (not ``hf``)."""
+        """Each layer's sliding window (0: full attention), for engines whose kernels take it (not ``hf``);
+        DeepSeek sparse attention's top-k counts as every layer's window (each query attends that many keys)."""
         if self.engine.name == "hf":
             return []
         got = self._attn.get(("windows",))
         if got is None:
-            got = self._attn[("windows",)] = windows_of(self.job)
+            sparse = self.shape.get("sparse")
+            got = [sparse["topk"]] * self.shape["layers"] if sparse else windows_of(self.job)
+            self._attn[("windows",)] = got
         return got
 
     def _latent_decode(self, op, batch: int, total: int):
