@@ -191,6 +191,15 @@ def test_the_indexer_scores_every_cached_token_of_every_new_one():
     assert chunk.flops == (100 * 50 + 100 * 101 // 2) * (2 * 8 * 64 + 2 * 8)   # causal pairs of a chunk
 
 
+def test_glm5_shared_indexer_layers_keep_no_index_keys():
+    glm = dict(DSA, model_type="glm_moe_dsa", index_topk_pattern="FSFS")
+    glm.pop("n_group"), glm.pop("topk_group")
+    # two of four layers run their own indexer: half the index keys of a layer each
+    assert kv_bytes_per_token(_job(glm)) == 4 * 160 * 2 + 2 * (64 + 4)
+    served = gpucast.predict(_job(glm), "h100").serving
+    assert served["finished"] == served["requests"]
+
+
 def test_sparse_attention_grows_less_with_the_context_than_dense_mla():
     dense = {k: v for k, v in DSA.items() if not k.startswith("index_")}
     dense["model_type"] = "deepseek_v3"

@@ -250,7 +250,7 @@ def kv_bytes_per_token(job, kv_dtype_bytes: float | None = None) -> int:
     s = _shape_of(_hf_config(job))
     size = kv_dtype_bytes if kv_dtype_bytes is not None else _cache_bytes(job)
     index_keys = s["attention_layers"] * sparse_attention.key_bytes(s["sparse"])   # DSA's indexer keys (FP8)
-    return int(s["attention_layers"] * s["kv_heads"] * (s["cache_k_dim"] + s["cache_v_dim"]) * size) + index_keys
+    return int(s["attention_layers"] * s["kv_heads"] * (s["cache_k_dim"] + s["cache_v_dim"]) * size + index_keys)
 
 
 def _cache_bytes(job) -> int:

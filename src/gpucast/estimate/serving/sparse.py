@@ -30,6 +30,7 @@ def indexer(like, batch: int, new: int, ctx: int, sparse: dict, ranks: int = 1):
     indexer (vLLM's replicated ``wq_b``), so its counts are ``ranks`` times a rank's, which the estimator's
     split divides back."""
     heads, dim, topk = sparse["heads"], sparse["dim"], sparse["topk"]
+    ranks = ranks * sparse.get("share", 1.0)   # GLM-5's shared indexer layers run none of their own
     total = ctx + new
     pairs = batch * (new * ctx + new * (new + 1) // 2)
     logits = batch * new * total * LOGIT_BYTES
