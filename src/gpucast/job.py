@@ -348,9 +348,6 @@ def _validate(job: Job) -> None:
         raise JobError(f"field 'precision' must be one of {', '.join(PRECISIONS)}, got {job.precision!r}")
     if job.mode not in MODES:
         raise JobError(f"field 'mode' must be one of {', '.join(MODES)}, got {job.mode!r}")
-    if job.precision == "mxfp8" and job.mode == "serve":
-        raise JobError("field 'precision': mxfp8 is Transformer Engine's recipe for training and inference steps; "
-                       "a deployment's formats are fp8, nvfp4 (an NVFP4 checkpoint) and serve.weights")
     packed = job.data.packed_sample_len if job.data is not None else None
     if packed is not None and (job.seq_len is None or packed > job.seq_len):
         raise JobError(f"field 'data.packed_sample_len' ({packed}) packs samples into seq_len-token sequences: it "

@@ -46,10 +46,12 @@ def test_a_format_the_gpu_lacks_is_one_error_line(precision, gpu, message):
     assert "\n" not in str(err.value)
 
 
-def test_a_deployment_serves_fp8_or_nvfp4_checkpoints_but_not_mxfp8():
-    with pytest.raises(JobError, match="mxfp8 is Transformer Engine's recipe"):
-        Job.from_hf_config(CONFIG, batch_size=1, precision="mxfp8", mode="serve", serve={"input_len": 64,
+def test_a_deployment_serves_block_scaled_checkpoints_on_blackwell_only():
+    mx = Job.from_hf_config(CONFIG, batch_size=1, precision="mxfp8", mode="serve", serve={"input_len": 64,
                                                                                           "output_len": 8})
+    with pytest.raises(JobError, match="mxfp8 needs block-scaled FP8 tensor cores") as err:
+        gpucast.predict(mx, "h100")
+    assert "\n" not in str(err.value)
     served = Job.from_hf_config(CONFIG, batch_size=1, precision="nvfp4", mode="serve",
                                 serve={"input_len": 64, "output_len": 8})
     with pytest.raises(JobError, match="nvfp4 needs FP4 tensor cores") as err:   # Hopper has none

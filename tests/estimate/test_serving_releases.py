@@ -144,6 +144,17 @@ def test_an_nvfp4_checkpoint_holds_4_5_bits_a_weight_and_runs_the_fp4_tensor_cor
     assert m4._per_tokens(8192)[0] < m8._per_tokens(8192)[0]
 
 
+def test_an_mxfp8_checkpoint_holds_fp8_weights_with_a_scale_a_block_of_32():
+    # MXFP8 (E4M3 values, an E8M0 scale per 32): 8.25 bits a linear weight, its GEMMs at the FP8 rate
+    w16, w8, mx = (gpucast.predict(_job(p, batch=8), "b200").serving["memory"]["weights_bytes"]
+                   for p in ("bf16", "fp8", "mxfp8"))
+    ends = LLAMA["vocab_size"] * LLAMA["hidden_size"] * 2 * 2
+    assert (mx - ends) / (w16 - ends) == pytest.approx((1 + 1 / 32) / 2, rel=1e-3) and mx > w8
+    gpu, env, cfg = get_gpu("b200"), Environment.default(), EstimatorConfig()
+    m8, mm = (iteration_model(j, gpu, resolve(j.serve), env, cfg) for j in (_job("fp8"), _job("mxfp8")))
+    assert mm._per_tokens(8192)[0] == pytest.approx(m8._per_tokens(8192)[0], rel=0.05)
+
+
 def test_an_nvfp4_kv_cache_holds_4_5_bits_an_element_on_blackwell_only():
     fp8 = gpucast.predict(_job(kv_cache_dtype="fp8"), "b200").serving["memory"]["kv_bytes_per_token"]
     fp4 = gpucast.predict(_job(kv_cache_dtype="nvfp4"), "b200").serving["memory"]["kv_bytes_per_token"]

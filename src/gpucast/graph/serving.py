@@ -301,7 +301,7 @@ class _Model:
 
 def _dtypes(precision: str) -> tuple[torch.dtype | None, torch.dtype | None, torch.dtype]:
     """(weights cast to, autocast dtype, cache dtype) for a precision."""
-    if precision in ("fp8", "nvfp4"):   # quantised checkpoints: traced in bf16, their bytes and rates applied later
+    if precision in ("fp8", "mxfp8", "nvfp4"):   # quantised checkpoints: traced in bf16, bytes and rates applied later
         return torch.bfloat16, None, torch.bfloat16
     if precision in PURE_DTYPES:
         return PURE_DTYPES[precision], None, PURE_DTYPES[precision]

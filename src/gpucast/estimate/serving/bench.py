@@ -38,7 +38,7 @@ MAX_TOKENS = 32768          # finetune_setting: num-tokens cap (activation buffe
 BATCH_RUNGS, BATCH_FLOOR = ((256, 32), (1024, 128), (math.inf, 256)), 64
 TOKEN_RUNGS, TOKEN_FLOOR = ((4096, 256), (8192, 512), (math.inf, 1024)), 2048
 # Bytes a weight as the tool counts them (its BYTES_PER_ELEM: NVFP4's block scales left out)
-WEIGHT_BYTES = {"fp8": 1.0, "nvfp4": 0.5}
+WEIGHT_BYTES = {"fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
 
 
 def _round_up(raw: float, rungs, floor: int) -> int:

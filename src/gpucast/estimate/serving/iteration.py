@@ -32,7 +32,8 @@ estimator gives the traced forward on its own (each op dispatched from Python,
 bytes to 8/16 or 4/16 (the dequantising kernels' math is not modelled; ``mxfp4`` the routed experts'
 only, to 4.25/16, at the 16-bit rate as Hopper's dequantising MoE kernels run them), ``fp8`` precision to 8/16
 (FP8 weights and activations: the GEMMs at the FP8 peak; the head's GEMM is cut too, though engines keep it
-in 16 bits); an FP8 KV cache halves the attention's K/V bytes, an NVFP4 one (Blackwell) takes 4.5 bits an
+in 16 bits), ``mxfp8`` to 8.25/16 and ``nvfp4`` to 4.5/16 (Blackwell's block-scaled formats, at the FP8 and FP4
+peaks); an FP8 KV cache halves the attention's K/V bytes, an NVFP4 one (Blackwell) takes 4.5 bits an
 element. Multi-head latent attention (DeepSeek-V2/V3, ``kv_lora_rank``) decodes over the
 cached latents with the up-projections absorbed (:meth:`IterationModel._latent_decode`); its prefill runs
 the traced decompressed attention. Mixture-of-experts GEMMs read the experts the iteration's tokens reach, on the
@@ -87,11 +88,11 @@ SAMPLE_TOLERANCE = 1e-3
 
 # A quantised checkpoint's linear weights: bytes kept per traced (16-bit) byte (gpucast.formats.ELEMENT_BYTES:
 # NVFP4's 16-element blocks carry an FP8 scale each), and the GEMM operands' dtype.
-QUANT_SHARE = {p: ELEMENT_BYTES[p] / 2 for p in ("fp8", "nvfp4")}
-QUANT_DTYPE = {"fp8": "float8_e4m3fn", "nvfp4": "float4_e2m1fn_x2"}
+QUANT_SHARE = {p: ELEMENT_BYTES[p] / 2 for p in ("fp8", "mxfp8", "nvfp4")}
+QUANT_DTYPE = {"fp8": "float8_e4m3fn", "mxfp8": "float8_e4m3fn", "nvfp4": "float4_e2m1fn_x2"}
 # Bytes a token's hidden element takes in an attention-DP MoE layer's gather (post-quantisation dispatch):
 # FP8 one byte; NVFP4 half a byte plus one FP8 scale per 16 elements (gpucast.formats.ELEMENT_BYTES); else 16-bit.
-DISPATCH_BYTES = {p: ELEMENT_BYTES[p] for p in ("fp8", "nvfp4")}
+DISPATCH_BYTES = {p: ELEMENT_BYTES[p] for p in ("fp8", "mxfp8", "nvfp4")}
 COMBINE_BYTES = 2
 
 
@@ -318,7 +319,10 @@ class IterationModel:
             return float(self._times(sub, layers)[1].sum())
         scaled = list(index)
         for o in ops:
-            if o.op in LINEAR_OPS:   # a gated delta-net's work is per token and sequence, not per cached token
+            if o.op in LINEAR_OPS:   # a linear layer's work is per token and sequence, not per cached token;
+                if ctx and new > 1:  # a chunk continuing a sequence also reads the state its trace (at 0) did not
+                    state = o.bytes_written - math.prod(o.out_shapes[0]) * ITEMSIZE.get(o.dtype, 2)
+                    o = dataclasses.replace(o, bytes_read=o.bytes_read + max(0, int(state)))
                 scaled.append(o)
                 continue
             f = total / total_ref
