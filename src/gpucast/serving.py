@@ -11,7 +11,9 @@ the knobs that change its speed and memory: ``max_num_seqs``,
 ``kv_cache_dtype``, ``weights`` for weight-only quantisation, ``prefix_hit_rate``, ``max_model_len``: the
 longest request the engine takes, the model's ``max_position_embeddings`` unless set; speculative decoding:
 ``spec_method`` (:data:`SPEC_METHODS`), ``spec_tokens`` (draft tokens a step, default 1) and
-``spec_acceptance``, the mean tokens a step emits, an input). Unset fields take
+``spec_acceptance``, the mean tokens a step emits, an input); disaggregated prefill and decode:
+``prefill_replicas`` of the deployment's replicas prefill, the others decode (:mod:`gpucast.estimate.serving.disagg`).
+Unset fields take
 the engine's documented defaults (:mod:`gpucast.estimate.serving.engines`, each cited there).
 
 This module validates and serialises the group; it imports neither torch nor the estimator. What a
@@ -90,6 +92,7 @@ class Serve(_Spec):
     spec_method: str | None = field(default=None, repr=False)
     spec_tokens: int | None = field(default=None, repr=False)
     spec_acceptance: float | None = field(default=None, repr=False)
+    prefill_replicas: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len"):
@@ -98,6 +101,7 @@ class Serve(_Spec):
                 parse_length(v, name)
         self._check("engine", self.engine is None or self.engine in ENGINES, f"one of {', '.join(ENGINES)}")
         for name, hi in (("concurrency", MAX_REQUESTS), ("num_requests", MAX_REQUESTS), ("max_num_seqs", 65536),
+                         ("prefill_replicas", 4096),
                          ("max_num_batched_tokens", MAX_TOKENS), ("block_size", 1024), ("max_model_len", MAX_TOKENS)):
             v = getattr(self, name)
             self._check(name, v is None or (_is_int(v) and 1 <= v <= hi), f"an integer between 1 and {hi}")

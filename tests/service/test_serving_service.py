@@ -24,3 +24,13 @@ def test_bad_serving_input_is_a_one_line_422(client):
         detail = r.json()["detail"]
         text = detail if isinstance(detail, str) else str(detail)
         assert needle in text and "\n" not in text, (serve, text)
+
+
+def test_a_disaggregated_deployment_over_http(client):
+    body = {**BODY, "gpus": 2, "serve": {**BODY["serve"], "prefill_replicas": 1, "concurrency": 4}}
+    r = client.post("/v1/predict", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["serving"]["disagg"] == {**r.json()["serving"]["disagg"], "prefill_replicas": 1,
+                                             "decode_replicas": 1}
+    r = client.post("/v1/predict", json={**body, "gpus": 1})
+    assert r.status_code == 422 and "serve.prefill_replicas" in r.text

@@ -200,6 +200,8 @@ class ServeSpec(BaseModel):
     weights: Optional[str] = Field(None, description="auto | int8 | int4 (weight-only, AWQ/GPTQ) | mxfp4 (the "
                                                      "routed experts in MXFP4, as GPT-OSS ships).")
     prefix_hit_rate: Optional[Union[StrictFloat, StrictInt]] = None
+    prefill_replicas: Optional[StrictInt] = Field(None, description="Disaggregated prefill and decode: this many "
+                                                                    "replicas prefill, the others decode.")
 
 
 class JobSpec(BaseModel):

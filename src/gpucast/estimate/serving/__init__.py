@@ -21,11 +21,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpucast.estimate.serving import bench, speculative
+from gpucast.estimate.serving import bench, disagg, speculative
 from gpucast.estimate.serving.engines import resolve, sglang_max_requests
 from gpucast.estimate.serving.figures import figures
 from gpucast.estimate.serving.iteration import QUANT_SHARE, iteration_model, model_job
-from gpucast.estimate.comm import Links
+from gpucast.estimate.comm import Group, Links, collective_time
 from gpucast.estimate.serving.memory import expert_bytes, kv_per_rank, plan, weight_bytes, windowed
 from gpucast.estimate.serving.run import Requests, RunResult, simulate, static_batches
 from gpucast.estimate.serving.stages import Layout, layout, send_time, shares, split, stage_kv, stage_weights, staged
@@ -107,6 +107,38 @@ def _links(gpu, job) -> tuple[Links, int]:
     return Links.of(gpu, par.network_spec()), par.gpus_per_node
 
 
+def _disaggregated(job, gpu, engine, serve: Serve, req: Requests, cost, mem, lay: Layout, kv_token: int):
+    """The run of a disaggregated deployment (:mod:`.disagg`) and its output fields."""
+    p = serve.prefill_replicas
+    if not engine.continuous:
+        raise JobError(f"field 'serve.prefill_replicas': disaggregated prefill and decode run in vllm, sglang or "
+                       f"trtllm, not '{engine.name}'")
+    if p >= lay.replicas:
+        raise JobError(f"field 'serve.prefill_replicas' ({p}) must leave at least one of the deployment's "
+                       f"{lay.replicas} replicas (gpus / (tensor x pipeline)) to decode")
+    lay_p, lay_d = disagg.sides(lay, p)
+    explicit = replace(serve, concurrency=None, request_rate=serve.request_rate or 1.0)   # arrivals as given
+
+    def stage(sub: Requests, prefill: bool) -> RunResult:
+        return _run(sub, cost, engine, mem.kv_cache_tokens, explicit, job.batch_size, lay_p if prefill else lay_d,
+                    mem.state_blocks)
+    links, per_node = _links(gpu, job)
+    one_node = job.gpus <= per_node
+    group = Group(2, 2 if one_node else 1, concurrent=1 if one_node else lay.tensor)
+    moves: dict[int, float] = {}
+
+    def transfer(prompt: np.ndarray) -> np.ndarray:   # each rank sends its share of the prompt's K/V
+        for n in np.unique(prompt):
+            if int(n) not in moves:
+                moves[int(n)] = collective_time("send-recv", float(n) * kv_token, group, links)
+        return np.array([moves[int(n)] for n in prompt])
+    res, _, _, move = disagg.run(req, stage, transfer, serve.concurrency if serve.load == "closed" else None,
+                                 p / lay.replicas)
+    res.notes.append(f"disaggregated: {p} prefill and {lay.replicas - p} decode replicas; the K/V move takes "
+                     f"{move * 1e3:.2f} ms a request on average ({'NVLink' if one_node else 'the network'})")
+    return res, {"disagg": {"prefill_replicas": p, "decode_replicas": lay.replicas - p, "kv_move_s": move}}
+
+
 def _run(req: Requests, cost, engine, kv_tokens: int, serve: Serve, batch: int, lay: Layout,
          seq_blocks: int = 0) -> RunResult:
     """The run of every replica and pipeline stream (:mod:`.stages`), merged into one result."""
@@ -132,7 +164,8 @@ def _run(req: Requests, cost, engine, kv_tokens: int, serve: Serve, batch: int, 
         return one(req, 0)
     order = np.argsort(req.arrival_s, kind="stable")
     parts = [ix for ix in split(order, streams) if len(ix)]
-    subs = [one(Requests(req.arrival_s[ix], req.prompt[ix], req.output[ix]), k) for k, ix in enumerate(parts)]
+    subs = [one(Requests(req.arrival_s[ix], req.prompt[ix], req.output[ix],
+                         None if req.cached is None else req.cached[ix]), k) for k, ix in enumerate(parts)]
     n = len(req)
     start, first, finish, arrival = (np.full(n, np.nan) for _ in range(4))
     for ix, r in zip(parts, subs):
@@ -244,7 +277,10 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
         context_len = serve.max_model_len or shape["max_context"] or 4096
         engine = replace(engine, max_num_seqs=sglang_max_requests(mem.kv_cache_tokens, context_len))
     cost = staged_cost(job, gpu, engine, env, cfg, lay, shape)
-    res = _run(req, cost, engine, mem.kv_cache_tokens, serve, job.batch_size, lay, mem.state_blocks)
+    if serve.prefill_replicas:
+        res, split_out = _disaggregated(job, gpu, engine, serve, req, cost, mem, lay, kv_token)
+    else:
+        res, split_out = _run(req, cost, engine, mem.kv_cache_tokens, serve, job.batch_size, lay, mem.state_blocks), {}
     if not engine.continuous:
         need = int((req.prompt.max() + req.output.max()) * min(len(req), -(-job.batch_size // lay.replicas)))
         if need > mem.kv_cache_tokens:
@@ -266,5 +302,6 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
            if getattr(req, "clipped", 0) else []),
         "arrival_span_s": float(arrival.max() - arrival.min()) if len(arrival) else 0.0,
         "mean_context": round(res.mean_context, 1), "peak_kv_tokens": int(res.peak_kv_tokens),
+        **split_out,
     }
     return out

@@ -7,7 +7,9 @@ the token budget (``chunked_prefill``; without it a prompt is taken whole or wai
 are admitted first come, first served while there is room in the batch and in the KV cache. A decode
 that finds no free KV block preempts the most recently admitted sequence, whose cache is dropped and
 recomputed later as a prefill of its prompt and the tokens it had generated (vLLM's default,
-``preemption_mode=recompute``). A model with gated delta-net layers also holds a fixed state per running
+``preemption_mode=recompute``). A request that arrives with its K/V (``Requests.cached``: a disaggregated deployment's decode instance,
+:mod:`.disagg`) is admitted with those tokens' blocks and decodes from the next iteration; preempted, it
+recomputes them. A model with gated delta-net layers also holds a fixed state per running
 sequence (``seq_blocks`` blocks of the pool: vLLM V1's hybrid allocator gives each request one state page per
 group of linear layers), taken at admission and given back at preemption or finish. The iteration's duration comes from ``cost`` (the engine's forward at
 that shape: :mod:`gpucast.estimate.serving.iteration`); the first token of a request is sampled by the
@@ -41,6 +43,7 @@ class Requests:
     arrival_s: np.ndarray
     prompt: np.ndarray     # tokens to prefill (after prefix-cache hits)
     output: np.ndarray     # tokens to generate
+    cached: np.ndarray | None = None   # tokens whose K/V arrive with the request (a disaggregated decode)
 
     def __len__(self) -> int:
         return len(self.prompt)
@@ -85,6 +88,7 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
     arrival = req.arrival_s.astype(float).copy()
     prompt = [int(v) for v in req.prompt]
     out = [int(v) for v in req.output]
+    held = [int(v) for v in req.cached] if req.cached is not None else [0] * n
     sent = n
     if load == "closed":  # the first `concurrency` requests at 0; each later one when another returns
         sent = min(concurrency or n, n)
@@ -133,6 +137,7 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
             waiting.append(order[next_arrival])
             next_arrival += 1
         budget = max_num_batched_tokens
+        joined = False
         dec = []
         pre: list[tuple[int, int]] = []
         # decodes first (each needs room for one more token), preempting the newest when the cache is full.
@@ -160,7 +165,7 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
                 v = running.pop()
                 used_blocks -= blocks(kv[v]) + seq_blocks
                 kv[v] = 0
-                target[v] = prompt[v] + generated[v]
+                target[v] = prompt[v] + held[v] + generated[v]
                 done_prefill[v] = 0
                 waiting.insert(0, v)
                 preemptions += 1
@@ -185,6 +190,18 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
         while waiting and budget > 0 and len(running) < max_num_seqs:
             r = waiting[0]
             left = target[r] - done_prefill[r]
+            if left <= 0 and held[r] and not kv[r]:   # arrives with its K/V: decodes from the next iteration
+                grow = blocks(held[r]) + seq_blocks
+                if grow > cap_blocks - used_blocks:
+                    break
+                waiting.pop(0)
+                running.append(r)
+                if start[r] != start[r]:
+                    start[r] = t
+                kv[r] = held[r]
+                used_blocks += grow
+                joined = True
+                continue
             take = min(left, budget) if chunked else (left if left <= budget else 0)
             grow = blocks(kv[r] + take) - blocks(kv[r]) + seq_blocks
             if take <= 0 or grow > cap_blocks - used_blocks:
@@ -197,6 +214,8 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
             used_blocks += grow
             budget -= take
         if not dec and not pre:
+            if joined:   # requests that came with their K/V decode in the next iteration
+                continue
             if running and not waiting and next_arrival >= scheduled:
                 notes.append("a sequence needs more KV cache than the whole cache: it cannot finish")
                 break
