@@ -6,8 +6,7 @@ import json
 
 from rich.table import Table
 
-# Data-center GPUs of the catalog a deployment is usually sized on, when --gpu names none.
-DEFAULT_GPUS = ("l4", "a10", "a100-40gb", "a100-80gb", "h100", "h200", "b200")
+from gpucast.advisor.serving import DEFAULT_GPUS
 
 
 def _table(advice) -> Table:

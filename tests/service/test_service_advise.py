@@ -51,3 +51,32 @@ def test_advise_refuses_code_paths_and_spec_files(client):
         r = client.post("/v1/advise", json=body)
         assert r.status_code == 422, (body, r.status_code, r.text)
         assert words in r.json()["detail"], (body, r.json())
+
+
+SERVED = {"hf_config": {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+                        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+                        "max_position_embeddings": 2048},
+          "batch_size": 4, "precision": "bf16", "mode": "serve",
+          "serve": {"input_len": 128, "output_len": 16, "request_rate": 4.0, "num_requests": 20}}
+
+
+def test_a_deployment_is_advised_as_advise_serve_advises_it(client):
+    from gpucast.advisor.serving import advise_serving
+
+    body = dict(SERVED, gpu=["a100-40gb", "h100"], tensors=[1, 2], tpot_s=0.05)
+    r = client.post("/v1/advise", json=body)
+    assert r.status_code == 200, r.text
+    d = r.json()
+    job = gpucast.Job.from_hf_config(SERVED["hf_config"], batch_size=4, precision="bf16", mode="serve",
+                                     serve=SERVED["serve"])
+    a = advise_serving(job, ["a100-40gb", "h100"], tensors=[1, 2], tpot_s=0.05)
+    assert d["best"] == a.best and [(o["gpu"], o["tensor"]) for o in d["options"]] == \
+        [(o.gpu, o.tensor) for o in a.options]
+    assert d["targets"]["tpot_p90_s"] == 0.05
+
+
+def test_serving_fields_need_a_deployment_and_stay_bounded(client):
+    r = client.post("/v1/advise", json=dict(REQ, ttft_s=1.0))
+    assert r.status_code == 422 and "field 'ttft_s' applies to a mode 'serve' job" in r.json()["detail"]
+    r = client.post("/v1/advise", json=dict(SERVED, gpu="h100", replicas=10_000))
+    assert r.status_code == 422 and "replicas" in r.json()["detail"]

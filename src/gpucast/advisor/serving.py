@@ -42,6 +42,8 @@ from gpucast.job import Job, JobError
 from gpucast.serving import Serve
 
 DEFAULT_TENSORS = (1, 2, 4, 8)
+# Data-center GPUs of the catalog a deployment is usually sized on, when the caller names none.
+DEFAULT_GPUS = ("l4", "a10", "a100-40gb", "a100-80gb", "h100", "h200", "b200")
 LAYOUTS = ("tp", "dep")
 MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")   # a config's routed-expert count
 DEFAULT_ENGINES = ("vllm",)

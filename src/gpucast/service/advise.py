@@ -6,7 +6,9 @@ packaged name or the entries themselves, never a path on the server. The search 
 (:data:`MAX_BATCHES`, :data:`MAX_COUNTS`, :data:`MAX_PLANS`, and the GPU types by
 ``max_gpus_per_request``). A job with a ``parallel`` group is advised on parallel plans
 (:mod:`gpucast.advisor.plans`); the plan search's own fields (``plans``, ``shardings``, ...) pass
-through where the request carries them.
+through where the request carries them. A ``mode: serve`` job is advised as ``gpucast advise --serve``
+advises it (:func:`gpucast.advisor.serving.advise_serving`: GPU types, ``tensors``, ``precisions``,
+``engines``, the ``ttft_s``/``tpot_s`` targets, up to ``replicas`` copies (:data:`MAX_REPLICAS`), ``layouts``).
 
 Answers are cached by the request's content (the job's key and the search's fields) in an LRU
 of their JSON bytes, so a repeated request is answered without a thread or torch; identical
@@ -36,6 +38,9 @@ _SEARCH_FIELDS = ("gpu", "counts", "max_gpus", "batches", "keep_global_batch", "
 # The plan search's fields (gpucast.advisor.plans), passed through where the request schema has them.
 _PLAN_FIELDS = ("plans", "shardings", "tensors", "pipelines", "recomputes", "max_plans")
 MAX_PLANS = 400
+# A mode 'serve' job's search (gpucast.advisor.serving): its own fields, and the shared ones it reads.
+_SERVING_FIELDS = ("engines", "ttft_s", "tpot_s", "replicas", "layouts")
+MAX_REPLICAS = 64   # copies of a deployment a request may ask the serving search to try
 
 
 class Advisor:
@@ -58,7 +63,9 @@ class Advisor:
     def _request(self, body: dict):
         """(cache key, job, advise keyword arguments) of a validated request body; ServiceError(422)."""
         search = {k: body.pop(k) for k in _SEARCH_FIELDS}
-        search.update({k: v for k in _PLAN_FIELDS if (v := body.pop(k, None)) is not None})
+        search.update({k: v for k in _PLAN_FIELDS + _SERVING_FIELDS if (v := body.pop(k, None)) is not None})
+        if search.get("replicas", 1) > MAX_REPLICAS:
+            raise ServiceError(422, f"field 'replicas': {search['replicas']}, over the limit of {MAX_REPLICAS}")
         if search.get("max_plans", 0) > MAX_PLANS:
             raise ServiceError(422, f"field 'max_plans': {search['max_plans']}, over the limit of {MAX_PLANS}")
         job = job_from_spec(body, self.settings)
@@ -98,6 +105,18 @@ class Advisor:
             raise ServiceError(422, f"field 'prices': {prices!r} is not a packaged price table "
                                     f"({', '.join(packaged())}); or send the entries")
         gpus = search.pop("gpu")
+        serving = {k: search.pop(k) for k in _SERVING_FIELDS if k in search}
+        if job.mode == "serve":   # a deployment: the serving search (gpucast advise --serve)
+            from gpucast.advisor.serving import DEFAULT_ENGINES, DEFAULT_GPUS, DEFAULT_TENSORS, advise_serving
+
+            engines = serving.get("engines") or ([job.serve.engine] if job.serve and job.serve.engine
+                                                 else list(DEFAULT_ENGINES))
+            return advise_serving(job, gpus or list(DEFAULT_GPUS), tensors=search.get("tensors") or DEFAULT_TENSORS,
+                                  precisions=search.get("precisions"), engines=engines, ttft_s=serving.get("ttft_s"),
+                                  tpot_s=serving.get("tpot_s"), prices=prices, provider=search.get("provider"),
+                                  replicas=serving.get("replicas", 1), layouts=serving.get("layouts")).to_dict()
+        if serving:
+            raise ServiceError(422, f"field '{next(iter(serving))}' applies to a mode 'serve' job's advice")
         return advise(job, gpus, prices=prices, env=self.settings.environment, **search).to_dict()
 
     def _subject(self, job) -> str:

@@ -289,6 +289,17 @@ class AdviseRequest(JobSpec):
     epochs: Union[StrictFloat, StrictInt] = 1.0
     deadline_s: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="Seconds for the whole run.")
     budget_usd: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="USD for the whole run.")
+    # a mode 'serve' job's search (gpucast.advisor.serving): tensors above are its tensor degrees
+    engines: Optional[list[Literal["vllm", "sglang", "trtllm", "hf"]]] = Field(
+        None, description="Serving: engines to try (default: the job's, else vllm).")
+    ttft_s: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="Serving: p90 time-to-first-token "
+                                                                              "target, seconds.")
+    tpot_s: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="Serving: p90 time-per-output-token "
+                                                                              "target, seconds.")
+    replicas: Optional[StrictInt] = Field(None, description="Serving: most copies of a deployment to try "
+                                                            "(default 1).")
+    layouts: Optional[list[Literal["tp", "dep"]]] = Field(None, description="Serving: tp (tensor parallel) and/or "
+                                                                            "dep (attention DP + expert parallel).")
 
 
 class PackRequest(BaseModel):
