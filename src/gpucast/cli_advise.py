@@ -271,7 +271,9 @@ def register(app: typer.Typer, cli) -> None:
                                                                                  "parallelism) and/or dep (attention "
                                                                                  "data parallelism with expert "
                                                                                  "parallelism; default both for a "
-                                                                                 "mixture-of-experts model)."),
+                                                                                 "mixture-of-experts model) and/or "
+                                                                                 "pd (disaggregated prefill and "
+                                                                                 "decode over --replicas)."),
                    report: Optional[Path] = typer.Option(None, "--report", help="Write the plot of the front here: an "
                                                                                "HTML page (offline) or, for "
                                                                                "FILE.svg, a static image."),

@@ -16,7 +16,8 @@ def _table(advice) -> Table:
                 "out tok/s", "$/M tokens", "why"):
         t.add_column(col, justify="right" if col in numbers else "left")
     for i, o in enumerate(advice.options):
-        t.add_row("*" if i == advice.best else "", o.gpu, str(o.tensor), str(o.replicas), o.layout, o.precision,
+        layout = f"pd {o.prefill_replicas}:{o.replicas - o.prefill_replicas}" if o.prefill_replicas else o.layout
+        t.add_row("*" if i == advice.best else "", o.gpu, str(o.tensor), str(o.replicas), layout, o.precision,
                   o.engine,
                   "-" if o.ttft_p90_s is None else f"{o.ttft_p90_s:.3g}",
                   "-" if o.tpot_p90_s is None else f"{o.tpot_p90_s * 1e3:.3g}",

@@ -120,3 +120,22 @@ def test_a_mixture_of_experts_model_is_tried_with_attention_dp_and_expert_parall
     assert {o.layout for o in dense.options} == {"tp"}
     with pytest.raises(JobError, match="--layouts"):
         advise_serving(job, ["h100"], tensors=(2,), layouts=["ep"])
+
+
+def test_a_disaggregated_fleet_is_one_deployment_split_into_prefill_and_decode():
+    from gpucast.api import predict
+
+    job = _busy_job(rate=400.0)
+    a = advise_serving(job, ["l4"], tensors=(1,), tpot_s=0.01, replicas=8, layouts=["pd"])
+    assert all(o.layout == "pd" for o in a.options)
+    o = a.options[0]
+    if o.replicas == 1:   # a split needs two replicas: one alone is never the answer
+        assert not o.feasible and "2 replicas" in o.why
+        return
+    assert 1 <= o.prefill_replicas < o.replicas
+    # the option is the one deployment's own run: all r x t GPUs, the whole load, serve.prefill_replicas
+    whole = predict(job.with_(gpus=o.replicas, serve=dict(job.serve.to_dict(), engine="vllm",
+                                                          prefill_replicas=o.prefill_replicas)), "l4")
+    assert o.output_tokens_per_s == pytest.approx(whole.serving["output_tokens_per_s"])
+    assert o.usd_per_million_tokens == pytest.approx(
+        o.usd_per_gpu_hour * o.replicas / (o.output_tokens_per_s * 3600) * 1e6)

@@ -26,7 +26,10 @@ mixture-of-experts model's experts too); ``dep`` runs a mixture-of-experts model
 data-parallel over them and its experts expert-parallel (``parallel.attention_dp`` with ``expert = t``,
 TensorRT-LLM's and SGLang's DEP layouts: each rank its own requests and cache,
 :mod:`gpucast.estimate.serving.stages`). A mixture-of-experts model is tried both ways unless told
-otherwise, a dense one as ``tp``.
+otherwise, a dense one as ``tp``. ``pd`` (asked for by name) splits ``r >= 2`` replicas into prefill and decode
+sides (``serve.prefill_replicas``: :mod:`gpucast.estimate.serving.disagg`), the whole load on the one
+deployment, the prefill side a quarter or a half of the replicas (:data:`PD_SHARES`), the cheaper feasible
+split kept.
 
 Not modelled: routing smarter than random (least-loaded or prefix-affine balancers shorten queues and
 raise prefix-cache hits), pipeline parallelism, autoscaling, the price of the CPU hosts.
@@ -44,7 +47,9 @@ from gpucast.serving import Serve
 DEFAULT_TENSORS = (1, 2, 4, 8)
 # Data-center GPUs of the catalog a deployment is usually sized on, when the caller names none.
 DEFAULT_GPUS = ("l4", "a10", "a100-40gb", "a100-80gb", "h100", "h200", "b200")
-LAYOUTS = ("tp", "dep")
+LAYOUTS = ("tp", "dep", "pd")
+# Disaggregated candidates ("pd"): the prefill side's shares of the replicas tried (at least one replica each side).
+PD_SHARES = (0.25, 0.5)
 MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")   # a config's routed-expert count
 DEFAULT_ENGINES = ("vllm",)
 KEEP_UP = 0.95  # share of a Poisson load's rate a deployment must serve to count as keeping up
@@ -64,7 +69,8 @@ class ServingOption:
     usd_per_gpu_hour: float | None = None
     usd_per_million_tokens: float | None = None
     replicas: int = 1  # copies of the deployment behind a load balancer (the tensor degree's GPUs each)
-    layout: str = "tp"  # tp | dep (LAYOUTS)
+    layout: str = "tp"  # tp | dep | pd (LAYOUTS)
+    prefill_replicas: int | None = None   # pd: the replicas that prefill (the others decode)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -95,8 +101,12 @@ def replica_share(job: Job, r: int) -> Job:
     return job.with_(batch_size=math.ceil(job.batch_size / r), serve=replace(serve, num_requests=None))
 
 
-def _candidate(job: Job, gpu: str, t: int, precision: str, engine: str, r: int = 1, layout: str = "tp") -> Job:
+def _candidate(job: Job, gpu: str, t: int, precision: str, engine: str, r: int = 1, layout: str = "tp",
+               prefill: int | None = None) -> Job:
     serve = replace(job.serve or Serve(), engine=engine)
+    if layout == "pd":   # one disaggregated deployment of r replicas takes the whole load
+        return job.with_(precision=precision, gpus=t * r, parallel=dict(tensor=t) if t > 1 else None,
+                         serve=replace(serve, prefill_replicas=prefill))
     par = (dict(tensor=t, expert=t, attention_dp=True) if layout == "dep" else dict(tensor=t)) if t > 1 else None
     one = job.with_(precision=precision, gpus=t, parallel=par, serve=serve)
     return replica_share(one, r)
@@ -107,7 +117,7 @@ def default_layouts(job: Job) -> tuple[str, ...]:
     import json
 
     cfg = json.loads(job.hf_config) if job.hf_config else {}
-    return LAYOUTS if any(cfg.get(k) for k in MOE_FIELDS) else ("tp",)
+    return ("tp", "dep") if any(cfg.get(k) for k in MOE_FIELDS) else ("tp",)
 
 
 def _replica_counts(most: int) -> list[int]:
@@ -180,6 +190,9 @@ def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DE
         o = options[best]
         copies = f"{o.replicas} replicas of " if o.replicas > 1 else ""
         shape = ", attention DP + expert parallel" if o.layout == "dep" and o.tensor > 1 else ""
+        if o.layout == "pd":
+            copies = f"{o.replicas} replicas ({o.prefill_replicas} prefill, {o.replicas - o.prefill_replicas} decode) of "
+            shape = ", disaggregated"
         message = (f"{copies}{o.tensor} x {o.gpu} ({o.precision}, {o.engine}{shape}): p90 TTFT {o.ttft_p90_s:.3g} s, "
                    f"p90 TPOT "
                    f"{o.tpot_p90_s * 1e3:.3g} ms, {o.output_tokens_per_s:.0f} output tokens/s, "
@@ -198,11 +211,26 @@ _NO_PRICE = _NoPrice()
 def _option(job: Job, serve: Serve, predict, g: str, t: int, p: str, e: str, r: int, usd: float | None,
             ttft_s: float | None, tpot_s: float | None, layout: str = "tp") -> tuple[ServingOption, bool]:
     """One candidate with ``r`` replicas, and whether what it misses is its load's doing (latency, a queue,
-    requests left unfinished): more replicas may then meet the targets."""
+    requests left unfinished): more replicas may then meet the targets. ``pd``: the cheaper feasible of its
+    splits (:data:`PD_SHARES`), else the first."""
+    if layout != "pd":
+        return _split_option(job, serve, predict, g, t, p, e, r, usd, ttft_s, tpot_s, layout, None)
+    if r < 2:
+        return ServingOption(g, t, p, e, False, "disaggregation needs 2 replicas or more", replicas=r,
+                             layout=layout), True
+    tried = [_split_option(job, serve, predict, g, t, p, e, r, usd, ttft_s, tpot_s, layout, k)
+             for k in sorted({min(r - 1, max(1, round(r * f))) for f in PD_SHARES})]
+    ok = [x for x in tried if x[0].feasible]
+    return min(ok, key=lambda x: x[0].usd_per_million_tokens) if ok else tried[0]
+
+
+def _split_option(job: Job, serve: Serve, predict, g: str, t: int, p: str, e: str, r: int, usd: float | None,
+                  ttft_s: float | None, tpot_s: float | None, layout: str,
+                  prefill: int | None) -> tuple[ServingOption, bool]:
     try:
-        pred = predict(_candidate(job, g, t, p, e, r, layout), g)
+        pred = predict(_candidate(job, g, t, p, e, r, layout, prefill), g)
     except JobError as exc:
-        return ServingOption(g, t, p, e, False, str(exc), replicas=r, layout=layout), False
+        return ServingOption(g, t, p, e, False, str(exc), replicas=r, layout=layout, prefill_replicas=prefill), False
     s = pred.serving
     why, load = [], []
     if not pred.fits_in_memory:
@@ -223,8 +251,8 @@ def _option(job: Job, serve: Serve, predict, g: str, t: int, p: str, e: str, r: 
     if usd is None:
         why.append("no price")
     why += load
-    fleet = r * s["output_tokens_per_s"]
+    fleet = s["output_tokens_per_s"] * (1 if layout == "pd" else r)   # pd: one deployment of all r replicas
     per_m = usd * t * r / (fleet * 3600) * 1e6 if usd is not None and fleet > 0 else None
     option = ServingOption(g, t, p, e, not why, "; ".join(why) or "meets the targets", s["ttft_p90_s"],
-                           s["tpot_p90_s"], fleet, usd, per_m, replicas=r, layout=layout)
+                           s["tpot_p90_s"], fleet, usd, per_m, replicas=r, layout=layout, prefill_replicas=prefill)
     return option, bool(load) and pred.fits_in_memory and usd is not None
