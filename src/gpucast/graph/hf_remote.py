@@ -10,6 +10,9 @@ rewritten into that architecture's config, as the engines run them (:data:`RUNS_
   and uses uniform GQA with the max value" (vllm/model_executor/models/decilm.py): a Llama with
   ``num_key_value_heads = max(num_key_value_heads_per_layer)``, the smaller layers' K/V heads repeated,
   so the compute and the KV cache are those of the largest layer's heads in every layer.
+* ``kimi_k2`` (Moonshot's Kimi-K2: its ``config.json`` names ``DeepseekV3ForCausalLM`` and remote code for
+  its config and tokenizer only): DeepSeek-V3's architecture (MLA, shared and routed experts, dense first
+  layers) at its own sizes, as vLLM and SGLang load it (their ``DeepseekV3ForCausalLM``).
 
 Not modelled: the architecture as its own remote code runs it (DeciLM's transformers code keeps each
 layer's heads: a smaller cache than vLLM's), other remote-code architectures (an unknown-architecture
@@ -29,7 +32,14 @@ def _deci(data: dict) -> dict:
     return out
 
 
-RUNS_AS = {"deci": _deci}
+def _kimi_k2(data: dict) -> dict:
+    out = {k: v for k, v in data.items() if k != "auto_map"}
+    out["model_type"] = "deepseek_v3"
+    out["architectures"] = ["DeepseekV3ForCausalLM"]
+    return out
+
+
+RUNS_AS = {"deci": _deci, "kimi_k2": _kimi_k2}
 
 
 def runs_as(data: dict) -> dict:
