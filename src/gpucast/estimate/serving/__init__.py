@@ -277,6 +277,8 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
         context_len = serve.max_model_len or shape["max_context"] or 4096
         engine = replace(engine, max_num_seqs=sglang_max_requests(mem.kv_cache_tokens, context_len))
     cost = staged_cost(job, gpu, engine, env, cfg, lay, shape)
+    held = [what for what, on in (("linear-attention state", shape.get("linear")), ("sliding windows", window_bytes))
+            if on]
     if serve.prefill_replicas:
         res, split_out = _disaggregated(job, gpu, engine, serve, req, cost, mem, lay, kv_token)
     else:
@@ -296,8 +298,8 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
         "memory": mem.to_dict(), "tensor": t, "pipeline": lay.pipeline,
         "replicas": lay.replicas, "expert": lay.expert, "attention_dp": lay.attention_dp,
         "notes": list(res.notes) + ([sized_note] if sized_note else [])
-        + ([f"linear-attention state and sliding windows: {state / 2**20:.1f} MiB a running sequence per rank "
-            f"({mem.state_blocks} KV blocks of the pool), whatever its length"] if state else [])
+        + ([f"{' and '.join(held)}: {state / 2**20:.1f} MiB a running sequence per rank ({mem.state_blocks} KV "
+            f"blocks of the pool), whatever its length"] if state else [])
         + ([f"{req.clipped} of {len(req)} drawn requests were longer than the model's context and were cut to it"]
            if getattr(req, "clipped", 0) else []),
         "arrival_span_s": float(arrival.max() - arrival.min()) if len(arrival) else 0.0,
