@@ -165,6 +165,22 @@ def test_vllm_v1_fits_more_tokens_when_half_the_layers_slide():
     assert v1["kv_cache_tokens"] > 1.9 * old["kv_cache_tokens"]
 
 
+@pytest.mark.parametrize("model_type", ["granitemoehybrid", "bamba"])
+def test_granite4_and_bamba_mamba2_layers_are_read_from_their_own_field_names(model_type):
+    cfg = dict(model_type=model_type, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+               num_key_value_heads=2, vocab_size=1000, intermediate_size=512, mamba_n_heads=8, mamba_d_state=32,
+               mamba_n_groups=1, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=64, max_position_embeddings=4096)
+    if model_type == "bamba":   # Bamba names its attention layers, Granite-4 every layer's kind
+        cfg["attn_layer_indices"] = [1]
+    else:
+        cfg["layer_types"] = ["mamba", "attention", "mamba", "mamba"]
+    job = _job(cfg, input_len=128, output_len=16)
+    # three Mamba-2 layers: heads 8 of 2 x 256 / 8 = 64 dims, state 32, conv over 512 + 2 x 1 x 32 channels
+    assert state_bytes_per_sequence(job) == 3 * (3 * (512 + 64) + 8 * 64 * 32) * 2
+    assert kv_bytes_per_token(job) == 1 * 2 * 64 * 2 * 2
+    assert any(o.op == "ssd_scan" for o in trace_iteration(job, 2, 1, 64).ops)
+
+
 # ----------------------------------------------------------------- DeepSeek sparse attention (V3.2)
 DSA = {"model_type": "deepseek_v32", "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
        "num_key_value_heads": 8, "q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 64,

@@ -24,8 +24,8 @@ fp32 copies) are what a GPU runs without ``fla``, not what an engine runs, so a 
   inter-chunk output ``Q S`` at ``2 dk dv``) in :data:`CHUNK_KERNELS` kernels. Both read the state when
   ``cached`` and always write it (bytes at the state's dtype).
 
-Mamba-2 layers (Nemotron-H: ``layer_types`` ``"linear_attention"`` beside ``full_attention``, ``mlp`` and ``moe``
-blocks; Dao and Gu, "Transformers are SSMs", ICML 2024) keep the conv state (``conv_dim = heads x head_dim +
+Mamba-2 layers (Nemotron-H, IBM Granite-4 and Bamba: ``layer_types`` ``"linear_attention"`` beside
+``full_attention`` (and Nemotron-H's ``mlp`` and ``moe`` blocks); Dao and Gu, "Transformers are SSMs", ICML 2024) keep the conv state (``conv_dim = heads x head_dim +
 2 groups x d_state``) and an ``head_dim x d_state`` state per head. The engines run mamba-ssm's kernels:
 ``causal_conv1d`` as above, then ``mamba_chunk_scan_combined`` for a prefill chunk or ``selective_state_update``
 for a decode step, recorded as ``gpucast::ssd_scan(x, dt, B, C, state, chunk, cached)``: a decode step
@@ -42,7 +42,7 @@ rescale them with the context as it does attention (:mod:`gpucast.estimate.servi
 The state's dtype is the model's (vLLM's ``mamba_cache_dtype`` and ``mamba_ssm_cache_dtype`` default to
 ``auto``: the model dtype). :func:`state_bytes` is a sequence's state over the model's linear layers.
 
-Not modelled: other hybrids of Mamba-2 (Falcon-H1's parallel heads, Granite-4, Bamba, Zamba-2), Mamba-1
+Not modelled: other hybrids of Mamba-2 (Falcon-H1's parallel heads, Zamba-2's shared blocks), Mamba-1
 (Jamba), Kimi's delta attention and lightning attention (MiniMax): refused; the transformers ``hf`` engine (its eager torch fallback) for these
 models; prefix caching of states; fla's kernels' own efficiency (their FLOPs run at the fused attention
 kernels' achieved rate, :mod:`gpucast.estimate.achieved`).
@@ -64,7 +64,7 @@ from gpucast.graph import rules
 GATED_DELTA_NET = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
 # Model types whose "linear_attention" layers are Mamba-2 mixers with transformers' causal_conv1d_forward and
 # mamba2_scan_forward (and whose other layers are full attention, MLP or MoE blocks).
-MAMBA2 = frozenset({"nemotron_h"})
+MAMBA2 = frozenset({"nemotron_h", "granitemoehybrid", "bamba"})
 LINEAR_LAYER = "linear_attention"
 # Layer types that hold neither K/V nor a state (Nemotron-H's MLP and MoE blocks).
 STATELESS_LAYERS = frozenset({"mlp", "moe"})
@@ -171,11 +171,12 @@ def dims(cfg) -> dict | None:
     layers = [i for i, t in enumerate(types) if t == LINEAR_LAYER]
     if not layers:
         return None
-    if cfg.model_type in MAMBA2:
-        heads, p, n, groups = (int(cfg.mamba_num_heads), int(cfg.mamba_head_dim), int(cfg.ssm_state_size),
-                               int(cfg.n_groups))
+    if cfg.model_type in MAMBA2:   # Nemotron-H's field names, else Granite-4's and Bamba's
+        heads, p, n, groups, kernel = (int(_field(cfg, *names)) for names in (
+            ("mamba_num_heads", "mamba_n_heads"), ("mamba_head_dim", "mamba_d_head"), ("ssm_state_size", "mamba_d_state"),
+            ("n_groups", "mamba_n_groups"), ("conv_kernel", "mamba_d_conv")))
         ssm = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(getattr(cfg, "mamba_ssm_cache_dtype", "")))
-        return {"kind": "mamba2", "layers": layers, "conv": (heads * p + 2 * groups * n, int(cfg.conv_kernel) - 1),
+        return {"kind": "mamba2", "layers": layers, "conv": (heads * p + 2 * groups * n, kernel - 1),
                 "state": (heads, p, n), "state_bytes": ssm}
     if cfg.model_type not in GATED_DELTA_NET:
         raise ValueError(f"the linear-attention layers of {cfg.model_type!r} are not modelled (gated delta-nets and "
@@ -185,6 +186,10 @@ def dims(cfg) -> dict | None:
     return {"kind": "gated_delta_net", "layers": layers,
             "conv": (2 * hk * dk + hv * dv, int(cfg.linear_conv_kernel_dim) - 1), "state": (hv, dk, dv),
             "state_bytes": None}
+
+
+def _field(cfg, *names):
+    return next(getattr(cfg, n) for n in names if getattr(cfg, n, None) is not None)
 
 
 def state_bytes(linear: dict | None, element_bytes: float) -> int:

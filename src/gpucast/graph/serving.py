@@ -76,10 +76,10 @@ the whole context, as the closed form of :func:`kv_bytes_per_token` counts it), 
 layouts other than (grouped-)multi-head attention and MLA (DeepSeek-V2/V3, ``kv_lora_rank``: its
 cache holds the compressed latent and the rotary key per token, as transformers' own layer caches
 them; the serving estimator decodes over it as vLLM does). Gated delta-net layers (Qwen3-Next, Qwen3.5) and
-Mamba-2 layers (Nemotron-H; ``layer_types`` ``"linear_attention"``) run as the engines' fused kernels with a
+Mamba-2 layers (Nemotron-H, Granite-4, Bamba; ``layer_types`` ``"linear_attention"``) run as the engines' fused kernels with a
 per-sequence state in the paged cache (:mod:`gpucast.graph.linear_attention`; the dynamic cache refuses them),
 Nemotron-H's MLP and MoE blocks without a cache; other linear-attention and state-space layers (Mamba-1,
-Jamba, Falcon-H1, Kimi-Linear) are refused. DeepSeek sparse attention (DeepSeek-V3.2) is traced as its dense
+Jamba, Falcon-H1, Zamba-2, Kimi-Linear) are refused. DeepSeek sparse attention (DeepSeek-V3.2) is traced as its dense
 sibling, DeepSeek-V3 (:mod:`gpucast.graph.sparse_attention`: the serving estimator adds the indexer and the
 top-k), and caches its FP8 indexer keys beside the latents.
 """
@@ -350,9 +350,9 @@ def _build(job) -> _Model:
     model.eval()
     if shape["linear"]:   # the engines' fused kernels instead of transformers' torch fallbacks (linear_attention)
         kind = shape["linear"]["kind"]
-        suffix = "GatedDeltaNet" if kind == "gated_delta_net" else "Mamba2Mixer"
-        linear_attention.patch(next(type(x).__module__ for x in model.modules() if type(x).__name__.endswith(suffix)),
-                               kind)
+        mixer = (lambda x: type(x).__name__.endswith("GatedDeltaNet")) if kind == "gated_delta_net" else \
+            (lambda x: hasattr(x, "ssm_state_size") and hasattr(x, "conv1d"))   # a Mamba-2 mixer of any model
+        linear_attention.patch(next(type(x).__module__ for x in model.modules() if mixer(x)), kind)
     if model.config._attn_implementation == hf._ATTN:  # SDPA: ours adds the cache's masks (module docstring)
         model.config._attn_implementation = _ATTN
     elif model.config._attn_implementation == "eager" and cfg.model_type in SINK_ATTENTION:
