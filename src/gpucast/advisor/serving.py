@@ -191,7 +191,8 @@ def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DE
         copies = f"{o.replicas} replicas of " if o.replicas > 1 else ""
         shape = ", attention DP + expert parallel" if o.layout == "dep" and o.tensor > 1 else ""
         if o.layout == "pd":
-            copies = f"{o.replicas} replicas ({o.prefill_replicas} prefill, {o.replicas - o.prefill_replicas} decode) of "
+            decode = o.replicas - o.prefill_replicas
+            copies = f"{o.replicas} replicas ({o.prefill_replicas} prefill, {decode} decode) of "
             shape = ", disaggregated"
         message = (f"{copies}{o.tensor} x {o.gpu} ({o.precision}, {o.engine}{shape}): p90 TTFT {o.ttft_p90_s:.3g} s, "
                    f"p90 TPOT "

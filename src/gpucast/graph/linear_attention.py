@@ -24,9 +24,10 @@ fp32 copies) are what a GPU runs without ``fla``, not what an engine runs, so a 
   inter-chunk output ``Q S`` at ``2 dk dv``) in :data:`CHUNK_KERNELS` kernels. Both read the state when
   ``cached`` and always write it (bytes at the state's dtype).
 
-Mamba-2 layers (Nemotron-H, IBM Granite-4 and Bamba: ``layer_types`` ``"linear_attention"`` beside
-``full_attention`` (and Nemotron-H's ``mlp`` and ``moe`` blocks); Dao and Gu, "Transformers are SSMs", ICML 2024) keep the conv state (``conv_dim = heads x head_dim +
-2 groups x d_state``) and an ``head_dim x d_state`` state per head. The engines run mamba-ssm's kernels:
+Mamba-2 layers (Dao and Gu, "Transformers are SSMs", ICML 2024; Nemotron-H, IBM Granite-4 and Bamba:
+``layer_types`` ``"linear_attention"`` beside ``full_attention``, and Nemotron-H's ``mlp`` and ``moe``
+blocks) keep the conv state (``conv_dim = heads x head_dim + 2 groups x d_state``) and a
+``head_dim x d_state`` state per head. The engines run mamba-ssm's kernels:
 ``causal_conv1d`` as above, then ``mamba_chunk_scan_combined`` for a prefill chunk or ``selective_state_update``
 for a decode step, recorded as ``gpucast::ssd_scan(x, dt, B, C, state, chunk, cached)``: a decode step
 :data:`SSD_DECODE_FLOPS` ``P N`` FLOPs a head (decay, ``B x`` outer product, ``C`` read-out), a chunk of ``T``
@@ -39,13 +40,14 @@ The ops are of the ``attention`` category (the layer's token mixer): the serving
 attention kernels, splits them over tensor-parallel ranks (vLLM shards the value and key heads), and does not
 rescale them with the context as it does attention (:mod:`gpucast.estimate.serving.iteration`).
 
-The state's dtype is the model's (vLLM's ``mamba_cache_dtype`` and ``mamba_ssm_cache_dtype`` default to
-``auto``: the model dtype). :func:`state_bytes` is a sequence's state over the model's linear layers.
+A gated delta-net's state, and a Mamba-2 conv state, take the model's dtype (vLLM's ``mamba_cache_dtype``
+and ``mamba_ssm_cache_dtype`` default to ``auto``: the model dtype). :func:`state_bytes` is a sequence's
+state over the model's linear layers.
 
 Not modelled: other hybrids of Mamba-2 (Falcon-H1's parallel heads, Zamba-2's shared blocks), Mamba-1
-(Jamba), Kimi's delta attention and lightning attention (MiniMax): refused; the transformers ``hf`` engine (its eager torch fallback) for these
-models; prefix caching of states; fla's kernels' own efficiency (their FLOPs run at the fused attention
-kernels' achieved rate, :mod:`gpucast.estimate.achieved`).
+(Jamba), Kimi's delta attention and lightning attention (MiniMax): refused; the transformers ``hf`` engine
+(its eager torch fallback) for these models; prefix caching of states; the kernels' own efficiency (their
+FLOPs run at the fused attention kernels' achieved rate, :mod:`gpucast.estimate.achieved`).
 """
 
 from __future__ import annotations
@@ -173,7 +175,8 @@ def dims(cfg) -> dict | None:
         return None
     if cfg.model_type in MAMBA2:   # Nemotron-H's field names, else Granite-4's and Bamba's
         heads, p, n, groups, kernel = (int(_field(cfg, *names)) for names in (
-            ("mamba_num_heads", "mamba_n_heads"), ("mamba_head_dim", "mamba_d_head"), ("ssm_state_size", "mamba_d_state"),
+            ("mamba_num_heads", "mamba_n_heads"), ("mamba_head_dim", "mamba_d_head"),
+            ("ssm_state_size", "mamba_d_state"),
             ("n_groups", "mamba_n_groups"), ("conv_kernel", "mamba_d_conv")))
         ssm = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(getattr(cfg, "mamba_ssm_cache_dtype", "")))
         return {"kind": "mamba2", "layers": layers, "conv": (heads * p + 2 * groups * n, kernel - 1),

@@ -75,13 +75,14 @@ them, :data:`SINK_ATTENTION`), sliding-window attention in the paged cache (it r
 the whole context, as the closed form of :func:`kv_bytes_per_token` counts it), and attention
 layouts other than (grouped-)multi-head attention and MLA (DeepSeek-V2/V3, ``kv_lora_rank``: its
 cache holds the compressed latent and the rotary key per token, as transformers' own layer caches
-them; the serving estimator decodes over it as vLLM does). Gated delta-net layers (Qwen3-Next, Qwen3.5) and
-Mamba-2 layers (Nemotron-H, Granite-4, Bamba; ``layer_types`` ``"linear_attention"``) run as the engines' fused kernels with a
-per-sequence state in the paged cache (:mod:`gpucast.graph.linear_attention`; the dynamic cache refuses them),
-Nemotron-H's MLP and MoE blocks without a cache; other linear-attention and state-space layers (Mamba-1,
-Jamba, Falcon-H1, Zamba-2, Kimi-Linear) are refused. DeepSeek sparse attention (DeepSeek-V3.2) is traced as its dense
-sibling, DeepSeek-V3 (:mod:`gpucast.graph.sparse_attention`: the serving estimator adds the indexer and the
-top-k), and caches its FP8 indexer keys beside the latents.
+them; the serving estimator decodes over it as vLLM does). Gated delta-net layers (Qwen3-Next, Qwen3.5)
+and Mamba-2 layers (Nemotron-H, Granite-4, Bamba; ``layer_types`` ``"linear_attention"``) run as the
+engines' fused kernels with a per-sequence state in the paged cache (:mod:`gpucast.graph.linear_attention`;
+the dynamic cache refuses them), Nemotron-H's MLP and MoE blocks without a cache; other linear-attention
+and state-space layers (Mamba-1, Jamba, Falcon-H1, Zamba-2, Kimi-Linear) are refused. DeepSeek sparse
+attention (DeepSeek-V3.2, GLM-5) is traced as its dense sibling, DeepSeek-V3
+(:mod:`gpucast.graph.sparse_attention`: the serving estimator adds the indexer and the top-k), and caches
+its FP8 indexer keys beside the latents.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ def _state_class() -> type:
     """A gated delta-net layer's preallocated state (a transformers ``LinearAttentionCacheLayerMixin``)."""
     cu = imports.load("transformers.cache_utils")
     if not hasattr(cu, "LinearAttentionCacheLayerMixin"):
-        raise ImportError(f"serving traces of linear-attention layers need transformers' LinearAttentionCacheLayerMixin, "
+        raise ImportError(f"serving traces of linear-attention layers need transformers' "
+                          f"LinearAttentionCacheLayerMixin, "
                           f"which transformers {imports.load('transformers').__version__} lacks: upgrade transformers")
 
     class StateLayer(cu.LinearAttentionCacheLayerMixin):

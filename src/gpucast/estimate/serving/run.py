@@ -7,13 +7,14 @@ the token budget (``chunked_prefill``; without it a prompt is taken whole or wai
 are admitted first come, first served while there is room in the batch and in the KV cache. A decode
 that finds no free KV block preempts the most recently admitted sequence, whose cache is dropped and
 recomputed later as a prefill of its prompt and the tokens it had generated (vLLM's default,
-``preemption_mode=recompute``). A request that arrives with its K/V (``Requests.cached``: a disaggregated deployment's decode instance,
-:mod:`.disagg`) is admitted with those tokens' blocks and decodes from the next iteration; preempted, it
-recomputes them. A model with gated delta-net layers also holds a fixed state per running
-sequence (``seq_blocks`` blocks of the pool: vLLM V1's hybrid allocator gives each request one state page per
-group of linear layers), taken at admission and given back at preemption or finish. The iteration's duration comes from ``cost`` (the engine's forward at
-that shape: :mod:`gpucast.estimate.serving.iteration`); the first token of a request is sampled by the
-iteration that finishes its prefill.
+``preemption_mode=recompute``). A request that arrives with its K/V (``Requests.cached``: a disaggregated
+deployment's decode instance, :mod:`.disagg`) is admitted with those tokens' blocks and decodes from the next
+iteration; preempted, it recomputes them. A model with linear-attention layers (or sliding windows an engine
+frees) also holds a fixed state per running sequence (``seq_blocks`` blocks of the pool: vLLM V1's hybrid
+allocator gives each request one state page per group of linear layers), taken at admission and given back
+at preemption or finish. The iteration's duration comes from ``cost`` (the engine's forward at that shape:
+:mod:`gpucast.estimate.serving.iteration`); the first token of a request is sampled by the iteration that
+finishes its prefill.
 
 Loads: ``static`` (every request at time 0), ``closed`` (``concurrency`` in flight, a finished request
 replaced at once), ``poisson`` (arrivals at ``request_rate``). A non-continuous engine (``hf``'s
