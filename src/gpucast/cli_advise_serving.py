@@ -12,12 +12,13 @@ from gpucast.advisor.serving import DEFAULT_GPUS
 def _table(advice) -> Table:
     t = Table(title="gpucast advise --serve")
     numbers = ("n", "replicas", "TTFT p90 s", "TPOT p90 ms", "out tok/s", "$/M tokens")
-    for col in ("", "gpu", "n", "replicas", "layout", "precision", "engine", "TTFT p90 s", "TPOT p90 ms",
+    for col in ("", "gpu", "n", "replicas", "layout", "spec", "precision", "engine", "TTFT p90 s", "TPOT p90 ms",
                 "out tok/s", "$/M tokens", "why"):
         t.add_column(col, justify="right" if col in numbers else "left")
     for i, o in enumerate(advice.options):
         layout = f"pd {o.prefill_replicas}:{o.replicas - o.prefill_replicas}" if o.prefill_replicas else o.layout
-        t.add_row("*" if i == advice.best else "", o.gpu, str(o.tensor), str(o.replicas), layout, o.precision,
+        t.add_row("*" if i == advice.best else "", o.gpu, str(o.tensor), str(o.replicas), layout, o.spec or "-",
+                  o.precision,
                   o.engine,
                   "-" if o.ttft_p90_s is None else f"{o.ttft_p90_s:.3g}",
                   "-" if o.tpot_p90_s is None else f"{o.tpot_p90_s * 1e3:.3g}",

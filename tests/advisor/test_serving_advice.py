@@ -139,3 +139,25 @@ def test_a_disaggregated_fleet_is_one_deployment_split_into_prefill_and_decode()
     assert o.output_tokens_per_s == pytest.approx(whole.serving["output_tokens_per_s"])
     assert o.usd_per_million_tokens == pytest.approx(
         o.usd_per_gpu_hour * o.replicas / (o.output_tokens_per_s * 3600) * 1e6)
+
+
+def test_a_drafting_job_is_tried_with_its_drafter_and_without():
+    from gpucast.api import predict
+
+    def at(rate):
+        return Job.from_hf_config(SMALL, batch_size=8, precision="bf16", mode="serve",
+                                  serve=dict(input_len=256, output_len=64, request_rate=rate, num_requests=60,
+                                             spec_method="eagle3", spec_tokens=3, spec_acceptance=2.5))
+    a = advise_serving(at(2.0), ["h100"], tensors=(1,))
+    assert sorted(str(o.spec) for o in a.options) == ["None", "eagle3"]
+    drafted = next(o for o in a.options if o.spec == "eagle3")
+    plain = next(o for o in a.options if o.spec is None)
+    # each option is its own job's prediction: the drafter's, and the job without serve.spec_method
+    job = at(2.0)
+    off = job.with_(serve=dict(job.serve.to_dict(), engine="vllm", spec_method=None, spec_tokens=None,
+                               spec_acceptance=None))
+    assert plain.tpot_p90_s == pytest.approx(predict(off, "h100").serving["tpot_p90_s"])
+    assert drafted.tpot_p90_s == pytest.approx(
+        predict(job.with_(serve=dict(job.serve.to_dict(), engine="vllm")), "h100").serving["tpot_p90_s"])
+    # at a light load 2.5 tokens a step beat one: the drafter's steps give a shorter time per token
+    assert drafted.tpot_p90_s < plain.tpot_p90_s

@@ -26,7 +26,9 @@ mixture-of-experts model's experts too); ``dep`` runs a mixture-of-experts model
 data-parallel over them and its experts expert-parallel (``parallel.attention_dp`` with ``expert = t``,
 TensorRT-LLM's and SGLang's DEP layouts: each rank its own requests and cache,
 :mod:`gpucast.estimate.serving.stages`). A mixture-of-experts model is tried both ways unless told
-otherwise, a dense one as ``tp``. ``pd`` (asked for by name) splits ``r >= 2`` replicas into prefill and decode
+otherwise, a dense one as ``tp``. A job that drafts (``serve.spec_method``) is tried with its drafter and
+without (the ``spec`` column): speculation shortens a step's tokens at low load and costs draft passes and
+verified tokens at high load. ``pd`` (asked for by name) splits ``r >= 2`` replicas into prefill and decode
 sides (``serve.prefill_replicas``: :mod:`gpucast.estimate.serving.disagg`), the whole load on the one
 deployment, the prefill side a quarter or a half of the replicas (:data:`PD_SHARES`), the cheaper feasible
 split kept.
@@ -71,6 +73,7 @@ class ServingOption:
     replicas: int = 1  # copies of the deployment behind a load balancer (the tensor degree's GPUs each)
     layout: str = "tp"  # tp | dep | pd (LAYOUTS)
     prefill_replicas: int | None = None   # pd: the replicas that prefill (the others decode)
+    spec: str | None = None               # the speculative decoding method it drafts with (serve.spec_method)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -154,15 +157,20 @@ def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DE
     if bad:
         raise JobError(f"--layouts takes {', '.join(LAYOUTS)}, got {', '.join(bad)}")
     # a DEP layout of one GPU is the TP one: tried once
-    combos = [(g, t, p, e, x) for g in gpus for t in tensors for p in precisions for e in engines for x in layouts
-              if not (x == "dep" and t == 1 and "tp" in layouts)]
     serve = job.serve or Serve()
+    # a job that drafts (serve.spec_method) is tried with its drafter and without: speculation pays at low load
+    variants = [job] + ([job.with_(serve=replace(serve, spec_method=None, spec_tokens=None, spec_acceptance=None))]
+                        if serve.spec_method else [])
+    combos = [(g, t, p, e, x, v) for g in gpus for t in tensors for p in precisions for e in engines
+              for x in layouts for v in variants if not (x == "dep" and t == 1 and "tp" in layouts)]
     options = []
-    for i, (g, t, p, e, x) in enumerate(combos):
+    for i, (g, t, p, e, x, v) in enumerate(combos):
         usd = (table.price(g, provider) or _NO_PRICE).usd_per_gpu_hour
 
         def one(r):
-            return _option(job, serve, predict, g, t, p, e, r, usd, ttft_s, tpot_s, x)
+            option, bound = _option(v, v.serve or Serve(), predict, g, t, p, e, r, usd, ttft_s, tpot_s, x)
+            option.spec = v.serve.spec_method if v.serve is not None else None
+            return option, bound
         below = 0  # the most replicas known to fall short of the targets
         for r in _replica_counts(replicas):
             option, load_bound = one(r)
@@ -194,6 +202,8 @@ def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DE
             decode = o.replicas - o.prefill_replicas
             copies = f"{o.replicas} replicas ({o.prefill_replicas} prefill, {decode} decode) of "
             shape = ", disaggregated"
+        if o.spec:
+            shape += f", {o.spec} speculation"
         message = (f"{copies}{o.tensor} x {o.gpu} ({o.precision}, {o.engine}{shape}): p90 TTFT {o.ttft_p90_s:.3g} s, "
                    f"p90 TPOT "
                    f"{o.tpot_p90_s * 1e3:.3g} ms, {o.output_tokens_per_s:.0f} output tokens/s, "
