@@ -226,28 +226,41 @@ def patch(module_name: str, kind: str) -> None:
         if not callable(getattr(mod, name, None)):
             raise ValueError(f"{module_name} has no {name}: this transformers release's {kind} layer is not "
                              f"modelled")
-    conv_orig = mod.causal_conv1d_forward
+    wrappers = {"causal_conv1d_forward": _conv, "torch_chunk_gated_delta_rule": _rule,
+                "torch_recurrent_gated_delta_rule": _rule, "mamba2_scan_forward": _scan}
+    for name in _FUNCTIONS[kind]:
+        setattr(mod, name, wrappers[name](getattr(mod, name)))
+    mod._gpucast_linear_attention = True
 
-    def conv_forward(conv1d, hidden_states, cache, layer_idx, *args, **kwargs):
+
+def _conv(orig):
+    """``causal_conv1d_forward`` as :data:`ACTIVE` asks: the conv state read from the layer's cache."""
+    def forward(conv1d, hidden_states, cache, layer_idx, *args, **kwargs):
         mode = ACTIVE.get()
         if mode is None:
-            return conv_orig(conv1d, hidden_states, cache, layer_idx, *args, **kwargs)
+            return orig(conv1d, hidden_states, cache, layer_idx, *args, **kwargs)
         state = cache.layers[layer_idx].conv_states[0]
         return causal_conv1d(hidden_states, state, conv1d.weight.squeeze(1), mode == "cached")
+    return forward
 
-    def rule(orig):
-        def run(query, key, value, g, beta, *args, initial_state=None, **kwargs):
-            mode = ACTIVE.get()
-            if mode is None or initial_state is None:
-                return orig(query, key, value, g, beta, *args, initial_state=initial_state, **kwargs)
-            out = gated_delta_rule(query, key, value, g, beta, initial_state, mode == "cached")
-            return out, initial_state   # the state is updated in place (fla's kernels with an initial state)
-        return run
 
-    def scan_forward(module, hidden_states, B, C, dt, cache, **kwargs):
+def _rule(orig):
+    """A chunked or recurrent gated delta rule as :data:`ACTIVE` asks (the state updated in place, as fla's
+    kernels update an initial state)."""
+    def run(query, key, value, g, beta, *args, initial_state=None, **kwargs):
+        mode = ACTIVE.get()
+        if mode is None or initial_state is None:
+            return orig(query, key, value, g, beta, *args, initial_state=initial_state, **kwargs)
+        return gated_delta_rule(query, key, value, g, beta, initial_state, mode == "cached"), initial_state
+    return run
+
+
+def _scan(orig):
+    """``mamba2_scan_forward`` as :data:`ACTIVE` asks: the SSM state read from the layer's cache."""
+    def forward(module, hidden_states, B, C, dt, cache, **kwargs):
         mode = ACTIVE.get()
         if mode is None or cache is None:
-            return scan_orig(module, hidden_states, B, C, dt, cache, **kwargs)
+            return orig(module, hidden_states, B, C, dt, cache, **kwargs)
         b, t = hidden_states.shape[:2]
         state = cache.layers[module.layer_idx].recurrent_states[0]
         y = ssd_scan(hidden_states.view(b, t, module.num_heads, module.head_dim), dt,
@@ -255,12 +268,4 @@ def patch(module_name: str, kind: str) -> None:
                      C.view(b, t, module.n_groups, module.ssm_state_size), state, int(module.chunk_size),
                      mode == "cached")
         return y.view(b, t, -1)
-
-    mod.causal_conv1d_forward = conv_forward
-    if kind == "mamba2":
-        scan_orig = mod.mamba2_scan_forward
-        mod.mamba2_scan_forward = scan_forward
-    else:
-        mod.torch_chunk_gated_delta_rule = rule(mod.torch_chunk_gated_delta_rule)
-        mod.torch_recurrent_gated_delta_rule = rule(mod.torch_recurrent_gated_delta_rule)
-    mod._gpucast_linear_attention = True
+    return forward

@@ -91,15 +91,15 @@ import contextvars
 import functools
 import inspect
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 import torch
 
 from gpucast import imports
-from gpucast.graph import linear_attention, sparse_attention
-from gpucast.graph.blocks import BlockWatch, experts_of, find_blocks, heads_of
+from gpucast.graph import linear_attention, serving_config
+from gpucast.graph.blocks import BlockWatch, find_blocks, heads_of
 from gpucast.graph.mirror import CudaMirror
 from gpucast.graph.serving_caches import cache_tensors, dynamic_cache, paged_cache
+from gpucast.graph.serving_config import LRU, kv_bytes_per_token, state_bytes_per_sequence  # noqa: F401 (the face)
 from gpucast.graph.trace import Trace
 from gpucast.graph.precision import AMP_DTYPES, PURE_DTYPES
 from gpucast.graph.tracer import CaptureError, _Recorder, _stage
@@ -117,7 +117,6 @@ SMALL_MODELS_KEPT = 16
 SMALL_TRACES_KEPT = 1024
 _ATTN = "gpucast_serving"  # the attention (and mask) implementation the serving models run
 _REGIONS = ("pre", "post", "sharded", "replicated", "attention_core")
-_ATTENTION_LAYERS = {"full_attention", "sliding_attention", "chunked_attention"}  # HF's layer_types we trace
 # Models whose attention adds learned sinks (one extra logit per head: GPT-OSS), which transformers runs only
 # eagerly (explicit matmuls and softmax); the engines run fused attention with sinks (vLLM's and SGLang's
 # FlashAttention-3 / TRT-LLM's kernels), so they are traced through this module's SDPA attention, the sink's
@@ -125,143 +124,14 @@ _ATTENTION_LAYERS = {"full_attention", "sliding_attention", "chunked_attention"}
 SINK_ATTENTION = {"gpt_oss"}
 
 
-class _LRU:
-    """A small thread-safe least-recently-used map."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key):
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
-
-    def put(self, key, value) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
-
-_CONFIGS = _LRU(64)
-_MODELS = _LRU(MODELS_KEPT)
-_TRACES = _LRU(TRACES_KEPT)
-_SMALL_MODELS = _LRU(SMALL_MODELS_KEPT)
-_SMALL_TRACES = _LRU(SMALL_TRACES_KEPT)
+_MODELS = LRU(MODELS_KEPT)
+_TRACES = LRU(TRACES_KEPT)
+_SMALL_MODELS = LRU(SMALL_MODELS_KEPT)
+_SMALL_TRACES = LRU(SMALL_TRACES_KEPT)
 
 
 def _small(job) -> bool:
-    return _shape_of(_hf_config(job))["layers"] <= SMALL_LAYERS
-
-
-# --------------------------------------------------------------------------- the job's config
-def _hf_config(job):
-    """The job's transformers config (cached by config text; read it, never change it)."""
-    if not job.model.startswith("hf:") or not job.hf_config:
-        raise JobError(f"a serving iteration needs a Hugging Face config (Job.from_hf_config); {job.model} has none")
-    cfg = _CONFIGS.get(job.hf_config)
-    if cfg is None:
-        from gpucast.graph import hf
-
-        cfg = _text(hf._config(_traced(job)))
-        _CONFIGS.put(job.hf_config, cfg)
-    return cfg
-
-
-def _traced(job):
-    """The job whose config transformers builds: a sparse-attention model as its dense sibling
-    (:mod:`gpucast.graph.sparse_attention`), any other as it is."""
-    import json
-
-    from gpucast.job import canonical_json
-
-    data = json.loads(job.hf_config)
-    traced = sparse_attention.traced_data(data)
-    return job if traced is data else job.with_(model=f"hf:{traced['model_type']}", hf_config=canonical_json(traced))
-
-
-def _text(cfg):
-    """The language model of a composite (vision-language) config, as an engine serves text prompts with it
-    (Qwen3.5's and Llama-4's Hub configs nest it in ``text_config``); the config itself otherwise."""
-    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    if text is not cfg and getattr(text, "num_hidden_layers", None) and not getattr(cfg, "num_hidden_layers", None):
-        return text
-    return cfg
-
-
-def _shape_of(cfg) -> dict:
-    heads, hidden = getattr(cfg, "num_attention_heads", None), getattr(cfg, "hidden_size", None)
-    if not heads or not hidden or not getattr(cfg, "num_hidden_layers", None):
-        raise JobError(f"a serving iteration needs a transformer decoder with attention heads; the "
-                       f"{cfg.model_type!r} config has none")
-    heads, hidden = int(heads), int(hidden)
-    shape = {
-        "layers": int(cfg.num_hidden_layers),
-        "hidden": hidden,
-        "heads": heads,
-        "kv_heads": int(getattr(cfg, "num_key_value_heads", None) or heads),
-        "head_dim": int(getattr(cfg, "head_dim", None) or hidden // heads),
-        "vocab": int(cfg.vocab_size),
-        # GPT-2-style configs: n_inner None means 4 x hidden
-        "intermediate": int(getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None) or 4 * hidden),
-        "max_context": int(getattr(cfg, "max_position_embeddings", None) or 0),
-        "experts": experts_of(cfg)[0],
-        "experts_per_token": experts_of(cfg)[1],
-        "tied": bool(getattr(cfg, "tie_word_embeddings", False)),
-    }
-    lora = getattr(cfg, "kv_lora_rank", None)
-    if lora:  # MLA: one latent "head" cached per token, its compressed K/V and its rotary key
-        rope = int(cfg.qk_rope_head_dim)
-        shape.update(kv_heads=1, cache_k_dim=int(lora), cache_v_dim=rope,
-                     mla=dict(lora=int(lora), rope=rope, nope=int(cfg.qk_nope_head_dim), v=int(cfg.v_head_dim)))
-    else:
-        shape.update(cache_k_dim=shape["head_dim"], cache_v_dim=shape["head_dim"], mla=None)
-    try:
-        linear = linear_attention.dims(cfg)
-    except ValueError as exc:
-        raise JobError(f"a serving iteration: {exc}") from None
-    types = list(getattr(cfg, "layer_types", None) or ())
-    attention = sum(t in _ATTENTION_LAYERS for t in types) if types else shape["layers"]
-    shape.update(linear=linear, attention_layers=attention, sparse=sparse_attention.dims(cfg),
-                 stateless_layers=[i for i, t in enumerate(types) if t in linear_attention.STATELESS_LAYERS])
-    return shape
-
-
-def kv_bytes_per_token(job, kv_dtype_bytes: float | None = None) -> int:
-    """Bytes of K and V one token occupies in the whole model's cache: layers x KV heads x head dim
-    x 2 x dtype size. The dtype is the cache dtype of :func:`trace_iteration` unless given: 2 for
-    fp16/bf16/amp-*/fp8 (fp8 weights keep a bf16 cache, vLLM's ``kv_cache_dtype="auto"``), 4 for
-    fp32/tf32; pass 1 for an fp8 cache. From the HF config: ``num_key_value_heads`` (default
-    ``num_attention_heads``), ``head_dim`` (default ``hidden_size // num_attention_heads``),
-    ``num_hidden_layers``; MLA (DeepSeek-V2/V3): layers x (``kv_lora_rank`` + ``qk_rope_head_dim``) x
-    dtype size, the one latent a token keeps, plus DeepSeek sparse attention's FP8 indexer key and its scale
-    (:mod:`gpucast.graph.sparse_attention`). Gated delta-net layers keep no K/V (their state is
-    :func:`state_bytes_per_sequence`): only the attention layers count. Sliding-window layers count every token
-    here; an engine that frees what their window has passed is the serving memory plan's
-    (:func:`gpucast.estimate.serving.memory.windowed`)."""
-    s = _shape_of(_hf_config(job))
-    size = kv_dtype_bytes if kv_dtype_bytes is not None else _cache_bytes(job)
-    index_keys = s["attention_layers"] * sparse_attention.key_bytes(s["sparse"])   # DSA's indexer keys (FP8)
-    return int(s["attention_layers"] * s["kv_heads"] * (s["cache_k_dim"] + s["cache_v_dim"]) * size + index_keys)
-
-
-def _cache_bytes(job) -> int:
-    return 4 if job.precision in ("fp32", "tf32") else 2
-
-
-def state_bytes_per_sequence(job) -> int:
-    """Bytes of one sequence's gated delta-net state over the whole model (conv and recurrent, at the cache's
-    dtype: :mod:`gpucast.graph.linear_attention`); 0 for a model without linear-attention layers."""
-    return linear_attention.state_bytes(_shape_of(_hf_config(job))["linear"], _cache_bytes(job))
+    return serving_config.shape(job)["layers"] <= SMALL_LAYERS
 
 
 def model_shape(job) -> dict:
@@ -278,7 +148,7 @@ def model_shape(job) -> dict:
     None without it), ``parameters`` the count of the meta-built model (built once per config and precision,
     cached), ``expert_parameters`` those of the routed experts (the ``(E, in, out)`` weights of transformers'
     MoE layers) and ``moe_layers`` the modules holding them."""
-    shape = _shape_of(_hf_config(job))
+    shape = dict(serving_config.shape(job))   # a copy: the cached shape is shared
     built = _model(job)
     shape.update(parameters=built.parameters, expert_parameters=built.expert_parameters, moe_layers=built.moe_layers)
     return shape
@@ -314,7 +184,7 @@ def _dtypes(precision: str) -> tuple[torch.dtype | None, torch.dtype | None, tor
 def _precision(job) -> str:
     """The precision traced: fp16 MoE models trace in bf16 (PyTorch's ``_grouped_mm`` takes no fp16 operands
     even on meta; the engines' fp16 MoE kernels have bf16's FLOPs and bytes, and A100/H100 peaks are equal)."""
-    cfg = _hf_config(job)
+    cfg = serving_config.hf_config(job)
     moe = getattr(cfg, "num_local_experts", None) or getattr(cfg, "num_experts", None)
     if moe and job.precision in ("fp16", "amp-fp16"):
         return {"fp16": "bf16", "amp-fp16": "amp-bf16"}[job.precision]
@@ -322,7 +192,7 @@ def _precision(job) -> str:
 
 
 def _model(job) -> _Model:
-    _hf_config(job)  # a Hugging Face job, or a JobError
+    serving_config.hf_config(job)  # a Hugging Face job, or a JobError
     weights, _, _ = _dtypes(_precision(job))
     key = (job.hf_config, str(weights))
     models = _SMALL_MODELS if _small(job) else _MODELS
@@ -339,9 +209,9 @@ def _model(job) -> _Model:
 def _build(job) -> _Model:
     from gpucast.graph import hf
 
-    cfg = _text(hf._config(_traced(job)))  # a fresh one: building sets its attention implementation
+    cfg = serving_config.built_config(job)  # a fresh one: building sets its attention implementation
     _check_causal_lm(job, cfg, hf._model_class(cfg))
-    shape = _shape_of(cfg)
+    shape = serving_config.shape_of(cfg)
     _register_attention()
     weights = _dtypes(_precision(job))[0]
     with torch.device("meta"):
@@ -383,7 +253,7 @@ def _check_causal_lm(job, cfg, cls) -> None:
     if getattr(cfg, "is_encoder_decoder", False) or not is_causal_lm:
         raise JobError(f"a serving iteration needs a decoder-only Hugging Face causal LM; {job.model} is not one "
                        f"(its model class is {cls.__name__})")
-    other = set(getattr(cfg, "layer_types", None) or ()) - _ATTENTION_LAYERS
+    other = set(getattr(cfg, "layer_types", None) or ()) - serving_config.ATTENTION_LAYERS
     if cfg.model_type in linear_attention.GATED_DELTA_NET:
         other.discard(linear_attention.LINEAR_LAYER)
     if cfg.model_type in linear_attention.MAMBA2:

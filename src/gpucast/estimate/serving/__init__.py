@@ -125,13 +125,10 @@ def _disaggregated(job, gpu, engine, serve: Serve, req: Requests, cost, mem, lay
     links, per_node = _links(gpu, job)
     one_node = job.gpus <= per_node
     group = Group(2, 2 if one_node else 1, concurrent=1 if one_node else lay.tensor)
-    moves: dict[int, float] = {}
 
     def transfer(prompt: np.ndarray) -> np.ndarray:   # each rank sends its share of the prompt's K/V
-        for n in np.unique(prompt):
-            if int(n) not in moves:
-                moves[int(n)] = collective_time("send-recv", float(n) * kv_token, group, links)
-        return np.array([moves[int(n)] for n in prompt])
+        lengths, each = np.unique(prompt, return_inverse=True)
+        return np.array([collective_time("send-recv", float(n) * kv_token, group, links) for n in lengths])[each]
     res, _, _, move = disagg.run(req, stage, transfer, serve.concurrency if serve.load == "closed" else None,
                                  p / lay.replicas)
     res.notes.append(f"disaggregated: {p} prefill and {lay.replicas - p} decode replicas; the K/V move takes "

@@ -45,11 +45,11 @@ def run(req: Requests, stage, transfer, concurrency: int | None, share: float):
     arrival = req.arrival_s.astype(float).copy()
     if concurrency is not None:   # a first guess: every client sends as soon as the prefill side returns
         arrival[:] = 0.0
+    move = transfer(req.prompt)
+    more = req.output > 1
     for _ in range(ROUNDS if concurrency is not None else 1):
         pre = stage(Requests(arrival, req.prompt, np.ones(n, dtype=np.int64)), True)
-        move = transfer(req.prompt)
         ready = pre.first_token_s + move
-        more = req.output > 1
         dec = stage(Requests(ready[more], np.zeros(int(more.sum()), dtype=np.int64), req.output[more] - 1,
                              cached=req.prompt[more]), False)
         finish = pre.first_token_s.copy()

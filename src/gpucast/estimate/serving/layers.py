@@ -30,18 +30,18 @@ def _layer_lists(job) -> tuple[dict, str | None, dict]:
     cfg = json.loads(job.hf_config) if job.hf_config else {}
     name = next((k for k in LAYER_FIELDS if isinstance(cfg.get(k), int) and cfg[k] > 0), None)
     if name is None and isinstance(cfg.get("text_config"), dict):   # a composite config: its language model
-        from gpucast.graph.serving import _hf_config                  # (gpucast.graph.serving._text)
+        from gpucast.graph.serving_config import hf_config                  # (gpucast.graph.serving._text)
 
         cfg = dict(cfg["text_config"])
-        cfg.setdefault("model_type", _hf_config(job).model_type)
+        cfg.setdefault("model_type", hf_config(job).model_type)
         name = next((k for k in LAYER_FIELDS if isinstance(cfg.get(k), int) and cfg[k] > 0), None)
     if name is None:
         return cfg, None, {}
     total = cfg[name]
     if "layer_types" not in cfg and total > 1:
-        from gpucast.graph.serving import _hf_config
+        from gpucast.graph.serving_config import hf_config
 
-        types = getattr(_hf_config(job), "layer_types", None)
+        types = getattr(hf_config(job), "layer_types", None)
         if isinstance(types, list) and len(types) == total and len(set(types)) > 1:
             cfg = dict(cfg, layer_types=list(types))
     return cfg, name, {k: v for k, v in cfg.items() if isinstance(v, list) and len(v) == total and total > 1}
