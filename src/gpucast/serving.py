@@ -12,7 +12,8 @@ the knobs that change its speed and memory: ``max_num_seqs``,
 longest request the engine takes, the model's ``max_position_embeddings`` unless set; speculative decoding:
 ``spec_method`` (:data:`SPEC_METHODS`), ``spec_tokens`` (draft tokens a step, default 1) and
 ``spec_acceptance``, the mean tokens a step emits, an input); disaggregated prefill and decode:
-``prefill_replicas`` of the deployment's replicas prefill, the others decode (:mod:`gpucast.estimate.serving.disagg`).
+``prefill_replicas`` prefill instances of ``prefill_tensor`` ranks each (unset: the plan's tensor degree), the other
+GPUs decode (:mod:`gpucast.estimate.serving.disagg`).
 Unset fields take
 the engine's documented defaults (:mod:`gpucast.estimate.serving.engines`, each cited there).
 
@@ -93,6 +94,7 @@ class Serve(_Spec):
     spec_tokens: int | None = field(default=None, repr=False)
     spec_acceptance: float | None = field(default=None, repr=False)
     prefill_replicas: int | None = field(default=None, repr=False)
+    prefill_tensor: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len"):
@@ -101,7 +103,7 @@ class Serve(_Spec):
                 parse_length(v, name)
         self._check("engine", self.engine is None or self.engine in ENGINES, f"one of {', '.join(ENGINES)}")
         for name, hi in (("concurrency", MAX_REQUESTS), ("num_requests", MAX_REQUESTS), ("max_num_seqs", 65536),
-                         ("prefill_replicas", 4096),
+                         ("prefill_replicas", 4096), ("prefill_tensor", 1024),
                          ("max_num_batched_tokens", MAX_TOKENS), ("block_size", 1024), ("max_model_len", MAX_TOKENS)):
             v = getattr(self, name)
             self._check(name, v is None or (_is_int(v) and 1 <= v <= hi), f"an integer between 1 and {hi}")
@@ -124,6 +126,9 @@ class Serve(_Spec):
         if (self.spec_tokens is not None or self.spec_acceptance is not None) and self.spec_method is None:
             raise SpecError("fields 'serve.spec_tokens' and 'serve.spec_acceptance' describe speculative decoding: "
                             "set serve.spec_method (eagle3, mtp or ngram)")
+        if self.prefill_tensor is not None and self.prefill_replicas is None:
+            raise SpecError("field 'serve.prefill_tensor' is the prefill instances' tensor degree under "
+                            "disaggregated prefill and decode: set serve.prefill_replicas too")
         if self.spec_method is not None:
             k = self.spec_tokens or 1
             self._check("spec_acceptance", _is_num(self.spec_acceptance) and 1 <= self.spec_acceptance <= k + 1,

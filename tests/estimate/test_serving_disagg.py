@@ -74,3 +74,36 @@ def test_a_split_needs_a_decode_replica_and_a_continuous_engine():
         gpucast.predict(_job(prefill_replicas=1, engine="hf"), "h100")
     with pytest.raises(JobError, match="serve.prefill_replicas"):
         _job(prefill_replicas=0)
+
+
+def _tp(gpus, **serve):
+    return _job(gpus, **serve).with_(parallel={"tensor": 2})
+
+
+def test_prefill_instances_of_their_own_degree_take_their_gpus():
+    s = gpucast.predict(_tp(8, prefill_replicas=2, prefill_tensor=1, request_rate=4.0, num_requests=24),
+                        "h100").serving
+    # 2 prefill instances of 1 GPU leave 6 GPUs: 3 decode instances of tensor 2
+    assert s["disagg"] == dict(s["disagg"], prefill_replicas=2, prefill_tensor=1, decode_replicas=3)
+    assert s["finished"] == s["requests"] == 24
+    # each decode rank keeps half the K/V heads; a 1-GPU prefill instance sends both halves over its link
+    nvlink = get_gpu("h100").nvlink_gbs * 1e9
+    assert s["disagg"]["kv_move_s"] >= 2048 * 2 * s["kv_bytes_per_token"] / nvlink
+
+
+def test_wider_prefill_instances_prefill_a_long_prompt_sooner():
+    load = dict(input_len=8000, output_len=16, request_rate=0.2, num_requests=6)   # one prompt at a time
+    narrow = gpucast.predict(_tp(4, prefill_replicas=1, **load), "h100").serving
+    wide = gpucast.predict(_tp(6, prefill_replicas=1, prefill_tensor=4, **load), "h100").serving
+    assert wide["disagg"]["prefill_tensor"] == 4 and wide["disagg"]["decode_replicas"] == 1
+    assert wide["ttft_s"] < narrow["ttft_s"]   # the prompt's GEMMs split over four ranks, not two
+
+
+def test_prefill_degrees_that_do_not_fit_are_refused_in_one_line():
+    with pytest.raises(JobError, match="must be a whole number \\(at least one\\) of decode instances") as err:
+        gpucast.predict(_tp(8, prefill_replicas=1, prefill_tensor=1), "h100")   # 7 GPUs left for tensor 2
+    assert "\n" not in str(err.value)
+    with pytest.raises(JobError, match="must divide the model's 16 attention heads"):
+        gpucast.predict(_tp(8, prefill_replicas=1, prefill_tensor=3), "h100")
+    with pytest.raises(JobError, match="set serve.prefill_replicas too"):
+        _job(prefill_tensor=2)

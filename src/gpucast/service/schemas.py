@@ -202,6 +202,8 @@ class ServeSpec(BaseModel):
     prefix_hit_rate: Optional[Union[StrictFloat, StrictInt]] = None
     prefill_replicas: Optional[StrictInt] = Field(None, description="Disaggregated prefill and decode: this many "
                                                                     "replicas prefill, the others decode.")
+    prefill_tensor: Optional[StrictInt] = Field(None, description="Disaggregated prefill and decode: the prefill "
+                                                                  "instances' tensor degree (the plan's unless set).")
 
 
 class JobSpec(BaseModel):
