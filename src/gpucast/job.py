@@ -115,6 +115,15 @@ class Job:
                 raise JobError(str(exc)) from None
         if isinstance(self.hf_config, dict):
             object.__setattr__(self, "hf_config", canonical_json(self.hf_config))
+        if self.serve is not None and self.serve.draft_model is not None:   # the drafter's config, self-contained
+            draft = self.serve.draft_model
+            if draft.startswith("{"):
+                try:
+                    draft = json.loads(draft)
+                except ValueError:
+                    raise JobError(f"field 'serve.draft_model' is not valid JSON: {draft[:60]!r}") from None
+            cfg = _model_source("hf").resolve(draft)
+            object.__setattr__(self, "serve", replace(self.serve, draft_model=canonical_json(cfg)))
         if self.is_onnx and self.model_digest is None and isinstance(self.model, str):
             object.__setattr__(self, "model_digest", file_digest(self.model[len("onnx:"):]))
         _validate(self)

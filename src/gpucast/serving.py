@@ -11,7 +11,8 @@ the knobs that change its speed and memory: ``max_num_seqs``,
 ``kv_cache_dtype``, ``weights`` for weight-only quantisation, ``prefix_hit_rate``, ``max_model_len``: the
 longest request the engine takes, the model's ``max_position_embeddings`` unless set; speculative decoding:
 ``spec_method`` (:data:`SPEC_METHODS`), ``spec_tokens`` (draft tokens a step, default 1) and
-``spec_acceptance``, the mean tokens a step emits, an input); disaggregated prefill and decode:
+``spec_acceptance``, the mean tokens a step emits, an input; ``draft_model``: a separate drafter's Hugging Face
+config under ``spec_method: draft``, kept as canonical JSON); disaggregated prefill and decode:
 ``prefill_replicas`` prefill instances of ``prefill_tensor`` ranks each (unset: the plan's tensor degree), the other
 GPUs decode (:mod:`gpucast.estimate.serving.disagg`).
 Unset fields take
@@ -23,6 +24,7 @@ deployment then does is :mod:`gpucast.estimate.serving`'s.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -36,7 +38,7 @@ ENGINE_VERSIONS = {"trtllm": ("0.11", "1.0"), "vllm": ("0.6", "0.11"), "sglang":
 # server; unset: offline for an all-at-once load, the server for a closed loop or a request rate.
 ENTRIES = ("offline", "server")
 # Speculative decoding (gpucast.estimate.serving.speculative): a drafter's k tokens verified in one target step.
-SPEC_METHODS = ("eagle3", "mtp", "ngram")
+SPEC_METHODS = ("eagle3", "mtp", "ngram", "draft")
 KV_CACHE_DTYPES = ("auto", "fp8", "nvfp4")
 # Bytes a cached K/V element takes (auto: the model's dtype); NVFP4 in 16-element blocks with an FP8 scale
 # (gpucast.formats.ELEMENT_BYTES, restated here: this module imports no estimator).
@@ -95,6 +97,7 @@ class Serve(_Spec):
     spec_acceptance: float | None = field(default=None, repr=False)
     prefill_replicas: int | None = field(default=None, repr=False)
     prefill_tensor: int | None = field(default=None, repr=False)
+    draft_model: str | None = field(default=None, repr=False)   # canonical JSON once the job has resolved it
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len"):
@@ -125,7 +128,14 @@ class Serve(_Spec):
             _is_int(self.spec_tokens) and 1 <= self.spec_tokens <= 16), "an integer between 1 and 16 (draft tokens per step)")
         if (self.spec_tokens is not None or self.spec_acceptance is not None) and self.spec_method is None:
             raise SpecError("fields 'serve.spec_tokens' and 'serve.spec_acceptance' describe speculative decoding: "
-                            "set serve.spec_method (eagle3, mtp or ngram)")
+                            "set serve.spec_method (eagle3, mtp, ngram or draft)")
+        if isinstance(self.draft_model, dict):
+            object.__setattr__(self, "draft_model", json.dumps(self.draft_model, sort_keys=True, separators=(",", ":")))
+        self._check("draft_model", self.draft_model is None or (isinstance(self.draft_model, str) and self.draft_model),
+                    "the drafter's Hugging Face config: a config.json path, a mapping or a model type")
+        if (self.spec_method == "draft") != (self.draft_model is not None):
+            raise SpecError("fields 'serve.spec_method' and 'serve.draft_model': a separate draft model is "
+                            "'spec_method: draft' with the drafter's config in serve.draft_model, and only that")
         if self.prefill_tensor is not None and self.prefill_replicas is None:
             raise SpecError("field 'serve.prefill_tensor' is the prefill instances' tensor degree under "
                             "disaggregated prefill and decode: set serve.prefill_replicas too")

@@ -161,3 +161,17 @@ def test_a_drafting_job_is_tried_with_its_drafter_and_without():
         predict(job.with_(serve=dict(job.serve.to_dict(), engine="vllm")), "h100").serving["tpot_p90_s"])
     # at a light load 2.5 tokens a step beat one: the drafter's steps give a shorter time per token
     assert drafted.tpot_p90_s < plain.tpot_p90_s
+
+
+def test_a_draft_model_job_is_tried_without_its_drafter_too():
+    drafter = dict(SMALL, num_hidden_layers=1)
+    job = Job.from_hf_config(SMALL, batch_size=8, precision="bf16", mode="serve",
+                             serve=dict(input_len=256, output_len=64, request_rate=2.0, num_requests=40,
+                                        spec_method="draft", draft_model=drafter, spec_tokens=2, spec_acceptance=2.0))
+    a = advise_serving(job, ["h100"], tensors=(1,))
+    assert sorted(str(o.spec) for o in a.options) == ["None", "draft"]
+    from gpucast.api import predict
+
+    drafted = next(o for o in a.options if o.spec == "draft")
+    own = predict(job.with_(serve=dict(job.serve.to_dict(), engine="vllm")), "h100").serving
+    assert drafted.tpot_p90_s == pytest.approx(own["tpot_p90_s"]) and own["memory"]["draft_weight_bytes"] > 0

@@ -68,3 +68,48 @@ def test_speculation_needs_an_engine_with_its_own_scheduler():
     with pytest.raises(JobError, match="speculative decoding"):
         gpucast.predict(_job(engine="hf", concurrency=None, num_requests=None, spec_method="ngram",
                              spec_acceptance=1.5), "h100")
+
+
+# A small drafter of the target's family (as Llama-3.2-1B drafts for Llama-3.1-8B): the same vocabulary.
+DRAFTER = dict(LLAMA, hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2)
+
+
+def _draft(drafter=DRAFTER, **serve):
+    return _job(**dict(dict(spec_method="draft", draft_model=drafter, spec_tokens=3), **serve))
+
+
+def test_a_draft_model_is_a_whole_model_and_dearer_than_a_draft_head():
+    # the target itself as its own drafter: every draft pass a whole forward, not one layer's
+    self_draft = gpucast.predict(_draft(LLAMA, spec_acceptance=2.5), "h100").serving["tpot_s"]
+    head = gpucast.predict(_job(spec_method="eagle3", spec_tokens=3, spec_acceptance=2.5), "h100").serving["tpot_s"]
+    assert self_draft > head
+    small = gpucast.predict(_draft(spec_acceptance=3.5), "h100").serving["tpot_s"]
+    plain = gpucast.predict(_job(), "h100").serving["tpot_s"]
+    assert small < plain / 1.5   # 3.5 tokens a step for a step a small drafter makes a little dearer
+
+
+def test_a_draft_models_weights_and_cache_come_out_of_the_kv_pool():
+    plain = gpucast.predict(_job(), "h100").serving
+    drafted = gpucast.predict(_draft(spec_acceptance=2.0), "h100").serving
+    # the drafter's K/V a token: 2 layers x (K and V) x 2 heads x 64 dims x 2 bytes, beside the target's
+    target = 4 * 2 * 4 * 64 * 2
+    assert plain["kv_bytes_per_token"] == target
+    assert drafted["kv_bytes_per_token"] == target + 2 * 2 * 2 * 64 * 2
+    # its weights (embedding, head, 2 layers) at 2 bytes a parameter
+    layer = 2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 688 + 2 * 256   # q and o, k and v (2 of 4 heads), MLP, norms
+    params = 2 * 32000 * 256 + 2 * layer + 256
+    assert drafted["memory"]["draft_weight_bytes"] == pytest.approx(2 * params, rel=0.01)
+    assert drafted["kv_cache_tokens"] < plain["kv_cache_tokens"]
+
+
+@pytest.mark.parametrize("serve, words", [
+    (dict(spec_method="draft", spec_acceptance=2.0), "serve.draft_model"),
+    (dict(spec_method="eagle3", spec_acceptance=2.0, draft_model=DRAFTER), "spec_method: draft"),
+    (dict(spec_method="draft", spec_acceptance=2.0, draft_model=dict(DRAFTER, vocab_size=50000)), "vocab"),
+    (dict(spec_method="draft", spec_acceptance=2.0, draft_model="no-such-architecture"), "no-such-architecture"),
+])
+def test_a_bad_drafter_is_one_error_line(serve, words):
+    with pytest.raises(JobError, match=words) as err:
+        gpucast.predict(_job(**serve), "h100")
+    assert "\n" not in str(err.value)

@@ -34,3 +34,14 @@ def test_a_disaggregated_deployment_over_http(client):
                                              "decode_replicas": 1}
     r = client.post("/v1/predict", json={**body, "gpus": 1})
     assert r.status_code == 422 and "serve.prefill_replicas" in r.text
+
+
+def test_a_draft_model_over_http(client):
+    drafter = {**LLAMA, "num_hidden_layers": 1}
+    spec = {"spec_method": "draft", "spec_tokens": 2, "spec_acceptance": 2.0}
+    r = client.post("/v1/predict", json={**BODY, "serve": {**BODY["serve"], **spec, "draft_model": drafter}})
+    assert r.status_code == 200, r.text
+    assert r.json()["serving"]["memory"]["draft_weight_bytes"] > 0
+    r = client.post("/v1/predict", json={**BODY, "serve": {**BODY["serve"], **spec,
+                                                           "draft_model": {**drafter, "vocab_size": 999}}})
+    assert r.status_code == 422 and "vocab_size" in r.text

@@ -159,7 +159,8 @@ def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DE
     # a DEP layout of one GPU is the TP one: tried once
     serve = job.serve or Serve()
     # a job that drafts (serve.spec_method) is tried with its drafter and without: speculation pays at low load
-    variants = [job] + ([job.with_(serve=replace(serve, spec_method=None, spec_tokens=None, spec_acceptance=None))]
+    variants = [job] + ([job.with_(serve=replace(serve, spec_method=None, spec_tokens=None, spec_acceptance=None,
+                                                 draft_model=None))]
                         if serve.spec_method else [])
     combos = [(g, t, p, e, x, v) for g in gpus for t in tensors for p in precisions for e in engines
               for x in layouts for v in variants if not (x == "dep" and t == 1 and "tp" in layouts)]

@@ -190,8 +190,10 @@ class ServeSpec(BaseModel):
     block_size: Optional[StrictInt] = None
     cuda_graphs: Optional[bool] = None
     kv_cache_dtype: Optional[str] = Field(None, description="auto | fp8 | nvfp4 (Blackwell; trtllm, sglang).")
-    spec_method: Optional[Literal["eagle3", "mtp", "ngram"]] = Field(None, description="Speculative decoding's "
-                                                                                       "drafter.")
+    spec_method: Optional[Literal["eagle3", "mtp", "ngram", "draft"]] = Field(
+        None, description="Speculative decoding's drafter (draft: a separate draft model, draft_model).")
+    draft_model: Optional[dict[str, Any]] = Field(None, description="spec_method draft: the draft model's Hugging "
+                                                                    "Face config.json content (the target's vocabulary).")
     spec_tokens: Optional[StrictInt] = Field(None, description="Draft tokens a step (default 1).")
     spec_acceptance: Optional[Union[StrictFloat, StrictInt]] = Field(
         None, description="Mean tokens a speculative step emits (accepted drafts + 1): an input.")

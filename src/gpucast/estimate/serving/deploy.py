@@ -73,6 +73,8 @@ def side(job, gpu, env, cfg, context_bytes: int, shape: dict, lay: Layout, req: 
     kept, window_bytes = (windowed(kv_token_bytes, windows_of(job), shape["attention_layers"], engine.block_size)
                           if engine.windowed_kv else (kv_token_bytes, 0))
     kv_token = stage_kv(kv_per_rank(kept, shape["kv_heads"], lay.attention_tensor), lay)
+    draft_weights, draft_kv = _drafter(job, serve, shape, lay)
+    kv_token += draft_kv
     state = stage_kv(state_bytes_per_sequence(job) // lay.attention_tensor   # linear layers' heads split too
                      + kv_per_rank(window_bytes, shape["kv_heads"], lay.attention_tensor), lay)
     if state and engine.name == "hf":
@@ -91,7 +93,8 @@ def side(job, gpu, env, cfg, context_bytes: int, shape: dict, lay: Layout, req: 
                             shape, lay)
     activations = int(act_tr.memory.at_peak.get("activations", 0)
                       + act_tr.memory.at_peak.get("temporaries", 0)) // lay.attention_tensor
-    mem = plan(gpu.memory_bytes, weights, kv_token, activations, context_bytes, engine, engine.cuda_graphs, state)
+    mem = plan(gpu.memory_bytes, weights, kv_token, activations, context_bytes, engine, engine.cuda_graphs, state,
+               draft_weights)
     if (engine.name, engine.release) == ("sglang", "0.5") and serve.max_num_seqs is None:
         context_len = serve.max_model_len or shape["max_context"] or 4096
         engine = replace(engine, max_num_seqs=sglang_max_requests(mem.kv_cache_tokens, context_len))
@@ -111,3 +114,26 @@ def _rank_weights(job, serve: Serve, shape: dict, lay: Layout, traced_bytes: int
         ex = expert_bytes(traced_bytes, shape["parameters"], experts, serve.weights, share if low else 1.0)
         return int(whole - ex * (1 - 1 / t))
     return weight_bytes(traced_bytes, shape["parameters"], t, serve.weights, low, share, experts)
+
+
+def _drafter(job, serve: Serve, shape: dict, lay: Layout) -> tuple[int, int]:
+    """(a rank's weight bytes, its K/V bytes a token) of the job's separate draft model (:mod:`.speculative`),
+    split over the target's tensor-parallel ranks and charged to every pipeline stage (an engine keeps it on
+    one: not modelled); (0, 0) without one."""
+    from gpucast.graph.serving import kv_bytes_per_token, model_shape, trace_iteration
+
+    drafter = speculative.drafter_job(job, speculative.of(serve))
+    if drafter is None:
+        return 0, 0
+    dshape = model_shape(drafter)
+    if dshape["vocab"] != shape["vocab"]:
+        raise JobError(f"field 'serve.draft_model': the drafter's vocab_size ({dshape['vocab']}) must be the "
+                       f"target's ({shape['vocab']}): its tokens are verified as the target's")
+    dlay = replace(lay, tensor=lay.attention_tensor, pipeline=1, expert=1, attention_dp=False,
+                   layers=dshape["layers"])
+    if dshape["heads"] % dlay.tensor:
+        raise JobError(f"field 'serve.draft_model': the drafter's {dshape['heads']} attention heads must split "
+                       f"over the target's {dlay.tensor} tensor-parallel ranks")
+    traced = trace_iteration(drafter, 1, 1, 0, "paged").parameter_bytes
+    kv = kv_per_rank(kv_bytes_per_token(drafter, serve.kv_element_bytes), dshape["kv_heads"], dlay.tensor)
+    return _rank_weights(drafter, Serve(), dshape, dlay, traced), kv

@@ -65,7 +65,7 @@ from gpucast.estimate.serving.experts import ITEMSIZE, is_expert_gemm, routed
 from gpucast.estimate.serving.layers import _SAMPLES, layer_period, layer_sample  # noqa: F401 (tests clear _SAMPLES)
 from gpucast.estimate.serving.memory import MXFP4_SHARE, WEIGHT_ONLY_SHARE
 from gpucast.estimate.serving.sparse import indexer
-from gpucast.estimate.serving.speculative import draft_seconds
+from gpucast.estimate.serving.speculative import draft_seconds, drafter_job
 from gpucast.plan import Parallel
 
 GRID_STEP = 2 ** 0.25  # ~19 % between grid points of token counts and contexts
@@ -415,8 +415,8 @@ class IterationModel:
                 return self._interp(lambda c: self._attention(1, p, c), pctx) if pctx >= 1 else self._attention(1, p, 0)
             each = max(1, npre)
             attn += each * self._interp(pre, ptok / each)
-        if self.spec is not None and ndec:   # speculative decoding's draft passes (.speculative)
-            attn += draft_seconds(self, self.spec, ndec, dctx)
+        if self.spec is not None and (ndec or (ptok and self.spec.draft)):   # draft passes (.speculative)
+            attn += draft_seconds(self, self.spec, ndec, dctx, ptok, pctx, npre)
         busy = gpu_s + attn + comm
         if self.needs_eager(ntok):
             wall = max(busy, eager_s + attn + comm)
@@ -477,4 +477,8 @@ def iteration_model(job, gpu, engine, env, cfg, tensor: int = 1, weights: str | 
             _MODELS.pop(next(iter(_MODELS)))
         m = _MODELS[key] = IterationModel(job, gpu, engine, env, cfg, tensor, weights or "auto", kv_scale, expert,
                                           attention_dp, spec, dispatcher)
+        drafter = drafter_job(job, spec)
+        if drafter is not None:   # a draft model: its own iteration model, at the target's degree (.speculative)
+            m.drafter = iteration_model(drafter, gpu, engine, env, cfg, 1 if attention_dp else tensor, "auto",
+                                        kv_scale)
     return m

@@ -58,6 +58,7 @@ class ServingMemory:
     block_size: int
     state_bytes_per_sequence: int = 0   # per rank: a running sequence's linear-attention state
     state_blocks: int = 0               # the pool's blocks that state takes
+    draft_weight_bytes: int = 0         # per rank: a separate draft model's weights (speculative decoding)
 
     @property
     def fits(self) -> bool:
@@ -67,7 +68,8 @@ class ServingMemory:
         return {"weights_bytes": self.weights_bytes, "kv_bytes_per_token": self.kv_bytes_per_token,
                 "activation_bytes": self.activation_bytes, "non_torch_bytes": self.non_torch_bytes,
                 "budget_bytes": self.budget_bytes, "kv_cache_bytes": self.kv_cache_bytes,
-                "kv_cache_tokens": self.kv_cache_tokens, "state_bytes_per_sequence": self.state_bytes_per_sequence}
+                "kv_cache_tokens": self.kv_cache_tokens, "state_bytes_per_sequence": self.state_bytes_per_sequence,
+                **({"draft_weight_bytes": self.draft_weight_bytes} if self.draft_weight_bytes else {})}
 
 
 def weight_bytes(parameter_bytes: int, parameters: int, tensor: int, weights: str, fp8_bytes: int = 0,
@@ -112,18 +114,18 @@ def windowed(kv_token_bytes: int, windows: list[int], attention_layers: int, blo
 
 
 def plan(memory_bytes: int, weights: int, kv_token: int, activations: int, context: int, engine,
-         cuda_graphs: bool, state: int = 0) -> ServingMemory:
+         cuda_graphs: bool, state: int = 0, draft_weights: int = 0) -> ServingMemory:
     """The KV cache a rank of ``memory_bytes`` gets (module docstring); ``state``: a running sequence's
-    linear-attention bytes."""
+    linear-attention bytes; ``draft_weights``: a separate draft model's weights on the rank."""
     non_torch = context + (CUDA_GRAPH_BYTES if cuda_graphs else 0)
     if engine.gpu_memory_utilization is not None:
         budget = int(engine.gpu_memory_utilization * memory_bytes)
     else:
         budget = int(memory_bytes)
-    free = budget - weights - activations - non_torch
+    free = budget - weights - draft_weights - activations - non_torch
     tokens = max(0, free // kv_token) if kv_token > 0 else 0
     tokens -= tokens % max(engine.block_size, 1)
     block = max(engine.block_size, 1) * kv_token
     state_blocks = -(-state // block) if state and block > 0 else 0
     return ServingMemory(weights, kv_token, activations, non_torch, budget, tokens * kv_token, int(tokens),
-                         engine.block_size, state, state_blocks)
+                         engine.block_size, state, state_blocks, draft_weights)

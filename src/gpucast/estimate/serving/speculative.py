@@ -12,18 +12,23 @@ input, not a prediction. Per decode step of ``n`` sequences:
 * **drafting**, ``k`` sequential draft steps of ``n`` tokens each: ``eagle3`` (EAGLE-3's one-layer draft
   head; Li et al. 2025) and ``mtp`` (DeepSeek-V3's multi-token-prediction modules, a decoder layer each)
   cost one decoder layer with the embedding and the output head at ``n`` tokens and a decode's attention
-  over one layer (:meth:`gpucast.estimate.serving.iteration.IterationModel.draft_step`); ``ngram``
-  (prompt lookup) drafts on the host, no GPU time;
+  over one layer; ``ngram`` (prompt lookup) drafts on the host, no GPU time; ``draft`` (a separate draft
+  model, ``serve.draft_model``: vLLM's ``draft_model`` method, SGLang's ``STANDALONE``, TensorRT-LLM's
+  draft-target decoding) runs the whole drafter ``k`` times over the ``n`` sequences at the target's tensor
+  degree (:func:`drafter_job`), its first pass also over the step's prefill chunk, since the drafter keeps a
+  cache of the prompt of its own; its weights and K/V take their share of the memory
+  (:mod:`gpucast.estimate.serving.deploy`);
 * **tokens**: each decoding sequence advances ``a`` tokens a step on average (``tokens_this_step``: the
   whole tokens of ``a`` spread evenly over its steps), its cache growing by as many; the scheduler's
   token budget counts ``k + 1`` per decode (vLLM's ``num_spec_tokens`` lookahead).
 
-Not modelled: a separate draft model (``draft_model``: its own config), tree drafts (EAGLE's dynamic
-trees), acceptance that varies with the batch or the position, the rejected drafts' KV slots.
+Not modelled: tree drafts (EAGLE's dynamic trees), acceptance that varies with the batch or the position,
+the rejected drafts' KV slots, a drafter at a tensor degree of its own.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 
@@ -32,6 +37,7 @@ class Speculation:
     method: str
     tokens: int          # k draft tokens a step
     acceptance: float    # a: mean tokens a step emits (accepted drafts + 1)
+    draft: str | None = None   # ``draft``: the drafter's Hugging Face config (canonical JSON)
 
     @property
     def drafts_on_gpu(self) -> bool:
@@ -42,7 +48,16 @@ def of(serve) -> Speculation | None:
     """The job's speculation, or None."""
     if serve is None or serve.spec_method is None:
         return None
-    return Speculation(serve.spec_method, serve.spec_tokens or 1, float(serve.spec_acceptance))
+    return Speculation(serve.spec_method, serve.spec_tokens or 1, float(serve.spec_acceptance), serve.draft_model)
+
+
+def drafter_job(job, spec: Speculation | None):
+    """The drafter of ``job`` as a job of its own (the traces' view: one sequence, inference, the target's
+    precision), or None when the job drafts with no separate model."""
+    if spec is None or spec.draft is None:
+        return None
+    return job.with_(model=f"hf:{json.loads(spec.draft)['model_type']}", hf_config=spec.draft, batch_size=1,
+                     mode="infer", serve=None, parallel=None, gpus=1, optimizer="none")
 
 
 def tokens_this_step(acceptance: float, step: int) -> int:
@@ -51,12 +66,19 @@ def tokens_this_step(acceptance: float, step: int) -> int:
     return max(1, int((step + 1) * acceptance) - int(step * acceptance))
 
 
-def draft_seconds(model, spec: Speculation, ndec: int, dctx: float) -> float:
+def draft_seconds(model, spec: Speculation, ndec: int, dctx: float, ptok: int = 0, pctx: float = 0.0,
+                  npre: int = 1) -> float:
     """GPU seconds of one step's ``k`` draft passes over ``ndec`` sequences at mean context ``dctx``
-    (module docstring), from ``model`` (an :class:`gpucast.estimate.serving.iteration.IterationModel`):
+    (module docstring), from ``model`` (an :class:`gpucast.estimate.serving.iteration.IterationModel`); a
+    draft model's (``model.drafter``, its own iteration model) with the step's prefill chunk (``ptok`` tokens
+    of ``npre`` sequences over ``pctx`` cached) in its first pass. Else
     one decoder layer with the embedding and the head, traced cut to one layer where the model's layers
     are alike; else the whole model's dense part scaled by a layer's and the head's share of its
     parameters. Memoised on the model's token grid."""
+    if spec.draft is not None:
+        drafter = model.drafter
+        first = drafter.cost(ndec + ptok, ndec, dctx, ptok, pctx, npre)[1] if ndec + ptok else 0.0
+        return first + ((spec.tokens - 1) * drafter.cost(ndec, ndec, dctx, 0, 0.0)[1] if ndec else 0.0)
     if not spec.drafts_on_gpu or ndec <= 0:
         return 0.0
     shape = model.shape
