@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpucast.cli import app
-from gpucast.cli_data import compare_rows, summarize
+from gpucast.cli.data import compare_rows, summarize
 from gpucast.job import Job
 from gpucast.profile.dataset import Dataset, config_id
 from gpucast.profile.nvml import GpuUnavailable, open_backend

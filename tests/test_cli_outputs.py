@@ -35,7 +35,7 @@ def _rows(path: Path, n: int) -> Path:
 # command -> (arguments of a short good run (tmp -> list), its output flags, the work it must not start)
 COMMANDS = {
     "simulate": (lambda tmp: ["simulate", "--limit", "5", "--gpus", "16", "--policies", "slot"],
-                 ("--json", "--report"), [("gpucast.cli_sim", "run_policies"), ("gpucast.cli_sim", "_load_trace")]),
+                 ("--json", "--report"), [("gpucast.cli.sim", "run_policies"), ("gpucast.cli.sim", "_load_trace")]),
     "advise": (lambda tmp: ["advise", "resnet18-cifar", "-b", "64", "--gpu", "t4", "--counts", "1",
                             "--precisions", "fp32"],
                ("--report",), [("gpucast.advisor", "advise")]),
@@ -134,7 +134,7 @@ def test_simulate_into_proc_is_one_line_in_a_real_process():
     (["profile", "run", "mlp-small", "--save"], "--save"),
 ])
 def test_an_output_directory_that_cannot_be_written_is_refused_before_measuring(tmp_path, monkeypatch, args, flag):
-    import gpucast.cli_data as cd
+    import gpucast.cli.data as cd
 
     def no_gpu_check(*a, **k):
         raise AssertionError("the GPU was looked for although the output directory cannot be written")

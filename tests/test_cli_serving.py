@@ -66,6 +66,9 @@ def test_the_table_prints_the_serving_row(runs):
     r = runs["table"]
     assert r.rc == 0, str(r)
     assert "serving" in r.stdout and "poisson" in r.stdout and "TTFT" in r.stdout
+    # the serving answer stands first; the GPU figures below it say they are one decode iteration's
+    assert r.stdout.index("TTFT") < r.stdout.index("decode iteration ms")
+    assert "step ms" not in r.stdout
 
 
 def test_advise_serve_sizes_the_deployment(runs):

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpucast.cli import app
-from gpucast.cli_sim import parse_policies
+from gpucast.cli.sim import parse_policies
 
 REQUIRED = ("policy", "gpu_util_busy_pct", "gpu_util_pct", "makespan_s", "jct_mean_s", "jct_p99_s", "queue_delay_mean_s", "oom_failures")
 

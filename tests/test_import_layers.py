@@ -227,7 +227,7 @@ def test_the_layer_table_is_read_from_the_page():
     assert len(table) >= 8 and names[0].startswith("1.") and "leaves" in names[0], names
     assert all(pats for _, pats in table), table
     assert layer_of("gpucast.zoo.base", table)[0] < layer_of("gpucast.zoo", table)[0]  # most specific wins
-    assert layer_of("gpucast.cli_sim", table) == layer_of("gpucast.cli", table)         # cli* glob
+    assert layer_of("gpucast.cli.sim", table) == layer_of("gpucast.cli", table)         # a package whole
     assert layer_of("gpucast", table)[0] == len(table) - 1                              # the front door
     assert layer_of("gpucast.api", table)[0] < layer_of("gpucast.learn.rows", table)[0]
 

@@ -16,7 +16,7 @@ from gpucast.advisor.pack import MAX_JOBS, PackError, pack
 from gpucast.advisor.sharing import timeline
 from gpucast.api import predict
 from gpucast.cli import app
-from gpucast.cli_pack import parse_job
+from gpucast.cli.pack import parse_job
 from gpucast.cluster import timeshare
 from gpucast.cluster.timeshare import mps
 from gpucast.hardware import get_gpu

@@ -12,7 +12,7 @@
 * ``gpucast learn evaluate ROWS... [--quantity util_pct|memory_mib|step_time_s] [--json]``: every
   method of :mod:`gpucast.learn.evaluate` under the same group-held-out split, one table.
 
-A thin shell like ``cli.py``, which calls ``register(app, cli_module)`` at its end. The output
+A thin shell like :mod:`.app`, which calls ``register(app, common)``. The output
 file is reserved before anything is fitted (:func:`gpucast.fileio.reserve_output`: an unwritable
 one is one ``error:`` line, exit 2; a write failure after the fit is one ``error:`` line too); a
 malformed row prints one ``error:`` line naming the file, row and column and exits 2; nothing is

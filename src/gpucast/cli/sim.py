@@ -16,9 +16,9 @@
   ``error-scale``, ``gpus``, ``policy``), each (point, policy) run in parallel on ``N`` local
   processes (default: the cores here) or on a Ray cluster, with a progress bar over the runs;
   one table, one row per run in the axes' order, identical to a sequential sweep's
-  (:mod:`gpucast.cli_sim_sweep`).
+  (:mod:`gpucast.cli.sim_sweep`).
 
-A thin shell like ``cli.py``: ``cli.py`` calls ``register(app, cli_module)`` at its end. Every
+A thin shell: :mod:`.app` calls ``register(app, common)``. Every
 input is checked before anything runs: an unknown policy, trace or GPU type, a count below 1, an
 output path that cannot be written (the output files are reserved with
 :func:`gpucast.fileio.reserve_output` before the run starts), a multi-GPU gang with a parallel plan
@@ -36,9 +36,9 @@ from typing import List, Optional
 
 import typer
 
-from gpucast.cli_sim_checks import (check_base, check_dynamic, check_gangs, engine_params,  # noqa: F401
+from gpucast.cli.sim_checks import (check_base, check_dynamic, check_gangs, engine_params,  # noqa: F401
                                     parse_policies)
-from gpucast.cli_sim_sweep import run_sweep
+from gpucast.cli.sim_sweep import run_sweep
 from gpucast.fileio import discard, reserve_outputs
 
 BASELINE = "slot"

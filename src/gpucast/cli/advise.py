@@ -8,8 +8,7 @@ the batch every plan keeps, ``--max-plans`` bounds it, and the table shows each 
 tensor/pipeline/data (and context/expert/virtual) degrees, sharding, recompute, micro-batch x
 accumulation, exposed communication by kind and the bubble, tokens/s per GPU, MFU and memory.
 
-A thin shell over :func:`gpucast.advisor.advise` like ``cli.py`` (which calls ``register(app,
-cli_module)`` at its end): the job is given as to ``predict``; the search, the prices, the
+A thin shell over :func:`gpucast.advisor.advise` like :mod:`.app` (which calls ``register(app, common)``): the job is given as to ``predict``; the search, the prices, the
 constraints and the output are flags. Prints the Pareto front (``--all``: every option) with the
 recommendation, ``--json`` for tools, ``--report FILE.html`` for a plot of the front. Bad input
 (a duration, a list, a price file, an unknown GPU, an impossible request) is one ``error:`` line
@@ -320,7 +319,7 @@ def register(app: typer.Typer, cli) -> None:
         try:
             kw = cli._run(setup)
             if serve or kw["job"].mode == "serve":
-                from gpucast.cli_advise_serving import advise_serving_cmd
+                from gpucast.cli.advise_serving import advise_serving_cmd
 
                 advise_serving_cmd(cli, kw, parse_list(tensors, "--tensors"), parse_list(engines, "--engines", str),
                                    ttft, tpot, prices, provider, as_json, replicas,

@@ -9,8 +9,8 @@
 * ``gpucast data compare [PATH]``: each measured ``ok`` solo row against ``gpucast.predict`` on
   the row's GPU.
 
-A thin shell like ``cli.py``, whose helpers and options it uses: ``cli.py`` calls
-``register(app, cli_module)`` at its end (the module is passed in, so nothing here imports
+A thin shell like :mod:`.app`, whose helpers and options it uses: :mod:`.app` calls
+``register(app, common)`` (the module is passed in, so nothing here imports
 ``gpucast.cli`` and ``python -m gpucast.cli`` registers on the app it runs). No GPU, a missing
 path, bad input, an output directory (``--out``, ``--save``) in which no file can be created
 (checked before any measurement, :func:`gpucast.fileio.check_output_dir`): one ``error:`` line,

@@ -4,7 +4,7 @@ Times PyTorch's dispatcher and a few data-loader primitives on this CPU
 (:mod:`gpucast.probe.host`) and writes an environment file for nodes like this one: its
 ``host_time_factor`` (this CPU's speed relative to the reference core) and loader constants.
 ``gpucast predict/explain/simulate --env host.yaml`` read it like a calibrated environment. A thin
-shell like ``cli.py``, which calls ``register(app, cli_module)`` at its end; the output file is
+shell like :mod:`.app`, which calls ``register(app, common)``; the output file is
 reserved before anything is measured (:func:`gpucast.fileio.reserve_output`: an unwritable one is
 one ``error:`` line, exit 2) and written atomically; a write failure then is one ``error:`` line.
 """

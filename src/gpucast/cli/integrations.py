@@ -17,7 +17,7 @@
   stderr and the local prediction, or with ``--no-fallback`` an ``error:`` line, exit 2.
   ``module:`` jobs never go to the service.
 
-A thin shell like ``cli.py``: ``cli.py`` calls ``register(app, cli_module)`` at its end. A
+A thin shell: :mod:`.app` calls ``register(app, common)``. A
 missing or bad file, an unknown GPU, a service URL that is not http(s): one ``error:`` line,
 exit 2.
 """

@@ -1,4 +1,6 @@
-"""The CLI's table of an LLM deployment's serving prediction (``gpucast predict --mode serve``)."""
+"""The CLI's tables of an LLM deployment's prediction (``gpucast predict --mode serve``): the serving answer
+(latencies, throughput, KV capacity), then what the run does with each GPU (its busy share, memory, and one
+decode iteration at the run's mean batch, which is what a served model's ``step_time_s`` is)."""
 
 from __future__ import annotations
 
@@ -32,4 +34,18 @@ def serving_table(preds) -> Table:
                   f"{_tok(s['output_tokens_per_s'])} ({_tok(s.get('output_tokens_per_s_per_gpu'))}, "
                   f"{_tok(s.get('output_tokens_per_s_per_user'))})",
                   f"{s['kv_cache_tokens']:,}", str(s["max_batch"]), str(s["preemptions"]))
+    return t
+
+
+def iteration_table(preds) -> Table:
+    """One row per GPU: the share of the run a GPU was busy, the memory it holds, whether the deployment fits,
+    and one decode iteration at the run's mean batch (its time and bottleneck)."""
+    t = Table(title="the run on each GPU (one decode iteration at the run's mean batch)")
+    for col in ("model", "precision", "gpu", "GPU busy %", "mean batch", "decode iteration ms", "memory GiB", "fits",
+                "iteration bottleneck"):
+        t.add_column(col, justify="left" if col in ("model", "precision", "gpu", "iteration bottleneck") else "right")
+    for p in preds:
+        t.add_row(p.job["model"], p.job["precision"], p.gpu, f"{p.gpu_util_pct:.1f}", f"{p.serving['mean_batch']:g}",
+                  f"{p.step_time_s * 1e3:.2f}", f"{p.memory_peak_bytes / 2**30:.2f}",
+                  "yes" if p.fits_in_memory else "[red]no[/]", p.bottleneck)
     return t

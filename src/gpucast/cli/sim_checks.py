@@ -1,7 +1,7 @@
 """The checks ``gpucast simulate`` runs before any work, one run or a sweep alike (each a ValueError of
 one line): the policy list, the options both share, the re-partitioning options, the planned gangs the
 cluster's nodes could never hold; and the re-partitioning options as the engine's parameters. Used by
-:mod:`gpucast.cli_sim` and :mod:`gpucast.cli_sim_sweep`.
+:mod:`gpucast.cli.sim` and :mod:`gpucast.cli.sim_sweep`.
 """
 
 from __future__ import annotations

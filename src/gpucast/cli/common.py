@@ -1,14 +1,13 @@
-"""The `gpucast` command line: a thin shell over the Python API (Typer + rich).
+"""What every command of the `gpucast` command line shares: the consoles, the one-line error, the job built
+from the flags and a job file, the run that turns an exception into that error, the environment and constants
+files, the options several commands take, and the prediction table.
 
-Commands: ``predict``, ``explain``, ``zoo``, ``gpus``, ``demo`` (the default job of ``make run``);
-``advise`` (cost-benefit advice) is in ``cli_advise.py``;
-``profile`` and ``data`` (real measurements) are in ``cli_data.py``.
-Bad input prints one ``error:`` line and exits with 2; nothing is written.
+A bad input prints one ``error:`` line and exits with 2; nothing is written. No command lives here.
 """
 
 from __future__ import annotations
 
-import json
+import json  # noqa: F401  (the commands' modules print JSON through their own imports)
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -18,17 +17,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gpucast import cli_plan
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Predict a deep-learning job's GPU utilization, peak memory and step time from its graph.")
 # Tables need room: when output is not a terminal (pipes, CI logs) use 160 columns, not 80.
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
-
-DEMO_JOBS = (("resnet50", 64, "amp-fp16"), ("resnet18-cifar", 32, "fp32"), ("bert-base", 32, "amp-fp16"),
-             ("gpt2", 8, "amp-fp16"), ("lstm-lm-medium", 20, "fp32"))
-DEMO_GPUS = ("t4", "a100-80gb")
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -232,64 +223,6 @@ _NO_CACHE = typer.Option(False, "--no-cache", help="Predict afresh: neither read
                                                   "predictions (see GPUCAST_CACHE_DIR, GPUCAST_NO_CACHE).")
 
 
-@app.command()
-def predict(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_size: Optional[int] = _BS,
-            seq_len: Optional[int] = _SEQ, input_shape: Optional[str] = _SHAPE, precision: Optional[str] = _PREC,
-            mode: Optional[str] = _MODE, optimizer: Optional[str] = _OPT,
-            input_pipeline_ms: Optional[float] = _PIPE, gpus: Optional[int] = _NGPU,
-            gpu: List[str] = _GPU, as_json: bool = _JSON, constants: Optional[Path] = _CFG,
-            hf_config: Optional[str] = _HF, module: Optional[str] = _MOD, input_fn: Optional[str] = _INFN,
-            loss: Optional[str] = _LOSS, input_dtype: Optional[str] = _INDT, data: Optional[str] = _DATA,
-            set_: Optional[List[str]] = _SET, window: Optional[float] = _WINDOW,
-            env_file: Optional[Path] = _ENV, learned: Optional[Path] = _LEARNED,
-            dataset: Optional[str] = _DATASET, collate: Optional[str] = _COLLATE,
-            environment: Optional[str] = _RLENV, no_cache: bool = _NO_CACHE) -> None:
-    """Predict GPU utilization, peak memory and step time of a job on one or more GPUs.
-
-    A job asked about before is answered from an on-disk cache, without importing torch (see
-    --no-cache); --module jobs and jobs naming their own dataset or environment never are."""
-    from gpucast import disk_cache
-    from gpucast.hardware import get_gpu
-
-    def go():
-        j = _build_job(model, job, batch_size, seq_len, input_shape, precision, mode, optimizer,
-                       input_pipeline_ms, gpus, hf_config, module, input_fn, loss, input_dtype)
-        j = _with_surroundings(j, data, set_, dataset, collate, environment)
-        cfg, env = _config(constants, env_file)
-        hybrid = None
-        if learned is not None:
-            from gpucast.learn.artifacts import load_model
-
-            hybrid = load_model(learned)
-        specs = [get_gpu(g) for g in gpu]  # every --gpu checked before the (slow) capture
-
-        def compute(spec):
-            from gpucast.api import predict as api_predict  # the estimator and, for a capture, torch
-
-            return api_predict(j, spec, cfg, env, window, hybrid)
-
-        return disk_cache.predictions(j, specs, compute, env, window, [p for p in (constants, learned) if p],
-                                      enabled=not no_cache)
-
-    preds = _run(go)
-    if as_json:
-        out = [p.to_dict() for p in preds]
-        print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
-        return
-    console.print(_prediction_table(preds))
-    console.print(f"model: {preds[0].model_version}; intervals: {preds[0].interval_basis}", highlight=False)
-    for p in preds:
-        if p.plan:
-            console.print(f"plan ({p.gpu}): {cli_plan.plan_line(p.plan)}", highlight=False)
-    if any(p.serving for p in preds):
-        from gpucast.cli_serving import serving_table
-
-        console.print(serving_table([p for p in preds if p.serving]))
-    for p in preds:
-        for note in p.notes:
-            console.print(f"[yellow]note[/] ({p.gpu}): {note}", highlight=False)
-
-
 def _prediction_table(preds, title: str = "gpucast prediction") -> Table:
     t = Table(title=title)
     for col in ("model", "batch", "precision", "gpu", "util %", "util range", "step ms", "step range",
@@ -303,143 +236,3 @@ def _prediction_table(preds, title: str = "gpucast prediction") -> Table:
                   _gib(p.memory_peak_bytes), "yes" if p.fits_in_memory else "[red]no[/]", p.bottleneck)
     return t
 
-
-@app.command()
-def explain(model: Optional[str] = _MODEL, job: Optional[Path] = _JOB, batch_size: Optional[int] = _BS,
-            seq_len: Optional[int] = _SEQ, input_shape: Optional[str] = _SHAPE, precision: Optional[str] = _PREC,
-            mode: Optional[str] = _MODE, optimizer: Optional[str] = _OPT,
-            input_pipeline_ms: Optional[float] = _PIPE, gpus: Optional[int] = _NGPU,
-            gpu: str = typer.Option("a100-80gb", "--gpu", "-g", help="GPU name or spec file."),
-            as_json: bool = _JSON, constants: Optional[Path] = _CFG,
-            top: int = typer.Option(12, "--top", min=1, help="Rows of the time breakdown to show."),
-            hf_config: Optional[str] = _HF, module: Optional[str] = _MOD, input_fn: Optional[str] = _INFN,
-            loss: Optional[str] = _LOSS, input_dtype: Optional[str] = _INDT, data: Optional[str] = _DATA,
-            set_: Optional[List[str]] = _SET, window: Optional[float] = _WINDOW,
-            env_file: Optional[Path] = _ENV, dataset: Optional[str] = _DATASET, collate: Optional[str] = _COLLATE,
-            environment: Optional[str] = _RLENV) -> None:
-    """Where the time and the memory go: breakdown by phase and op category, and uncosted ops."""
-    from gpucast.api import explain as api_explain
-
-    def go():
-        j = _build_job(model, job, batch_size, seq_len, input_shape, precision, mode, optimizer,
-                       input_pipeline_ms, gpus, hf_config, module, input_fn, loss, input_dtype)
-        j = _with_surroundings(j, data, set_, dataset, collate, environment)
-        return api_explain(j, gpu, *_config(constants, env_file), window)
-
-    ex = _run(go)
-    p = ex.prediction
-    rows = ex.by_phase_and_category()
-    memory = ex.estimate.memory.breakdown
-    if as_json:
-        print(json.dumps({"prediction": p.to_dict(), "time_breakdown": rows, "memory_breakdown": memory,
-                          "peak_phase": ex.trace.memory.peak_phase, "uncosted_ops": p.uncosted_ops}, indent=2))
-        return
-    console.print(_prediction_table([p]))
-    console.print(f"bottleneck: [bold]{p.bottleneck}[/] — {p.bottleneck_reason}", highlight=False)
-    sur = p.surroundings
-    d, lp = sur["data"], sur["loop"]
-    console.print(f"fed by: {d['source']} ({d['num_workers']} workers, pin_memory {d['pin_memory']}, non_blocking "
-                  f"{d['non_blocking']}); loader {p.loader_time_s * 1e3:.2f} ms of host time per step; loop: "
-                  f"{lp['item_calls']} .item() per step, progress bar {lp['progress_bar']}, log every "
-                  f"{lp['log_every'] or '-'} steps, cudnn.benchmark {lp['cudnn_benchmark']}; stack: "
-                  + ", ".join(f"{k} {v}" for k, v in sur["stack"].items()) + f"; utilization: {p.util_basis}",
-                  highlight=False)
-    console.print(f"GPU use: kernels hold the GPU {p.gpu_held_pct:.1f}% of the time (what a co-located job "
-                  f"competes for); NVML reports {p.gpu_util_pct:.1f}% (idle gaps shorter than its counter's tick "
-                  f"read busy; {p.gpu_idle_gaps} idle gaps per step)", highlight=False)
-    console.print(f"host issues ops for {p.host_time_s * 1e3:.2f} ms; GPU busy {p.gpu_busy_s * 1e3:.2f} ms of "
-                  f"{p.step_time_s * 1e3:.2f} ms; {p.ops} ops, {p.kernels} kernels, {p.flops / 1e9:.1f} GFLOP, "
-                  f"{p.bytes / 1e9:.2f} GB moved", highlight=False)
-    busy = sum(r["gpu_time_s"] for r in rows) or 1.0
-    t = Table(title="GPU time by phase and op category" + (" (one micro-batch of one replica, before the plan "
-                                                           "splits it)" if p.plan else ""))
-    for col in ("phase", "category", "ops", "kernels", "GFLOP", "GB", "GPU ms", "share"):
-        t.add_column(col, justify="left" if col in ("phase", "category") else "right")
-    for r in rows[:top]:
-        t.add_row(r["phase"], r["category"], str(r["ops"]), str(r["kernels"]), f"{r['flops'] / 1e9:.1f}",
-                  f"{r['bytes'] / 1e9:.2f}", f"{r['gpu_time_s'] * 1e3:.2f}", f"{r['gpu_time_s'] / busy:.0%}")
-    console.print(t)
-    m = Table(title=f"Memory of the busiest GPU (pipeline stage {p.plan['busiest_memory_stage']})" if p.plan else
-              f"Memory at the peak (during {ex.trace.memory.peak_phase})")
-    m.add_column("what")
-    m.add_column("GiB", justify="right")
-    for k, v in memory.items():
-        if v:
-            m.add_row(k.replace("_", " "), _gib(v))
-    m.add_row("[bold]total[/]", f"[bold]{_gib(p.memory_peak_bytes)}[/]")
-    console.print(m)
-    if p.plan:
-        cli_plan.print_plan(console, p, _gib)
-    cov = f"op coverage {p.op_coverage:.1%} of ops, {p.time_coverage:.1%} of GPU time"
-    if p.uncosted_ops:
-        listed = ", ".join(f"{k} x{v}" for k, v in sorted(p.uncosted_ops.items(), key=lambda kv: -kv[1]))
-        console.print(f"{cov}; uncosted ops (default cost applied): {listed}", highlight=False)
-    else:
-        console.print(f"{cov}; every op had a cost rule", highlight=False)
-    for note in p.notes:
-        console.print(f"[yellow]note:[/] {note}", highlight=False)
-
-
-# `gpucast zoo`, `gpucast gpus` and `gpucast demo` (what gpucast knows of, and the embedded default job).
-from gpucast.cli_catalog import register as _register_catalog_commands  # noqa: E402
-
-_register_catalog_commands(app, sys.modules[__name__])
-
-
-# `gpucast profile` and `gpucast data` (real measurements) live in cli_data.py, built on the helpers above.
-from gpucast.cli_data import register as _register_measurement_commands  # noqa: E402
-
-_register_measurement_commands(app, sys.modules[__name__])
-from gpucast.cli_sim import register as _register_sim_commands  # noqa: E402
-_register_sim_commands(app, sys.modules[__name__])
-from gpucast.cli_serve import register as _register_serve_command  # noqa: E402
-_register_serve_command(app, sys.modules[__name__])
-from gpucast.cli_integrations import register as _register_integration_commands  # noqa: E402
-_register_integration_commands(app, sys.modules[__name__])
-from gpucast.cli_learn import register as _register_learn_commands  # noqa: E402
-_register_learn_commands(app, sys.modules[__name__])
-from gpucast.cli_probe import register as _register_probe_commands  # noqa: E402
-
-_register_probe_commands(app, sys.modules[__name__])
-from gpucast.cli_advise import register as _register_advise_commands  # noqa: E402
-
-_register_advise_commands(app, sys.modules[__name__])
-from gpucast.cli_pack import register as _register_pack_command  # noqa: E402
-
-_register_pack_command(app, sys.modules[__name__])
-
-
-def _click_exceptions():
-    """The click exception module typer raises from (typer >= 0.2x vendors click as typer._click)."""
-    return sys.modules[typer.BadParameter.__module__]
-
-
-def main() -> None:
-    exceptions = _click_exceptions()
-    try:
-        rv = app(standalone_mode=False)
-        sys.stdout.flush()  # surface a closed pipe here, not at interpreter exit
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except exceptions.ClickException as exc:
-        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `gpucast`: typer already printed the help
-            sys.exit(exc.exit_code)
-        # A usage error (bad option value, unknown option or command): one line like our own
-        # errors instead of typer's multi-line box. Usage errors exit 2.
-        msg = " ".join(exc.format_message().split())
-        ctx = getattr(exc, "ctx", None)
-        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-        err.print(f"[bold red]error:[/] {escape(msg + hint)}", highlight=False, soft_wrap=True)
-        sys.exit(exc.exit_code)
-    except getattr(exceptions, "Abort", ()):  # not every vendored click has it
-        sys.exit(1)
-    except BrokenPipeError:  # `gpucast zoo --json | head`: the reader left; not an error of ours
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
-    sys.exit(rv if isinstance(rv, int) else 0)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,6 @@
 """``gpucast pack JOB JOB ... --gpu GPU``: several one-GPU jobs on one GPU, in every sharing mode.
 
-A thin shell over :func:`gpucast.advisor.pack.pack` like ``cli.py`` (which calls ``register(app,
-cli_module)`` at its end). Each JOB is a zoo workload with an optional batch size and precision,
+A thin shell over :func:`gpucast.advisor.pack.pack` like :mod:`.app` (which calls ``register(app, common)``). Each JOB is a zoo workload with an optional batch size and precision,
 ``MODEL[:BATCH[:PRECISION]]`` (``resnet50:64``, ``bert-base:16:amp-bf16``), or a job file
 (``.yaml``/``.yml``/``.json``, as ``--job`` takes). Prints one row per arrangement (time-slicing,
 with HAMi core limits, MPS, MPS replicas, the best MIG layout) with each job's slowdown, the jobs'

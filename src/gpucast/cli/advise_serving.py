@@ -29,7 +29,7 @@ def _table(advice) -> Table:
 
 def advise_serving_cmd(cli, kw: dict, tensors: list | None, engines: list | None, ttft, tpot, prices, provider,
                        as_json: bool, replicas: int = 1, layouts: list | None = None) -> None:
-    """Search (``tensors``/``engines`` already parsed by cli_advise) and print the table or JSON."""
+    """Search (``tensors``/``engines`` already parsed by :mod:`.advise`) and print the table or JSON."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gpucast.advisor.serving import DEFAULT_TENSORS, advise_serving

@@ -13,6 +13,11 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
+# `make run`'s default: the embedded jobs `gpucast demo` predicts, and the GPUs it predicts them on.
+DEMO_JOBS = (("resnet50", 64, "amp-fp16"), ("resnet18-cifar", 32, "fp32"), ("bert-base", 32, "amp-fp16"),
+             ("gpt2", 8, "amp-fp16"), ("lstm-lm-medium", 20, "fp32"))
+DEMO_GPUS = ("t4", "a100-80gb")
+
 
 def _fed_by(w) -> str:
     d = w.data
@@ -147,10 +152,10 @@ def register(app: typer.Typer, cli) -> None:
         from gpucast.job import Job
 
         jobs = [Job(model=m, batch_size=b, precision=p, optimizer="adamw" if "bert" in m or "gpt" in m else "sgd")
-                for m, b, p in cli.DEMO_JOBS]
+                for m, b, p in DEMO_JOBS]
         preds = []
         for job in track(jobs, description="tracing and predicting", console=cli.err, transient=True):
-            preds.extend(api_predict(job, g) for g in cli.DEMO_GPUS)
+            preds.extend(api_predict(job, g) for g in DEMO_GPUS)
         if as_json:
             print(json.dumps([p.to_dict() for p in preds], indent=2))
             return

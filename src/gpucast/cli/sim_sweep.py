@@ -1,14 +1,14 @@
 """``gpucast simulate --sweep``: check every axis, value, trace, gang and output file before any run, then
 run the sweep (:mod:`gpucast.cluster.sweep`) on local processes or a Ray cluster with a progress bar,
-and print (and optionally write) its one table. Called by :mod:`gpucast.cli_sim`'s ``simulate``; the
-checks both run are :mod:`gpucast.cli_sim_checks`.
+and print (and optionally write) its one table. Called by :mod:`gpucast.cli.sim`'s ``simulate``; the
+checks both run are :mod:`gpucast.cli.sim_checks`.
 """
 
 from __future__ import annotations
 
 import json
 
-from gpucast.cli_sim_checks import check_base, check_dynamic, check_gangs, engine_params, parse_policies
+from gpucast.cli.sim_checks import check_base, check_dynamic, check_gangs, engine_params, parse_policies
 from gpucast.fileio import discard, reserve_outputs
 
 

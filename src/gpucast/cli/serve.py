@@ -4,7 +4,7 @@
 (:func:`gpucast.service.create_app`) with uvicorn until interrupted. ``--data-dir`` holds
 uploaded ONNX files (default ``$GPUCAST_DATA_DIR`` or ``~/.cache/gpucast/service``); ``--env`` a calibrated
 environment (``gpucast calibrate``) that every prediction uses. A thin
-shell like ``cli.py``, which calls ``register(app, cli_module)`` at its end; a port outside
+shell like :mod:`.app`, which calls ``register(app, common)``; a port outside
 1-65535 or a data directory that cannot be created prints one ``error:`` line and exits 2.
 """
 

@@ -1,0 +1,5 @@
+"""``python -m gpucast.cli``: the `gpucast` command."""
+
+from gpucast.cli.app import main
+
+main()
