@@ -21,6 +21,19 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "accuracy_gate.py"
 
 
+def test_the_floor_predicts_every_row_at_the_median_measurement():
+    meas = [1.0, 2.0, 3.0, 4.0, 100.0]
+    recs = [{"gpu": "h200", "time": (9.9, m), "util": (0, 10 * m if m < 50 else 90), "speed": (0.5, m / 100)}
+            for m in meas]
+    f = gate.figures(recs)
+    # at the median 3: |3/m - 1| = 2, 0.5, 0, 0.25, 0.97 -> median 0.5
+    assert f["time_floor"]["value"] == pytest.approx(50.0)
+    # utilizations 10, 20, 30, 40, 90 at the median 30: 20 + 10 + 0 + 10 + 60 over 5
+    assert f["util_floor"]["value"] == pytest.approx(20.0)
+    # the floor reads only the measurements: another prediction leaves it where it was
+    assert gate.figures([dict(r, time=(0.1, r["time"][1])) for r in recs])["time_floor"] == f["time_floor"]
+
+
 def test_figures_by_hand():
     recs = [{"gpu": "h200", "time": (1.1, 1.0), "util": (50, 60), "memory": (90, 100), "fits": True},
             {"gpu": "h200", "time": (0.5, 1.0), "util": (30, 20), "memory": (120, 100), "fits": False},

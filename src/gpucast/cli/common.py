@@ -7,7 +7,6 @@ A bad input prints one ``error:`` line and exits with 2; nothing is written. No 
 
 from __future__ import annotations
 
-import json  # noqa: F401  (the commands' modules print JSON through their own imports)
 import sys
 from pathlib import Path
 from typing import List, Optional

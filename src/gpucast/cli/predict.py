@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.table import Table
 
 from gpucast.cli import plan as cli_plan
 from gpucast.cli.common import (_BS, _CFG, _COLLATE, _DATA, _DATASET, _ENV, _GPU, _HF, _INDT, _INFN, _JOB, _JSON,

@@ -22,7 +22,12 @@ figure                    what                                                  
 ``memory_cover``          share of runs at or under the memory interval's upper end, %        lower
 ``no_fit``                share of runs that ran but are predicted not to fit, %              higher
 ``speed_mae``             mean absolute error of co-located speed                             higher
+``*_floor``               the same figure (time MdAPE, util MAE, memory MdAPE, speed MAE)     (a reference)
+                          with every row predicted at its cell's median measurement
 ========================  =================================================================  ==========
+
+The floors do not depend on gpucast: they move only when a set's rows do, and they are the naive
+baseline the README's headline table sets beside each figure.
 
 A cell *regresses* when it is worse than the baseline's by more than its figure's noise band
 (:data:`BANDS`). Predictions are deterministic, so a band covers what differs between machines
@@ -53,6 +58,10 @@ FIGURES: dict[str, tuple[float, str, str]] = {
     "no_fit": (0.0, "lower", "ran, predicted not to fit %"),
     "answered": (0.0, "higher", "answered %"),
     "speed_mae": (0.003, "lower", "co-located speed MAE"),
+    "time_floor": (0.5, "lower", "floor time MdAPE %"),
+    "util_floor": (0.3, "lower", "floor util MAE pts"),
+    "memory_floor": (0.5, "lower", "floor memory MdAPE %"),
+    "speed_floor": (0.003, "lower", "floor speed MAE"),
 }
 BANDS = {k: v[0] for k, v in FIGURES.items()}
 # Share figures (per cent of rows) also allow one row to flip: their band is max(band, 100 / rows).
@@ -78,12 +87,16 @@ def figures(records: list[dict]) -> dict[str, dict]:
     if t:
         out["time_mdape"] = {"value": 100 * statistics.median(abs(p / m - 1) for p, m in t), "n": len(t)}
         out["time_ratio"] = {"value": statistics.median(p / m for p, m in t), "n": len(t)}
+        out["time_floor"] = {"value": 100 * statistics.median(abs(p / m - 1) for p, m in _floor(t)), "n": len(t)}
     u = _pairs(records, "util")
     if u:
         out["util_mae"] = {"value": statistics.mean(abs(p - m) for p, m in u), "n": len(u)}
+        out["util_floor"] = {"value": statistics.mean(abs(p - m) for p, m in _floor(u)), "n": len(u)}
     mem = _pairs(records, "memory")
     if mem:
         out["memory_mdape"] = {"value": 100 * statistics.median(abs(p / m - 1) for p, m in mem), "n": len(mem)}
+        out["memory_floor"] = {"value": 100 * statistics.median(abs(p / m - 1) for p, m in _floor(mem)),
+                               "n": len(mem)}
         out["memory_under"] = {"value": 100 * sum(p < m for p, m in mem) / len(mem), "n": len(mem)}
         out["memory_ratio"] = {"value": statistics.median(p / m for p, m in mem), "n": len(mem)}
     cover = [(r["memory_hi"], r["memory"][1]) for r in records if r.get("memory_hi") and r.get("memory")]
@@ -98,7 +111,14 @@ def figures(records: list[dict]) -> dict[str, dict]:
     s = _pairs(records, "speed")
     if s:
         out["speed_mae"] = {"value": statistics.mean(abs(p - m) for p, m in s), "n": len(s)}
+        out["speed_floor"] = {"value": statistics.mean(abs(p - m) for p, m in _floor(s)), "n": len(s)}
     return out
+
+
+def _floor(pairs: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The pairs with every prediction replaced by the median measurement (the naive baseline)."""
+    mid = statistics.median(m for _, m in pairs)
+    return [(mid, m) for _, m in pairs]
 
 
 def cells(set_name: str, records: list[dict], groups: bool = True) -> dict[str, dict]:
