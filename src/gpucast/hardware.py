@@ -56,6 +56,9 @@ User spec files: the fields of :class:`GpuSpec`, one GPU per file (``.yaml``, ``
 ``memory_gib``; L2 as ``l2_bytes`` or ``l2_mib``. Optional fields and their defaults are in
 :data:`DEFAULTS`; everything else is required. Unknown fields are rejected by name, and each
 bad value raises one ``ValueError`` line naming the file, the field and the problem.
+
+One module of this size because the catalog, a spec file's reading and its checks are the one definition of a
+GPU (the fields are :mod:`gpucast.hardware_fields`).
 """
 
 from __future__ import annotations

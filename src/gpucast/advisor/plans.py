@@ -63,6 +63,8 @@ goes on.
 At one count of one GPU type every plan costs the same per hour, so its cost per epoch is
 proportional to its time per epoch: only the fastest fitting plan of each count can be on the
 Pareto front; the others are listed (``--all``, JSON) for comparison.
+
+One module of this size because the plan grid, its pruning and an option per plan are one search.
 """
 
 from __future__ import annotations

@@ -102,6 +102,9 @@ The out-of-memory check belongs to a placement: it carries the job's placement n
 (``seq``), not its rate version, so re-rates of the job before the check (another job arriving
 on or leaving its GPU) do not cancel it. (Until the fix, it carried the version and any re-rate
 cancelled it, so some overcommitted GPUs never failed.)
+
+One module of this size because the event loop and its handlers share the heap and the cluster's state (re-
+rating is :mod:`gpucast.cluster.rates`).
 """
 
 from __future__ import annotations

@@ -86,6 +86,9 @@ is told to take (``serve.gpu_memory_utilization`` of the GPU: vLLM's default 0.9
 itself; a smaller share lets it sit beside other jobs).
 
 Bad YAML raises :class:`MixError`: one line naming the file and the field.
+
+One module of this size because a mix's file, its draw and the fit of the draw to the target distribution are
+one pipeline over the same draw.
 """
 
 from __future__ import annotations

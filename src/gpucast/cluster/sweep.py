@@ -37,6 +37,9 @@ sweeps' rows can be compared for equality.
 Not modelled: retries of a failed run (a run that raises fails the sweep), Ray's fault tolerance,
 runs larger than one worker's memory, balancing by each run's cost beyond starting the heaviest
 loads first (:func:`_largest_first`).
+
+One module of this size because the grid, its runners (local processes, Ray) and the collection of one sweep
+share its configuration (the tables are :mod:`gpucast.cluster.sweep_tables`).
 """
 
 from __future__ import annotations

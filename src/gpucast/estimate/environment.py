@@ -24,6 +24,9 @@ interval half-widths. Fittable parameters are named by field, per-GPU ones
 Nothing here is a measurement of ours but the three Hopper memory fields whose source says they
 were fitted on our H200 runs (``cuda_context_lazy_hopper_bytes``, ``cublas_handle_bytes``,
 ``cudnn_handle_bytes``: :mod:`gpucast.estimate.memory_context`).
+
+One module of this size because the Environment's fields, each with its unit and source, are one table (files
+are :mod:`gpucast.estimate.environment_file`).
 """
 
 from __future__ import annotations

@@ -36,6 +36,9 @@ which synchronises host and GPU. ``tf32`` changes no op (it changes GEMM speed, 
 Every op is recorded; ops without a cost rule are marked ``costed=False`` with a default
 cost (``gpucast.graph.rules``). Ops whose tensors all live on the host (the optimizer's
 step counters) launch no GPU kernel.
+
+One module of this size because capture is one pass: the model built on the meta device, one step run under
+one dispatch mode, whose state every part reads.
 """
 
 from __future__ import annotations

@@ -51,6 +51,9 @@ cached in this process by (resolved path, mtime, size, function names, batch siz
 
 This runs the user's code with the user's rights: only the CLI and the Python API call it, never
 the service (which refuses such jobs).
+
+One module of this size because loading the user's code, timing it and caching the result are one
+measurement.
 """
 
 from __future__ import annotations

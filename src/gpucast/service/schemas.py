@@ -5,6 +5,9 @@ alias, the name of the field in :class:`gpucast.job.Job`) or ``hf_config`` (a Hu
 config.json's content; ``{"model_type": "bert"}`` is that architecture's defaults). ONNX files
 come through the multipart upload ``POST /v1/predict/onnx``. Values are checked by
 :class:`gpucast.job.Job` (422 with its message), so bounds are stated once, there.
+
+One module of this size because it is the service's whole schema, a pydantic model per body, read together as
+one OpenAPI document.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ oracle or it profiled the job. Besides its observations a waiting job carries ``
 and ``limit_s`` (its time limit as a user would request it: see ``slot``, the one policy that
 reads it), and the engine sets :attr:`Policy.now` (the simulated time) before each scheduling
 pass, so hooks and :meth:`Policy.order` may read the time.
+
+One module of this size because it is one contract: the queue order, the placement rule and gang placement
+that every policy file overrides.
 """
 
 from __future__ import annotations

@@ -47,6 +47,10 @@ periods, each cost taken as ``f(P) + (L / P - 1) (f(2P) - f(P))`` (:mod:`.layers
 traces ~40x faster,
 the costs within 0.5 % of the whole model's (the fused small kernels meet their floor a little
 differently). ``hf`` is traced whole (its eager wall time is the estimator's, not a sum).
+
+One module of this size because :class:`IterationModel` is one memoised cost function whose dense, attention
+and collective terms share its grids and caches (layer sampling is :mod:`.layers`, draft passes
+:mod:`.speculative`).
 """
 
 from __future__ import annotations
