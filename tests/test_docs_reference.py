@@ -78,3 +78,18 @@ def test_no_page_says_a_documented_field_is_not_modelled_yet():
                 named = {w.rsplit(".", 1)[-1] for w in re.findall(r"`([\w.]+)`", sentence)}
                 stale += [f"{page.name}: {sentence.strip()[:120]}" for _ in [0] if named & fields]
     assert not stale, stale
+
+
+def test_a_fact_is_written_on_one_page():
+    """No sentence of 14 words or more (prose: code blocks and tables aside) stands on two pages: a fact
+    is described once and linked from elsewhere, so the copies cannot drift apart."""
+    where: dict[str, set] = {}
+    for page in sorted(DOCS.glob("*.md")):
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        text = re.sub(r"^\|.*$", "", text, flags=re.M)
+        for sentence in re.split(r"(?<=[.!?])\s+", text.replace("\n", " ")):
+            words = sentence.split()
+            if len(words) >= 14:
+                where.setdefault(" ".join(words), set()).add(page.name)
+    twice = {s[:100]: sorted(p) for s, p in where.items() if len(p) > 1}
+    assert not twice, twice

@@ -20,7 +20,8 @@ from gpucast.estimate.environment import Environment
 from gpucast.estimate.constants import DEFAULT
 from gpucast.estimate.serving import decode_step, predict_serving
 from gpucast.estimate.serving.engines import resolve
-from gpucast.estimate.serving.iteration import grid, model_job
+from gpucast.estimate.serving.iteration import grid
+from gpucast.estimate.serving.served import model_job, served
 from gpucast.prediction import Prediction
 
 
@@ -30,13 +31,11 @@ _ESTIMATES_MAX = 64
 
 def _estimate(job, shape: tuple, spec, cfg, env):
     """gpucast's estimator on a memoised iteration trace (``shape``: batch, new tokens, context, cache)."""
-    from gpucast.graph.serving import trace_iteration
-
     base = model_job(job)
     key = (base.key, shape, spec, id(env), cfg)
     got = _ESTIMATES.get(key)
     if got is None:
-        tr = trace_iteration(base, *shape)
+        tr = served(base).trace(*shape)
         infer = job.with_(mode="infer", serve=None, parallel=None, gpus=1, optimizer="none")
         got = (tr, estimate(tr, infer, spec, cfg, env))
         if len(_ESTIMATES) >= _ESTIMATES_MAX:

@@ -5,7 +5,7 @@ For a job with ``mode: serve`` (:class:`gpucast.serving.Serve`): the requests (:
 forward (:mod:`.iteration`), resolved per layout (:mod:`.deploy`); the engine's scheduler run over the requests
 (:mod:`.run`) on every replica and stream (:mod:`.replicas`); the figures a benchmark client reports
 (:mod:`.figures`). :func:`predict_serving` (:mod:`.predict`) returns ``Prediction.serving``, whose keys are listed
-in :data:`KEYS`.
+in :data:`KEYS`. What they ask of the model's graph goes through one resolved model (:mod:`.served`).
 
 How the deployment spans its GPUs (tensor-parallel ranks, pipeline stages and their streams of batches, replicas
 behind a round-robin load balancer, expert parallelism, attention data parallelism) is :mod:`.stages` and

@@ -18,7 +18,8 @@ from typing import Callable
 from gpucast.estimate.comm import Links
 from gpucast.estimate.serving import bench, speculative
 from gpucast.estimate.serving.engines import Engine, resolve, sglang_max_requests
-from gpucast.estimate.serving.iteration import QUANT_SHARE, iteration_model, model_job
+from gpucast.estimate.serving.iteration import QUANT_SHARE, iteration_model
+from gpucast.estimate.serving.served import served
 from gpucast.estimate.serving.memory import ServingMemory, expert_bytes, kv_per_rank, plan, weight_bytes, windowed
 from gpucast.estimate.serving.run import Requests
 from gpucast.estimate.serving.stages import Layout, send_time, stage_kv, stage_weights, staged
@@ -64,18 +65,17 @@ def staged_cost(job, gpu, engine, env, cfg, lay: Layout, shape: dict):
 
 def side(job, gpu, env, cfg, context_bytes: int, shape: dict, lay: Layout, req: Requests) -> Side:
     """The instances of ``job``'s served model at ``lay``'s degrees on ``gpu`` (module docstring)."""
-    from gpucast.graph.serving import kv_bytes_per_token, state_bytes_per_sequence, trace_iteration
-
+    model = served(job)
     serve = job.serve or Serve()
     engine = resolve(serve, env, gpu, lay)
     t = lay.tensor
-    kv_token_bytes = kv_bytes_per_token(job, serve.kv_element_bytes)
+    kv_token_bytes = model.kv_bytes_per_token(serve.kv_element_bytes)
     kept, window_bytes = (windowed(kv_token_bytes, windows_of(job), shape["attention_layers"], engine.block_size)
                           if engine.windowed_kv else (kv_token_bytes, 0))
     kv_token = stage_kv(kv_per_rank(kept, shape["kv_heads"], lay.attention_tensor), lay)
     draft_weights, draft_kv = _drafter(job, serve, shape, lay)
     kv_token += draft_kv
-    state = stage_kv(state_bytes_per_sequence(job) // lay.attention_tensor   # linear layers' heads split too
+    state = stage_kv(model.state_bytes_per_sequence() // lay.attention_tensor   # linear layers' heads split too
                      + kv_per_rank(window_bytes, shape["kv_heads"], lay.attention_tensor), lay)
     if state and engine.name == "hf":
         raise JobError("engine 'hf' with linear-attention layers (gated delta-nets, Mamba-2): transformers runs its "
@@ -85,10 +85,9 @@ def side(job, gpu, env, cfg, context_bytes: int, shape: dict, lay: Layout, req: 
                                      t, lay.pipeline, float(req.prompt.mean()), float(req.output.mean()))
     if engine.paged:
         chunk = int(min(engine.max_num_batched_tokens, max(req.prompt.max(), 1)))
-        act_tr = trace_iteration(model_job(job), 1, chunk, 0, "paged")
+        act_tr = model.trace(1, chunk, 0, "paged")
     else:
-        act_tr = trace_iteration(model_job(job), int(min(len(req), job.batch_size)), int(req.prompt.max()), 0,
-                                 "dynamic")
+        act_tr = model.trace(int(min(len(req), job.batch_size)), int(req.prompt.max()), 0, "dynamic")
     weights = stage_weights(_rank_weights(job, serve, shape, lay, act_tr.parameter_bytes), shape["parameters"],
                             shape, lay)
     activations = int(act_tr.memory.at_peak.get("activations", 0)
@@ -120,12 +119,11 @@ def _drafter(job, serve: Serve, shape: dict, lay: Layout) -> tuple[int, int]:
     """(a rank's weight bytes, its K/V bytes a token) of the job's separate draft model (:mod:`.speculative`),
     split over the target's tensor-parallel ranks and charged to every pipeline stage (an engine keeps it on
     one: not modelled); (0, 0) without one."""
-    from gpucast.graph.serving import kv_bytes_per_token, model_shape, trace_iteration
-
     drafter = speculative.drafter_job(job, speculative.of(serve))
     if drafter is None:
         return 0, 0
-    dshape = model_shape(drafter)
+    draft = served(drafter)
+    dshape = draft.shape
     if dshape["vocab"] != shape["vocab"]:
         raise JobError(f"field 'serve.draft_model': the drafter's vocab_size ({dshape['vocab']}) must be the "
                        f"target's ({shape['vocab']}): its tokens are verified as the target's")
@@ -134,6 +132,6 @@ def _drafter(job, serve: Serve, shape: dict, lay: Layout) -> tuple[int, int]:
     if dshape["heads"] % dlay.tensor:
         raise JobError(f"field 'serve.draft_model': the drafter's {dshape['heads']} attention heads must split "
                        f"over the target's {dlay.tensor} tensor-parallel ranks")
-    traced = trace_iteration(drafter, 1, 1, 0, "paged").parameter_bytes
-    kv = kv_per_rank(kv_bytes_per_token(drafter, serve.kv_element_bytes), dshape["kv_heads"], dlay.tensor)
+    traced = draft.trace(1, 1, 0, "paged").parameter_bytes
+    kv = kv_per_rank(draft.kv_bytes_per_token(serve.kv_element_bytes), dshape["kv_heads"], dlay.tensor)
     return _rank_weights(drafter, Serve(), dshape, dlay, traced), kv

@@ -69,6 +69,7 @@ from gpucast.estimate.serving.experts import ITEMSIZE, is_expert_gemm, routed
 from gpucast.estimate.serving.layers import _SAMPLES, layer_period, layer_sample  # noqa: F401 (tests clear _SAMPLES)
 from gpucast.estimate.serving.memory import MXFP4_SHARE, WEIGHT_ONLY_SHARE
 from gpucast.estimate.serving.sparse import indexer
+from gpucast.estimate.serving.served import model_job, served
 from gpucast.estimate.serving.speculative import draft_seconds, drafter_job
 from gpucast.plan import Parallel
 
@@ -128,8 +129,6 @@ class IterationModel:
 
     def __init__(self, job, gpu, engine, env, cfg, tensor: int = 1, weights: str = "auto", kv_scale: float = 1.0,
                  expert: int = 1, attention_dp: bool = False, spec=None, dispatcher: str | None = None):
-        from gpucast.graph.serving import model_shape
-
         job = model_job(job)  # traces depend on the model and precision only
         self.job, self.gpu, self.engine, self.env, self.cfg = job, gpu, engine, env, cfg
         self.t = tensor
@@ -144,7 +143,7 @@ class IterationModel:
         # the routed experts' bytes per traced byte: MXFP4 experts (GPT-OSS) at 4.25 bits, else the rest's
         self.expert_scale = MXFP4_SHARE if weights == "mxfp4" else self.weight_scale
         self.kv_scale = float(kv_scale)   # the cache's bytes per 16-bit K/V byte (FP8 0.5, NVFP4 0.28)
-        self.shape = model_shape(job)
+        self.shape = served(job).shape
         self.cache = "paged" if engine.paged else "dynamic"
         par = Parallel().resolved(gpu)
         self.links = Links.of(gpu, par.network_spec())
@@ -161,10 +160,8 @@ class IterationModel:
 
     # ------------------------------------------------------------------ pieces
     def _trace(self, batch: int, new: int, ctx: int, layers: int | None = None):
-        from gpucast.graph.serving import trace_iteration
-
         job = self.job if layers is None else layer_sample(self.job, layers)
-        return trace_iteration(job, batch, new, ctx, self.cache)
+        return served(job).trace(batch, new, ctx, self.cache)
 
     def _split(self, trace) -> np.ndarray | None:
         if self.t <= 1:
@@ -454,12 +451,6 @@ class IterationModel:
         if bw == 0.0 or bhi == blo:
             return a
         return a + (at(bhi) - a) * bw
-
-
-def model_job(job):
-    """The job as far as its traces depend on it (the model and its precision): one memoised trace
-    serves every deployment of the model, whatever its batch, load or engine settings."""
-    return job.with_(batch_size=1, mode="infer", serve=None, parallel=None, gpus=1, optimizer="none")
 
 
 _MODELS: dict = {}

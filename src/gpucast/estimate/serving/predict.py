@@ -15,6 +15,7 @@ from gpucast.estimate.serving.engines import resolve
 from gpucast.estimate.serving.figures import figures
 from gpucast.estimate.serving.replicas import run_replicas
 from gpucast.estimate.serving.requests import requests_of
+from gpucast.estimate.serving.served import served
 from gpucast.estimate.serving.stages import layout
 from gpucast.job import JobError
 from gpucast.serving import NVFP4_KV_ENGINES, Serve
@@ -28,9 +29,7 @@ KEYS = ("engine", "load", "requests", "latency_s", "ttft_s", "ttft_mean_s", "ttf
 
 def decode_step(job, gpu, cfg, env, batch: int, context: float) -> tuple[float, float]:
     """(wall, one GPU's busy seconds) of a decode iteration of ``batch`` sequences at ``context`` tokens."""
-    from gpucast.graph.serving import model_shape
-
-    shape = model_shape(job)
+    shape = served(job).shape
     lay = layout(job, shape)
     engine = resolve(job.serve, env, gpu, job.parallel)
     return staged_cost(job, gpu, engine, env, cfg, lay, shape)(batch, batch, context, 0, 0.0)
@@ -38,11 +37,9 @@ def decode_step(job, gpu, cfg, env, batch: int, context: float) -> tuple[float, 
 
 def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     """``Prediction.serving`` for a ``mode: serve`` job on ``gpu`` (module docstring)."""
-    from gpucast.graph.serving import model_shape
-
     serve = job.serve or Serve()
     engine = resolve(serve, env, gpu, job.parallel)
-    shape = model_shape(job)
+    shape = served(job).shape
     lay = layout(job, shape)
     t = lay.tensor
     if lay.attention_dp and not engine.continuous:
