@@ -161,8 +161,26 @@ def test_vllm_v1_fits_more_tokens_when_half_the_layers_slide():
     old = gpucast.predict(_job(gpt_oss, engine_version="0.6"), "h100").serving
     # half the layers keep only their window: a token costs half the bytes, each sequence its windows
     assert v1["kv_bytes_per_token"] * 2 == old["kv_bytes_per_token"]
-    assert v1["memory"]["state_bytes_per_sequence"] == 2 * 2 * 64 * 2 * 2 * (128 + 16)
+    # at most its window and a block per sliding layer: 2 layers x K and V x 2 heads x 64 dims x 2 bytes x 144
+    assert v1["memory"]["window_bytes_per_sequence"] == 2 * 2 * 64 * 2 * 2 * (128 + 16)
+    assert v1["memory"]["state_bytes_per_sequence"] == 0
     assert v1["kv_cache_tokens"] > 1.9 * old["kv_cache_tokens"]
+
+
+def test_a_sequence_shorter_than_its_window_holds_only_its_own_tokens():
+    from gpucast.estimate.serving.memory import window_groups
+    from gpucast.estimate.serving.run import Requests, simulate
+
+    # the sliding layers' bytes equal the full layers': a token of a short sequence costs two, past the window one
+    assert window_groups(400, [128, 0, 128, 0], 4, 16) == [(144, 200.0)]
+    assert window_groups(400, [64, 0, 128, 0], 4, 16) == [(80, 100.0), (144, 100.0)]
+
+    def peak(prompt: int) -> int:
+        req = Requests(np.zeros(1), np.array([prompt]), np.array([1]))
+        return simulate(req, lambda *a: (0.01, 0.01), 8, 8192, 10**6, 16, True, "static",
+                        window=((144, 1.0),)).peak_kv_tokens
+    assert peak(32) == 16 * (2 + 2)            # 2 blocks of its own K/V, 2 of its sliding layers'
+    assert peak(1000) == 16 * (63 + 9)         # the sliding layers stop at 144 tokens: 9 blocks
 
 
 @pytest.mark.parametrize("model_type", ["granitemoehybrid", "bamba"])

@@ -20,7 +20,8 @@ from gpucast.estimate.serving import bench, speculative
 from gpucast.estimate.serving.engines import Engine, resolve, sglang_max_requests
 from gpucast.estimate.serving.iteration import QUANT_SHARE, iteration_model
 from gpucast.estimate.serving.served import served
-from gpucast.estimate.serving.memory import ServingMemory, expert_bytes, kv_per_rank, plan, weight_bytes, windowed
+from gpucast.estimate.serving.memory import (ServingMemory, expert_bytes, kv_per_rank, plan, weight_bytes,
+                                             window_groups, windowed)
 from gpucast.estimate.serving.run import Requests
 from gpucast.estimate.serving.stages import Layout, send_time, stage_kv, stage_weights, staged
 from gpucast.graph.windows import windows_of
@@ -39,7 +40,7 @@ class Side:
     cost: Callable            # (ntok, ndec, dctx, ptok, pctx[, npre]) -> (wall s, one GPU's busy s)
     kv_token: int             # a rank's K/V bytes a token: its heads' share of its stage's layers
     state: int                # bytes a running sequence holds on a rank whatever its length
-    windowed: bool            # sliding windows freed as they pass (charged in ``state``)
+    window: tuple             # sliding windows freed as they pass: ((tokens held at most, pool tokens a token), ...)
     sized_note: str | None    # how the engine was sized to the run, when it was
 
 
@@ -70,13 +71,14 @@ def side(job, gpu, env, cfg, context_bytes: int, shape: dict, lay: Layout, req: 
     engine = resolve(serve, env, gpu, lay)
     t = lay.tensor
     kv_token_bytes = model.kv_bytes_per_token(serve.kv_element_bytes)
-    kept, window_bytes = (windowed(kv_token_bytes, windows_of(job), shape["attention_layers"], engine.block_size)
-                          if engine.windowed_kv else (kv_token_bytes, 0))
+    layers = (windows_of(job), shape["attention_layers"], engine.block_size)
+    kept, window_bytes = windowed(kv_token_bytes, *layers) if engine.windowed_kv else (kv_token_bytes, 0)
     kv_token = stage_kv(kv_per_rank(kept, shape["kv_heads"], lay.attention_tensor), lay)
     draft_weights, draft_kv = _drafter(job, serve, shape, lay)
     kv_token += draft_kv
-    state = stage_kv(model.state_bytes_per_sequence() // lay.attention_tensor   # linear layers' heads split too
-                     + kv_per_rank(window_bytes, shape["kv_heads"], lay.attention_tensor), lay)
+    state = stage_kv(model.state_bytes_per_sequence() // lay.attention_tensor, lay)   # linear layers' heads split
+    window = tuple((cap, stage_kv(kv_per_rank(per, shape["kv_heads"], lay.attention_tensor), lay) / kv_token)
+                   for cap, per in (window_groups(kv_token_bytes, *layers) if window_bytes else ()))
     if state and engine.name == "hf":
         raise JobError("engine 'hf' with linear-attention layers (gated delta-nets, Mamba-2): transformers runs its "
                        "torch fallback, which is not modelled; choose vllm, sglang or trtllm")
@@ -93,12 +95,12 @@ def side(job, gpu, env, cfg, context_bytes: int, shape: dict, lay: Layout, req: 
     activations = int(act_tr.memory.at_peak.get("activations", 0)
                       + act_tr.memory.at_peak.get("temporaries", 0)) // lay.attention_tensor
     mem = plan(gpu.memory_bytes, weights, kv_token, activations, context_bytes, engine, engine.cuda_graphs, state,
-               draft_weights)
+               draft_weights, stage_kv(kv_per_rank(window_bytes, shape["kv_heads"], lay.attention_tensor), lay))
     if (engine.name, engine.release) == ("sglang", "0.5") and serve.max_num_seqs is None:
         context_len = serve.max_model_len or shape["max_context"] or 4096
         engine = replace(engine, max_num_seqs=sglang_max_requests(mem.kv_cache_tokens, context_len))
     cost = staged_cost(job, gpu, engine, env, cfg, lay, shape)
-    return Side(lay, engine, mem, cost, kv_token, state, bool(window_bytes), sized_note)
+    return Side(lay, engine, mem, cost, kv_token, state, window, sized_note)
 
 
 def _rank_weights(job, serve: Serve, shape: dict, lay: Layout, traced_bytes: int) -> int:

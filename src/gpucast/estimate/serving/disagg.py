@@ -134,7 +134,7 @@ def deploy(job, gpu, env, cfg, context_bytes: int, shape: dict, req: Requests, p
     def stage(sub: Requests, prefill: bool) -> RunResult:
         s = pre if prefill else dec
         return run_replicas(sub, s.cost, s.engine, s.mem.kv_cache_tokens, explicit, job.batch_size, s.lay,
-                            s.mem.state_blocks)
+                            s.mem.state_blocks, s.window)
     net, per_node = links(gpu, job)
     one_node = job.gpus <= per_node
     group = Group(2, 2 if one_node else 1, concurrent=1 if one_node else max(lay_p.tensor, lay_d.tensor))

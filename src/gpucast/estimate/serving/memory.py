@@ -16,7 +16,8 @@ Closed forms, each from the engine's own accounting:
   ``t``), taken from the same pool as the KV blocks, in whole blocks (``state_blocks``).
 * **sliding-window layers** under an engine that frees what their window has passed (``windowed_kv``: vLLM
   V1's hybrid KV cache manager): the per-token bytes count the full-attention layers only, and each running
-  sequence holds its sliding layers' window plus a block (:func:`windowed`), charged like a state.
+  sequence's sliding layers hold its tokens up to their window plus a block (:func:`window_groups`: a
+  sequence shorter than the window holds only its own tokens), from the same pool.
 * **activations**: the peak of the largest iteration's forward (``max_num_batched_tokens`` tokens:
   what vLLM profiles at start-up before sizing the cache), from the traced forward's memory timeline.
 * **non-torch memory**: the CUDA context (gpucast.estimate.memory's, as for any job) and the CUDA
@@ -25,7 +26,7 @@ Closed forms, each from the engine's own accounting:
   tokens that fit are the budget over the per-token bytes, in whole blocks. ``hf`` preallocates
   nothing: its cache is the live tokens' bytes, up to what the GPU has left.
 
-Not modelled: vLLM's sliding-window and cross-layer cache sharing, MLA's compressed cache (DeepSeek),
+Not modelled: vLLM's cross-layer cache sharing, its page size unified across layer groups (bytes are charged), MLA's compressed cache (DeepSeek),
 the sampler's temporary logits beyond the activation peak, NCCL's buffers (tens of MiB).
 """
 
@@ -58,6 +59,7 @@ class ServingMemory:
     block_size: int
     state_bytes_per_sequence: int = 0   # per rank: a running sequence's linear-attention state
     state_blocks: int = 0               # the pool's blocks that state takes
+    window_bytes_per_sequence: int = 0  # per rank: the most a running sequence's sliding windows hold
     draft_weight_bytes: int = 0         # per rank: a separate draft model's weights (speculative decoding)
 
     @property
@@ -69,7 +71,9 @@ class ServingMemory:
                 "activation_bytes": self.activation_bytes, "non_torch_bytes": self.non_torch_bytes,
                 "budget_bytes": self.budget_bytes, "kv_cache_bytes": self.kv_cache_bytes,
                 "kv_cache_tokens": self.kv_cache_tokens, "state_bytes_per_sequence": self.state_bytes_per_sequence,
-                **({"draft_weight_bytes": self.draft_weight_bytes} if self.draft_weight_bytes else {})}
+                **({"draft_weight_bytes": self.draft_weight_bytes} if self.draft_weight_bytes else {}),
+                **({"window_bytes_per_sequence": self.window_bytes_per_sequence}
+                   if self.window_bytes_per_sequence else {})}
 
 
 def weight_bytes(parameter_bytes: int, parameters: int, tensor: int, weights: str, fp8_bytes: int = 0,
@@ -113,10 +117,23 @@ def windowed(kv_token_bytes: int, windows: list[int], attention_layers: int, blo
     return int(per_layer * full), int(per_layer * sum(w + block for w in sliding))
 
 
+def window_groups(kv_token_bytes: int, windows: list[int], attention_layers: int,
+                  block: int) -> list[tuple[int, float]]:
+    """``(tokens held at most, bytes a token)`` of each window size's sliding layers (:func:`windowed`'s
+    terms, a sequence at a time): the layers of a ``w``-token window hold ``min(tokens, w + block)`` of a
+    sequence's tokens. Empty where :func:`windowed` keeps every token."""
+    if not windowed(kv_token_bytes, windows, attention_layers, block)[1]:
+        return []
+    per_layer = kv_token_bytes / attention_layers
+    sizes = sorted({w for w in windows if w > 0})
+    return [(w + block, per_layer * sum(1 for x in windows if x == w)) for w in sizes]
+
+
 def plan(memory_bytes: int, weights: int, kv_token: int, activations: int, context: int, engine,
-         cuda_graphs: bool, state: int = 0, draft_weights: int = 0) -> ServingMemory:
+         cuda_graphs: bool, state: int = 0, draft_weights: int = 0, windows: int = 0) -> ServingMemory:
     """The KV cache a rank of ``memory_bytes`` gets (module docstring); ``state``: a running sequence's
-    linear-attention bytes; ``draft_weights``: a separate draft model's weights on the rank."""
+    linear-attention bytes; ``draft_weights``: a separate draft model's weights on the rank; ``windows``: the
+    most a running sequence's sliding windows hold (reported; the run charges them by length)."""
     non_torch = context + (CUDA_GRAPH_BYTES if cuda_graphs else 0)
     if engine.gpu_memory_utilization is not None:
         budget = int(engine.gpu_memory_utilization * memory_bytes)
@@ -128,4 +145,5 @@ def plan(memory_bytes: int, weights: int, kv_token: int, activations: int, conte
     block = max(engine.block_size, 1) * kv_token
     state_blocks = -(-state // block) if state and block > 0 else 0
     return ServingMemory(weights, kv_token, activations, non_torch, budget, tokens * kv_token, int(tokens),
-                         engine.block_size, state, state_blocks, draft_weights)
+                         engine.block_size, state, state_blocks, window_bytes_per_sequence=windows,
+                         draft_weight_bytes=draft_weights)

@@ -62,12 +62,11 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
                        f"{' or '.join(NVFP4_KV_ENGINES)} (got {engine.name} on {gpu.name})")
     d = side(job, gpu, env, cfg, context_bytes, shape, lay, req)
     engine, mem, state = d.engine, d.mem, d.state
-    held = [what for what, on in (("linear-attention state", shape.get("linear")), ("sliding windows", d.windowed))
-            if on]
     if serve.prefill_replicas:
         res, split_out = disagg.deploy(job, gpu, env, cfg, context_bytes, shape, req, d)
     else:
-        res = run_replicas(req, d.cost, engine, mem.kv_cache_tokens, serve, job.batch_size, lay, mem.state_blocks)
+        res = run_replicas(req, d.cost, engine, mem.kv_cache_tokens, serve, job.batch_size, lay, mem.state_blocks,
+                           d.window)
         split_out = {}
     if not engine.continuous:
         need = int((req.prompt.max() + req.output.max()) * min(len(req), -(-job.batch_size // lay.replicas)))
@@ -84,8 +83,10 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
         "memory": mem.to_dict(), "tensor": t, "pipeline": lay.pipeline,
         "replicas": lay.replicas, "expert": lay.expert, "attention_dp": lay.attention_dp,
         "notes": list(res.notes) + ([d.sized_note] if d.sized_note else [])
-        + ([f"{' and '.join(held)}: {state / 2**20:.1f} MiB a running sequence per rank ({mem.state_blocks} KV "
+        + ([f"linear-attention state: {state / 2**20:.1f} MiB a running sequence per rank ({mem.state_blocks} KV "
             f"blocks of the pool), whatever its length"] if state else [])
+        + ([f"sliding windows: up to {mem.window_bytes_per_sequence / 2**20:.1f} MiB a running sequence per rank "
+            f"(its tokens up to each sliding layer's window and a block)"] if d.window else [])
         + ([f"{req.clipped} of {len(req)} drawn requests were longer than the model's context and were cut to it"]
            if getattr(req, "clipped", 0) else []),
         "arrival_span_s": float(arrival.max() - arrival.min()) if len(arrival) else 0.0,

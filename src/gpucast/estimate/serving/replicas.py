@@ -20,7 +20,7 @@ from gpucast.serving import Serve
 
 
 def run_replicas(req: Requests, cost, engine, kv_tokens: int, serve: Serve, batch: int, lay: Layout,
-                 seq_blocks: int = 0) -> RunResult:
+                 seq_blocks: int = 0, window: tuple = ()) -> RunResult:
     """The run of every replica and pipeline stream (:mod:`.stages`), merged into one result."""
     if engine.continuous:
         streams = lay.replicas * lay.dp * lay.streams   # attention-DP ranks are schedulers of their own
@@ -32,7 +32,7 @@ def run_replicas(req: Requests, cost, engine, kv_tokens: int, serve: Serve, batc
         def one(sub: Requests, k: int) -> RunResult:
             return simulate(sub, cost, seqs, engine.max_num_batched_tokens, kv, engine.block_size,
                             engine.chunked_prefill, serve.load, clients[k] if clients else None,
-                            speculative.of(serve), seq_blocks)
+                            speculative.of(serve), seq_blocks, window)
         clients = shares(serve.concurrency, streams) if serve.load == "closed" else None
     else:
         streams = lay.replicas

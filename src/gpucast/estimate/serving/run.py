@@ -9,10 +9,11 @@ that finds no free KV block preempts the most recently admitted sequence, whose 
 recomputed later as a prefill of its prompt and the tokens it had generated (vLLM's default,
 ``preemption_mode=recompute``). A request that arrives with its K/V (``Requests.cached``: a disaggregated
 deployment's decode instance, :mod:`.disagg`) is admitted with those tokens' blocks and decodes from the next
-iteration; preempted, it recomputes them. A model with linear-attention layers (or sliding windows an engine
-frees) also holds a fixed state per running sequence (``seq_blocks`` blocks of the pool: vLLM V1's hybrid
-allocator gives each request one state page per group of linear layers), taken at admission and given back
-at preemption or finish. The iteration's duration comes from ``cost`` (the engine's forward at that shape:
+iteration; preempted, it recomputes them. A model with linear-attention layers also holds a fixed state per
+running sequence (``seq_blocks`` blocks of the pool: vLLM V1's hybrid allocator gives each request one state
+page per group of linear layers), taken at admission and given back at preemption or finish; sliding windows an
+engine frees (``window``: each window size's ``(tokens held at most, blocks a token)``) hold a sequence's
+tokens up to their window, block by block as it grows. The iteration's duration comes from ``cost`` (the engine's forward at that shape:
 :mod:`gpucast.estimate.serving.iteration`); the first token of a request is sampled by the iteration that
 finishes its prefill.
 
@@ -76,7 +77,7 @@ context, the prefilling sequences) -> (wall seconds, GPU-busy seconds)."""
 
 def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_tokens: int, kv_tokens: int,
              block: int, chunked: bool, load: str = "static", concurrency: int | None = None,
-             spec=None, seq_blocks: int = 0) -> RunResult:
+             spec=None, seq_blocks: int = 0, window: tuple = ()) -> RunResult:
     """Continuous batching over ``req`` (module docstring); ``seq_blocks``: blocks a running sequence holds
     whatever its length (a linear-attention state); ``spec``: speculative decoding
     (:class:`gpucast.estimate.serving.speculative.Speculation`): a decode step takes ``k + 1`` of the token
@@ -118,7 +119,7 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
     blk = max(block, 1)
 
     def blocks(tokens: int) -> int:
-        return -(-tokens // blk)
+        return -(-tokens // blk) + sum(-(-int(min(tokens, cap) * per) // blk) for cap, per in window)
 
     used_blocks = peak_blocks = 0
     ctx_sum, dec_sum = 0.0, 0
