@@ -118,8 +118,12 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
     finished = 0
     blk = max(block, 1)
 
-    def blocks(tokens: int) -> int:
-        return -(-tokens // blk) + sum(-(-int(min(tokens, cap) * per) // blk) for cap, per in window)
+    if window:
+        def blocks(tokens: int) -> int:
+            return -(-tokens // blk) + sum(-(-int(min(tokens, cap) * per) // blk) for cap, per in window)
+    else:   # the common case, called in the loop's every step: kept a bare division
+        def blocks(tokens: int) -> int:
+            return -(-tokens // blk)
 
     used_blocks = peak_blocks = 0
     ctx_sum, dec_sum = 0.0, 0
