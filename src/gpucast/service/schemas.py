@@ -29,13 +29,14 @@ class DataSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    source: Optional[DataSource] = None
-    num_workers: Optional[StrictInt] = None
-    pin_memory: Optional[bool] = None
-    non_blocking: Optional[bool] = None
+    source: Optional[DataSource] = Field(None, description="Where batches come from (default: the workload's "
+                                                           "typical script).")
+    num_workers: Optional[StrictInt] = Field(None, description="DataLoader worker processes.")
+    pin_memory: Optional[bool] = Field(None, description="DataLoader pin_memory.")
+    non_blocking: Optional[bool] = Field(None, description="batch.to('cuda', non_blocking=...).")
     image_size: Optional[list[StrictInt]] = Field(None, description="Stored [width, height] of 'images' files.")
     per_sample_s: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="Measured host seconds per sample.")
-    dataset_samples: Optional[StrictInt] = None
+    dataset_samples: Optional[StrictInt] = Field(None, description="Samples per epoch (epoch-boundary costs).")
     packed_sample_len: Optional[StrictInt] = Field(None, description="Sequence packing: mean tokens of the samples "
                                                                      "packed into each seq_len-token sequence "
                                                                      "(attention per sample).")
@@ -52,10 +53,11 @@ class LoopSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    item_calls: Optional[StrictInt] = None
-    progress_bar: Optional[bool] = None
-    log_every: Optional[StrictInt] = None
-    cudnn_benchmark: Optional[bool] = None
+    item_calls: Optional[StrictInt] = Field(None, description=".item() (or .cpu()) calls on GPU values per step: "
+                                                               "each synchronises.")
+    progress_bar: Optional[bool] = Field(None, description="A tqdm bar updated every step.")
+    log_every: Optional[StrictInt] = Field(None, description="A log line every N steps (0: never).")
+    cudnn_benchmark: Optional[bool] = Field(None, description="torch.backends.cudnn.benchmark.")
 
 
 class StackSpec(BaseModel):
@@ -65,9 +67,10 @@ class StackSpec(BaseModel):
 
     torch: Optional[str] = Field(None, description="PyTorch version, e.g. '2.4'.")
     cuda: Optional[str] = Field(None, description="CUDA version, e.g. '12.1'.")
-    lazy_loading: Optional[bool] = None
+    lazy_loading: Optional[bool] = Field(None, description="CUDA_MODULE_LOADING=LAZY (default: on with PyTorch "
+                                                                ">= 2.0 on CUDA >= 11.7).")
     cpu_speed: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="Host single-thread speed, 1.0 = reference.")
-    cpu_cores: Optional[StrictInt] = None
+    cpu_cores: Optional[StrictInt] = Field(None, description="Cores the job's loader workers may use.")
     loss: Optional[Literal["upcast", "fused", "chunked"]] = Field(
         None, description="A language model's loss: 'upcast' (fp32 logits, transformers' own), 'fused' (one kernel "
                           "on logits in the compute dtype, llm-foundry's default), 'chunked' (head and loss fused "
@@ -100,10 +103,12 @@ class ParallelSpec(BaseModel):
 
     tensor: Optional[StrictInt] = Field(None, description="Tensor-parallel degree (Megatron-style).")
     pipeline: Optional[StrictInt] = Field(None, description="Pipeline-parallel degree (1F1B).")
-    sharding: Optional[Sharding] = None
+    sharding: Optional[Sharding] = Field(None, description="How data-parallel replicas keep parameters, gradients "
+                                                           "and optimizer state (default: ddp).")
     recompute: Optional[Recompute] = Field(None, description="Activation checkpointing.")
     grad_accum: Optional[StrictInt] = Field(None, description="Micro-batches per optimizer step.")
-    gpus_per_node: Optional[StrictInt] = None
+    gpus_per_node: Optional[StrictInt] = Field(None, description="GPUs a node (default: the GPU's NVLink domain: "
+                                                                 "72 on an NVL72 rack, else 8).")
     network: Optional[str] = Field(None, description="Between nodes: KIND-GBIT per node or KIND-GBIT/gpu, "
                                                      "e.g. roce-1600, ib-400/gpu.")
     framework: Optional[Literal["megatron", "deepspeed", "fsdp", "torch"]] = Field(
@@ -163,8 +168,8 @@ class AdapterSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["lora", "qlora"]
-    rank: Optional[StrictInt] = None
+    kind: Literal["lora", "qlora"] = Field(description="LoRA adapters, or QLoRA's over 4-bit NF4 base weights.")
+    rank: Optional[StrictInt] = Field(None, description="The adapters' rank.")
     targets: Optional[list[str]] = Field(None, description="Module-name patterns of the Linear layers adapted.")
 
 
@@ -186,17 +191,23 @@ class ServeSpec(BaseModel):
                                                                             "offline for an all-at-once load).")
     concurrency: Optional[StrictInt] = Field(None, description="Closed loop: requests kept in flight.")
     request_rate: Optional[Union[StrictFloat, StrictInt]] = Field(None, description="Poisson arrivals per second.")
-    num_requests: Optional[StrictInt] = None
-    max_num_seqs: Optional[StrictInt] = None
-    max_num_batched_tokens: Optional[StrictInt] = None
-    gpu_memory_utilization: Optional[Union[StrictFloat, StrictInt]] = None
-    block_size: Optional[StrictInt] = None
-    cuda_graphs: Optional[bool] = None
+    num_requests: Optional[StrictInt] = Field(None, description="Requests in the run (default: 10 per client of a "
+                                                                "closed loop, 1,000 for a Poisson stream).")
+    max_num_seqs: Optional[StrictInt] = Field(None, description="The engine's most running sequences (default: "
+                                                                "the release's, by GPU and entry point).")
+    max_num_batched_tokens: Optional[StrictInt] = Field(None, description="The engine's token budget an "
+                                                                          "iteration (chunked prefill).")
+    gpu_memory_utilization: Optional[Union[StrictFloat, StrictInt]] = Field(
+        None, description="The share of GPU memory the engine may take (weights, activations, KV cache).")
+    block_size: Optional[StrictInt] = Field(None, description="Tokens a KV-cache block (paged engines).")
+    cuda_graphs: Optional[bool] = Field(None, description="Decode steps replayed as CUDA graphs (default: the "
+                                                          "engine's).")
     kv_cache_dtype: Optional[str] = Field(None, description="auto | fp8 | nvfp4 (Blackwell; trtllm, sglang).")
     spec_method: Optional[Literal["eagle3", "mtp", "ngram", "draft"]] = Field(
         None, description="Speculative decoding's drafter (draft: a separate draft model, draft_model).")
-    draft_model: Optional[dict[str, Any]] = Field(None, description="spec_method draft: the draft model's Hugging "
-                                                                    "Face config.json content (the target's vocabulary).")
+    draft_model: Optional[dict[str, Any]] = Field(
+        None, description="spec_method draft: the draft model's Hugging Face config.json content (the target's "
+                          "vocabulary).")
     spec_tokens: Optional[StrictInt] = Field(None, description="Draft tokens a step (default 1).")
     spec_acceptance: Optional[Union[StrictFloat, StrictInt]] = Field(
         None, description="Mean tokens a speculative step emits (accepted drafts + 1): an input.")
@@ -204,7 +215,8 @@ class ServeSpec(BaseModel):
                                                                  "the model's max_position_embeddings).")
     weights: Optional[str] = Field(None, description="auto | int8 | int4 (weight-only, AWQ/GPTQ) | mxfp4 (the "
                                                      "routed experts in MXFP4, as GPT-OSS ships).")
-    prefix_hit_rate: Optional[Union[StrictFloat, StrictInt]] = None
+    prefix_hit_rate: Optional[Union[StrictFloat, StrictInt]] = Field(
+        None, description="The share of each prompt found in the prefix cache (not prefilled).")
     prefill_replicas: Optional[StrictInt] = Field(None, description="Disaggregated prefill and decode: this many "
                                                                     "replicas prefill, the others decode.")
     prefill_tensor: Optional[StrictInt] = Field(None, description="Disaggregated prefill and decode: the prefill "
@@ -222,12 +234,13 @@ class JobSpec(BaseModel):
                                                    "`onnx:` or `hf:` models).")
     hf_config: Optional[dict[str, Any]] = Field(None, description="A Hugging Face config.json's content "
                                                                   "(needs `model_type`).")
-    batch_size: StrictInt = 32
-    seq_len: Optional[StrictInt] = None
+    batch_size: StrictInt = Field(32, description="Batch size per GPU (serve: a static batch's prompts).")
+    seq_len: Optional[StrictInt] = Field(None, description="Sequence length (sequence models).")
     input_shape: Optional[list[StrictInt]] = Field(None, description="Per-sample input shape, e.g. [3, 224, 224].")
-    precision: Precision = "fp32"
-    mode: Mode = "train"
-    optimizer: Optimizer = "sgd"
+    precision: Precision = Field("fp32", description="amp-*: autocast; bf16/fp16: pure half-precision weights; "
+                                                      "fp8, mxfp8, nvfp4: Transformer Engine's recipes.")
+    mode: Mode = Field("train", description="train, infer, or serve (an LLM deployment: the serve group).")
+    optimizer: Optimizer = Field("sgd", description="The training step's optimizer (none for inference).")
     input_pipeline_s: Union[StrictFloat, StrictInt] = Field(0.0, description="Host input-pipeline seconds per step.")
     gpus: StrictInt = Field(1, description="Data-parallel GPUs of the job (not GPU types: see `gpu`).")
     data: Optional[DataSpec] = Field(None, description="The data loader (default: the workload's typical script).")
