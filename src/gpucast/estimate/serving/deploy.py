@@ -73,11 +73,13 @@ def side(job, gpu, env, cfg, context_bytes: int, shape: dict, lay: Layout, req: 
     kv_token_bytes = model.kv_bytes_per_token(serve.kv_element_bytes)
     layers = (windows_of(job), shape["attention_layers"], engine.block_size)
     kept, window_bytes = windowed(kv_token_bytes, *layers) if engine.windowed_kv else (kv_token_bytes, 0)
-    kv_token = stage_kv(kv_per_rank(kept, shape["kv_heads"], lay.attention_tensor), lay)
+
+    def on_rank(kv_bytes) -> int:   # a rank's share of K/V bytes: its heads of its stage's layers
+        return stage_kv(kv_per_rank(kv_bytes, shape["kv_heads"], lay.attention_tensor), lay)
     draft_weights, draft_kv = _drafter(job, serve, shape, lay)
-    kv_token += draft_kv
+    kv_token = on_rank(kept) + draft_kv
     state = stage_kv(model.state_bytes_per_sequence() // lay.attention_tensor, lay)   # linear layers' heads split
-    window = tuple((cap, stage_kv(kv_per_rank(per, shape["kv_heads"], lay.attention_tensor), lay) / kv_token)
+    window = tuple((cap, on_rank(per) / kv_token)
                    for cap, per in (window_groups(kv_token_bytes, *layers) if window_bytes else ()))
     if state and engine.name == "hf":
         raise JobError("engine 'hf' with linear-attention layers (gated delta-nets, Mamba-2): transformers runs its "
@@ -95,7 +97,7 @@ def side(job, gpu, env, cfg, context_bytes: int, shape: dict, lay: Layout, req: 
     activations = int(act_tr.memory.at_peak.get("activations", 0)
                       + act_tr.memory.at_peak.get("temporaries", 0)) // lay.attention_tensor
     mem = plan(gpu.memory_bytes, weights, kv_token, activations, context_bytes, engine, engine.cuda_graphs, state,
-               draft_weights, stage_kv(kv_per_rank(window_bytes, shape["kv_heads"], lay.attention_tensor), lay))
+               draft_weights, on_rank(window_bytes))
     if (engine.name, engine.release) == ("sglang", "0.5") and serve.max_num_seqs is None:
         context_len = serve.max_model_len or shape["max_context"] or 4096
         engine = replace(engine, max_num_seqs=sglang_max_requests(mem.kv_cache_tokens, context_len))

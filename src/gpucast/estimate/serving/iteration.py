@@ -143,7 +143,9 @@ class IterationModel:
         # the routed experts' bytes per traced byte: MXFP4 experts (GPT-OSS) at 4.25 bits, else the rest's
         self.expert_scale = MXFP4_SHARE if weights == "mxfp4" else self.weight_scale
         self.kv_scale = float(kv_scale)   # the cache's bytes per 16-bit K/V byte (FP8 0.5, NVFP4 0.28)
-        self.shape = served(job).shape
+        self.served = served(job)
+        self._samples: dict[int, object] = {}   # layers -> the served model of the model cut to them
+        self.shape = self.served.shape
         self.cache = "paged" if engine.paged else "dynamic"
         par = Parallel().resolved(gpu)
         self.links = Links.of(gpu, par.network_spec())
@@ -160,8 +162,12 @@ class IterationModel:
 
     # ------------------------------------------------------------------ pieces
     def _trace(self, batch: int, new: int, ctx: int, layers: int | None = None):
-        job = self.job if layers is None else layer_sample(self.job, layers)
-        return served(job).trace(batch, new, ctx, self.cache)
+        if layers is None:
+            return self.served.trace(batch, new, ctx, self.cache)
+        cut = self._samples.get(layers)
+        if cut is None:
+            cut = self._samples[layers] = served(layer_sample(self.job, layers))
+        return cut.trace(batch, new, ctx, self.cache)
 
     def _split(self, trace) -> np.ndarray | None:
         if self.t <= 1:
