@@ -280,6 +280,26 @@ def kernel_checks(progress=None) -> list[dict]:
     return out
 
 
+def run(name: str) -> tuple[str, dict, float]:
+    """One set's cells (:func:`gpucast.learn.gate.cells`) and seconds: what a worker process of the gate does."""
+    import time
+    import warnings
+
+    from gpucast.learn import gate
+
+    warnings.filterwarnings("ignore")
+    t0 = time.perf_counter()
+    records = SETS[name][0](progress=None)
+    return name, gate.cells(name, records), round(time.perf_counter() - t0, 1)
+
+
+def one_thread() -> None:
+    """A worker process's start: one torch thread (meta tensors compute nothing; the workers run side by side)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 def _tick(progress) -> None:
     if progress:
         progress()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpucast.version import __version__
 from gpucast.estimate import Estimate, EstimatorConfig, estimate
@@ -30,6 +30,7 @@ from gpucast.hardware import GpuSpec, get_gpu
 from gpucast import formats
 from gpucast.job import Job, JobError
 from gpucast.prediction import Prediction
+from gpucast.surroundings import Data
 
 MODEL_VERSION = f"analytic-{__version__}"
 
@@ -78,6 +79,14 @@ def _cache_key(job: Job):
     # one capture.
     if job.gpus != 1 or job.parallel is not None:
         job = job.with_(gpus=1, parallel=None)
+    # Nor is the host: the loop, the loader and the host's speed and cores change what the step costs on
+    # the host, not what it runs on the GPU (of the data, only sequence packing shapes the graph).
+    packed = job.data.packed_sample_len if job.data is not None else None
+    host = {"loop": None, "input_pipeline_s": 0.0, "data": None if packed is None else Data(packed_sample_len=packed)}
+    if job.stack is not None and (job.stack.cpu_speed is not None or job.stack.cpu_cores is not None):
+        host["stack"] = replace(job.stack, cpu_speed=None, cpu_cores=None)
+    if any(getattr(job, k) != v for k, v in host.items()):
+        job = job.with_(**host)
     if job.is_module:
         return (job, id(job.model_fn), id(job.input_fn), id(job.loss_fn))
     return job

@@ -168,3 +168,21 @@ def test_the_answered_share_counts_rows_gpucast_could_not_express():
     assert f["answered"] == {"value": 50.0, "n": 4}
     assert f["time_mdape"]["n"] == 2                # only the answered rows carry a time
     assert gate.band("answered", 4) == 25.0           # a share: one row may flip
+
+
+def test_sets_predicted_side_by_side_give_the_cells_one_process_gives():
+    """Two worker processes (spawned, each set in one of them) reduce the sets to the same cells, in the
+    sets' own order, as predicting them one after another in this process."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("accuracy_gate_script", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    names = ["lucid-pairs", "kernel-checks"]
+    one, secs_one = mod.evaluate(names, workers=1)
+    two, secs_two = mod.evaluate(names, workers=2, expected={"kernel-checks": 9.0})
+    assert one and json.dumps(one, sort_keys=False) == json.dumps(two, sort_keys=False)
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gate_sets
+
+    assert list(secs_one) == list(secs_two) == [n for n in gate_sets.SETS if n in names]
