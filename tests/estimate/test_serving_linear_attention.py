@@ -183,6 +183,23 @@ def test_a_sequence_shorter_than_its_window_holds_only_its_own_tokens():
     assert peak(1000) == 16 * (63 + 9)         # the sliding layers stop at 144 tokens: 9 blocks
 
 
+def test_decodes_grow_a_sequences_window_blocks_too():
+    """A 10-token prompt decoding 200 tokens holds 209 tokens' K/V when it finishes: 14 blocks of the full
+    layers' and 9 of the sliding layers' (they stop at 144 tokens), whether the iterations run through the
+    scheduler (a second request prefilling in 64-token chunks beside it) or only decode."""
+    from gpucast.estimate.serving.run import Requests, simulate
+
+    def peak(prompts, arrivals) -> int:
+        req = Requests(np.array(arrivals, dtype=float), np.array(prompts), np.array([200] * len(prompts)))
+        return simulate(req, lambda *a: (0.01, 0.01), 8, 64, 10**6, 16, True, "poisson",
+                        window=((144, 1.0),)).peak_kv_tokens
+    assert peak([10], [0.0]) == 16 * (14 + 9)
+    # beside it from the second iteration, a 2,000-token prompt in 63-token chunks (the first request's decode
+    # takes one token of the 64) ends its prefill in the 33rd; in the 200th the first request's last decode
+    # holds 209 tokens and the second 2,000 + 167: 14 + 9 blocks and 136 + 9, the run's most
+    assert peak([10, 2000], [0.0, 0.005]) == 16 * (14 + 9 + 136 + 9)
+
+
 @pytest.mark.parametrize("model_type", ["granitemoehybrid", "bamba"])
 def test_granite4_and_bamba_mamba2_layers_are_read_from_their_own_field_names(model_type):
     cfg = dict(model_type=model_type, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,

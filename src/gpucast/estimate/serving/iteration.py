@@ -159,6 +159,7 @@ class IterationModel:
         self._dense: dict[int, tuple[float, float]] = shared[0]
         self._attn: dict[tuple, float] = shared[1]
         self._by_tokens: dict[int, tuple[float, float, float]] = {}  # this engine's (dense, eager, all-reduce)
+        self._dec_cells: dict[tuple, tuple] = {}   # decode attention's grid corners by (batch, context cell)
 
     # ------------------------------------------------------------------ pieces
     def _trace(self, batch: int, new: int, ctx: int, layers: int | None = None):
@@ -443,20 +444,22 @@ class IterationModel:
 
     def _decode_attention(self, ndec: int, dctx: float) -> float:
         """Decode attention of ``ndec`` sequences at a mean context ``dctx``: interpolated between the
-        batch sizes (powers of two) and the contexts (the grid) around them, the context's grid
-        points found once for both batch sizes."""
-        blo, bhi, bw = pow2(ndec)
+        batch sizes (powers of two) and the contexts (the grid) around them; the four corners of a
+        batch size's context cell are looked up once (a simulation asks for every context in a cell)."""
         clo, chi, cw = grid(dctx)
-
-        def at(b):
-            a = self._attention(b, 1, clo)
-            if cw == 0.0 or chi == clo:
-                return a
-            return a + (self._attention(b, 1, chi) - a) * cw
-        a = at(blo)
-        if bw == 0.0 or bhi == blo:
-            return a
-        return a + (at(bhi) - a) * bw
+        key = (ndec, clo, chi)
+        cell = self._dec_cells.get(key)
+        if cell is None:
+            blo, bhi, bw = pow2(ndec)
+            cell = self._dec_cells[key] = (self._attention(blo, 1, clo), self._attention(blo, 1, chi),
+                                           self._attention(bhi, 1, clo), self._attention(bhi, 1, chi),
+                                           bw, bw == 0.0 or bhi == blo)
+        lo_lo, lo_hi, hi_lo, hi_hi, bw, one_batch = cell
+        if cw == 0.0 or chi == clo:
+            a, b = lo_lo, hi_lo
+        else:
+            a, b = lo_lo + (lo_hi - lo_lo) * cw, hi_lo + (hi_hi - hi_lo) * cw
+        return a if one_batch else a + (b - a) * bw
 
 
 _MODELS: dict = {}

@@ -142,6 +142,35 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
         while next_arrival < scheduled and arrival_l[order[next_arrival]] <= t:
             waiting.append(order[next_arrival])
             next_arrival += 1
+        if spec is None and not waiting and running:
+            # Only decodes until the next arrival or the next finish: iterations whose scheduling is known
+            # (every running sequence decodes one token, nobody is admitted, preempted or finished) run
+            # here without the scheduler; each costs what the loop below would charge it
+            steps = _decode_run(running, done_prefill, target, out, generated, kv, blocks, cap_blocks - used_blocks)
+            if steps > 1:
+                nd = len(running)
+                kv0 = sum(map(kv.__getitem__, running))
+                ahead = arrival_l[order[next_arrival]] if next_arrival < scheduled else float("inf")
+                s = 0
+                while s < steps and ahead > t:   # ahead > t on entry (arrivals up to t are in waiting): s >= 1
+                    dctx = (kv0 + s * nd) / nd
+                    dt, b = cost(nd, nd, dctx, 0, 0.0, 0)
+                    ctx_sum += dctx * nd
+                    dec_sum += nd
+                    gap_s.append(dt)
+                    gap_w.append(nd)
+                    t += dt
+                    busy += b
+                    s += 1
+                for r in running:
+                    used_blocks += blocks(kv[r] + s) - blocks(kv[r])
+                    generated[r] += s
+                    kv[r] += s
+                peak_blocks = max(peak_blocks, used_blocks)
+                iterations += s
+                batch_sum += nd * s
+                max_batch = max(max_batch, nd)
+                continue
         budget = max_num_batched_tokens
         joined = False
         dec = []
@@ -150,8 +179,10 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
         # A sequence needs a new block when its tokens fill whole blocks (kv % blk == 0); when the free
         # blocks cover every decode's need at once, no preemption can happen: take them all (fast path)
         dec = [r for r in running if done_prefill[r] >= target[r]]
-        if spec is None:
+        if spec is None and not window:
             need_all = sum(1 for r in dec if kv[r] % blk == 0) if blk > 1 else len(dec)
+        elif spec is None:   # sliding windows grow their own blocks too
+            need_all = sum(blocks(kv[r] + 1) - blocks(kv[r]) for r in dec)
         else:
             need_all = sum(blocks(kv[r] + gain(r)) - blocks(kv[r]) for r in dec)
         if need_all <= cap_blocks - used_blocks:
@@ -285,6 +316,17 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
                      batch_sum / iterations if iterations else 0.0, preemptions, notes,
                      ctx_sum / dec_sum if dec_sum else 0.0, peak_blocks * blk, arrival,
                      np.array(gap_s), np.array(gap_w, dtype=np.float64))
+
+
+def _decode_run(running, done_prefill, target, out, generated, kv, blocks, free_blocks: int) -> int:
+    """Iterations in which every running sequence only decodes and none finishes (one fewer than the
+    fewest tokens any still has to generate) whose new blocks the free ones hold; 0 when a running
+    sequence is still prefilling or the cache cannot hold them."""
+    steps = min(out[r] - generated[r] for r in running) - 1
+    if steps < 2 or any(done_prefill[r] < target[r] for r in running):
+        return 0
+    need = sum(blocks(kv[r] + steps) - blocks(kv[r]) for r in running)
+    return steps if need <= free_blocks else 0
 
 
 def static_batches(req: Requests, cost: Cost, batch: int) -> RunResult:
