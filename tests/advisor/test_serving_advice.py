@@ -175,3 +175,64 @@ def test_a_draft_model_job_is_tried_without_its_drafter_too():
     drafted = next(o for o in a.options if o.spec == "draft")
     own = predict(job.with_(serve=dict(job.serve.to_dict(), engine="vllm")), "h100").serving
     assert drafted.tpot_p90_s == pytest.approx(own["tpot_p90_s"]) and own["memory"]["draft_weight_bytes"] > 0
+
+
+def test_acceptance_carried_to_other_draft_counts_is_leviathans_closed_form():
+    from gpucast.estimate.serving.speculative import acceptance_at
+
+    p = 0.6   # each draft accepted with probability 0.6: a step emits (1 - p^(k+1)) / (1 - p) tokens
+    at3 = (1 - p ** 4) / (1 - p)
+    assert acceptance_at(at3, 3, 1) == pytest.approx(1 + p)
+    assert acceptance_at(at3, 3, 6) == pytest.approx((1 - p ** 7) / (1 - p))
+    assert acceptance_at(at3, 3, 3) == at3
+    assert acceptance_at(4.0, 3, 7) == pytest.approx(8.0) and acceptance_at(1.0, 3, 7) == pytest.approx(1.0)
+
+
+def test_draft_counts_are_tried_each_at_its_own_acceptance():
+    from gpucast.api import predict
+    from gpucast.estimate.serving.speculative import acceptance_at
+
+    job = Job.from_hf_config(SMALL, batch_size=8, precision="bf16", mode="serve",
+                             serve=dict(input_len=256, output_len=64, request_rate=2.0, num_requests=40,
+                                        spec_method="eagle3", spec_tokens=3, spec_acceptance=2.5))
+    a = advise_serving(job, ["h100"], tensors=(1,), spec_tokens=[1, 3, 5])
+    assert [(o.spec, o.spec_tokens) for o in a.options] == [("eagle3", 1), ("eagle3", 3), ("eagle3", 5), (None, None)]
+    one = a.options[0]
+    own = predict(job.with_(serve=dict(job.serve.to_dict(), engine="vllm", spec_tokens=1,
+                                       spec_acceptance=acceptance_at(2.5, 3, 1))), "h100").serving
+    assert one.tpot_p90_s == pytest.approx(own["tpot_p90_s"])
+    with pytest.raises(JobError, match="--spec-tokens"):
+        advise_serving(_job(), ["h100"], tensors=(1,), spec_tokens=[2])
+    with pytest.raises(JobError, match="--spec-tokens"):
+        advise_serving(job, ["h100"], tensors=(1,), spec_tokens=[0])
+
+
+def test_prefill_instances_are_tried_at_other_tensor_degrees_and_priced_by_their_gpus():
+    job = _busy_job(rate=400.0)
+    a = advise_serving(job, ["h100"], tensors=(1,), tpot_s=0.01, replicas=4, layouts=["pd"], prefill_tensors=[2])
+    split = [o for o in a.options if o.prefill_replicas]
+    for o in split:
+        # its GPUs: the prefill instances at their degree, the decode ones at the plan's
+        gpus = o.prefill_replicas * (o.prefill_tensor or o.tensor) + (o.replicas - o.prefill_replicas) * o.tensor
+        assert o.gpu_count == gpus
+        if o.usd_per_million_tokens is not None:
+            assert o.usd_per_million_tokens == pytest.approx(
+                o.usd_per_gpu_hour * gpus / (o.output_tokens_per_s * 3600) * 1e6)
+    with pytest.raises(JobError, match="add pd"):
+        advise_serving(job, ["h100"], tensors=(1,), prefill_tensors=[2])
+
+
+def test_a_wider_prefill_instance_is_one_of_the_splits_tried():
+    from gpucast.advisor import serving as adv
+
+    seen = []
+
+    def predict(job, gpu):
+        seen.append((job.gpus, job.serve.prefill_replicas, job.serve.prefill_tensor))
+        from gpucast.api import predict as real
+
+        return real(job, gpu)
+    adv.advise_serving(_busy_job(rate=400.0), ["h100"], tensors=(1,), replicas=4, layouts=["pd"],
+                       prefill_tensors=[2], predict=predict, tpot_s=1e-6)
+    # 4 replicas: 1 or 2 prefill instances, each at 1 GPU (the decode side's) or 2
+    assert {(1 + 3, 1, None), (2 + 3, 1, 2), (2 + 2, 2, None), (4 + 2, 2, 2)} <= set(seen)

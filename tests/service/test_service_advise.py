@@ -80,3 +80,19 @@ def test_serving_fields_need_a_deployment_and_stay_bounded(client):
     assert r.status_code == 422 and "field 'ttft_s' applies to a mode 'serve' job" in r.json()["detail"]
     r = client.post("/v1/advise", json=dict(SERVED, gpu="h100", replicas=10_000))
     assert r.status_code == 422 and "replicas" in r.json()["detail"]
+    r = client.post("/v1/advise", json=dict(SERVED, gpu="h100", spec_tokens=list(range(1, 18))))
+    assert r.status_code == 422 and "spec_tokens" in r.json()["detail"]
+    r = client.post("/v1/advise", json=dict(SERVED, gpu="h100", spec_tokens=[2]))   # the job drafts nothing
+    assert r.status_code == 422 and "--spec-tokens" in r.json()["detail"]
+
+
+def test_draft_counts_and_disaggregated_prefill_degrees_are_searched_over_http(client):
+    drafting = dict(SERVED, serve=dict(SERVED["serve"], spec_method="eagle3", spec_tokens=2, spec_acceptance=2.0))
+    r = client.post("/v1/advise", json=dict(drafting, gpu="h100", tensors=[1], spec_tokens=[1, 2, 4]))
+    assert r.status_code == 200, r.text
+    assert [(o["spec"], o["spec_tokens"]) for o in r.json()["options"]] == \
+        [("eagle3", 1), ("eagle3", 2), ("eagle3", 4), (None, None)]
+    r = client.post("/v1/advise", json=dict(SERVED, gpu="h100", tensors=[1], replicas=2, layouts=["pd"],
+                                            prefill_tensors=[2], tpot_s=1e-6))
+    assert r.status_code == 200, r.text
+    assert {o["layout"] for o in r.json()["options"]} == {"pd"}

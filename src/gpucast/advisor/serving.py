@@ -28,10 +28,12 @@ TensorRT-LLM's and SGLang's DEP layouts: each rank its own requests and cache,
 :mod:`gpucast.estimate.serving.stages`). A mixture-of-experts model is tried both ways unless told
 otherwise, a dense one as ``tp``. A job that drafts (``serve.spec_method``) is tried with its drafter and
 without (the ``spec`` column): speculation shortens a step's tokens at low load and costs draft passes and
-verified tokens at high load. ``pd`` (asked for by name) splits ``r >= 2`` replicas into prefill and decode
-sides (``serve.prefill_replicas``: :mod:`gpucast.estimate.serving.disagg`), the whole load on the one
-deployment, the prefill side a quarter or a half of the replicas (:data:`PD_SHARES`), the cheaper feasible
-split kept.
+verified tokens at high load; ``spec_tokens`` tries other draft counts, the job's acceptance carried to each
+(:func:`gpucast.estimate.serving.speculative.acceptance_at`). ``pd`` (asked for by name) splits ``r >= 2``
+replicas into prefill and decode sides (``serve.prefill_replicas``: :mod:`gpucast.estimate.serving.disagg`),
+the whole load on the one deployment, the prefill side a quarter or a half of the replicas
+(:data:`PD_SHARES`), each prefill instance at the decode side's tensor degree or at each of
+``prefill_tensors`` (``serve.prefill_tensor``), the cheaper feasible split kept.
 
 Not modelled: routing smarter than random (least-loaded or prefix-affine balancers shorten queues and
 raise prefix-cache hits), pipeline parallelism, autoscaling, the price of the CPU hosts.
@@ -74,6 +76,16 @@ class ServingOption:
     layout: str = "tp"  # tp | dep | pd (LAYOUTS)
     prefill_replicas: int | None = None   # pd: the replicas that prefill (the others decode)
     spec: str | None = None               # the speculative decoding method it drafts with (serve.spec_method)
+    spec_tokens: int | None = None        # its drafts a step (serve.spec_tokens)
+    prefill_tensor: int | None = None     # pd: a prefill instance's tensor degree (None: the decode side's)
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs of the whole fleet: each replica's tensor degree (a pd prefill instance its own)."""
+        if self.prefill_replicas:
+            return self.prefill_replicas * (self.prefill_tensor or self.tensor) + \
+                (self.replicas - self.prefill_replicas) * self.tensor
+        return self.tensor * self.replicas
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -105,11 +117,13 @@ def replica_share(job: Job, r: int) -> Job:
 
 
 def _candidate(job: Job, gpu: str, t: int, precision: str, engine: str, r: int = 1, layout: str = "tp",
-               prefill: int | None = None) -> Job:
+               prefill: int | None = None, prefill_tensor: int | None = None) -> Job:
     serve = replace(job.serve or Serve(), engine=engine)
     if layout == "pd":   # one disaggregated deployment of r replicas takes the whole load
-        return job.with_(precision=precision, gpus=t * r, parallel=dict(tensor=t) if t > 1 else None,
-                         serve=replace(serve, prefill_replicas=prefill))
+        pt = prefill_tensor or t
+        return job.with_(precision=precision, gpus=prefill * pt + (r - prefill) * t,
+                         parallel=dict(tensor=t) if t > 1 else None,
+                         serve=replace(serve, prefill_replicas=prefill, prefill_tensor=prefill_tensor))
     par = (dict(tensor=t, expert=t, attention_dp=True) if layout == "dep" else dict(tensor=t)) if t > 1 else None
     one = job.with_(precision=precision, gpus=t, parallel=par, serve=serve)
     return replica_share(one, r)
@@ -136,7 +150,9 @@ def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DE
                    precisions: Sequence[str] | None = None, engines: Sequence[str] = DEFAULT_ENGINES,
                    ttft_s: float | None = None, tpot_s: float | None = None, prices=None, provider: str | None = None,
                    progress: Callable[[int, int], None] | None = None, predict=None,
-                   replicas: int = 1, layouts: Sequence[str] | None = None) -> ServingAdvice:
+                   replicas: int = 1, layouts: Sequence[str] | None = None,
+                   spec_tokens: Sequence[int] | None = None,
+                   prefill_tensors: Sequence[int] | None = None) -> ServingAdvice:
     """The cheapest deployment of ``job`` meeting the targets, with at most ``replicas`` copies of it
     (module docstring)."""
     from gpucast.advisor import prices as price_tables
@@ -159,9 +175,12 @@ def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DE
     # a DEP layout of one GPU is the TP one: tried once
     serve = job.serve or Serve()
     # a job that drafts (serve.spec_method) is tried with its drafter and without: speculation pays at low load
-    variants = [job] + ([job.with_(serve=replace(serve, spec_method=None, spec_tokens=None, spec_acceptance=None,
-                                                 draft_model=None))]
-                        if serve.spec_method else [])
+    variants = _draft_variants(job, serve, spec_tokens) + (
+        [job.with_(serve=replace(serve, spec_method=None, spec_tokens=None, spec_acceptance=None, draft_model=None))]
+        if serve.spec_method else [])
+    pts = _whole_numbers(prefill_tensors, "--prefill-tensors")
+    if pts and "pd" not in layouts:
+        raise JobError("--prefill-tensors sizes the prefill instances of a disaggregated layout: add pd to --layouts")
     combos = [(g, t, p, e, x, v) for g in gpus for t in tensors for p in precisions for e in engines
               for x in layouts for v in variants if not (x == "dep" and t == 1 and "tp" in layouts)]
     options = []
@@ -169,8 +188,9 @@ def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DE
         usd = (table.price(g, provider) or _NO_PRICE).usd_per_gpu_hour
 
         def one(r):
-            option, bound = _option(v, v.serve or Serve(), predict, g, t, p, e, r, usd, ttft_s, tpot_s, x)
-            option.spec = v.serve.spec_method if v.serve is not None else None
+            option, bound = _option(v, v.serve or Serve(), predict, g, t, p, e, r, usd, ttft_s, tpot_s, x, pts)
+            if v.serve is not None and v.serve.spec_method:
+                option.spec, option.spec_tokens = v.serve.spec_method, v.serve.spec_tokens or 1
             return option, bound
         below = 0  # the most replicas known to fall short of the targets
         for r in _replica_counts(replicas):
@@ -202,15 +222,42 @@ def advise_serving(job: Job, gpus: Sequence[str], *, tensors: Sequence[int] = DE
         if o.layout == "pd":
             decode = o.replicas - o.prefill_replicas
             copies = f"{o.replicas} replicas ({o.prefill_replicas} prefill, {decode} decode) of "
-            shape = ", disaggregated"
+            shape = ", disaggregated" + (f", prefill on {o.prefill_tensor} GPUs each"
+                                         if o.prefill_tensor and o.prefill_tensor != o.tensor else "")
         if o.spec:
-            shape += f", {o.spec} speculation"
+            shape += f", {o.spec} speculation ({o.spec_tokens} drafts a step)"
         message = (f"{copies}{o.tensor} x {o.gpu} ({o.precision}, {o.engine}{shape}): p90 TTFT {o.ttft_p90_s:.3g} s, "
                    f"p90 TPOT "
                    f"{o.tpot_p90_s * 1e3:.3g} ms, {o.output_tokens_per_s:.0f} output tokens/s, "
                    f"${o.usd_per_million_tokens:.2f} per million output tokens: the cheapest of {len(feasible)} "
                    f"that meet the targets ({len(options)} tried)")
     return ServingAdvice(options, best, message, targets)
+
+
+def _whole_numbers(values, flag: str) -> list[int]:
+    out = list(values or [])
+    bad = [v for v in out if not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1024)]
+    if bad:
+        raise JobError(f"{flag} takes whole numbers from 1 to 1024, got {bad[0]!r}")
+    return out
+
+
+def _draft_variants(job: Job, serve: Serve, spec_tokens) -> list[Job]:
+    """The job at each of ``spec_tokens`` drafts a step (its own count when none are given), its acceptance
+    carried to each count (:func:`gpucast.estimate.serving.speculative.acceptance_at`)."""
+    counts = _whole_numbers(spec_tokens, "--spec-tokens")
+    if not counts:
+        return [job]
+    if not serve.spec_method:
+        raise JobError("--spec-tokens tries draft counts of a job that drafts: set serve.spec_method "
+                       "(and serve.spec_acceptance)")
+    if any(k > 16 for k in counts):
+        raise JobError(f"--spec-tokens takes 1 to 16 drafts a step, got {max(counts)}")
+    from gpucast.estimate.serving.speculative import acceptance_at
+
+    k0 = serve.spec_tokens or 1
+    return [job.with_(serve=replace(serve, spec_tokens=k, spec_acceptance=acceptance_at(serve.spec_acceptance, k0, k)))
+            for k in dict.fromkeys(counts)]
 
 
 class _NoPrice:
@@ -221,28 +268,31 @@ _NO_PRICE = _NoPrice()
 
 
 def _option(job: Job, serve: Serve, predict, g: str, t: int, p: str, e: str, r: int, usd: float | None,
-            ttft_s: float | None, tpot_s: float | None, layout: str = "tp") -> tuple[ServingOption, bool]:
+            ttft_s: float | None, tpot_s: float | None, layout: str = "tp",
+            prefill_tensors: Sequence[int] = ()) -> tuple[ServingOption, bool]:
     """One candidate with ``r`` replicas, and whether what it misses is its load's doing (latency, a queue,
     requests left unfinished): more replicas may then meet the targets. ``pd``: the cheaper feasible of its
-    splits (:data:`PD_SHARES`), else the first."""
+    splits (:data:`PD_SHARES` x the prefill instances' degrees), else the first."""
     if layout != "pd":
         return _split_option(job, serve, predict, g, t, p, e, r, usd, ttft_s, tpot_s, layout, None)
     if r < 2:
         return ServingOption(g, t, p, e, False, "disaggregation needs 2 replicas or more", replicas=r,
                              layout=layout), True
-    tried = [_split_option(job, serve, predict, g, t, p, e, r, usd, ttft_s, tpot_s, layout, k)
-             for k in sorted({min(r - 1, max(1, round(r * f))) for f in PD_SHARES})]
+    tried = [_split_option(job, serve, predict, g, t, p, e, r, usd, ttft_s, tpot_s, layout, k, pt)
+             for k in sorted({min(r - 1, max(1, round(r * f))) for f in PD_SHARES})
+             for pt in [None] + [x for x in prefill_tensors if x != t]]
     ok = [x for x in tried if x[0].feasible]
     return min(ok, key=lambda x: x[0].usd_per_million_tokens) if ok else tried[0]
 
 
 def _split_option(job: Job, serve: Serve, predict, g: str, t: int, p: str, e: str, r: int, usd: float | None,
                   ttft_s: float | None, tpot_s: float | None, layout: str,
-                  prefill: int | None) -> tuple[ServingOption, bool]:
+                  prefill: int | None, prefill_tensor: int | None = None) -> tuple[ServingOption, bool]:
     try:
-        pred = predict(_candidate(job, g, t, p, e, r, layout, prefill), g)
+        pred = predict(_candidate(job, g, t, p, e, r, layout, prefill, prefill_tensor), g)
     except JobError as exc:
-        return ServingOption(g, t, p, e, False, str(exc), replicas=r, layout=layout, prefill_replicas=prefill), False
+        return ServingOption(g, t, p, e, False, str(exc), replicas=r, layout=layout, prefill_replicas=prefill,
+                             prefill_tensor=prefill_tensor), False
     s = pred.serving
     why, load = [], []
     if not pred.fits_in_memory:
@@ -264,7 +314,9 @@ def _split_option(job: Job, serve: Serve, predict, g: str, t: int, p: str, e: st
         why.append("no price")
     why += load
     fleet = s["output_tokens_per_s"] * (1 if layout == "pd" else r)   # pd: one deployment of all r replicas
-    per_m = usd * t * r / (fleet * 3600) * 1e6 if usd is not None and fleet > 0 else None
     option = ServingOption(g, t, p, e, not why, "; ".join(why) or "meets the targets", s["ttft_p90_s"],
-                           s["tpot_p90_s"], fleet, usd, per_m, replicas=r, layout=layout, prefill_replicas=prefill)
+                           s["tpot_p90_s"], fleet, usd, None, replicas=r, layout=layout, prefill_replicas=prefill,
+                           prefill_tensor=prefill_tensor)
+    if usd is not None and fleet > 0:
+        option.usd_per_million_tokens = usd * option.gpu_count / (fleet * 3600) * 1e6
     return option, bool(load) and pred.fits_in_memory and usd is not None

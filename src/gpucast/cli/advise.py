@@ -273,6 +273,15 @@ def register(app: typer.Typer, cli) -> None:
                                                                                  "mixture-of-experts model) and/or "
                                                                                  "pd (disaggregated prefill and "
                                                                                  "decode over --replicas)."),
+                   spec_tokens: Optional[str] = typer.Option(None, "--spec-tokens", help="Serving: draft counts "
+                                                                               "to try for a job that drafts "
+                                                                               "(serve.spec_method), e.g. 1,2,4; "
+                                                                               "its acceptance carried to each."),
+                   prefill_tensors: Optional[str] = typer.Option(None, "--prefill-tensors", help="Serving, pd "
+                                                                                         "layouts: prefill "
+                                                                                         "instances' tensor "
+                                                                                         "degrees to try besides "
+                                                                                         "the decode side's."),
                    report: Optional[Path] = typer.Option(None, "--report", help="Write the plot of the front here: an "
                                                                                "HTML page (offline) or, for "
                                                                                "FILE.svg, a static image."),
@@ -323,7 +332,8 @@ def register(app: typer.Typer, cli) -> None:
 
                 advise_serving_cmd(cli, kw, parse_list(tensors, "--tensors"), parse_list(engines, "--engines", str),
                                    ttft, tpot, prices, provider, as_json, replicas,
-                                   parse_list(layouts, "--layouts", str))
+                                   parse_list(layouts, "--layouts", str), parse_list(spec_tokens, "--spec-tokens"),
+                                   parse_list(prefill_tensors, "--prefill-tensors"))
                 return
             result = _search(kw)
             if reserved is not None:

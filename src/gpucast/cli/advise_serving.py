@@ -17,7 +17,10 @@ def _table(advice) -> Table:
         t.add_column(col, justify="right" if col in numbers else "left")
     for i, o in enumerate(advice.options):
         layout = f"pd {o.prefill_replicas}:{o.replicas - o.prefill_replicas}" if o.prefill_replicas else o.layout
-        t.add_row("*" if i == advice.best else "", o.gpu, str(o.tensor), str(o.replicas), layout, o.spec or "-",
+        if o.prefill_tensor and o.prefill_tensor != o.tensor:   # prefill instances of their own degree
+            layout += f" (prefill x{o.prefill_tensor})"
+        spec = f"{o.spec} x{o.spec_tokens}" if o.spec else "-"
+        t.add_row("*" if i == advice.best else "", o.gpu, str(o.tensor), str(o.replicas), layout, spec,
                   o.precision,
                   o.engine,
                   "-" if o.ttft_p90_s is None else f"{o.ttft_p90_s:.3g}",
@@ -28,7 +31,8 @@ def _table(advice) -> Table:
 
 
 def advise_serving_cmd(cli, kw: dict, tensors: list | None, engines: list | None, ttft, tpot, prices, provider,
-                       as_json: bool, replicas: int = 1, layouts: list | None = None) -> None:
+                       as_json: bool, replicas: int = 1, layouts: list | None = None, spec_tokens: list | None = None,
+                       prefill_tensors: list | None = None) -> None:
     """Search (``tensors``/``engines`` already parsed by :mod:`.advise`) and print the table or JSON."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -46,7 +50,8 @@ def advise_serving_cmd(cli, kw: dict, tensors: list | None, engines: list | None
                               tensors=tensors or DEFAULT_TENSORS,
                               precisions=kw["precisions"], engines=eng, ttft_s=ttft, tpot_s=tpot, prices=prices,
                               provider=provider, progress=lambda d, n: bar.update(task, completed=d, total=n),
-                              replicas=replicas, layouts=layouts)
+                              replicas=replicas, layouts=layouts, spec_tokens=spec_tokens,
+                              prefill_tensors=prefill_tensors)
 
     with Progress(TextColumn("deployments"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=cli.err, transient=True) as bar:

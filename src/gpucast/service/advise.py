@@ -8,7 +8,8 @@ packaged name or the entries themselves, never a path on the server. The search 
 (:mod:`gpucast.advisor.plans`); the plan search's own fields (``plans``, ``shardings``, ...) pass
 through where the request carries them. A ``mode: serve`` job is advised as ``gpucast advise --serve``
 advises it (:func:`gpucast.advisor.serving.advise_serving`: GPU types, ``tensors``, ``precisions``,
-``engines``, the ``ttft_s``/``tpot_s`` targets, up to ``replicas`` copies (:data:`MAX_REPLICAS`), ``layouts``).
+``engines``, the ``ttft_s``/``tpot_s`` targets, up to ``replicas`` copies (:data:`MAX_REPLICAS`), ``layouts``,
+draft counts ``spec_tokens`` and prefill degrees ``prefill_tensors``, at most :data:`MAX_SERVING_VALUES` of each).
 
 Answers are cached by the request's content (the job's key and the search's fields) in an LRU
 of their JSON bytes, so a repeated request is answered without a thread or torch; identical
@@ -39,7 +40,8 @@ _SEARCH_FIELDS = ("gpu", "counts", "max_gpus", "batches", "keep_global_batch", "
 _PLAN_FIELDS = ("plans", "shardings", "tensors", "pipelines", "recomputes", "max_plans")
 MAX_PLANS = 400
 # A mode 'serve' job's search (gpucast.advisor.serving): its own fields, and the shared ones it reads.
-_SERVING_FIELDS = ("engines", "ttft_s", "tpot_s", "replicas", "layouts")
+_SERVING_FIELDS = ("engines", "ttft_s", "tpot_s", "replicas", "layouts", "spec_tokens", "prefill_tensors")
+MAX_SERVING_VALUES = 16   # draft counts or prefill degrees a request may ask the serving search to try
 MAX_REPLICAS = 64   # copies of a deployment a request may ask the serving search to try
 
 
@@ -66,6 +68,10 @@ class Advisor:
         search.update({k: v for k in _PLAN_FIELDS + _SERVING_FIELDS if (v := body.pop(k, None)) is not None})
         if search.get("replicas", 1) > MAX_REPLICAS:
             raise ServiceError(422, f"field 'replicas': {search['replicas']}, over the limit of {MAX_REPLICAS}")
+        for name in ("spec_tokens", "prefill_tensors"):
+            if len(search.get(name) or ()) > MAX_SERVING_VALUES:
+                raise ServiceError(422, f"field '{name}': {len(search[name])} values, over the limit of "
+                                        f"{MAX_SERVING_VALUES}")
         if search.get("max_plans", 0) > MAX_PLANS:
             raise ServiceError(422, f"field 'max_plans': {search['max_plans']}, over the limit of {MAX_PLANS}")
         job = job_from_spec(body, self.settings)
@@ -114,7 +120,9 @@ class Advisor:
             return advise_serving(job, gpus or list(DEFAULT_GPUS), tensors=search.get("tensors") or DEFAULT_TENSORS,
                                   precisions=search.get("precisions"), engines=engines, ttft_s=serving.get("ttft_s"),
                                   tpot_s=serving.get("tpot_s"), prices=prices, provider=search.get("provider"),
-                                  replicas=serving.get("replicas", 1), layouts=serving.get("layouts")).to_dict()
+                                  replicas=serving.get("replicas", 1), layouts=serving.get("layouts"),
+                                  spec_tokens=serving.get("spec_tokens"),
+                                  prefill_tensors=serving.get("prefill_tensors")).to_dict()
         if serving:
             raise ServiceError(422, f"field '{next(iter(serving))}' applies to a mode 'serve' job's advice")
         return advise(job, gpus, prices=prices, env=self.settings.environment, **search).to_dict()

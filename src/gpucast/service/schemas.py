@@ -318,8 +318,15 @@ class AdviseRequest(JobSpec):
                                                                               "target, seconds.")
     replicas: Optional[StrictInt] = Field(None, description="Serving: most copies of a deployment to try "
                                                             "(default 1).")
-    layouts: Optional[list[Literal["tp", "dep"]]] = Field(None, description="Serving: tp (tensor parallel) and/or "
-                                                                            "dep (attention DP + expert parallel).")
+    layouts: Optional[list[Literal["tp", "dep", "pd"]]] = Field(
+        None, description="Serving: tp (tensor parallel) and/or dep (attention DP + expert parallel) and/or pd "
+                          "(disaggregated prefill and decode over the replicas).")
+    spec_tokens: Optional[list[StrictInt]] = Field(None, description="Serving: draft counts to try for a job that "
+                                                                     "drafts (serve.spec_method), its acceptance "
+                                                                     "carried to each.")
+    prefill_tensors: Optional[list[StrictInt]] = Field(None, description="Serving, pd layouts: prefill instances' "
+                                                                         "tensor degrees to try besides the decode "
+                                                                         "side's.")
 
 
 class PackRequest(BaseModel):

@@ -22,6 +22,9 @@ input, not a prediction. Per decode step of ``n`` sequences:
   whole tokens of ``a`` spread evenly over its steps), its cache growing by as many; the scheduler's
   token budget counts ``k + 1`` per decode (vLLM's ``num_spec_tokens`` lookahead).
 
+``advise --serve`` tries other draft counts (:func:`acceptance_at`: the acceptance given at ``k`` carried to
+another ``k`` as one per-draft acceptance probability).
+
 Not modelled: tree drafts (EAGLE's dynamic trees), acceptance that varies with the batch or the position,
 the rejected drafts' KV slots, a drafter at a tensor degree of its own.
 """
@@ -58,6 +61,24 @@ def drafter_job(job, spec: Speculation | None):
         return None
     return job.with_(model=f"hf:{json.loads(spec.draft)['model_type']}", hf_config=spec.draft, batch_size=1,
                      mode="infer", serve=None, parallel=None, gpus=1, optimizer="none")
+
+
+def acceptance_at(acceptance: float, tokens: int, other: int) -> float:
+    """The mean tokens a step emits with ``other`` drafts when it emits ``acceptance`` with ``tokens``: each draft
+    accepted with one probability ``p`` while the ones before it were, so ``a(k) = (1 - p^(k+1)) / (1 - p)``
+    (Leviathan, Kalman and Matias, "Fast Inference from Transformers via Speculative Decoding", ICML 2023,
+    eq. 1); ``p`` solved from ``(tokens, acceptance)`` by bisection (``a`` grows with ``p``)."""
+    a = min(max(float(acceptance), 1.0), tokens + 1.0)
+    if other == tokens:
+        return a
+
+    def emitted(q: float, k: int) -> float:
+        return k + 1.0 if q >= 1.0 else (1.0 - q ** (k + 1)) / (1.0 - q)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if emitted(mid, tokens) < a else (lo, mid)
+    return emitted((lo + hi) / 2, other)
 
 
 def tokens_this_step(acceptance: float, step: int) -> int:
