@@ -1,8 +1,8 @@
 """What each kernel family reaches of a GPU's sustained peak, per architecture and software.
 
-``data/achieved.yaml`` holds, per kernel family (``matmul``, ``matmul_fp32`` and ``matmul_fp8``,
-``conv``, ``conv_depthwise`` and its backward, ``attention`` and ``attention_backward``, ``rnn``,
-``other``), the fraction of the sustained peak (:meth:`GpuSpec.sustained_tflops
+``data/achieved.yaml`` holds, per kernel family (``matmul``, ``matmul_fp32`` and ``matmul_fp8``: the
+scaled GEMMs on FP8 or FP4 operands, ``conv``, ``conv_depthwise`` and its backward, ``attention`` and
+``attention_backward``, ``rnn``, ``other``), the fraction of the sustained peak (:meth:`GpuSpec.sustained_tflops
 <gpucast.hardware.GpuSpec.sustained_tflops>`: the datasheet peak at the clock the card holds
 under its power limit) that the family's kernels reach in steady state: a large problem, every SM
 busy with the architecture's largest tile. What a smaller grid loses on top is
@@ -232,7 +232,8 @@ def is_stem(op: str, shapes: tuple) -> bool:
 
 def family_of(category: str, op: str = "", dtype: str = "", shapes: tuple = ()) -> str:
     """The kernel family of an op (anything not a library family is ``other``; a fused attention
-    op's backward is ``attention_backward``, a GEMM on FP8 operands ``matmul_fp8``, a depthwise
+    op's backward is ``attention_backward``, a GEMM on FP8 or FP4 operands ``matmul_fp8`` (scaled GEMMs: the
+    block scales' loads and the dequantising epilogue cost both alike; no FP4 GEMM share is published), a depthwise
     convolution ``conv_depthwise`` or ``conv_depthwise_backward``: PyTorch's own CUDA-core kernels
     for NCHW tensors, not cuDNN's implicit GEMMs; a convolution over an image's few channels
     ``conv_stem`` or ``conv_stem_backward``)."""
@@ -242,6 +243,6 @@ def family_of(category: str, op: str = "", dtype: str = "", shapes: tuple = ()) 
         return "conv_stem_backward" if op.endswith("backward") else "conv_stem"
     if category == "attention" and op.endswith("backward"):
         return "attention_backward"
-    if category == "matmul" and dtype.startswith("float8"):
+    if category == "matmul" and dtype.startswith(("float8", "float4")):
         return "matmul_fp8"
     return category if category in FAMILIES else "other"
