@@ -254,14 +254,15 @@ def nemo(sample: int | None = 10, progress=None) -> list[dict]:
     return out
 
 
-def trtllm_v1(sample: int | None = 6, progress=None) -> list[dict]:
+def trtllm_v1(per_gpu: int | None = 3, progress=None) -> list[dict]:
     """TensorRT-LLM v1.0's published maximum-throughput runs (trtllm-bench): the share of rows gpucast can
-    express, and over an even sample of those the deployment's time per output token (the reciprocal of its
-    output tokens/s)."""
+    express, and over an even sample of those per GPU the deployment's time per output token (the
+    reciprocal of its output tokens/s)."""
     tb = _bench("trtllm_v1")
     rows = tb.read(MEASURED / "trtllm-perf-overview-v1.0")
     expressible = [r for r in rows if tb.unanswered(r) is None]
-    picked = spread(expressible, sample)
+    gpus = dict.fromkeys(r["gpu"] for r in expressible)
+    picked = [q for g in gpus for q in spread([r for r in expressible if r["gpu"] == g], per_gpu)]
     out = [{"gpu": r["gpu"], "group": r["precision"], "answered": tb.unanswered(r) is None}
            for r in rows if not any(r is q for q in picked)]   # every row counts for the answered share
     for r in tb.predict_rows(picked, lambda: _tick(progress)):
@@ -320,6 +321,6 @@ SETS = {
     "llm-inference-bench": (llm_inference, "LLM-Inference-Bench vLLM / TensorRT-LLM, A100-40GB (40 of 491)"),
     "nemo-h100": (nemo, "NeMo 24.07 Megatron-Core FP8 training, 8-512 H100 (10 of 18, even over pre-training, SFT, LoRA)"),
     "trtllm-v1": (trtllm_v1, "TensorRT-LLM v1.0 maximum throughput (trtllm-bench), H100-GB200 and RTX PRO 6000 "
-                             "(6 of the 178 expressible rows, every row counted for answered %)"),
+                             "(3 of the expressible rows per GPU, every row counted for answered %)"),
     "kernel-checks": (kernel_checks, "published GEMM / attention throughputs, A100-B200"),
 }
