@@ -261,3 +261,20 @@ def test_sparse_attention_grows_less_with_the_context_than_dense_mla():
     dense_tpot = served(dense, 12000)["tpot_s"] - served(dense, 200)["tpot_s"]
     assert 0 < sparse_tpot < dense_tpot
     assert served(DSA, 12000)["ttft_s"] < served(dense, 12000)["ttft_s"]
+
+
+def test_vllm_011_prefills_a_hybrids_prompts_whole_whatever_the_prefix_hit_rate():
+    """vLLM 0.11 turns prefix caching off for a model with linear-attention layers: a hit rate changes nothing
+    there and says so; SGLang's radix cache still skips the cached share, and so does vLLM for a dense model."""
+    def ttft(cfg, engine, hit):
+        job = _job(cfg, engine=engine, concurrency=4, num_requests=16, input_len=2048, prefix_hit_rate=hit)
+        return gpucast.predict(job, "h100").serving
+
+    hybrid, hybrid_hit = ttft(HYBRID, "vllm", None), ttft(HYBRID, "vllm", 0.75)
+    assert hybrid_hit["ttft_s"] == hybrid["ttft_s"]
+    assert any("prefix caching" in n for n in hybrid_hit["notes"])
+    assert not any("prefix caching" in n for n in hybrid["notes"])
+    assert ttft(HYBRID, "sglang", 0.75)["ttft_s"] < ttft(HYBRID, "sglang", None)["ttft_s"]
+    dense = {k: v for k, v in DENSE_TEXT.items() if not k.startswith(("linear_", "full_attention"))}
+    dense["model_type"] = "qwen3"
+    assert ttft(dense, "vllm", 0.75)["ttft_s"] < ttft(dense, "vllm", None)["ttft_s"]

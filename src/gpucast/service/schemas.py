@@ -216,7 +216,9 @@ class ServeSpec(BaseModel):
     weights: Optional[str] = Field(None, description="auto | int8 | int4 (weight-only, AWQ/GPTQ) | mxfp4 (the "
                                                      "routed experts in MXFP4, as GPT-OSS ships).")
     prefix_hit_rate: Optional[Union[StrictFloat, StrictInt]] = Field(
-        None, description="The share of each prompt found in the prefix cache (not prefilled).")
+        None, description="The share of each prompt found in the prefix cache (not prefilled); not applied "
+                          "under vLLM 0.11 to a model with linear-attention or Mamba layers (it turns prefix "
+                          "caching off for them).")
     prefill_replicas: Optional[StrictInt] = Field(None, description="Disaggregated prefill and decode: this many "
                                                                     "replicas prefill, the others decode.")
     prefill_tensor: Optional[StrictInt] = Field(None, description="Disaggregated prefill and decode: the prefill "

@@ -9,6 +9,8 @@ alone, for the training-style figures a served model also gets.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpucast.estimate.serving import disagg
 from gpucast.estimate.serving.deploy import side, staged_cost
 from gpucast.estimate.serving.engines import resolve
@@ -19,6 +21,12 @@ from gpucast.estimate.serving.served import served
 from gpucast.estimate.serving.stages import layout
 from gpucast.job import JobError
 from gpucast.serving import NVFP4_KV_ENGINES, Serve
+
+# vLLM's V1 engine (0.10-0.11) serves a model with Mamba or linear-attention layers without prefix caching: its
+# hybrid model config (vllm/model_executor/models/config.py) turns it off and logs "Hybrid or mamba-based model
+# detected: disabling prefix caching since it is not yet supported" (as 0.10.2 and 0.11.0 print it at start-up).
+NO_PREFIX_NOTE = ("serve.prefix_hit_rate not applied: vLLM 0.11 disables prefix caching for a model with "
+                  "linear-attention or Mamba layers, so every prompt is prefilled whole")
 
 KEYS = ("engine", "load", "requests", "latency_s", "ttft_s", "ttft_mean_s", "ttft_p90_s", "ttft_p99_s", "tpot_s",
         "tpot_mean_s", "tpot_p90_s", "tpot_p99_s", "itl_mean_s", "itl_p50_s", "itl_p99_s", "e2e_p50_s", "e2e_p90_s",
@@ -56,6 +64,10 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     if serve.load != "static" and not engine.continuous:
         raise JobError(f"engine '{engine.name}' runs static batches (model.generate): set no concurrency or "
                        f"request_rate, or choose vllm, sglang or trtllm")
+    hybrid_uncached = (bool(serve.prefix_hit_rate) and (engine.name, engine.release) == ("vllm", "0.11")
+                       and served(job).state_bytes_per_sequence() > 0)
+    if hybrid_uncached:   # vLLM turns prefix caching off for a model with linear-attention states (NO_PREFIX_NOTE)
+        serve = replace(serve, prefix_hit_rate=None)
     req = requests_of(job, serve, serve.max_model_len or shape["max_context"] or (1 << 30))
     if serve.kv_cache_dtype == "nvfp4" and (engine.name not in NVFP4_KV_ENGINES or not gpu.fp4_tflops):
         raise JobError(f"field 'serve.kv_cache_dtype': an NVFP4 KV cache needs FP4 tensor cores (Blackwell) and "
@@ -88,7 +100,8 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
         + ([f"sliding windows: up to {mem.window_bytes_per_sequence / 2**20:.1f} MiB a running sequence per rank "
             f"(its tokens up to each sliding layer's window and a block)"] if d.window else [])
         + ([f"{req.clipped} of {len(req)} drawn requests were longer than the model's context and were cut to it"]
-           if getattr(req, "clipped", 0) else []),
+           if getattr(req, "clipped", 0) else [])
+        + ([NO_PREFIX_NOTE] if hybrid_uncached else []),
         "arrival_span_s": float(arrival.max() - arrival.min()) if len(arrival) else 0.0,
         "mean_context": round(res.mean_context, 1), "peak_kv_tokens": int(res.peak_kv_tokens),
         **split_out,
