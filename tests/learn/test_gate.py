@@ -170,6 +170,7 @@ def test_the_answered_share_counts_rows_gpucast_could_not_express():
     assert gate.band("answered", 4) == 25.0           # a share: one row may flip
 
 
+@pytest.mark.slow   # two spawned worker processes, each importing torch and gpucast
 def test_sets_predicted_side_by_side_give_the_cells_one_process_gives():
     """Two worker processes (spawned, each set in one of them) reduce the sets to the same cells, in the
     sets' own order, as predicting them one after another in this process."""
