@@ -81,11 +81,8 @@ class ServingOption:
 
     @property
     def gpu_count(self) -> int:
-        """GPUs of the whole fleet: each replica's tensor degree (a pd prefill instance its own)."""
-        if self.prefill_replicas:
-            return self.prefill_replicas * (self.prefill_tensor or self.tensor) + \
-                (self.replicas - self.prefill_replicas) * self.tensor
-        return self.tensor * self.replicas
+        """GPUs of the whole fleet (:func:`fleet_gpus`)."""
+        return fleet_gpus(self.tensor, self.replicas, self.prefill_replicas, self.prefill_tensor)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -101,6 +98,14 @@ class ServingAdvice:
     def to_dict(self) -> dict:
         return {"options": [o.to_dict() for o in self.options], "best": self.best, "message": self.message,
                 "targets": self.targets}
+
+
+def fleet_gpus(tensor: int, replicas: int, prefill: int | None = None, prefill_tensor: int | None = None) -> int:
+    """GPUs of ``replicas`` copies of a ``tensor``-GPU deployment; of a pd split, ``prefill`` of them prefill
+    instances of ``prefill_tensor`` GPUs each (the decode side's degree when unset)."""
+    if not prefill:
+        return tensor * replicas
+    return prefill * (prefill_tensor or tensor) + (replicas - prefill) * tensor
 
 
 def replica_share(job: Job, r: int) -> Job:
@@ -120,8 +125,7 @@ def _candidate(job: Job, gpu: str, t: int, precision: str, engine: str, r: int =
                prefill: int | None = None, prefill_tensor: int | None = None) -> Job:
     serve = replace(job.serve or Serve(), engine=engine)
     if layout == "pd":   # one disaggregated deployment of r replicas takes the whole load
-        pt = prefill_tensor or t
-        return job.with_(precision=precision, gpus=prefill * pt + (r - prefill) * t,
+        return job.with_(precision=precision, gpus=fleet_gpus(t, r, prefill, prefill_tensor),
                          parallel=dict(tensor=t) if t > 1 else None,
                          serve=replace(serve, prefill_replicas=prefill, prefill_tensor=prefill_tensor))
     par = (dict(tensor=t, expert=t, attention_dp=True) if layout == "dep" else dict(tensor=t)) if t > 1 else None

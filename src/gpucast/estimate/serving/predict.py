@@ -47,7 +47,8 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     """``Prediction.serving`` for a ``mode: serve`` job on ``gpu`` (module docstring)."""
     serve = job.serve or Serve()
     engine = resolve(serve, env, gpu, job.parallel)
-    shape = served(job).shape
+    model = served(job)
+    shape = model.shape
     lay = layout(job, shape)
     t = lay.tensor
     if lay.attention_dp and not engine.continuous:
@@ -65,7 +66,7 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
         raise JobError(f"engine '{engine.name}' runs static batches (model.generate): set no concurrency or "
                        f"request_rate, or choose vllm, sglang or trtllm")
     hybrid_uncached = (bool(serve.prefix_hit_rate) and (engine.name, engine.release) == ("vllm", "0.11")
-                       and served(job).state_bytes_per_sequence() > 0)
+                       and model.state_bytes_per_sequence() > 0)
     if hybrid_uncached:   # vLLM turns prefix caching off for a model with linear-attention states (NO_PREFIX_NOTE)
         serve = replace(serve, prefix_hit_rate=None)
     req = requests_of(job, serve, serve.max_model_len or shape["max_context"] or (1 << 30))
