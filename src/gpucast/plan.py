@@ -82,6 +82,10 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
   unset: on for ``zero1`` under Megatron); :mod:`gpucast.estimate.parallel.overlaps`;
 * ``ep_overlap``: the expert-parallel all-to-alls hidden behind another micro-batch's compute
   (Megatron-Core's ``--overlap-moe-expert-parallel-comm``; unset: off, its default);
+* ``fp8_param``: the FP8 layers' weights kept in FP8, with no bf16 copy, and all-gathered in FP8
+  (training at ``fp8`` or ``mxfp8``; Megatron-Core's ``--fp8-param-gather``; unset: on under Megatron
+  except ``blockwise`` scaling, as Megatron-Bridge's presets set it;
+  :mod:`gpucast.estimate.parallel.fp8_params`);
 * ``gpus_per_node`` (unset: the GPU's NVLink domain, 72 on a GB200/GB300 NVL72 rack, else 8; up to
   72) and ``network``, the links
   between nodes: ``KIND-GBIT`` with KIND in :data:`NETWORK_KINDS`, Gbit/s per node (``roce-1600``: 1,600 Gbit/s per node), or per GPU
@@ -183,7 +187,7 @@ _INT_FIELDS = {
     "gpus_per_node": (1, MAX_NVLINK_DOMAIN, f"an integer between 1 and {MAX_NVLINK_DOMAIN}"),
 }
 _BOOL_FIELDS = ("sequence", "tp_overlap", "ep_overlap", "pp_overlap", "dp_overlap", "embedding_in_split",
-                "loss_in_split", "attention_dp")
+                "loss_in_split", "attention_dp", "fp8_param")
 
 
 @dataclass(frozen=True)
@@ -220,6 +224,7 @@ class Parallel(_Spec):
     embedding_in_split: bool | None = field(default=None, repr=False)
     loss_in_split: bool | None = field(default=None, repr=False)
     attention_dp: bool | None = field(default=None, repr=False)
+    fp8_param: bool | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.recompute_modules, str):
@@ -363,6 +368,9 @@ def check_job(job) -> None:
     if (par.offload or 0) > 0 and job.mode != "train":
         raise SpecError("field 'parallel.offload' moves a training step's saved activations to the host: it "
                         "applies to mode 'train'")
+    if par.fp8_param and (job.mode != "train" or job.precision not in ("fp8", "mxfp8")):
+        raise SpecError(f"field 'parallel.fp8_param' keeps the weights of Transformer Engine's FP8 layers in FP8: it "
+                        f"applies to training at precision fp8 or mxfp8 (got {job.mode} at {job.precision})")
     if job.adapter is not None and job.mode != "train":
         raise SpecError("field 'adapter' applies to training (mode 'train')")
 

@@ -315,6 +315,8 @@ def test_advise_plans_prints_plan_columns_and_json(tmp_path):
     (["--plans", "--max-plans", "0"], "max_plans must be a positive integer"),
     (["--plans", "--global-batch", "1000tok"], "not a whole number of the job's 1024-token sequences"),
     (["--plans", "--global-batch", "many"], "--global-batch 'many'"),
+    (["--plans", "--sequence-parallel", "maybe"], "--sequence-parallel 'maybe': give on, off or on,off"),
+    (["--sequence-parallel", "on"], "sequence_parallel applies to the plan search"),
 ])
 def test_bad_plan_flags_are_one_error_line_and_exit_2(tmp_path, args, words):
     r = _small_cli(tmp_path, *args)
@@ -322,3 +324,31 @@ def test_bad_plan_flags_are_one_error_line_and_exit_2(tmp_path, args, words):
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and words in lines[0], r.stderr
 
+
+def test_an_nvl72_rack_takes_tensor_degrees_beyond_eight_gpus_and_an_hgx_node_does_not():
+    # Independent reason: a GB200 NVL72 rack is one NVLink domain of 72 GPUs (the GPU spec's
+    # nvlink_domain, NVIDIA's GB200 NVL72 datasheet); an H100 HGX node has 8 behind its NVSwitches.
+    prices = parse([{"gpu": "gb200", "usd_per_gpu_hour": 10.5}, {"gpu": "h100", "usd_per_gpu_hour": 2.5}], "test")
+    a = advise(small(grad_accum=1), ["gb200", "h100"], prices=prices, samples_per_epoch=6400, counts=[16],
+               tensors=[16], pipelines=[1], recomputes=["none"], batches=[2], shardings=["zero1"], global_batch=2)
+    assert {(o.gpu, o.plan.tensor) for o in a.options} == {("gb200", 16)}
+    (o,) = a.options
+    assert o.plan.nodes == 1 and o.plan.gpus_per_node == 72
+
+
+def test_the_search_tries_sequence_parallelism_on_and_off_where_asked():
+    job = small(grad_accum=1, framework="megatron")
+    kw = dict(prices=PRICES, samples_per_epoch=6400, counts=[8], pipelines=[1], recomputes=["none"], batches=[2],
+              shardings=["zero1"], sequence_parallel=[True, False])
+    a = advise(job, ["h100"], tensors=[2], **kw)
+    assert {(o.plan.tensor, o.plan.sequence) for o in a.options} == {(2, True), (2, False)}
+    one = advise(job, ["h100"], tensors=[1], **kw)     # one tensor rank has no sequence to split: one plan
+    assert [(o.plan.tensor, o.plan.sequence) for o in one.options] == [(1, False)]
+    for o in a.options:
+        par = dict(tensor=o.plan.tensor, pipeline=1, sharding="zero1", recompute="none", grad_accum=o.accumulation,
+                   framework="megatron", sequence=o.plan.sequence)
+        p = gpucast.predict(job.with_(gpus=8, batch_size=o.batch_size, parallel=par), "h100")
+        assert o.step_time_s == pytest.approx(p.step_time_s, rel=1e-9)
+    assert any(o.plan.label.endswith(" sp") or " sp" in o.plan.label for o in a.options if o.plan.sequence)
+    with pytest.raises(AdviseError, match="sequence parallelism must be true or false"):
+        advise(job, ["h100"], prices=PRICES, samples_per_epoch=6400, sequence_parallel=["yes"])

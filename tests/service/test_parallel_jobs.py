@@ -117,3 +117,23 @@ def test_advise_searches_plans_over_http(client):
     assert {o["gpus"] for o in plans} <= {1, 2, 4, 8, 16}
     too_many = client.post("/v1/advise", json={**body, "max_plans": 10_000})
     assert too_many.status_code == 422 and "max_plans" in too_many.text
+
+
+def test_advise_takes_the_megatron_degrees_a_global_batch_and_sequence_parallelism_over_http(client):
+    body = {**BASE, "gpus": 8, "parallel": {"sharding": "zero1", "grad_accum": 1, "framework": "megatron"},
+            "gpu": ["h100"], "prices": [{"gpu": "h100", "usd_per_gpu_hour": 2.0}], "samples_per_epoch": 10_000,
+            "counts": [8], "tensors": [2], "pipelines": [2], "recomputes": ["none"], "batches": [2],
+            "shardings": ["zero1"], "contexts": [2], "virtual_pipelines": [2],
+            "sequence_parallel": [True, False], "global_batch": 16, "max_plans": 60}
+    r = client.post("/v1/advise", json=body)
+    assert r.status_code == 200, r.text
+    plans = [o["plan"] for o in r.json()["options"] if o["plan"] is not None]
+    assert {p["sequence"] for p in plans} == {True, False}
+    assert all((p["tensor"], p["pipeline"], p["context"], p["virtual_pipeline"]) == (2, 2, 2, 2) for p in plans)
+    for o in r.json()["options"]:   # every plan keeps the 16 sequences: micro-batch x accumulation x d
+        p = o["plan"]
+        assert o["batch_size"] * o["accumulation"] * (o["gpus"] // (p["tensor"] * p["pipeline"] * p["context"])) == 16
+    bad = client.post("/v1/advise", json={**body, "sequence_parallel": ["on"]})
+    assert bad.status_code == 422 and "sequence_parallel" in bad.text
+    many = client.post("/v1/advise", json={**body, "contexts": list(range(1, 20))})
+    assert many.status_code == 422 and "contexts" in many.text

@@ -76,7 +76,7 @@ def advise(job, gpus: Sequence | None = None, *, counts: Sequence[int] | None = 
            pipelines: Sequence[int] | None = None, recomputes: Sequence[str] | None = None,
            max_plans: int | None = None, contexts: Sequence[int] | None = None,
            experts: Sequence[int] | None = None, virtual_pipelines: Sequence[int] | None = None,
-           global_batch: int | None = None) -> Advice:
+           global_batch: int | None = None, sequence_parallel: Sequence[bool] | None = None) -> Advice:
     """Advise on where and how to run ``job`` (a :class:`~gpucast.job.Job`, zoo name or dict).
 
     ``gpus``: GPU names or specs to consider (default: every priced catalog GPU); ``counts``: data-
@@ -93,7 +93,8 @@ def advise(job, gpus: Sequence | None = None, *, counts: Sequence[int] | None = 
     default), ``batches`` are micro-batches (default the job's, half, twice), ``precisions``
     default the job's, ``keep_global_batch`` defaults to True, ``shardings``/``tensors``/
     ``pipelines``/``recomputes`` narrow the search, ``contexts``/``experts``/``virtual_pipelines``
-    widen it (default: the job's degree), ``global_batch`` (sequences) is the batch every plan keeps,
+    widen it (default: the job's degree), ``sequence_parallel`` (``[True, False]``: both) tries sequence
+    parallelism on and off (default: the job's), ``global_batch`` (sequences) is the batch every plan keeps,
     ``max_plans`` bounds the predictions; ``share`` does not apply."""
     from gpucast.api import _as_job, model_version
 
@@ -111,7 +112,8 @@ def advise(job, gpus: Sequence | None = None, *, counts: Sequence[int] | None = 
         given = [n for n, v in (("shardings", shardings), ("tensors", tensors), ("pipelines", pipelines),
                                 ("recomputes", recomputes), ("max_plans", max_plans), ("contexts", contexts),
                                 ("experts", experts), ("virtual_pipelines", virtual_pipelines),
-                                ("global_batch", global_batch)) if v is not None]
+                                ("global_batch", global_batch), ("sequence_parallel", sequence_parallel))
+                 if v is not None]
         if given:
             raise AdviseError(f"{given[0]} applies to the plan search (plans=True, --plans, or a job with a "
                               f"parallel group)")
@@ -125,7 +127,7 @@ def advise(job, gpus: Sequence | None = None, *, counts: Sequence[int] | None = 
 
         sp = _plans.space(job, table, gpus, counts, batches, precisions, keep_global_batch, max_gpus, provider,
                           shardings, tensors, pipelines, recomputes, max_plans, contexts, experts,
-                          virtual_pipelines, global_batch)
+                          virtual_pipelines, global_batch, sequence_parallel)
         options, samples, notes = _plans.evaluate(job, sp, table, samples_per_epoch, epochs, config, env, provider,
                                                   progress)
         keep, g, plan_notes = sp.keep_global_batch, sp.global_batch, list(sp.notes)

@@ -55,6 +55,7 @@ class PlanFields:
     context: int = 1
     expert: int = 1
     virtual_pipeline: int = 1
+    sequence: bool = False
 
     @classmethod
     def of(cls, plan: dict) -> "PlanFields":
@@ -65,15 +66,16 @@ class PlanFields:
                    mfu=float(plan["mfu"]), hfu=float(plan["hfu"]),
                    step_breakdown_s=tuple((k, float(v)) for k, v in plan.get("step_breakdown_s", {}).items()),
                    context=int(plan.get("context") or 1), expert=int(plan.get("expert") or 1),
-                   virtual_pipeline=int(plan.get("virtual_pipeline") or 1))
+                   virtual_pipeline=int(plan.get("virtual_pipeline") or 1), sequence=bool(plan.get("sequence")))
 
     @property
     def label(self) -> str:
-        """``t8 p2 d4 zero1 recompute-full`` (``c2``, ``e8``, ``v4`` where above 1)."""
+        """``t8 p2 d4 zero1 recompute-full`` (``c2``, ``e8``, ``v4`` where above 1; ``sp`` with sequence
+        parallelism)."""
         rc = f" recompute-{self.recompute}" if self.recompute != "none" else ""
         more = "".join(f" {k}{v}" for k, v in (("c", self.context), ("e", self.expert), ("v", self.virtual_pipeline))
                        if v > 1)
-        return f"t{self.tensor} p{self.pipeline}{more} d{self.data} {self.sharding}{rc}"
+        return f"t{self.tensor} p{self.pipeline}{more} d{self.data} {self.sharding}{rc}{' sp' if self.sequence else ''}"
 
     # The exposed communication kinds of the step's breakdown, as the plan table labels them.
     COMM_KINDS = (("TP", "tensor_parallel_comm_s"), ("CP", "context_parallel_comm_s"),

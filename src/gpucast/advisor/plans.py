@@ -15,13 +15,17 @@ the job's own, where the GPU runs it, :func:`gpucast.advisor.search.runs`):
 * **Sharding**: the job's, ``ddp``, ``zero1``, ``fsdp-full`` (ZeRO-3's layout) and, above one node,
   ``fsdp-hybrid``. With one data-parallel replica (``d = 1``) there is nothing to shard: that plan
   is tried once, as ``ddp``.
-* **Tensor and pipeline degrees**: 1, 2, 4, 8 and the job's; tensor at most ``gpus_per_node``;
+* **Tensor and pipeline degrees**: 1, 2, 4, 8 and the job's; tensor at most a node's GPUs (the job's
+  ``gpus_per_node``, else the GPU's NVLink domain as :meth:`gpucast.plan.Parallel.resolved` sets it:
+  72 on a GB200/GB300 NVL72 rack, 8 elsewhere);
   ``tensor x pipeline x context`` dividing the count (other shapes are not plans of that count).
 * **Context, expert and virtual-pipeline degrees**: the job's own unless asked (``contexts``,
   ``experts``, ``virtuals``; ``--contexts``, ``--experts``, ``--virtual-pipelines``); an expert
   degree must divide ``count / pipeline``, a virtual pipeline applies to ``pipeline`` > 1 only.
   Context parallelism uses replicas as tensor and pipeline do: a plan's level of model parallelism
   is ``tensor x pipeline x context``; expert parallelism folds into the same ranks and uses none.
+* **Sequence parallelism**: the job's own unless asked (``sequence_parallel``, ``--sequence-parallel
+  on,off``), tried at tensor degrees above 1 only (one tensor rank has no sequence to split).
 * **Recompute**: none, selective, full.
 * **Micro-batch**: the job's ``batch_size``, half of it and twice it. With the global batch kept
   (the default for plans: it is what the user trains with) the accumulation is what makes
@@ -116,12 +120,13 @@ class PlanSpace:
     keep_global_batch: bool
     global_batch: int              # the job's: micro-batch x grad_accum x d
     grad_accum: int                # the job's
-    gpus_per_node: int
+    gpus_per_node: int | None     # the job's (None: each GPU's NVLink domain, _Search.node)
     max_plans: int
     notes: tuple[str, ...]
     contexts: tuple[int, ...] = (1,)
     experts: tuple[int, ...] = (1,)
     virtuals: tuple[int, ...] = (1,)
+    sequences: tuple[bool | None, ...] = (None,)   # sequence parallelism (None: the job's own)
 
 
 def _ints(name: str, values, lo: int, hi: int) -> tuple[int, ...]:
@@ -145,7 +150,7 @@ def space(job, prices: PriceTable, gpus: Sequence[str | GpuSpec] | None = None, 
           pipelines: Sequence[int] | None = None, recomputes: Sequence[str] | None = None,
           max_plans: int | None = None, contexts: Sequence[int] | None = None,
           experts: Sequence[int] | None = None, virtuals: Sequence[int] | None = None,
-          global_batch: int | None = None) -> PlanSpace:
+          global_batch: int | None = None, sequence_parallel: Sequence[bool] | None = None) -> PlanSpace:
     """Check the request and say which plans will be tried; an impossible request is one
     :class:`AdviseError`. ``batches`` are micro-batches here; ``global_batch`` (sequences) replaces
     the job's micro-batch x accumulation x replicas and keeps it."""
@@ -205,8 +210,15 @@ def space(job, prices: PriceTable, gpus: Sequence[str | GpuSpec] | None = None, 
     contexts = _ints("context degrees", contexts, 1, MAX_COUNT) if contexts else (c0,)
     experts = _ints("expert degrees", experts, 1, MAX_COUNT) if experts else (par.expert or 1,)
     virtuals = _ints("virtual pipeline degrees", virtuals, 1, MAX_COUNT) if virtuals else (par.virtual_pipeline or 1,)
+    if sequence_parallel:
+        bad = [v for v in sequence_parallel if not isinstance(v, bool)]
+        if bad:
+            raise AdviseError(f"sequence parallelism must be true or false, got {bad[0]!r}")
+        sequences = tuple(dict.fromkeys(sequence_parallel))
+    else:
+        sequences = (par.sequence,)
     return PlanSpace(specs, counts, grow, max_gpus, micro, precisions, shardings, tensors, pipelines, recomputes,
-                     keep, g, m0, par.gpus_per_node or 8, max_plans, tuple(notes), contexts, experts, virtuals)
+                     keep, g, m0, par.gpus_per_node, max_plans, tuple(notes), contexts, experts, virtuals, sequences)
 
 
 def _less_recompute(rc: str, rcs: tuple[str, ...], failed: set) -> bool:
@@ -237,22 +249,28 @@ class _Search:
             self.progress(self.done, self.total)
 
     # ------------------------------------------------------------------ structure
-    def shapes(self, n: int) -> list[tuple[int, int, int, int, int]]:
-        """The (tensor, pipeline, context, expert, virtual) degrees of count ``n`` (module docstring)."""
-        sp = self.sp
-        return [(t, p, c, e, v) for t in sp.tensors for p in sp.pipelines for c in sp.contexts for e in sp.experts
-                for v in (sp.virtuals if p > 1 else (1,))
-                if t <= sp.gpus_per_node and n % (t * p * c) == 0 and (n // p) % e == 0]
+    def node(self, spec: GpuSpec) -> int:
+        """GPUs of a node of ``spec``: the job's ``gpus_per_node``, else the GPU's NVLink domain, else 8."""
+        return self.sp.gpus_per_node or getattr(spec, "nvlink_domain", None) or 8
 
-    def groups(self, n: int, seen: set) -> list[tuple[str, list[list[tuple[int, int, int, int, int]]]]]:
+    def shapes(self, n: int, node: int) -> list[tuple]:
+        """The (tensor, pipeline, context, expert, virtual, sequence) of count ``n`` on nodes of ``node``
+        GPUs (module docstring)."""
+        sp = self.sp
+        one = sp.sequences if len(sp.sequences) == 1 else (None,)   # sequence parallelism at tensor 1: nothing
+        return [(t, p, c, e, v, sq) for t in sp.tensors for p in sp.pipelines for c in sp.contexts
+                for e in sp.experts for v in (sp.virtuals if p > 1 else (1,)) for sq in (sp.sequences if t > 1 else one)
+                if t <= node and n % (t * p * c) == 0 and (n // p) % e == 0]
+
+    def groups(self, n: int, seen: set, node: int) -> list[tuple[str, list[list[tuple]]]]:
         """Per sharding, the shapes (:meth:`shapes`) of count ``n`` by level ``t x p x c``; a lone
         replica's plan (``d = 1``) once, as ddp."""
         out = []
         for s in self.sp.shardings:
-            if s == HYBRID and n <= self.sp.gpus_per_node:
+            if s == HYBRID and n <= node:
                 continue
-            levels: dict[int, list[tuple[int, int, int, int, int]]] = {}
-            for shape in self.shapes(n):
+            levels: dict[int, list[tuple]] = {}
+            for shape in self.shapes(n, node):
                 t, p, c = shape[:3]
                 s_eff = "ddp" if n == t * p * c else s
                 if (s_eff,) + shape in seen:
@@ -271,10 +289,10 @@ class _Search:
             return [(b, sp.grad_accum) for b in sp.micro_batches]
         return [(b, sp.global_batch // (b * d) if sp.global_batch % (b * d) == 0 else None) for b in sp.micro_batches]
 
-    def size(self, n: int) -> int:
-        """Plans of count ``n`` (for the progress bar)."""
+    def size(self, n: int, node: int) -> int:
+        """Plans of count ``n`` on nodes of ``node`` GPUs (for the progress bar)."""
         per = len(self.sp.micro_batches) * len(self.sp.recomputes)
-        return sum(per for _, levels in self.groups(n, set()) for lv in levels for _ in lv)
+        return sum(per for _, levels in self.groups(n, set(), node) for lv in levels for _ in lv)
 
     # ------------------------------------------------------------------ the search
     def gpu(self, spec: GpuSpec, prec: str) -> None:
@@ -287,7 +305,7 @@ class _Search:
             if self.sp.grow_small and any(o.gpus == 1 and o.memory_fit != NO and o.gpu == spec.name
                                           and o.precision == prec for o in self.options):
                 extra = [c for c in SMALL_COUNTS if c <= self.sp.max_gpus and c not in counts]
-                self.total += sum(self.size(c) for c in extra)
+                self.total += sum(self.size(c, self.node(spec)) for c in extra)
                 counts += extra
         for n in sorted(counts, reverse=True):
             self.count(spec, prec, price, n)
@@ -295,7 +313,7 @@ class _Search:
     def count(self, spec: GpuSpec, prec: str, price, n: int) -> None:
         """Every sharding's plans of ``n`` GPUs, by level of model parallelism (bound 4)."""
         per = len(self.sp.micro_batches) * len(self.sp.recomputes)
-        for s, levels in self.groups(n, set()):
+        for s, levels in self.groups(n, set(), self.node(spec)):
             fit_at, lightest = None, {}  # the least level that fits; its lightest safe recompute per micro-batch
             for i, level in enumerate(levels):
                 beyond = fit_at is not None
@@ -378,7 +396,7 @@ class _Search:
             elif _less_recompute(rc, rcs, failed_rc):
                 self.pruned["lighter"] += 1
                 failed_rc.add(rc)
-            elif self.failed.get(key, 0) > n and self._same_buffers(s, n, shape):
+            elif self.failed.get(key, 0) > n and self._same_buffers(s, n, shape, self.node(spec)):
                 self.pruned["counts"] += 1
                 failed_rc.add(rc)
             elif self.predicted >= self.sp.max_plans:
@@ -400,11 +418,11 @@ class _Search:
             self._tick()
         return ok, light, "", len(order)
 
-    def _same_buffers(self, s: str, n: int, shape: tuple) -> bool:
+    def _same_buffers(self, s: str, n: int, shape: tuple, node: int) -> bool:
         """Whether ``n`` GPUs keep the communicators of the larger count (bound 3): more than one
         data-parallel replica, and for fsdp-hybrid more than one node per pipeline stage."""
         t, p, c = shape[:3]
-        return n > t * p * c and (s != HYBRID or n > p * self.sp.gpus_per_node)
+        return n > t * p * c and (s != HYBRID or n > p * node)
 
     def one(self, spec: GpuSpec, prec: str, price, n: int, s: str, shape: tuple, rc: str, b: int,
             acc: int) -> tuple[Option | None, str]:
@@ -412,10 +430,10 @@ class _Search:
         from gpucast.job import JobError
         from gpucast.plan import replace_parallel
 
-        t, p, c, e, v = shape
+        t, p, c, e, v, sq = shape
         par = replace_parallel(self.job.parallel, tensor=t, pipeline=p, sharding=s, recompute=rc, grad_accum=acc,
                                context=c if c > 1 else None, expert=e if e > 1 else None,
-                               virtual_pipeline=v if v > 1 else None)
+                               virtual_pipeline=v if v > 1 else None, sequence=sq)
         try:
             job = self.job.with_(batch_size=b, precision=prec, gpus=n, parallel=par)
             pred = explain(job, spec, self.config, self.env).prediction
@@ -448,7 +466,7 @@ def evaluate(job, sp: PlanSpace, prices: PriceTable, samples_per_epoch: float | 
     """Every plan of the space that the bounds leave, predicted: (options, samples per epoch used, notes)."""
     s = _Search(job, sp, prices, samples_per_epoch, epochs, config, env, provider, progress)
     pairs = [(spec, prec) for spec in sp.gpus for prec in sp.precisions if runs(spec, prec)]
-    s.total = len(pairs) * sum(s.size(n) for n in sp.counts)
+    s.total = sum(s.size(n, s.node(spec)) for spec, _ in pairs for n in sp.counts)
     if progress is not None:
         progress(0, s.total)
     for spec, prec in pairs:

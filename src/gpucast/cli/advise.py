@@ -3,10 +3,10 @@
 With ``--plans`` (or a job with a ``parallel`` group, ``--set parallel.sharding=...``) the options
 are parallel plans beyond one node (:mod:`gpucast.advisor.plans`): ``--counts``, ``--shardings``,
 ``--tensors``, ``--pipelines``, ``--recomputes`` and ``--batches`` (micro-batches) narrow the
-search, ``--contexts``, ``--experts`` and ``--virtual-pipelines`` widen it, ``--global-batch`` sets
-the batch every plan keeps, ``--max-plans`` bounds it, and the table shows each plan's GPUs, nodes,
-tensor/pipeline/data (and context/expert/virtual) degrees, sharding, recompute, micro-batch x
-accumulation, exposed communication by kind and the bubble, tokens/s per GPU, MFU and memory.
+search, ``--contexts``, ``--experts``, ``--virtual-pipelines`` and ``--sequence-parallel on,off``
+widen it, ``--global-batch`` sets the batch every plan keeps, ``--max-plans`` bounds it, and the
+table shows each plan's GPUs, nodes, tensor/pipeline/data (and context/expert/virtual) degrees,
+sequence parallelism (``sp``), sharding, recompute, micro-batch x accumulation, exposed communication by kind and the bubble, tokens/s per GPU, MFU and memory.
 
 A thin shell over :func:`gpucast.advisor.advise` like :mod:`.app` (which calls ``register(app, common)``): the job is given as to ``predict``; the search, the prices, the
 constraints and the output are flags. Prints the Pareto front (``--all``: every option) with the
@@ -65,6 +65,18 @@ def parse_list(text: Optional[str], flag: str, kind=int) -> Optional[list]:
         return [kind(t) for t in items]
     except ValueError:
         raise ValueError(f"{flag} {text!r}: give a comma-separated list of {kind.__name__}s") from None
+
+
+def parse_on_off(text: Optional[str], flag: str) -> Optional[list[bool]]:
+    """``on,off`` -> [True, False]; None stays None."""
+    items = parse_list(text, flag, str)
+    if items is None:
+        return None
+    values = {"on": True, "off": False, "true": True, "false": False}
+    bad = [t for t in items if t.lower() not in values]
+    if bad:
+        raise ValueError(f"{flag} {text!r}: give on, off or on,off")
+    return [values[t.lower()] for t in items]
 
 
 def parse_global_batch(text: str, job) -> int:
@@ -221,6 +233,9 @@ def register(app: typer.Typer, cli) -> None:
                                                                                            "chunks per pipeline rank, "
                                                                                            "e.g. 1,2,4 (default: the "
                                                                                            "job's)."),
+                   sequence_parallel: Optional[str] = typer.Option(None, "--sequence-parallel", help="Plans: "
+                                                                   "sequence parallelism at tensor > 1: on, off or "
+                                                                   "on,off (default: the job's)."),
                    global_batch: Optional[str] = typer.Option(None, "--global-batch", help="Plans: the global batch "
                                                                                           "every plan keeps, in "
                                                                                           "sequences (1024) or tokens "
@@ -317,6 +332,7 @@ def register(app: typer.Typer, cli) -> None:
                         recomputes=parse_list(recomputes, "--recomputes", str),
                         contexts=parse_list(contexts, "--contexts"), experts=parse_list(experts, "--experts"),
                         virtual_pipelines=parse_list(virtuals, "--virtual-pipelines"),
+                        sequence_parallel=parse_on_off(sequence_parallel, "--sequence-parallel"),
                         global_batch=parse_global_batch(global_batch, j) if global_batch is not None else None,
                         deadline_s=parse_duration(deadline) if deadline is not None else None,
                         budget_usd=parse_money(budget) if budget is not None else None, config=cfg, env=env)

@@ -37,7 +37,8 @@ CACHE_SIZE = 512
 _SEARCH_FIELDS = ("gpu", "counts", "max_gpus", "batches", "keep_global_batch", "precisions", "share", "prices",
                   "provider", "samples_per_epoch", "epochs", "deadline_s", "budget_usd")
 # The plan search's fields (gpucast.advisor.plans), passed through where the request schema has them.
-_PLAN_FIELDS = ("plans", "shardings", "tensors", "pipelines", "recomputes", "max_plans")
+_PLAN_FIELDS = ("plans", "shardings", "tensors", "pipelines", "recomputes", "max_plans", "contexts", "experts",
+                "virtual_pipelines", "sequence_parallel", "global_batch")
 MAX_PLANS = 400
 # A mode 'serve' job's search (gpucast.advisor.serving): its own fields, and the shared ones it reads.
 _SERVING_FIELDS = ("engines", "ttft_s", "tpot_s", "replicas", "layouts", "spec_tokens", "prefill_tensors")
@@ -68,7 +69,7 @@ class Advisor:
         search.update({k: v for k in _PLAN_FIELDS + _SERVING_FIELDS if (v := body.pop(k, None)) is not None})
         if search.get("replicas", 1) > MAX_REPLICAS:
             raise ServiceError(422, f"field 'replicas': {search['replicas']}, over the limit of {MAX_REPLICAS}")
-        for name in ("spec_tokens", "prefill_tensors"):
+        for name in ("spec_tokens", "prefill_tensors", "contexts", "experts", "virtual_pipelines"):
             if len(search.get(name) or ()) > MAX_SERVING_VALUES:
                 raise ServiceError(422, f"field '{name}': {len(search[name])} values, over the limit of "
                                         f"{MAX_SERVING_VALUES}")

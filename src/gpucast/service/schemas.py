@@ -150,6 +150,9 @@ class ParallelSpec(BaseModel):
                                                                "for zero1 under megatron).")
     ep_overlap: Optional[StrictBool] = Field(None, description="Overlap the expert-parallel all-to-alls with another "
                                                                "micro-batch's compute (Megatron-Core).")
+    fp8_param: Optional[StrictBool] = Field(None, description="Keep the FP8 layers' weights in FP8, no bf16 copy "
+                                                              "(training at fp8 or mxfp8; unset: on under megatron "
+                                                              "but for blockwise scaling).")
     expert_dispatcher: Optional[Literal["alltoall", "deepep"]] = Field(
         None, description="How a trained MoE layer's tokens reach their experts: alltoall (Megatron-Core's default) "
                           "or deepep (one copy per token and node across nodes).")
@@ -302,6 +305,17 @@ class AdviseRequest(JobSpec):
     pipelines: Optional[list[StrictInt]] = Field(None, description="Plans: pipeline degrees to try.")
     recomputes: Optional[list[Recompute]] = Field(None, description="Plans: recomputation modes to try.")
     max_plans: Optional[StrictInt] = Field(None, description="Plans: most plans predicted (<= 400).")
+    contexts: Optional[list[StrictInt]] = Field(None, description="Plans: context-parallel degrees (default: the "
+                                                                  "job's).")
+    experts: Optional[list[StrictInt]] = Field(None, description="Plans: expert-parallel degrees of a mixture-of-"
+                                                                 "experts model (default: the job's).")
+    virtual_pipelines: Optional[list[StrictInt]] = Field(None, description="Plans: interleaved chunks per pipeline "
+                                                                           "rank (default: the job's).")
+    sequence_parallel: Optional[list[StrictBool]] = Field(None, description="Plans: sequence parallelism to try "
+                                                                            "([true, false]: both; default: the "
+                                                                            "job's).")
+    global_batch: Optional[StrictInt] = Field(None, description="Plans: the global batch every plan keeps, in "
+                                                                "sequences.")
     precisions: Optional[list[Precision]] = None
     share: bool = Field(True, description="Also offer a share of one GPU to small jobs.")
     prices: Optional[Union[str, list[PriceEntry]]] = Field(

@@ -73,6 +73,7 @@ from gpucast.estimate.memory import cublas_workspace_bytes, cuda_context_bytes, 
 from gpucast.estimate.nvml import held_share, reported_share
 from gpucast.estimate.parallel import context as ring_attention
 from gpucast.estimate.parallel import experts as moe
+from gpucast.estimate.parallel import fp8_params
 from gpucast.estimate.parallel import offload as cpu_offload
 from gpucast.estimate.parallel import overlaps
 from gpucast.estimate.parallel import sequence
@@ -173,6 +174,15 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     stage_kf = [kf_of(st.sub) for st in stages]
     opt_kf = kf_of(opt_sub) if opt_sub is not None else 1.0
     gather_b, reduce_b = comm_bytes_per_param(strat, job.precision)
+    # the share of the parameters in Transformer Engine's FP8 layers: the trace saved one byte, the FP8
+    # weight's transpose, per such parameter (gpucast.graph.te)
+    fp8_layers = trace.memory.at_backward_start.get(WEIGHT_COPIES, 0) / max(trace.parameters, 1)
+    fp8_param = fp8_layers > 0 and fp8_params.enabled(par, fw_name, job.precision, job.stack.fp8_recipe)
+    if par.fp8_param and not fp8_layers:
+        notes.append("parallel.fp8_param: no Transformer Engine FP8 layers kept their weights here (they are "
+                     "Megatron-Core's, framework megatron): off")
+    if fp8_param:   # the updated weights all-gathered in FP8 (.fp8_params)
+        gather_b = fp8_params.gather_bytes(gather_b, fp8_layers, ELEMENT_BYTES[job.precision])
     act_b = 2 if job.precision in HALF else 4
     shard = place.dp.n
     torch_hf = torch_host_factor(stack.torch, env)
@@ -265,10 +275,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         library_handle_bytes(trace, gpu, env, prep.surroundings).values())
     workspaces = cublas_workspace_bytes(gpu, cfg, job.mode)
     communicators = int(t > 1) + int(p > 1) + int(d > 1) + int(place.dp_across.n > 1)
-    # Transformer Engine's FP8 weights and transposes, 2 bytes a parameter of its FP8 layers, held once
-    # (the trace saved one byte, the transpose, per such parameter: gpucast.graph.te)
-    fp8_share = (trace.memory.at_backward_start.get(WEIGHT_COPIES, 0) / max(trace.parameters, 1)
-                 * ELEMENT_BYTES.get(job.precision, 1.0))   # the trace's byte an element, in the recipe's format
+    # Transformer Engine's FP8 weights and transposes, 2 elements a parameter of its FP8 layers, held once
+    fp8_share = fp8_layers * ELEMENT_BYTES.get(job.precision, 1.0)   # in the recipe's bytes an element
     mems = []
     for st in stages:
         states = model_states(strat, job.precision, st.params.trainable - st.expert_trainable, st.params.frozen_bytes,
@@ -277,6 +285,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
             x = model_states(strat, job.precision, st.expert_trainable, 0.0, opt_per_param, xplace.dp.n)
             states = type(states)(weights=states.weights + x.weights, gradients=states.gradients + x.gradients,
                                   optimizer=states.optimizer + x.optimizer)
+        if fp8_param:   # no bf16 copy of the FP8 layers' weights (.fp8_params)
+            states = replace(states, weights=fp8_params.weight_bytes(states.weights, fp8_layers))
         acts = (stage_activations(lay, st.blocks, st.k, p, m, t, par.recompute, v, seq, c, par.recompute_modules,
                                   par.offload or 0, mtp_at[st.k])
                 if lay is not None
@@ -317,7 +327,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         "expert_tensor": xp.etp if xp else None, "expert_data": xp.edp if xp else None,
         "expert_imbalance": xp.imbalance if xp else None, "pipeline": p, "virtual_pipeline": v, "data": d,
         "sharding": par.sharding, "recompute": par.recompute, "recompute_modules": list(par.recompute_modules or ()),
-        "offload": par.offload or 0, "mtp_layers": sum(mtp_at),
+        "offload": par.offload or 0, "mtp_layers": sum(mtp_at), "fp8_param": fp8_param,
         "grad_accum": m, "micro_batch": job.batch_size, "global_batch": samples,
         "gpus": job.gpus, "gpus_per_node": par.gpus_per_node, "nodes": nodes, "network": par.network,
         "layers_per_stage": [int(s.blocks) for s in stages],
