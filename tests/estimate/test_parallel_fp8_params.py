@@ -71,3 +71,19 @@ def test_fp8_parameters_elsewhere_are_one_error_line(precision, mode):
                                  parallel=dict(tensor=2, fp8_param=True))
         gpucast.predict(job, "b200")
     assert "\n" not in str(err.value)
+
+
+def test_te_casts_and_transposes_a_weight_once_a_step_not_once_a_micro_batch():
+    # Megatron-Core passes Transformer Engine is_first_microbatch: the FP8 weight cast and transpose of
+    # the first micro-batch are reused by the others, so m micro-batches run that work once.
+    def plan(m):
+        job = Job.from_hf_config(CONFIG, batch_size=2, seq_len=1024, precision="fp8", optimizer="adamw", gpus=1,
+                                 parallel=dict(framework="megatron", grad_accum=m, sharding="zero1"))
+        return gpucast.explain(job, "h100")
+
+    one, eight = plan(1), plan(8)
+    ops, kt = one.trace.ops, one.estimate.kernel_times.time
+    work = sum(float(t) for o, t in zip(ops, kt) if "fp8_weight" in o.module.split("|"))
+    assert work > 0 and {o.op for o in ops if "fp8_weight" in o.module.split("|")} >= {"_to_copy", "clone"}
+    per_micro = [e.estimate.plan["step_breakdown_s"]["compute_s"] / m for e, m in ((one, 1), (eight, 8))]
+    assert per_micro[0] - per_micro[1] == pytest.approx(work * 7 / 8, rel=0.05)

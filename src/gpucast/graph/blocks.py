@@ -47,6 +47,7 @@ called more than once per step.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -362,3 +363,15 @@ def activation_regions(live: list[tuple[int, int]], ops, hidden: int) -> dict[st
                 key = f"module:{tag}:{part}"
                 out[key] = out.get(key, 0) + size
     return out
+
+
+@contextlib.contextmanager
+def tagged(rec, tag: str):
+    """The ops ``rec`` (the tracer's recorder) records inside carry ``tag`` among their roles
+    (``OpRecord.module``), as a block's modules tag theirs (:class:`BlockWatch`)."""
+    rec.tags.append(tag)
+    try:
+        yield
+    finally:
+        if rec.tags and rec.tags[-1] == tag:
+            rec.tags.pop()

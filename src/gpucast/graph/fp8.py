@@ -38,10 +38,14 @@ cast kernel: one pass, as delayed; its scales are 1/128 of an element's bytes or
 and its GEMMs are costed at the FP8 rate as per-tensor ones: DeepGEMM's 1,550 TFLOPS on an H800 is
 the same share of the FP8 peak as per-tensor cuBLAS reaches).
 
+FP8 weight caching across micro-batches: the trace casts and transposes each weight in every forward
+(as with ``is_first_microbatch`` unset); under Megatron-Core those ops are recorded inside
+:func:`shared_casts`' ``weight_work`` (the tracer tags them ``fp8_weight``) and a parallel plan counts
+them once a step (:mod:`gpucast.estimate.parallel.fp8_params`).
+
 Not modelled: the per-step amax-history and scale update (one small fused kernel for all tensors),
-the per-tensor scale buffers (bytes), FP8 weight caching across micro-batches (the weight is cast
-each forward, as with ``is_first_microbatch`` unset), MXFP8/NVFP4 block scaling (Blackwell
-recipes), FP8 attention, FP8 all-gathers of sharded weights.
+the per-tensor scale buffers (bytes), MXFP8/NVFP4 block scaling (Blackwell recipes), FP8 attention,
+FP8 all-gathers of sharded weights.
 """
 
 from __future__ import annotations
@@ -80,20 +84,30 @@ ALIGN = 16  # FP8 GEMM sizes must be multiples of 16 (TE asserts it; cuBLASLt's 
 _CASTS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("gpucast_fp8_casts", default=None)
 # Inside shared_casts(): called with each FP8 weight copy kept for the backward.
 _ON_WEIGHT_COPY: contextvars.ContextVar = contextvars.ContextVar("gpucast_fp8_weight_copy", default=None)
+# Inside shared_casts(): a context manager factory the weight's cast and transpose are recorded in.
+_WEIGHT_WORK: contextvars.ContextVar = contextvars.ContextVar("gpucast_fp8_weight_work", default=None)
 
 
 @contextlib.contextmanager
-def shared_casts(on_weight_copy=None):
+def shared_casts(on_weight_copy=None, weight_work=None):
     """Cast a tensor that feeds several FP8 linear layers once (Transformer Engine's ``LayerNormLinear``
     under Megatron-Core, whose QKV and FC1 are one GEMM each: :mod:`gpucast.graph.te`); call
     ``on_weight_copy`` with each FP8 weight copy saved for the backward (the tracer files it apart from
-    the activations)."""
-    token, hook = _CASTS.set({}), _ON_WEIGHT_COPY.set(on_weight_copy)
+    the activations); record each weight's cast and transpose inside ``weight_work()`` (the tracer tags
+    them: TE does that work once a step, given ``is_first_microbatch``)."""
+    token, hook, work = _CASTS.set({}), _ON_WEIGHT_COPY.set(on_weight_copy), _WEIGHT_WORK.set(weight_work)
     try:
         yield
     finally:
         _CASTS.reset(token)
         _ON_WEIGHT_COPY.reset(hook)
+        _WEIGHT_WORK.reset(work)
+
+
+def _weight_work():
+    """The context a weight's FP8 cast and transpose are recorded in (:func:`shared_casts`)."""
+    factory = _WEIGHT_WORK.get()
+    return factory() if factory is not None else contextlib.nullcontext()
 
 
 def _linear_weight(module: nn.Module) -> tuple[torch.Tensor, bool] | None:
@@ -145,13 +159,15 @@ class _Fp8Linear(torch.autograd.Function):
         seen = seen if seen is not None and seen[0]() is x else None
         xq, xt = (seen[1], seen[2]) if seen is not None else (_cast(x.reshape(-1, shape[-1]), E4M3), None)
         w = weight.t() if in_out else weight  # (out, in)
-        wq = _cast(w, E4M3, memory_format=torch.contiguous_format)
+        with _weight_work():
+            wq = _cast(w, E4M3, memory_format=torch.contiguous_format)
         b = bias.to(torch.bfloat16) if bias is not None else None
         out = torch._scaled_mm(xq, wq.t(), scale, scale, bias=b, out_dtype=torch.bfloat16)
         if any(ctx.needs_input_grad):  # training: what the backward reads
             if xt is None and ctx.needs_input_grad[1]:
                 xt = xq.t().contiguous()  # cast_transpose's second output: the weight gradient's operand
-            wt = wq.t().contiguous()  # the FP8 weight's transpose: the data gradient's operand
+            with _weight_work():
+                wt = wq.t().contiguous()  # the FP8 weight's transpose: the data gradient's operand
             if _ON_WEIGHT_COPY.get() is not None:
                 _ON_WEIGHT_COPY.get()(wt)
             ctx.save_for_backward(xt, wt, scale)
@@ -193,13 +209,15 @@ class _Fp8GroupedMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, offs):
         xq = _cast(x, E4M3)
-        wq = _col_major(_cast(weight, E4M3))
+        with _weight_work():
+            wq = _col_major(_cast(weight, E4M3))
         rows = torch.ones(x.shape[0], device=x.device)                 # TE's scales (one per row / column)
         cols = torch.ones(weight.shape[0], weight.shape[-1], device=x.device)
         out = torch._scaled_grouped_mm(xq, wq, rows, cols, offs=offs, out_dtype=torch.bfloat16)
         if any(ctx.needs_input_grad):
             xt = _col_major(xq) if ctx.needs_input_grad[1] else None   # the weight gradient's operand
-            wt = _col_major(wq.transpose(-2, -1))                       # the data gradient's operand
+            with _weight_work():
+                wt = _col_major(wq.transpose(-2, -1))                   # the data gradient's operand
             if _ON_WEIGHT_COPY.get() is not None:
                 _ON_WEIGHT_COPY.get()(wt)
             ctx.save_for_backward(xt, wt, offs)

@@ -220,15 +220,16 @@ def apply(model: nn.Module, fp8_experts: bool = False) -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def active(on_weight_copy=None, fp8_experts: bool = False):
+def active(on_weight_copy=None, fp8_experts: bool = False, weight_work=None):
     """While the step is recorded: the fused rotary embedding, FP8 casts shared between layers and,
     with ``fp8_experts``, the experts' FP8 grouped GEMMs; ``on_weight_copy`` is called with each FP8
-    weight copy kept for the backward."""
+    weight copy kept for the backward, and each weight's FP8 cast and transpose are recorded inside
+    ``weight_work()`` (:func:`gpucast.graph.fp8.shared_casts`)."""
     from gpucast.graph import fp8
 
     token, experts = _ROPE_ACTIVE.set(True), _FP8_EXPERTS.set(fp8_experts)
     try:
-        with fp8.shared_casts(on_weight_copy):
+        with fp8.shared_casts(on_weight_copy, weight_work):
             yield
     finally:
         _FP8_EXPERTS.reset(experts)

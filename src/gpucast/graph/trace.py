@@ -30,6 +30,9 @@ MEMORY_CLASSES = ("parameters", "gradients", "optimizer_state", "inputs", "activ
 # A class only some traces have: the FP8 weight copies Transformer Engine keeps for the backward under
 # Megatron-Core (gpucast.graph.te), which a parallel plan holds once a step, not once a micro-batch.
 WEIGHT_COPIES = "weight_copies"
+# The recompute-module role (OpRecord.module) of the ops that cast a weight to FP8 and transpose it under
+# Megatron-Core (gpucast.graph.fp8): Transformer Engine runs them once a step, not once a micro-batch.
+FP8_WEIGHT_WORK = "fp8_weight"
 
 
 @dataclass(slots=True)

@@ -52,11 +52,11 @@ from torch.utils.flop_counter import flop_registry
 
 from gpucast import imports
 from gpucast.graph import layouts, rules
-from gpucast.graph.blocks import PRE, BlockWatch, activation_regions, find_blocks, heads_of
+from gpucast.graph.blocks import PRE, BlockWatch, activation_regions, find_blocks, heads_of, tagged
 from gpucast.graph.memory import MemoryTracker
 from gpucast.graph.precision import TE_RECIPES, amp_dtype, pure_dtype, te_layers_of
 from gpucast.graph.mirror import CudaMirror
-from gpucast.graph.trace import WEIGHT_COPIES, OpRecord, Trace
+from gpucast.graph.trace import FP8_WEIGHT_WORK, WEIGHT_COPIES, OpRecord, Trace
 from gpucast.job import Job
 from gpucast.optim import make_optimizer
 from gpucast.surroundings import DEFAULT_STACK, Stack
@@ -383,7 +383,8 @@ def _capture(job: Job) -> Trace:
     regions = None
     amp = amp_dtype(job)
     mirror = CudaMirror(amp_dtype=amp, on_rnn=rec.on_rnn, cache_casts=train)
-    fused = (te.active(lambda t: rec.memory.reclassify(t, WEIGHT_COPIES), bool(te_layers["fp8_experts"]))
+    fused = (te.active(lambda t: rec.memory.reclassify(t, WEIGHT_COPIES), bool(te_layers["fp8_experts"]),
+                       lambda: tagged(rec, FP8_WEIGHT_WORK))
              if te_layers is not None else contextlib.nullcontext())
     scaling = (fp8.recipe(job.stack.fp8_recipe if job.stack is not None else None) if fp8_layers is not None
                else contextlib.nullcontext())   # precision fp8's scaling recipe (gpucast.graph.fp8)

@@ -91,7 +91,7 @@ from gpucast.estimate.parallel.sharding import HALF, STRATEGIES, comm_bytes_per_
 from gpucast.estimate.stack import host_factor, kernel_scales, torch_host_factor
 from gpucast.estimate.step import simulate
 from gpucast.formats import ELEMENT_BYTES
-from gpucast.graph.trace import WEIGHT_COPIES, Trace
+from gpucast.graph.trace import FP8_WEIGHT_WORK, WEIGHT_COPIES, Trace
 from gpucast.hardware import GpuSpec
 from gpucast.job import Job
 
@@ -140,6 +140,8 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
           if t > 1 or c > 1 or xp is not None else prep.kt)  # a rank's narrower GEMMs on the same SMs (.tiles)
     stack = prep.surroundings.stack
     host = prep.host * torch_host_factor(stack.torch, env)
+    if not strat.gathers:   # TE's FP8 weight casts and transposes run once a step (.fp8_params)
+        kt, host = fp8_params.once_a_step(kt, host, ol.tagged((FP8_WEIGHT_WORK,)), m)
     flops = np.fromiter((o.flops for o in trace.ops), dtype=np.float64, count=len(trace.ops)) / div
 
     trainable_total = float(trace.trainable_parameters)

@@ -23,12 +23,23 @@ frameworks, as NVIDIA's recipes run: Megatron-Bridge's presets
 ``bf16_with_fp8_mixed`` (``fp8_params=True``) and NeMo-Framework-Launcher's H100 performance
 scripts (``fp8_params=true``).
 
-Not modelled: the FP8 weight cast each micro-batch's trace records (TE skips it after the first
-micro-batch with or without FP8 parameters: a few per cent of an FP8 step), MXFP8's reuse of the
-gradient buffer for the parameter all-gather, ``disable_parameter_transpose_cache``.
+**Once a step** (:func:`once_a_step`, with or without FP8 parameters): the trace records each FP8
+weight's cast and transpose in every forward (tagged ``fp8_weight``: :mod:`gpucast.graph.fp8`), but
+Megatron-Core passes Transformer Engine ``is_first_microbatch``, so TE casts and transposes a weight
+in the first micro-batch of a step and reuses the cached FP8 copy in the others (``TELinear``'s
+``is_first_microbatch``; with FP8 parameters the optimizer writes the FP8 weight and the transpose is
+made once after it): a micro-batch of ``m`` runs ``1/m`` of that work on average. Plans whose
+sharding gathers the weights each micro-batch (ZeRO-3, FSDP) cast them again each time.
+
+Not modelled: MXFP8's reuse of the gradient buffer for the parameter all-gather,
+``disable_parameter_transpose_cache``.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
 
 # Precisions whose FP8 layers may keep FP8 parameters (TE's Float8Tensor / MXFP8Tensor; NVFP4 has none
 # in Megatron-Bridge's presets: bf16_with_nvfp4_mixed sets fp8_param_gather False).
@@ -56,3 +67,12 @@ def gather_bytes(gather: float, fp8_share: float, element_bytes: float) -> float
     """Bytes a parameter on the wire of the updated weights' all-gather: the FP8 layers' in the
     recipe's ``element_bytes``, the rest as before (``gather``)."""
     return gather * (1.0 - fp8_share) + element_bytes * fp8_share
+
+
+def once_a_step(kt, host: np.ndarray, mask: np.ndarray, m: int):
+    """Kernel times and host seconds of one micro-batch with the FP8 weight work (``mask``) at ``1/m``
+    of its cost: done in one micro-batch of the step's ``m`` (module docstring, Once a step)."""
+    if m <= 1 or not mask.any():
+        return kt, host
+    f = np.where(mask, 1.0 / m, 1.0)
+    return replace(kt, time=kt.time * f, compute=kt.compute * f, memory=kt.memory * f), host * f
