@@ -18,10 +18,12 @@ Three of a job's precisions run the linear layers' GEMMs through Transformer Eng
   FP4 tensor rate, on GPUs with FP4 tensor cores (Blackwell). An element is half a byte plus 1/16
   of a scale byte.
 
+The layers a recipe keeps in bf16 are ``stack.bf16_layers`` (:func:`gpucast.graph.fp8.bf16_blocks`).
+
 Not modelled: NVFP4's random Hadamard transforms of the weight-gradient GEMM's inputs and
-stochastic rounding of the gradients (their kernels), the layers the NVFP4 recipe keeps in BF16
-beyond the output layer, the block scales' own quantisation kernels (costed as the per-tensor
-cast), MXFP8's second, column-wise quantisation from bf16 (costed as the FP8 transpose).
+stochastic rounding of the gradients (their kernels), the block scales' own quantisation kernels
+(costed as the per-tensor cast), MXFP8's second, column-wise quantisation from bf16 (costed as the
+FP8 transpose).
 """
 
 from __future__ import annotations

@@ -364,6 +364,9 @@ def _validate(job: Job) -> None:
     if job.stack is not None and job.stack.fp8_recipe is not None and job.precision != "fp8":
         raise JobError(f"field 'stack.fp8_recipe' applies to precision fp8 (got {job.precision}; mxfp8 and nvfp4 "
                        f"are block-scaled recipes of their own)")
+    if job.stack is not None and job.stack.bf16_layers is not None and job.precision not in ("fp8", "mxfp8", "nvfp4"):
+        raise JobError(f"field 'stack.bf16_layers' keeps layers of an FP8 or FP4 recipe in bf16: it applies to "
+                       f"precision fp8, mxfp8 or nvfp4 (got {job.precision})")
     if job.optimizer not in OPTIMIZERS:
         raise JobError(f"field 'optimizer' must be one of {', '.join(OPTIMIZERS)}, got {job.optimizer!r}")
     if isinstance(job.input_pipeline_s, bool) or not isinstance(job.input_pipeline_s, (int, float)) \

@@ -241,8 +241,22 @@ class Stack(_Spec):
     # default): the caching allocator grows one segment per pool instead of making one per request
     # (gpucast.graph.allocator). Out of the repr for the same reason as loss.
     expandable_segments: bool | None = field(default=None, repr=False)
+    # The transformer layers an FP8/FP4 recipe keeps in bf16, (first, last): Megatron-Core's
+    # --first-last-layers-bf16 with --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16 (unset: none,
+    # as Megatron-Bridge's performance presets run). "1,1" or [1, 1]. Out of the repr as loss.
+    bf16_layers: tuple[int, int] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.bf16_layers, str):
+            parts = [t.strip() for t in self.bf16_layers.split(",")]
+            if len(parts) == 2 and all(p.isdigit() for p in parts):
+                object.__setattr__(self, "bf16_layers", (int(parts[0]), int(parts[1])))
+        elif isinstance(self.bf16_layers, list):
+            object.__setattr__(self, "bf16_layers", tuple(self.bf16_layers))
+        self._check("bf16_layers", self.bf16_layers is None or (
+            isinstance(self.bf16_layers, tuple) and len(self.bf16_layers) == 2
+            and all(_is_int(v) and 0 <= v <= 100_000 for v in self.bf16_layers)),
+            "two layer counts, first and last: '1,1' or [1, 1]")
         self._check("expandable_segments", self.expandable_segments is None
                     or isinstance(self.expandable_segments, bool), "true or false")
         self._check("loss", self.loss is None or self.loss in LM_LOSSES, f"one of {', '.join(LM_LOSSES)}")

@@ -65,3 +65,55 @@ def test_the_plan_s_weight_cache_is_in_the_recipe_s_bytes():
              for p in ("fp8", "nvfp4", "mxfp8")}
     assert cache["nvfp4"] / cache["fp8"] == pytest.approx(0.5 + 1 / 16, rel=1e-6)
     assert cache["mxfp8"] / cache["fp8"] == pytest.approx(1 + 1 / 32, rel=1e-6)
+
+
+# ------------------------------------------------------------------ the recipe's layers kept in bf16
+LAYERS4 = dict(CONFIG, num_hidden_layers=4)
+
+
+def _ops(job, gpu="b200"):
+    ex = gpucast.explain(job, gpu)
+    count = lambda *names: sum(1 for o in ex.trace.ops if o.op in names)   # noqa: E731
+    return ex, count
+
+
+@pytest.mark.parametrize("precision", ["fp8", "nvfp4"])
+def test_the_first_and_last_blocks_kept_in_bf16_run_bf16_gemms(precision):
+    # Independent reason: a Llama block has seven linear layers (q, k, v, o, gate, up, down), each three
+    # GEMMs in a training step (forward, data gradient, weight gradient); keeping 1 + 1 of 4 blocks in
+    # bf16 (Megatron-Core's --first-last-layers-bf16) leaves half of them in FP8 and halves the FP8 copies.
+    def job(bf16_layers=None):
+        return Job.from_hf_config(LAYERS4, batch_size=2, seq_len=1024, precision=precision, optimizer="adamw",
+                                  gpus=2, parallel=dict(tensor=2, grad_accum=2),
+                                  **({"stack": {"bf16_layers": bf16_layers}} if bf16_layers else {}))
+    (all_fp8, c_all), (kept, c_kept) = _ops(job()), _ops(job("1,1"))
+    assert c_all("_scaled_mm") == 4 * 7 * 3 and c_kept("_scaled_mm") == 2 * 7 * 3
+    assert c_kept("mm", "addmm") - c_all("mm", "addmm") == 2 * 7 * 3
+    cache = [e.estimate.memory.breakdown["fp8_weight_cache"] for e in (all_fp8, kept)]
+    assert cache[1] == pytest.approx(cache[0] / 2, rel=1e-6)
+    assert any("2 blocks kept in bf16" in n for n in kept.trace.notes)
+    assert job([1, 1]).stack.bf16_layers == (1, 1)
+
+
+def test_a_moe_block_kept_in_bf16_runs_its_experts_in_bf16():
+    moe = dict(model_type="qwen3_moe", hidden_size=1024, intermediate_size=2048, moe_intermediate_size=256,
+               num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=4, head_dim=64, num_experts=8,
+               num_experts_per_tok=2, vocab_size=4096)
+
+    def grouped(bf16_layers=None):
+        job = Job.from_hf_config(moe, batch_size=1, seq_len=1024, precision="fp8", optimizer="adamw", gpus=2,
+                                 parallel=dict(tensor=2, framework="megatron"),
+                                 **({"stack": {"bf16_layers": bf16_layers}} if bf16_layers else {}))
+        return _ops(job, "h100")[1]("_scaled_grouped_mm")
+    assert grouped() > 0 and grouped("1,0") == grouped() * 3 // 4
+
+
+@pytest.mark.parametrize("precision,stack,words", [
+    ("bf16", {"bf16_layers": "1,1"}, "field 'stack.bf16_layers' keeps layers of an FP8 or FP4 recipe in bf16"),
+    ("fp8", {"bf16_layers": "one"}, "field 'stack.bf16_layers' must be two layer counts"),
+    ("fp8", {"bf16_layers": [1, 2, 3]}, "field 'stack.bf16_layers' must be two layer counts"),
+])
+def test_bad_bf16_layers_are_one_error_line(precision, stack, words):
+    with pytest.raises(JobError, match=words) as err:
+        gpucast.predict(Job.from_hf_config(CONFIG, batch_size=2, seq_len=256, precision=precision, stack=stack), "b200")
+    assert "\n" not in str(err.value)

@@ -137,3 +137,18 @@ def test_advise_takes_the_megatron_degrees_a_global_batch_and_sequence_paralleli
     assert bad.status_code == 422 and "sequence_parallel" in bad.text
     many = client.post("/v1/advise", json={**body, "contexts": list(range(1, 20))})
     assert many.status_code == 422 and "contexts" in many.text
+
+
+def test_a_recipe_s_bf16_layers_over_http(client):
+    # The same job over HTTP and through the API: the first block kept in bf16 (stack.bf16_layers).
+    body = {**BASE, "precision": "fp8", "gpus": 2, "parallel": {"tensor": 2}, "gpu": "h100",
+            "stack": {"bf16_layers": [1, 0]}}
+    r = client.post("/v1/predict", json=body)
+    assert r.status_code == 200, r.text
+    direct = gpucast.predict(Job.from_hf_config(SMALL, batch_size=2, seq_len=64, precision="fp8", optimizer="adamw",
+                                                gpus=2, parallel={"tensor": 2}, stack={"bf16_layers": "1,0"}), "h100")
+    assert r.json()["step_time_s"] == direct.step_time_s
+    whole = client.post("/v1/predict", json={**body, "stack": {}})
+    assert whole.json()["step_time_s"] != direct.step_time_s
+    bad = client.post("/v1/predict", json={**body, "stack": {"bf16_layers": [1]}})
+    assert bad.status_code == 422 and "bf16_layers" in bad.text

@@ -43,6 +43,10 @@ FP8 weight caching across micro-batches: the trace casts and transposes each wei
 :func:`shared_casts`' ``weight_work`` (the tracer tags them ``fp8_weight``) and a parallel plan counts
 them once a step (:mod:`gpucast.estimate.parallel.fp8_params`).
 
+The recipe's layers kept in bf16 (``stack.bf16_layers``, :func:`bf16_blocks`): the linear layers of the
+first and last transformer blocks keep bf16 GEMMs, and so do their routed experts
+(:func:`gpucast.graph.te.apply`).
+
 Not modelled: the per-step amax-history and scale update (one small fused kernel for all tensors),
 the per-tensor scale buffers (bytes), MXFP8/NVFP4 block scaling (Blackwell recipes), FP8 attention,
 FP8 all-gathers of sharded weights.
@@ -123,12 +127,23 @@ def _linear_weight(module: nn.Module) -> tuple[torch.Tensor, bool] | None:
     return w, in_out
 
 
-def apply(model: nn.Module, head: nn.Module | None) -> int:
-    """Give each eligible linear layer of ``model`` but ``head`` TE's FP8 forward (module
-    docstring); returns how many layers run in FP8."""
+def bf16_blocks(blocks: list[nn.Module], counts: tuple[int, int] | None) -> list[nn.Module]:
+    """The first and last of ``blocks`` a recipe keeps in bf16 (``stack.bf16_layers``: Megatron-Core's
+    ``--num-layers-at-start-in-bf16`` / ``--num-layers-at-end-in-bf16`` under ``--first-last-layers-bf16``)."""
+    if not counts or not blocks:
+        return []
+    first, last = counts
+    n = len(blocks)
+    return [b for i, b in enumerate(blocks) if i < first or i >= n - last]
+
+
+def apply(model: nn.Module, head: nn.Module | None, keep: list[nn.Module] = ()) -> int:
+    """Give each eligible linear layer of ``model`` but ``head`` and those inside the blocks ``keep``
+    (:func:`bf16_blocks`) TE's FP8 forward (module docstring); returns how many layers run in FP8."""
+    kept = {id(m) for b in keep for m in b.modules()}
     n = 0
     for module in model.modules():
-        if module is head:
+        if module is head or id(module) in kept:
             continue
         found = _linear_weight(module)
         if found is None:

@@ -190,9 +190,20 @@ def _install_grouped() -> bool:
     return True
 
 
-def apply(model: nn.Module, fp8_experts: bool = False) -> dict[str, int]:
+def _experts_bf16(module, args):
+    module._gpucast_fp8_experts = _FP8_EXPERTS.set(False)
+
+
+def _experts_back(module, args, out):
+    token = module.__dict__.pop("_gpucast_fp8_experts", None)
+    if token is not None:
+        _FP8_EXPERTS.reset(token)
+
+
+def apply(model: nn.Module, fp8_experts: bool = False, bf16_blocks=()) -> dict[str, int]:
     """Give ``model``'s norms and gated MLPs TE's fused forwards and its rotary embedding the fused
-    kernel, and with ``fp8_experts`` its routed experts FP8 grouped GEMMs (module docstring); returns
+    kernel, and with ``fp8_experts`` its routed experts FP8 grouped GEMMs but in ``bf16_blocks`` (the
+    recipe's layers kept in bf16: :func:`gpucast.graph.fp8.bf16_blocks`) (module docstring); returns
     how many of each."""
     counts = {"norms": 0, "gated_mlps": 0, "rope_modules": 0,
               "fp8_experts": int(fp8_experts and any(type(m).__name__.endswith("Experts") for m in model.modules())
@@ -204,6 +215,9 @@ def apply(model: nn.Module, fp8_experts: bool = False) -> dict[str, int]:
         elif _is_gated_mlp(m):
             m.forward = _swiglu_forward(m)
             counts["gated_mlps"] += 1
+    for b in bf16_blocks if counts["fp8_experts"] else ():   # their experts' GEMMs in bf16
+        b.register_forward_pre_hook(_experts_bf16)
+        b.register_forward_hook(_experts_back)
     counts["rope_modules"] = _install_rope(model)
     counts["fused_sink_attention"] = 0
     if any(isinstance(getattr(m, "sinks", None), nn.Parameter) for m in model.modules()):

@@ -342,17 +342,19 @@ def _capture(job: Job) -> Trace:
 
         model, loss_fn = _stage("choosing the loss", lm_loss.replace, model, stack.loss, first_tensor,
                                 amp_dtype(job))
-    fp8_layers = None
+    fp8_layers, bf16_kept = None, []
     if job.precision in TE_RECIPES:  # the linear layers' GEMMs as Transformer Engine runs them
         from gpucast.graph import fp8, lm_loss
 
-        fp8_layers = _stage("converting the linear layers to FP8", fp8.apply, model, lm_loss.output_head(model))
+        bf16_kept = fp8.bf16_blocks(find_blocks(model), stack.bf16_layers)   # the recipe's bf16 layers
+        fp8_layers = _stage("converting the linear layers to FP8", fp8.apply, model, lm_loss.output_head(model),
+                            bf16_kept)
     te_layers = None
     if te_layers_of(job):  # Megatron-Core's Transformer Engine layers (gpucast.graph.te)
         from gpucast.graph import te
 
         te_layers = _stage("fusing the layers as Transformer Engine runs them", te.apply, model,
-                           job.precision in TE_RECIPES)
+                           job.precision in TE_RECIPES, bf16_kept)
     optimizer = make_optimizer(job.optimizer, params, foreach=stack.foreach_optimizers) if train and params else None
     if optimizer is not None:
         _stage("initialising the optimizer", _warm_optimizer, optimizer, params)
@@ -454,9 +456,10 @@ def _capture(job: Job) -> Trace:
                      + ("; the routed experts as FP8 grouped GEMMs" if te_layers["fp8_experts"] else "")
                      + ("; attention with sinks as TE's fused kernel" if te_layers.get("fused_sink_attention") else ""))
     if fp8_layers is not None:
+        kept = f"; {len(bf16_kept)} blocks kept in bf16 (stack.bf16_layers)" if bf16_kept else ""
         notes.append(f"fp8: {fp8_layers} linear layers run their GEMMs in FP8 (Transformer Engine's recipe); "
-                     "everything else in bf16" if fp8_layers else
-                     "fp8: no linear layer with sizes that are multiples of 16: nothing runs in FP8 (bf16 throughout)")
+                     f"everything else in bf16{kept}" if fp8_layers else
+                     f"fp8: no linear layer with sizes that are multiples of 16 runs in FP8 (bf16 throughout){kept}")
     return Trace(
         job_key=job.key, model=job.model, mode=job.mode, precision=job.precision, batch_size=job.batch_size,
         ops=rec.ops, memory=memory, parameters=n_params,

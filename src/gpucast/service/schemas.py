@@ -82,6 +82,9 @@ class StackSpec(BaseModel):
     fp8_recipe: Optional[Literal["delayed", "current", "blockwise"]] = Field(
         None, description="Precision fp8's scaling recipe (Transformer Engine): delayed (default), current (an amax "
                           "pass before each cast) or blockwise (DeepSeek-style 1x128/128x128 scales).")
+    bf16_layers: Optional[Union[str, list[StrictInt]]] = Field(
+        None, description="The first and last transformer layers an FP8/FP4 recipe keeps in bf16, '1,1' or [1, 1] "
+                          "(Megatron-Core's --first-last-layers-bf16); unset: none.")
     kernels: Optional[Literal["eager", "transformer-engine"]] = Field(
         None, description="The layers' kernels: 'eager' (the model source's modules) or 'transformer-engine' "
                           "(Transformer Engine's fused norms, SwiGLU and RoPE, as Megatron-Core builds them); unset: "
