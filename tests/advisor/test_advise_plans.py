@@ -352,3 +352,16 @@ def test_the_search_tries_sequence_parallelism_on_and_off_where_asked():
     assert any(o.plan.label.endswith(" sp") or " sp" in o.plan.label for o in a.options if o.plan.sequence)
     with pytest.raises(AdviseError, match="sequence parallelism must be true or false"):
         advise(job, ["h100"], prices=PRICES, samples_per_epoch=6400, sequence_parallel=["yes"])
+
+
+def test_a_moe_model_s_plans_try_expert_parallelism_unasked():
+    # MOE has 32 routed experts: the degrees tried unasked are 1 and those of the ladder dividing 32 (8, 16,
+    # 32), each where it divides a pipeline stage's GPUs (8 GPUs: 1, 8; 16 GPUs: 1, 8, 16).
+    job = Job.from_hf_config(MOE, batch_size=1, seq_len=2048, precision="bf16", optimizer="adamw", gpus=8,
+                             parallel=dict(sharding="zero1", grad_accum=1, framework="megatron"))
+    a = advise(job, ["h100"], prices=PRICES, samples_per_epoch=4096, counts=[8, 16], tensors=[1], pipelines=[1],
+               recomputes=["none"], batches=[1], global_batch=32, max_plans=200)
+    assert {(o.gpus, o.plan.expert) for o in a.options} == {(8, 1), (8, 8), (16, 1), (16, 8), (16, 16)}
+    dense = advise(small(grad_accum=1), ["h100"], prices=PRICES, samples_per_epoch=6400, counts=[8], tensors=[1],
+                   pipelines=[1], recomputes=["none"], batches=[2], shardings=["zero1"])
+    assert {o.plan.expert for o in dense.options} == {1}

@@ -20,7 +20,9 @@ the job's own, where the GPU runs it, :func:`gpucast.advisor.search.runs`):
   72 on a GB200/GB300 NVL72 rack, 8 elsewhere);
   ``tensor x pipeline x context`` dividing the count (other shapes are not plans of that count).
 * **Context, expert and virtual-pipeline degrees**: the job's own unless asked (``contexts``,
-  ``experts``, ``virtuals``; ``--contexts``, ``--experts``, ``--virtual-pipelines``); an expert
+  ``experts``, ``virtuals``; ``--contexts``, ``--experts``, ``--virtual-pipelines``), except that a
+  mixture-of-experts model whose job sets no expert degree tries 1 and :data:`EXPERT_LADDER`'s degrees
+  that divide its routed experts; an expert
   degree must divide ``count / pipeline``, a virtual pipeline applies to ``pipeline`` > 1 only.
   Context parallelism uses replicas as tensor and pipeline do: a plan's level of model parallelism
   is ``tensor x pipeline x context``; expert parallelism folds into the same ranks and uses none.
@@ -79,7 +81,7 @@ from typing import Callable, Sequence
 
 from gpucast.advisor.options import FITS, NO, Option, from_plan_prediction
 from gpucast.advisor.prices import PriceTable
-from gpucast.advisor.search import AdviseError, _data_source, gpu_types, runs
+from gpucast.advisor.search import AdviseError, _data_source, gpu_types, routed_experts, runs
 from gpucast.hardware import GpuSpec
 
 DEFAULT_COUNTS = (8, 16, 32, 64, 128, 256, 512)
@@ -127,6 +129,19 @@ class PlanSpace:
     experts: tuple[int, ...] = (1,)
     virtuals: tuple[int, ...] = (1,)
     sequences: tuple[bool | None, ...] = (None,)   # sequence parallelism (None: the job's own)
+
+
+# Expert degrees tried for a mixture-of-experts model whose job sets none (those dividing its routed
+# experts): Megatron-Bridge's MoE recipes run expert parallelism of 8 (Mixtral, Qwen3-30B-A3B, GPT-OSS)
+# up to 64 (DeepSeek-V3).
+EXPERT_LADDER = (8, 16, 32, 64)
+
+
+def _default_experts(job, e0: int) -> tuple[int, ...]:
+    """The job's expert degree, or for a mixture-of-experts model whose job sets none, 1 and the
+    :data:`EXPERT_LADDER` degrees that divide its routed experts."""
+    n = routed_experts(job) if e0 == 1 else 0
+    return (1,) + tuple(e for e in EXPERT_LADDER if e <= n and n % e == 0) if n else (e0,)
 
 
 def _ints(name: str, values, lo: int, hi: int) -> tuple[int, ...]:
@@ -208,7 +223,7 @@ def space(job, prices: PriceTable, gpus: Sequence[str | GpuSpec] | None = None, 
     recomputes = _names("recompute", recomputes, RECOMPUTE) if recomputes else RECOMPUTE_ORDER
     recomputes = tuple(r for r in RECOMPUTE_ORDER if r in recomputes)
     contexts = _ints("context degrees", contexts, 1, MAX_COUNT) if contexts else (c0,)
-    experts = _ints("expert degrees", experts, 1, MAX_COUNT) if experts else (par.expert or 1,)
+    experts = _ints("expert degrees", experts, 1, MAX_COUNT) if experts else _default_experts(job, par.expert or 1)
     virtuals = _ints("virtual pipeline degrees", virtuals, 1, MAX_COUNT) if virtuals else (par.virtual_pipeline or 1,)
     if sequence_parallel:
         bad = [v for v in sequence_parallel if not isinstance(v, bool)]

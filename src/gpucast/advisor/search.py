@@ -65,6 +65,21 @@ class Plan:
     notes: tuple[str, ...]
 
 
+def routed_experts(job) -> int:
+    """The routed experts a Hugging Face job's config names (:func:`gpucast.graph.blocks.experts_of`);
+    0 for a dense model or a job without a config."""
+    import json
+    from types import SimpleNamespace
+
+    from gpucast.graph.blocks import experts_of
+
+    try:
+        cfg = json.loads(job.hf_config) if job.hf_config else None
+    except ValueError:
+        return 0
+    return experts_of(SimpleNamespace(**cfg))[0] if isinstance(cfg, dict) else 0
+
+
 def runs(spec: GpuSpec, precision: str) -> bool:
     """Whether ``spec`` runs ``precision`` (module docstring)."""
     if precision == "fp32":

@@ -54,7 +54,6 @@ DEFAULT_GPUS = ("l4", "a10", "a100-40gb", "a100-80gb", "h100", "h200", "b200")
 LAYOUTS = ("tp", "dep", "pd")
 # Disaggregated candidates ("pd"): the prefill side's shares of the replicas tried (at least one replica each side).
 PD_SHARES = (0.25, 0.5)
-MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")   # a config's routed-expert count
 DEFAULT_ENGINES = ("vllm",)
 KEEP_UP = 0.95  # share of a Poisson load's rate a deployment must serve to count as keeping up
 
@@ -135,10 +134,9 @@ def _candidate(job: Job, gpu: str, t: int, precision: str, engine: str, r: int =
 
 def default_layouts(job: Job) -> tuple[str, ...]:
     """``tp`` and ``dep`` for a mixture-of-experts model (its config names routed experts), else ``tp``."""
-    import json
+    from gpucast.advisor.search import routed_experts
 
-    cfg = json.loads(job.hf_config) if job.hf_config else {}
-    return ("tp", "dep") if any(cfg.get(k) for k in MOE_FIELDS) else ("tp",)
+    return ("tp", "dep") if routed_experts(job) else ("tp",)
 
 
 def _replica_counts(most: int) -> list[int]:

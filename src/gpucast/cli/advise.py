@@ -228,7 +228,9 @@ def register(app: typer.Typer, cli) -> None:
                                                                                   "the job's)."),
                    experts: Optional[str] = typer.Option(None, "--experts", help="Plans: expert-parallel degrees "
                                                                                 "of a mixture-of-experts model, "
-                                                                                "e.g. 1,8,16 (default: the job's)."),
+                                                                                "e.g. 1,8,16 (default: the job's; "
+                                                                                "unset there: 1 and 8-64 dividing "
+                                                                                "the experts)."),
                    virtuals: Optional[str] = typer.Option(None, "--virtual-pipelines", help="Plans: interleaved "
                                                                                            "chunks per pipeline rank, "
                                                                                            "e.g. 1,2,4 (default: the "

@@ -311,7 +311,8 @@ class AdviseRequest(JobSpec):
     contexts: Optional[list[StrictInt]] = Field(None, description="Plans: context-parallel degrees (default: the "
                                                                   "job's).")
     experts: Optional[list[StrictInt]] = Field(None, description="Plans: expert-parallel degrees of a mixture-of-"
-                                                                 "experts model (default: the job's).")
+                                                                 "experts model (default: the job's; unset there: "
+                                                                 "1 and 8-64 dividing its experts).")
     virtual_pipelines: Optional[list[StrictInt]] = Field(None, description="Plans: interleaved chunks per pipeline "
                                                                            "rank (default: the job's).")
     sequence_parallel: Optional[list[StrictBool]] = Field(None, description="Plans: sequence parallelism to try "
