@@ -82,6 +82,10 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
   unset: on for ``zero1`` under Megatron); :mod:`gpucast.estimate.parallel.overlaps`;
 * ``ep_overlap``: the expert-parallel all-to-alls hidden behind another micro-batch's compute
   (Megatron-Core's ``--overlap-moe-expert-parallel-comm``; unset: off, its default);
+* ``cuda_graphs``: the transformer layers captured and replayed as CUDA graphs (training; Megatron-Core's
+  ``--cuda-graph-impl transformer_engine``; unset: off; not with ZeRO-3/FSDP, which gather weights each
+  micro-batch): their host dispatch, Python and in-layer collectives' calls become a graph launch a
+  layer and direction (:mod:`gpucast.estimate.parallel.graphs`);
 * ``fp8_param``: the FP8 layers' weights kept in FP8, with no bf16 copy, and all-gathered in FP8
   (training at ``fp8`` or ``mxfp8``; Megatron-Core's ``--fp8-param-gather``; unset: on under Megatron
   except ``blockwise`` scaling, as Megatron-Bridge's presets set it;
@@ -187,7 +191,7 @@ _INT_FIELDS = {
     "gpus_per_node": (1, MAX_NVLINK_DOMAIN, f"an integer between 1 and {MAX_NVLINK_DOMAIN}"),
 }
 _BOOL_FIELDS = ("sequence", "tp_overlap", "ep_overlap", "pp_overlap", "dp_overlap", "embedding_in_split",
-                "loss_in_split", "attention_dp", "fp8_param")
+                "loss_in_split", "attention_dp", "fp8_param", "cuda_graphs")
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,7 @@ class Parallel(_Spec):
     loss_in_split: bool | None = field(default=None, repr=False)
     attention_dp: bool | None = field(default=None, repr=False)
     fp8_param: bool | None = field(default=None, repr=False)
+    cuda_graphs: bool | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.recompute_modules, str):
@@ -371,6 +376,11 @@ def check_job(job) -> None:
     if par.fp8_param and (job.mode != "train" or job.precision not in ("fp8", "mxfp8")):
         raise SpecError(f"field 'parallel.fp8_param' keeps the weights of Transformer Engine's FP8 layers in FP8: it "
                         f"applies to training at precision fp8 or mxfp8 (got {job.mode} at {job.precision})")
+    if par.cuda_graphs and (job.mode != "train" or (par.sharding or "ddp") in ("zero3", "fsdp-full", "fsdp-grad-op",
+                                                                                 "fsdp-hybrid")):
+        raise SpecError(f"field 'parallel.cuda_graphs' replays a training step's layers as CUDA graphs: it applies to "
+                        f"mode 'train' without a sharding that gathers weights each micro-batch (got {job.mode}, "
+                        f"{par.sharding or 'ddp'})")
     if job.adapter is not None and job.mode != "train":
         raise SpecError("field 'adapter' applies to training (mode 'train')")
 

@@ -153,6 +153,8 @@ class ParallelSpec(BaseModel):
                                                                "for zero1 under megatron).")
     ep_overlap: Optional[StrictBool] = Field(None, description="Overlap the expert-parallel all-to-alls with another "
                                                                "micro-batch's compute (Megatron-Core).")
+    cuda_graphs: Optional[StrictBool] = Field(None, description="Replay the transformer layers as CUDA graphs "
+                                                                "(training; not with zero3/fsdp; unset: off).")
     fp8_param: Optional[StrictBool] = Field(None, description="Keep the FP8 layers' weights in FP8, no bf16 copy "
                                                               "(training at fp8 or mxfp8; unset: on under megatron "
                                                               "but for blockwise scaling).")

@@ -74,6 +74,7 @@ from gpucast.estimate.nvml import held_share, reported_share
 from gpucast.estimate.parallel import context as ring_attention
 from gpucast.estimate.parallel import experts as moe
 from gpucast.estimate.parallel import fp8_params
+from gpucast.estimate.parallel import graphs as cuda_graphs
 from gpucast.estimate.parallel import offload as cpu_offload
 from gpucast.estimate.parallel import overlaps
 from gpucast.estimate.parallel import sequence
@@ -188,8 +189,14 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     act_b = 2 if job.precision in HALF else 4
     shard = place.dp.n
     torch_hf = torch_host_factor(stack.torch, env)
+    graphed = bool(par.cuda_graphs) and lay is not None
+    if graphed:   # the layers as CUDA graphs: a launch a layer and direction, not their ops' dispatch (.graphs)
+        launch = (cfg.python_op_s + cfg.launch_s) * torch_hf
+        for st in stages:
+            blocks = np.fromiter((o.block for o in st.sub.ops), dtype=np.int64, count=len(st.sub.ops))
+            st.host = cuda_graphs.host_s(st.host, blocks, st.n_fwd, st.n_re, launch)
     fw = [stages_mod.framework_on_stage(st, fw_name, trace, lay, job, par, strat, act_b, gather_b, reduce_b, place,
-                                        links, comm, consts, cfg, framework, seq, xp) for st in stages]
+                                        links, comm, consts, cfg, framework, seq, xp, graphed) for st in stages]
     for st, (extra, _) in zip(stages, fw):
         st.host = st.host + extra * torch_hf
     fw_step = stages_mod.framework_step(fw_name, par, strat, stages, trace, lay, place, links, comm, cfg, gather_b,
@@ -329,7 +336,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         "expert_tensor": xp.etp if xp else None, "expert_data": xp.edp if xp else None,
         "expert_imbalance": xp.imbalance if xp else None, "pipeline": p, "virtual_pipeline": v, "data": d,
         "sharding": par.sharding, "recompute": par.recompute, "recompute_modules": list(par.recompute_modules or ()),
-        "offload": par.offload or 0, "mtp_layers": sum(mtp_at), "fp8_param": fp8_param,
+        "offload": par.offload or 0, "mtp_layers": sum(mtp_at), "fp8_param": fp8_param, "cuda_graphs": graphed,
         "grad_accum": m, "micro_batch": job.batch_size, "global_batch": samples,
         "gpus": job.gpus, "gpus_per_node": par.gpus_per_node, "nodes": nodes, "network": par.network,
         "layers_per_stage": [int(s.blocks) for s in stages],

@@ -127,21 +127,24 @@ def dp_parts(st: Stage, place: Placement, xplace: Placement | None) -> list[tupl
 def framework_on_stage(st: Stage, name: str, trace: Trace, lay, job: Job, par: Parallel, strat, act_b: int,
                         gather_b, reduce_b, place: Placement, links: Links, comm: CommConstants,
                         consts: ParallelConstants, cfg: EstimatorConfig,
-                        fc: FrameworkConstants | None, seq: bool, xp=None) -> tuple[np.ndarray, float]:
+                        fc: FrameworkConstants | None, seq: bool, xp=None,
+                        graphed: bool = False) -> tuple[np.ndarray, float]:
     """The framework's host seconds on stage ``st``'s ops (:mod:`.framework`): each phase's share
     spread over that phase's ops, the micro-batch's on its first op, the c10d calls of the
-    micro-batch's collectives over all its ops; and their sum (seconds a micro-batch)."""
+    micro-batch's collectives over all its ops; and their sum (seconds a micro-batch). ``graphed``:
+    the layers run as CUDA graphs, their Python and their collectives' calls inside them (:mod:`.graphs`)."""
     calls: list = []
-    tp_comm(st, lay, job, par, act_b, place, links, comm, calls, seq)
-    cp_comm(st, lay, job, par, act_b, 0.0, links, comm, calls)
-    if xp is not None:
+    if not graphed:
+        tp_comm(st, lay, job, par, act_b, place, links, comm, calls, seq)
+        cp_comm(st, lay, job, par, act_b, 0.0, links, comm, calls)
+    if xp is not None and not graphed:
         moe.ep_comm(xp, st.n_moe, lay.hidden, act_b, par.recompute, links, comm, calls)
     if par.pipeline > 1:
         calls.append((2, "send-recv", place.pp))
     dp_micro(strat, st, gather_b, reduce_b, 0.0, 0.0, place, links, comm, consts, cfg, calls)
     n_calls = sum(n for n, _, _ in calls) + framework_micro_collectives(name, par.tensor, place.dp.n)
     tensors = trace.param_tensors * (st.blocks / lay.blocks if lay is not None and lay.blocks else 1.0)
-    fh = framework_host(name, par.sharding, par.recompute, st.blocks, tensors, cfg, fc)
+    fh = framework_host(name, par.sharding, par.recompute, 0 if graphed else st.blocks, tensors, cfg, fc)
     n = len(st.host)
     extra = np.zeros(n)
     n_bwd = n - st.n_fwd - st.n_re
