@@ -167,6 +167,7 @@ class _Recorder(TorchDispatchMode):
         name, _, _ = self._info(func)
         if name == "onnx_node":  # gpucast.graph.onnx.custom: an ONNX node with no cost rule
             name = f"onnx:{args[1]}"
+        name = rules.batch_norm_name(name, args)   # eval-mode BatchNorm under its own name
         ins = rules._tensors(args) + rules._tensors(kwargs)
         outs = rules._tensors(out)
         if on_host is None:
