@@ -12,7 +12,7 @@ import pytest
 
 import gpucast
 from gpucast import Job
-from gpucast.graph.rules import BATCH_NORM_EVAL
+from gpucast.graph.batchnorm import BATCH_NORM_EVAL
 
 
 def _seconds_per_byte(mode: str, precision: str) -> dict[str, float]:
@@ -36,7 +36,7 @@ def test_inference_batchnorm_moves_its_bytes_as_relu_does_and_training_batchnorm
 def test_a_batchnorm_called_in_training_mode_keeps_its_name_whatever_the_step():
     import torch
 
-    from gpucast.graph.rules import batch_norm_name
+    from gpucast.graph.batchnorm import batch_norm_name
 
     x = torch.empty(2, 3, 4, 4, device="meta")
     stats = torch.empty(3, device="meta")

@@ -194,7 +194,7 @@ def matmul_family(family: str, dtype: str, tf32: bool) -> str:
 def memory_family_of(category: str, op: str = "", dtype: str = "") -> str:
     """The memory-bound family of an op (:data:`MEMORY_FAMILIES`), or ``""`` for the rest."""
     if op == "_native_batch_norm_legit_no_training":
-        # eval mode (gpucast.graph.rules.BATCH_NORM_EVAL): one elementwise pass with the running statistics
+        # eval mode (gpucast.graph.batchnorm.BATCH_NORM_EVAL): one elementwise pass with the running statistics
         # (PyTorch's batch_norm_elementwise; no reduction over the batch), at the elementwise roofline, not
         # the training-mode caps measured below
         return ""

@@ -287,19 +287,6 @@ def op_name(func) -> str:
     return func._overloadpacket.__name__
 
 
-# Eval-mode BatchNorm's name in the trace: the aten op PyTorch's decompositions give it (normalising with the
-# running statistics: no reduction over the batch). native_batch_norm, cudnn_batch_norm and
-# _native_batch_norm_legit called with training=False are recorded under it.
-BATCH_NORM_EVAL = "_native_batch_norm_legit_no_training"
-_BATCH_NORMS = frozenset({"native_batch_norm", "cudnn_batch_norm", "_native_batch_norm_legit", "miopen_batch_norm"})
-
-
-def batch_norm_name(name: str, args) -> str:
-    """``name``, or :data:`BATCH_NORM_EVAL` for a BatchNorm op called with ``training=False`` (its sixth
-    argument in every one of them)."""
-    return BATCH_NORM_EVAL if name in _BATCH_NORMS and len(args) > 5 and args[5] is False else name
-
-
 def is_view(func) -> bool:
     """True when every output aliases an input without writing it (a view: no kernel)."""
     schema = func._schema

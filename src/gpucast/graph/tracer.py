@@ -52,6 +52,7 @@ from torch.utils.flop_counter import flop_registry
 
 from gpucast import imports
 from gpucast.graph import layouts, rules
+from gpucast.graph.batchnorm import batch_norm_name
 from gpucast.graph.blocks import PRE, BlockWatch, activation_regions, find_blocks, heads_of, tagged
 from gpucast.graph.memory import MemoryTracker
 from gpucast.graph.precision import TE_RECIPES, amp_dtype, pure_dtype, te_layers_of
@@ -167,7 +168,7 @@ class _Recorder(TorchDispatchMode):
         name, _, _ = self._info(func)
         if name == "onnx_node":  # gpucast.graph.onnx.custom: an ONNX node with no cost rule
             name = f"onnx:{args[1]}"
-        name = rules.batch_norm_name(name, args)   # eval-mode BatchNorm under its own name
+        name = batch_norm_name(name, args)   # eval-mode BatchNorm under its own name (.batchnorm)
         ins = rules._tensors(args) + rules._tensors(kwargs)
         outs = rules._tensors(out)
         if on_host is None:
