@@ -30,6 +30,9 @@ from __future__ import annotations
 
 # Precisions whose linear layers run Transformer Engine's low-precision GEMMs (module docstring).
 TE_RECIPES = ("fp8", "mxfp8", "nvfp4")
+# The recipes whose weights TE can keep as FP8 parameters (Float8Tensor, MXFP8Tensor: Megatron-Core's
+# --fp8-param-gather; gpucast.estimate.parallel.fp8_params).
+FP8_PARAM_RECIPES = ("fp8", "mxfp8")
 # The tensor-core rate (GpuSpec.sustained_tflops dtype) each recipe's GEMMs run at.
 GEMM_RATE = {"fp8": "fp8", "mxfp8": "fp8", "nvfp4": "fp4"}
 # Bytes of one stored element, its block scales included (module docstring).

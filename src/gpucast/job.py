@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from gpucast.formats import TE_RECIPES
 from gpucast.model_sources import source as _model_source
 from gpucast.plan import Adapter, Parallel, check_job
 from gpucast.serving import Serve, check_serve_job
@@ -364,7 +365,7 @@ def _validate(job: Job) -> None:
     if job.stack is not None and job.stack.fp8_recipe is not None and job.precision != "fp8":
         raise JobError(f"field 'stack.fp8_recipe' applies to precision fp8 (got {job.precision}; mxfp8 and nvfp4 "
                        f"are block-scaled recipes of their own)")
-    if job.stack is not None and job.stack.bf16_layers is not None and job.precision not in ("fp8", "mxfp8", "nvfp4"):
+    if job.stack is not None and job.stack.bf16_layers is not None and job.precision not in TE_RECIPES:
         raise JobError(f"field 'stack.bf16_layers' keeps layers of an FP8 or FP4 recipe in bf16: it applies to "
                        f"precision fp8, mxfp8 or nvfp4 (got {job.precision})")
     if job.optimizer not in OPTIMIZERS:

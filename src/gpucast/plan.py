@@ -115,6 +115,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from gpucast.formats import FP8_PARAM_RECIPES
 from gpucast.pipeline_layout import LayoutError
 from gpucast.pipeline_layout import parse as layout_stages
 from gpucast.surroundings import SpecError, _is_int, _Spec
@@ -373,7 +374,7 @@ def check_job(job) -> None:
     if (par.offload or 0) > 0 and job.mode != "train":
         raise SpecError("field 'parallel.offload' moves a training step's saved activations to the host: it "
                         "applies to mode 'train'")
-    if par.fp8_param and (job.mode != "train" or job.precision not in ("fp8", "mxfp8")):
+    if par.fp8_param and (job.mode != "train" or job.precision not in FP8_PARAM_RECIPES):
         raise SpecError(f"field 'parallel.fp8_param' keeps the weights of Transformer Engine's FP8 layers in FP8: it "
                         f"applies to training at precision fp8 or mxfp8 (got {job.mode} at {job.precision})")
     if par.cuda_graphs and (job.mode != "train" or (par.sharding or "ddp") in ("zero3", "fsdp-full", "fsdp-grad-op",

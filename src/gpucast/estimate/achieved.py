@@ -61,6 +61,7 @@ from importlib import resources
 
 import yaml
 
+from gpucast.graph.batchnorm import BATCH_NORM_EVAL
 from gpucast.graph.layouts import is_depthwise as _depthwise_shapes
 
 FAMILIES = ("matmul", "matmul_fp32", "matmul_fp8", "conv", "conv_depthwise", "conv_depthwise_backward",
@@ -193,8 +194,8 @@ def matmul_family(family: str, dtype: str, tf32: bool) -> str:
 
 def memory_family_of(category: str, op: str = "", dtype: str = "") -> str:
     """The memory-bound family of an op (:data:`MEMORY_FAMILIES`), or ``""`` for the rest."""
-    if op == "_native_batch_norm_legit_no_training":
-        # eval mode (gpucast.graph.batchnorm.BATCH_NORM_EVAL): one elementwise pass with the running statistics
+    if op == BATCH_NORM_EVAL:
+        # eval mode (gpucast.graph.batchnorm): one elementwise pass with the running statistics
         # (PyTorch's batch_norm_elementwise; no reduction over the batch), at the elementwise roofline, not
         # the training-mode caps measured below
         return ""

@@ -344,11 +344,12 @@ def _capture(job: Job) -> Trace:
 
         model, loss_fn = _stage("choosing the loss", lm_loss.replace, model, stack.loss, first_tensor,
                                 amp_dtype(job))
+    blocks = find_blocks(model)
     fp8_layers, bf16_kept = None, []
     if job.precision in TE_RECIPES:  # the linear layers' GEMMs as Transformer Engine runs them
         from gpucast.graph import fp8, lm_loss
 
-        bf16_kept = fp8.bf16_blocks(find_blocks(model), stack.bf16_layers)   # the recipe's bf16 layers
+        bf16_kept = fp8.bf16_blocks(blocks, stack.bf16_layers)   # the recipe's bf16 layers
         fp8_layers = _stage("converting the linear layers to FP8", fp8.apply, model, lm_loss.output_head(model),
                             bf16_kept)
     te_layers = None
@@ -382,7 +383,6 @@ def _capture(job: Job) -> Trace:
         for p in params:
             rec.memory.track(p.grad, "gradients", before_step=True)
 
-    blocks = find_blocks(model)
     watch = BlockWatch(rec, model, blocks) if blocks else None
     regions = None
     amp = amp_dtype(job)

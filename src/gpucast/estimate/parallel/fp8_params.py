@@ -41,9 +41,10 @@ from dataclasses import replace
 
 import numpy as np
 
-# Precisions whose FP8 layers may keep FP8 parameters (TE's Float8Tensor / MXFP8Tensor; NVFP4 has none
-# in Megatron-Bridge's presets: bf16_with_nvfp4_mixed sets fp8_param_gather False).
-PRECISIONS = ("fp8", "mxfp8")
+from gpucast.formats import FP8_PARAM_RECIPES
+
+# (NVFP4 keeps none: Megatron-Bridge's bf16_with_nvfp4_mixed sets fp8_param_gather False.)
+PRECISIONS = FP8_PARAM_RECIPES
 # bf16: the bytes a weight of a non-FP8 layer keeps and all-gathers.
 HALF_BYTES = 2.0
 
