@@ -200,8 +200,9 @@ def version_tuple(v: str) -> tuple[int, ...]:
 LM_LOSSES = ("upcast", "fused", "chunked")
 # Fused attention kernels a stack can run (gpucast.estimate.achieved): PyTorch's SDPA flash kernel is
 # FlashAttention-2's in every release; "flash3": the flash-attn 3 package's Hopper kernels; "cudnn":
-# cuDNN's fused attention (PyTorch's SDPA default on Hopper from 2.11: achieved.attention_kernel).
-ATTENTION_KERNELS = ("flash2", "flash3", "cudnn")
+# cuDNN's fused attention (PyTorch's SDPA default on Hopper from 2.11: achieved.attention_kernel); "triton":
+# flash-attn's 2022 Triton kernel (llm-foundry's attn_impl: triton).
+ATTENTION_KERNELS = ("flash2", "flash3", "cudnn", "triton")
 # The layers' own kernels (Stack.kernels): the model source's modules as written, or Transformer Engine's
 # fused layers as Megatron-Core builds them (gpucast.graph.te; a plan under Megatron's default).
 KERNEL_SETS = ("eager", "transformer-engine")

@@ -89,7 +89,10 @@ def test_the_levels_a_gpu_reads():
 
 
 def test_every_catalog_gpu_has_a_row_per_family():
-    n = len(achieved.FAMILIES) + 4 + len(achieved.MEMORY_FAMILIES)  # attention and its backward per kernel
+    from gpucast.surroundings import ATTENTION_KERNELS
+
+    # attention and its backward once per kernel (FAMILIES counts each once)
+    n = len(achieved.FAMILIES) + 2 * (len(ATTENTION_KERNELS) - 1) + len(achieved.MEMORY_FAMILIES)
     for gpu in catalog().values():
         rows = applied(gpu)
         assert len(rows) == n
@@ -154,3 +157,13 @@ def test_a_network_s_first_layer_is_the_stem_family_and_other_convolutions_are_n
     # a grouped layer of 3 channels per group, a transposed layer out to an image: not a stem
     assert family_of("conv", "convolution", "float32", ((32, 96, 56, 56), (96, 3, 3, 3))) == "conv"
     assert family_of("conv", "convolution", "float32", ((32, 64, 32, 32), (64, 3, 4, 4))) == "conv"
+
+
+def test_the_triton_kernel_runs_between_flash_attention_2_over_2_5_and_over_1_3():
+    # FlashAttention-2 is 1.3-2.5x faster than the Triton FlashAttention on an A100 (Dao 2023, section 4.1)
+    f = achieved.fractions("ampere", "triton")
+    fa2 = achieved.fractions("ampere", "flash2")
+    for fam in ("attention", "attention_backward"):
+        assert fa2[fam] / 2.5 <= f[fam] <= fa2[fam] / 1.3
+    assert {k: v for k, v in f.items() if not k.startswith("attention")} == {
+        k: v for k, v in fa2.items() if not k.startswith("attention")}

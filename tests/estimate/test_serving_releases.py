@@ -116,11 +116,11 @@ def test_an_all_at_once_load_on_trtllm_1_0_is_sized_as_trtllm_bench_and_says_so(
 def test_prompts_prefilled_together_attend_each_within_itself():
     job = _job()
     m = iteration_model(job, get_gpu("h100"), resolve(job.serve), Environment.default(), EstimatorConfig())
-    dense = m.cost(2048, 0, 0.0, 2048, 0.0, 1)[1] - m._attention(1, 2048, 0)   # GPU-busy seconds
-    one, eight = m.cost(2048, 0, 0.0, 2048, 0.0, 1)[1], m.cost(2048, 0, 0.0, 2048, 0.0, 8)[1]
-    # the same tokens' GEMMs; eight 256-token prompts' causal attention is an eighth of one 2,048-token prompt's
+    dense = m.cost(8192, 0, 0.0, 8192, 0.0, 1)[1] - m._attention(1, 8192, 0)   # GPU-busy seconds
+    one, eight = m.cost(8192, 0, 0.0, 8192, 0.0, 1)[1], m.cost(8192, 0, 0.0, 8192, 0.0, 8)[1]
+    # the same tokens' GEMMs; eight 1,024-token prompts' causal attention is an eighth of one 8,192-token prompt's
     assert eight < one
-    assert eight - dense == pytest.approx(8 * m._attention(1, 256, 0), rel=0.02)
+    assert eight - dense == pytest.approx(8 * m._attention(1, 1024, 0), rel=0.02)
 
 
 def test_fp8_weights_and_activations_run_the_gemms_at_the_fp8_rate():
@@ -164,3 +164,4 @@ def test_an_nvfp4_kv_cache_holds_4_5_bits_an_element_on_blackwell_only():
         gpucast.predict(_job(kv_cache_dtype="nvfp4"), "h100")
     with pytest.raises(JobError, match="NVFP4 KV cache"):
         gpucast.predict(_job(kv_cache_dtype="nvfp4", engine="vllm"), "b200")
+

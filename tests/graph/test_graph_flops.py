@@ -33,8 +33,13 @@ multiply-adds where the gradient has exactly the forward's (pytorch/pytorch PR #
 that computes the weight gradient, the reference is ``(groups - 1) x`` its forward FLOPs higher,
 recomputed here from the op's shapes (the forward's FLOPs: ``2 n k P Q (c / g) R S``).
 
+Causal fused attention is the fourth. A fused kernel with ``is_causal`` computes the causal triangle, and
+the trace counts that share of flop_counter's square (``gpucast.graph.causal``): per causal fused op, the
+reference is ``1 - (s + 1) / (2 s)`` of the op's whole count higher, recomputed here from the op's shapes
+with flop_counter's own SDPA formulas (each op is either whole or exactly that share of it).
+
 The issue's "within 1%" holds on top of the first two at the small sizes used here (grouped
-convolutions excepted: their reference is off by the overcount).
+convolutions and causal attention excepted: their reference is off by what the kernels skip).
 """
 
 from __future__ import annotations
@@ -45,7 +50,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
 from gpucast import zoo
+from gpucast.graph import causal
 from gpucast.graph.tracer import resolve
 from gpucast.job import Job
 
@@ -137,6 +145,21 @@ def _score_recompute_flops(trace) -> int:
     return total
 
 
+def _causal_skipped_flops(trace) -> int:
+    """What flop_counter counts beyond the causal triangle on the trace's fused attention ops (module
+    docstring); each op is checked to carry its whole count or exactly the causal share of it."""
+    total = 0
+    for o in trace.ops:
+        if o.op not in causal.FUSED:
+            continue
+        backward = o.op.endswith("_backward")
+        q, k = (o.shapes[1], o.shapes[2]) if backward else (o.shapes[0], o.shapes[1])
+        whole = sdpa_backward_flop_count(*o.shapes[:4]) if backward else sdpa_flop_count(*o.shapes[:3])
+        assert o.flops in (whole, int(whole * causal.pairs_share(q[-2], k[-2]))), (o.op, o.flops, whole)
+        total += whole - o.flops
+    return total
+
+
 _ZOO = [pytest.param(w, id=w.name) for w in zoo.workloads()]
 
 
@@ -150,10 +173,12 @@ def test_zoo_flops_equal_flop_counter(workload, cap):
     assert (recompute > 0) == any(o.op in _FUSED_ATTENTION_BACKWARD for o in trace.ops)
     assert (dhx > 0) == any(o.op == "_cudnn_rnn_backward" for o in trace.ops)
     grouped = _grouped_weight_grad_overcount(trace)
-    # Exact, once the three documented differences are accounted for.
-    assert trace.flops == ref + recompute + dhx - grouped, (trace.flops, ref, recompute, dhx, grouped)
+    skipped = _causal_skipped_flops(trace)
+    # Exact, once the four documented differences are accounted for.
+    assert trace.flops == ref + recompute + dhx - grouped - skipped, (trace.flops, ref, recompute, dhx, grouped,
+                                                                      skipped)
     # The issue's requirement on the raw totals.
-    assert abs(trace.flops + grouped - ref) <= 0.01 * ref
+    assert abs(trace.flops + grouped + skipped - ref) <= 0.01 * ref
     # FLOPs are only counted on the GPU: nothing on host ops, nothing in the optimizer step.
     assert all(o.flops == 0 for o in trace.ops if o.category in ("host", "view"))
     assert sum(o.flops for o in trace.ops if o.phase == "optim") == 0

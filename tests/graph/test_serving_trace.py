@@ -143,7 +143,8 @@ def test_prefill_is_causal_t_by_t_attention_and_gemms_over_batch_times_t_rows():
     assert [o.op for o in attention] == [FLASH] * LAYERS
     per_layer = sdpa_flop_count((batch, HEADS, new, HEAD_DIM), (batch, KV_HEADS, new, HEAD_DIM),
                                 (batch, KV_HEADS, new, HEAD_DIM))
-    assert sum(o.flops for o in attention) == LAYERS * per_layer
+    # the causal triangle's share of flop_counter's square (gpucast.graph.causal): 65 of 128 per query
+    assert sum(o.flops for o in attention) == LAYERS * int(per_layer * (new + 1) / (2 * new))
     assert {causal for _, _, causal in _flash_calls(job, batch, new, 0)} == {True}
     gemms = _ops(trace, "mm")
     assert {o.shapes[0][0] for o in gemms[:-1]} == {batch * new}

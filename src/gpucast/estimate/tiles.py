@@ -45,8 +45,8 @@ rounded up to a whole wave there.
 
 Not modelled: several CTAs of one kernel sharing an SM (occupancy above one large tile),
 stream-K on Ampere and earlier, cluster launch and TMA multicast, L2 hits between tiles, the exact tile table of each cuBLAS release (the sets below are
-the tile sizes cuBLAS's kernel names show), causal attention's skipped blocks (the FLOP formula
-counts them too).
+the tile sizes cuBLAS's kernel names show). Causal attention's skipped blocks are left out of the
+op's FLOPs at capture (:mod:`gpucast.graph.causal`).
 """
 
 from __future__ import annotations

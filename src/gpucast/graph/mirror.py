@@ -52,6 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from gpucast.graph import causal  # noqa: F401  (registers the causal attention FLOP share)
 from gpucast.graph.rnn import cudnn_rnn
 
 # CUDA autocast lower-precision list (functions as Python sees them).

@@ -1,8 +1,12 @@
 """Per-op cost rules: FLOPs, bytes moved, kernels launched, and the op's category.
 
-FLOPs come from ``torch.utils.flop_counter.flop_registry`` unchanged (matmul, conv,
-attention; everything else counts 0 FLOPs there, as it does here), plus the formulas gpucast
-registers there for ops flop_counter lacks (``_grouped_mm`` below, cuDNN RNNs, NF4 dequantize).
+FLOPs come from ``torch.utils.flop_counter.flop_registry`` (matmul, conv, attention; else 0), plus formulas
+gpucast registers there for ops it lacks (``_grouped_mm`` below, cuDNN RNNs, NF4 dequantize), less what the
+kernels skip: a grouped convolution's weight gradient, and the share :func:`flop_share_rule` registers
+(a causal attention's half, :mod:`gpucast.graph.causal`).
+
+One module of this size because its tables (categories, FLOP shares, bytes, kernels) are the one registry every
+capture consults, each open to the modules above it; split, every rule module would import the others.
 
 Bytes: by default an op reads every tensor argument and writes every tensor output once
 (``effective_bytes``: broadcast dims with stride 0 are read once). Rules registered with
@@ -356,7 +360,17 @@ def flops(func, args, kwargs, out) -> int:
     if (func._overloadpacket is aten.convolution_backward and not kwargs and len(args) >= 11
             and isinstance(args[9], int) and args[9] > 1):
         return _grouped_conv_backward_flops(rule, args, out)
-    return int(rule(*args, **kwargs, out_val=out))
+    share = _FLOP_SHARES.get(op_name(func))
+    return int(rule(*args, **kwargs, out_val=out) * (share(func, args, kwargs) if share else 1.0))
+
+
+FlopShare = Callable[[object, tuple, dict], float]  # (func, args, kwargs) -> share of the count the kernel computes
+_FLOP_SHARES: dict[str, FlopShare] = {}
+
+
+def flop_share_rule(*names: str) -> Callable[[FlopShare], FlopShare]:
+    """Register the share of flop_counter's count an op's kernel computes, by op name (gpucast.graph.causal)."""
+    return _registering(_FLOP_SHARES, names)
 
 
 def bytes_moved(func, args, kwargs, out) -> tuple[int, int]:

@@ -5,8 +5,7 @@ windowed layers; the Hugging Face config's ``layer_types`` and ``sliding_window`
 sliding layer, each token to at most the ``w`` tokens before it. Fused kernels that take the window
 (cuDNN's, Transformer Engine's ``DotProductAttention``, FlashAttention's ``window_size``) skip the
 tiles outside the band; the trace's attention op carries the FLOPs of a whole causal ``s x s``
-attention (the flop formula counts every tile, and the kernel shares are fitted on causal kernels:
-:mod:`gpucast.estimate.tiles`). The band does ``w (s - w) + w^2 / 2`` query-key pairs where the
+attention, its triangle (:mod:`gpucast.graph.causal`). The band does ``w (s - w) + w^2 / 2`` query-key pairs where the
 causal triangle does ``s^2 / 2`` (``w < s``), so :func:`view` scales the fused attention ops of
 sliding layers by :func:`band_share`.
 

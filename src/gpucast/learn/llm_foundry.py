@@ -17,10 +17,11 @@ node, ``roce-1600``. The table's ``NumParams`` equals GPT-2's count with ``n_pos
 in every row, which :func:`gpt2_params` reproduces in closed form: the measured models had a
 learned position table of ``SeqLen x d_model`` and biases (``MPTConfig``'s defaults
 ``learned_pos_emb=True``, ``no_bias=False``; the yamls set neither ALiBi nor ``no_bias``), as
-GPT-2 has. What differs from what ran: llm-foundry ran its Triton FlashAttention kernel
-(``attn_impl: triton``; transformers' own MPT class has only eager attention, while HF GPT-2's
-SDPA path, which gpucast captures as one fused flash-attention kernel, mirrors FlashAttention),
-and low-precision LayerNorm. The loss is what llm-foundry ran: ``ComposerMPTCausalLM``'s default
+GPT-2 has. llm-foundry ran its Triton FlashAttention kernel (``attn_impl: triton``;
+transformers' own MPT class has only eager attention, while HF GPT-2's SDPA path, which gpucast captures
+as one fused flash-attention kernel, mirrors FlashAttention): the job says so (``stack.attention =
+"triton"``, at that kernel's published rate, :mod:`gpucast.estimate.achieved`). What differs from what
+ran: low-precision LayerNorm. The loss is what llm-foundry ran: ``ComposerMPTCausalLM``'s default
 ``loss_fn: fused_crossentropy`` (flash-attn's fused cross-entropy on the bf16 logits), which the job
 asks for as ``stack.loss = "fused"`` (:mod:`gpucast.graph.lm_loss`; transformers' own loss, the
 capture's default, upcasts the logits to fp32: ~6 bytes per token and vocabulary entry held instead
@@ -128,7 +129,7 @@ class Row:
 
         return Job.from_hf_config(
             self.hf_config(), batch_size=self.micro_batch, seq_len=self.seq_len, precision="bf16",
-            optimizer="adamw", gpus=self.gpus, stack=dict(loss="fused"),
+            optimizer="adamw", gpus=self.gpus, stack=dict(loss="fused", attention="triton"),
             parallel=dict(sharding="fsdp-full", recompute="full" if self.checkpointing else "none",
                           grad_accum=self.grad_accum, gpus_per_node=GPUS_PER_NODE, network=NETWORK))
 

@@ -75,9 +75,10 @@ class StackSpec(BaseModel):
         None, description="A language model's loss: 'upcast' (fp32 logits, transformers' own), 'fused' (one kernel "
                           "on logits in the compute dtype, llm-foundry's default), 'chunked' (head and loss fused "
                           "in chunks, Liger-Kernel).")
-    attention: Optional[Literal["flash2", "flash3", "cudnn"]] = Field(
+    attention: Optional[Literal["flash2", "flash3", "cudnn", "triton"]] = Field(
         None, description="The fused attention kernel: 'flash2' (PyTorch's SDPA flash kernel), 'flash3' (the "
-                          "flash-attn 3 package's Hopper kernels) or 'cudnn' (cuDNN's fused attention); unset: "
+                          "flash-attn 3 package's Hopper kernels), 'cudnn' (cuDNN's fused attention) or 'triton' "
+                          "(flash-attn's 2022 Triton kernel, llm-foundry's attn_impl: triton); unset: "
                           "PyTorch's default for stack.torch on the GPU (cuDNN on Hopper from 2.11, else flash2).")
     fp8_recipe: Optional[Literal["delayed", "current", "blockwise"]] = Field(
         None, description="Precision fp8's scaling recipe (Transformer Engine): delayed (default), current (an amax "

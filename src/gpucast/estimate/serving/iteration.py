@@ -63,6 +63,7 @@ import numpy as np
 from gpucast.estimate.comm import Group, Links, collective_time
 from gpucast.estimate.kernels import kernel_times
 from gpucast.formats import ELEMENT_BYTES
+from gpucast.graph import causal
 from gpucast.graph.linear_attention import OPS as LINEAR_OPS
 from gpucast.graph.windows import chunk_share, windows_of
 from gpucast.estimate.serving.experts import ITEMSIZE, is_expert_gemm, routed
@@ -333,15 +334,18 @@ class IterationModel:
                     o = dataclasses.replace(o, bytes_read=o.bytes_read + max(0, int(state)))
                 scaled.append(o)
                 continue
-            f = total / total_ref
+            f = fb = total / total_ref   # FLOPs and K/V bytes grow with the keys each query reads
+            if new > 1 and causal.traced_causal(o):   # a causal chunk's triangle over its cache (graph.causal)
+                f = causal.chunk_pairs(new, ctx) / causal.chunk_pairs(new, ref_ctx)
             w = windows[o.block] if 0 <= o.block < len(windows) else 0
             if w:   # a sliding layer's kernel reads and computes its window only (gpucast.graph.windows)
                 f *= chunk_share(w, ctx, new)
+                fb *= chunk_share(w, ctx, new)
             shapes = tuple(tuple(d if i != len(s) - 2 or j == 0 or d != total_ref else total
                                  for i, d in enumerate(s)) for j, s in enumerate(o.shapes))
             kv_bytes = sum(math.prod(s) for s in o.shapes[1:3]) if len(o.shapes) >= 3 else 0
             size = o.bytes_read / max(1, sum(math.prod(s) for s in o.shapes))
-            kv_now = kv_bytes * size * f * self.kv_scale
+            kv_now = kv_bytes * size * fb * self.kv_scale
             rest = o.bytes_read - kv_bytes * size
             scaled.append(dataclasses.replace(o, shapes=shapes, flops=int(o.flops * f),
                                               bytes_read=int(max(0.0, rest) + kv_now)))
