@@ -106,6 +106,16 @@ def test_a_full_cache_preempts_and_recomputes_but_every_request_finishes():
     assert roomy.preemptions == 0 and np.nanmax(roomy.finish_s) < np.nanmax(r.finish_s)
 
 
+def test_guaranteed_no_evict_admits_what_the_cache_holds_to_their_end_and_never_preempts():
+    # each request ends at 500 tokens, 32 blocks of 16; 2,048 tokens (128 blocks) hold four at their end, while
+    # their 300-token prompts (19 blocks) would let six start
+    req = Requests(np.zeros(20), np.full(20, 300), np.full(20, 200))
+    r = simulate(req, _flat, 256, 8192, 2048, 16, True, no_evict=True)
+    assert r.preemptions == 0 and np.isfinite(r.finish_s).all() and r.max_batch == 4
+    evicting = simulate(req, _flat, 256, 8192, 2048, 16, True)
+    assert evicting.max_batch == 6 and evicting.preemptions > 0
+
+
 def test_a_closed_loop_keeps_its_concurrency():
     req = Requests(np.zeros(40), np.full(40, 32), np.full(40, 8))
     r = simulate(req, _flat, 256, 8192, 10**6, 16, True, "closed", 5)

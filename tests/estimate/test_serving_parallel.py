@@ -74,6 +74,38 @@ def test_engines_keep_a_batch_in_flight_per_stage():
     assert two["latency_s"] >= reps["latency_s"] * 0.999
 
 
+def test_trtllm_caps_each_micro_batch_where_vllm_caps_them_all():
+    # max_num_seqs 16 over two stages: vLLM's one scheduler keeps 16 running in all, 8 a batch in flight;
+    # TensorRT-LLM's micro-batch scheduler takes 16 into each of the two (its capacity: 16 x pp)
+    def run(engine):
+        return gpucast.predict(_serve(SMALL, gpus=2, parallel=dict(pipeline=2), batch=64, engine=engine,
+                                      max_num_seqs=16), "a100-80gb").serving
+    assert run("vllm")["max_batch"] == 8
+    assert run("trtllm")["max_batch"] == 16
+
+
+def test_trtllm_stages_each_prepare_the_micro_batch_on_the_host():
+    """TensorRT-LLM's pipeline loop (no overlap scheduler) runs each stage's host work before its kernels: a
+    stream's iteration is p x (a stage's GPU share + a send + the host's work), the host's work once per stage."""
+    from gpucast.estimate.serving.engines import RELEASES
+    from gpucast.estimate.serving.stages import staged
+
+    class Model:   # an iteration of 40 ms on the GPU (its busy time the same), whatever its shape
+        engine = dataclasses.replace(RELEASES[("trtllm", "1.0")], host_per_iteration_s=0.002,
+                                     pp_host_per_sequence_s=1e-4)
+
+        def device_cost(self, *shape):
+            return 0.040, 0.040
+
+    lay = Layout(tensor=1, pipeline=4, replicas=1, expert=1, layers=32)
+    wall, busy = staged(Model(), lay, lambda n: 0.001, sequential=False, micro_batch_loop=True)(64, 64, 100.0, 0, 0.0, 0)
+    assert wall == pytest.approx(4 * (0.040 / 4 + 0.001 + 0.002 + 64 * 1e-4))
+    assert busy == pytest.approx(0.040 / 4)
+    # vLLM's batch queue: the model's time, p - 1 sends and the host's work once
+    wall, _ = staged(Model(), lay, lambda n: 0.001, sequential=False, micro_batch_loop=False)(64, 64, 100.0, 0, 0.0, 0)
+    assert wall == pytest.approx(0.040 + 3 * 0.001 + 0.002)
+
+
 # ----------------------------------------------------------------- replicas
 def test_two_replicas_serve_twice_the_closed_loop_of_one():
     one = gpucast.predict(_serve(SMALL, concurrency=8, num_requests=64), "a100-80gb").serving

@@ -4,6 +4,8 @@ run on the FP8 tensor cores. A real transformers Llama traced on the meta device
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import gpucast
@@ -165,3 +167,18 @@ def test_an_nvfp4_kv_cache_holds_4_5_bits_an_element_on_blackwell_only():
     with pytest.raises(JobError, match="NVFP4 KV cache"):
         gpucast.predict(_job(kv_cache_dtype="nvfp4", engine="vllm"), "b200")
 
+
+def test_the_engines_run_flash_attention_3_on_hopper_unless_the_job_names_a_kernel():
+    from gpucast.surroundings import Stack
+
+    job = Job.from_hf_config(LLAMA, batch_size=4, precision="bf16", mode="serve",
+                             serve=dict(input_len=4096, output_len=2))
+    own = gpucast.predict(job, "h100").serving["ttft_s"]
+    fa2 = gpucast.predict(job.with_(stack=Stack(attention="flash2")), "h100").serving["ttft_s"]
+    assert own < fa2   # FlashAttention-3's share of the peak is 0.61 to FlashAttention-2's 0.36
+    # the 2024 release and Ampere keep FlashAttention-2's kernels
+    old = job.with_(serve=dataclasses.replace(job.serve, engine_version="0.6"))
+    assert gpucast.predict(old, "h100").serving["ttft_s"] == pytest.approx(
+        gpucast.predict(old.with_(stack=Stack(attention="flash2")), "h100").serving["ttft_s"])
+    assert gpucast.predict(job, "a100-80gb").serving["ttft_s"] == pytest.approx(
+        gpucast.predict(job.with_(stack=Stack(attention="flash2")), "a100-80gb").serving["ttft_s"])

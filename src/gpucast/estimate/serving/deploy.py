@@ -60,8 +60,8 @@ def staged_cost(job, gpu, engine, env, cfg, lay: Layout, shape: dict):
     if lay.pipeline <= 1:
         return model.cost
     net, per_node = links(gpu, job)
-    return staged(model.cost, lay, engine.host_per_iteration_s,
-                  lambda n: send_time(n, shape["hidden"], lay, net, per_node), sequential=not engine.continuous)
+    return staged(model, lay, lambda n: send_time(n, shape["hidden"], lay, net, per_node),
+                  sequential=not engine.continuous, micro_batch_loop=engine.micro_batch_loop)
 
 
 def side(job, gpu, env, cfg, context_bytes: int, shape: dict, lay: Layout, req: Requests) -> Side:

@@ -30,9 +30,16 @@ the job's ``serve`` fields over them (:func:`resolve`). What is modelled of an e
   0.4 defaults (the entry above) and 0.5's by GPU memory and plan (:func:`sglang_defaults`, the default;
   its running-request cap from the KV cache, :func:`sglang_max_requests`).
 
-Not modelled: prefix-cache eviction policies (a hit rate is an input), LoRA
-adapters, multi-step scheduling, the engines' differences in attention kernels beyond the kernel model's
-(FlashAttention-2 class kernels for all three paged engines), disaggregated prefill.
+* ``attention_kernels``: the engine's own attention kernels per architecture (FlashAttention-3 class ones on
+  Hopper in vLLM 0.11, SGLang 0.5 and TensorRT-LLM 1.0; elsewhere, and in the 2024 releases, the kernel
+  model's FlashAttention-2 share), unless the job's ``stack.attention`` names one.
+* ``no_evict``: TensorRT-LLM's capacity scheduler (``GUARANTEED_NO_EVICT``) starts a request only when the KV
+  cache holds it to its last token, and never preempts (:func:`.run.simulate`); vLLM and SGLang preempt.
+* ``micro_batch_loop``: under pipeline parallelism TensorRT-LLM caps each micro-batch at ``max_batch_size``
+  and every stage prepares each micro-batch on the host before its kernels (:mod:`.stages`).
+
+Not modelled: prefix-cache eviction policies (a hit rate is an input), LoRA adapters, multi-step scheduling,
+the engines' attention kernels on Blackwell (FlashAttention-2's share there), disaggregated prefill.
 """
 
 from __future__ import annotations
@@ -61,6 +68,16 @@ class Engine:
     release: str = ""            # the release whose defaults these are (serve.engine_version)
     # a sliding-window layer keeps only its window's blocks (vLLM V1's hybrid KV cache manager), else every token's
     windowed_kv: bool = False
+    # under pipeline stages every rank loops over the micro-batches, its host work once per micro-batch it steps, and
+    # max_num_seqs caps each micro-batch (TensorRT-LLM) rather than all of them (vLLM's one scheduler, SGLang)
+    micro_batch_loop: bool = False
+    # micro_batch_loop's host work per sequence of a micro-batch at each pipeline stage, before its kernels
+    pp_host_per_sequence_s: float = 0.0
+    # the engine's own fused attention kernels, ((architecture, achieved.yaml's kernel), ...); elsewhere, or where
+    # the job's stack names one, the stack's (gpucast.estimate.achieved.attention_kernel)
+    attention_kernels: tuple = ()
+    # admits a request only when the cache holds all it will reach, and never preempts (run.simulate's no_evict)
+    no_evict: bool = False
 
 
 ENGINES: dict[str, Engine] = {
@@ -82,11 +99,17 @@ ENGINES: dict[str, Engine] = {
     "trtllm": Engine(
         "trtllm", paged=True, continuous=True, cuda_graphs=True, chunked_prefill=False, max_num_seqs=256,
         max_num_batched_tokens=8192, gpu_memory_utilization=0.9, block_size=64, graph_max_batch=256,
-        host_per_iteration_s=0.5e-3,
+        host_per_iteration_s=0.5e-3, micro_batch_loop=True, no_evict=True,
         source="TensorRT-LLM (nvidia.github.io/TensorRT-LLM, 'Useful build-time flags' and KV cache docs): "
                "kv_cache_free_gpu_mem_fraction 0.9, tokens_per_block 64, max_num_tokens 8,192, max_batch_size "
                "256, in-flight batching in a C++ runtime (0.5 ms prior per iteration); its engines have no "
-               "per-op Python dispatch, as CUDA graphs would give."),
+               "per-op Python dispatch, as CUDA graphs would give. Under pipeline parallelism max_batch_size caps "
+               "each of the pp micro-batches in flight: the capacity scheduler admits max_batch_size x pp_size "
+               "sequences (tensorrt_llm/_torch/pyexecutor/_util.py, max_num_sequences = max_batch_size * "
+               "mapping.pp_size; the C++ runtime's getMaxNumSequences beside getMaxBatchSize), the micro-batch "
+               "scheduler max_batch_size of them an iteration. Its capacity scheduler's default policy is "
+               "GUARANTEED_NO_EVICT (executor SchedulerConfig, docs 'Scheduler'): a request starts only when the "
+               "KV cache can hold it to its last token, so nothing is preempted."),
     "hf": Engine(
         "hf", paged=False, continuous=False, cuda_graphs=False, chunked_prefill=False, max_num_seqs=1 << 20,
         max_num_batched_tokens=1 << 30, gpu_memory_utilization=None, block_size=1, graph_max_batch=0,
@@ -96,6 +119,16 @@ ENGINES: dict[str, Engine] = {
 }
 
 
+# TensorRT-LLM 1.0's pipeline loop: host seconds a stage spends per sequence of the micro-batch it steps (input
+# preparation, sampling state, responses: Python per request), on the pipeline's critical path. Fitted on NVIDIA's
+# Llama-3.3-70B rows at pp 2/4/8 on RTX PRO 6000 (data/measured/trtllm-perf-overview-v1.0, 30 rows; a scan of 0,
+# 35 and 50 us: their MdAPE 36 / 6 / 9 % at pp 8); held out, the set's other pipelines: Llama-3.1-405B pp 8 1.03x,
+# Qwen3-235B pp 4 1.02x, Llama-4 Maverick pp 2 0.97x (benchmarks/trtllm_v1.py).
+PP_HOST_PER_SEQUENCE_S = 35e-6
+
+# Serving engines' attention on Hopper: FlashAttention-3 class kernels (achieved.yaml's flash3), not PyTorch SDPA's
+HOPPER_FA3 = (("hopper", "flash3"),)
+
 # Releases whose defaults differ (gpucast.serving.ENGINE_VERSIONS): TensorRT-LLM 0.11 is the entry above
 # (TensorRT engines, the C++ runtime: the 2024 sets were measured on it); 1.0 runs the PyTorch backend.
 # vLLM 0.6 is the entry above (the 2024 A100 set's vLLM); 0.11 is the V1 engine, whose batch defaults
@@ -104,14 +137,15 @@ RELEASES: dict[tuple[str, str], Engine] = {
     ("vllm", "0.6"): replace(ENGINES["vllm"], release="0.6"),
     ("sglang", "0.4"): replace(ENGINES["sglang"], release="0.4"),
     ("sglang", "0.5"): replace(
-        ENGINES["sglang"], release="0.5",
+        ENGINES["sglang"], release="0.5", attention_kernels=HOPPER_FA3,
         source="SGLang 0.5 (python/sglang/srt/server_args.py, _handle_gpu_memory_settings): chunked_prefill_size, "
                "cuda_graph_max_bs and mem_fraction_static by the GPU's memory (sglang_defaults); max running "
                "requests the request pool's size, min(max(KV tokens / context length x 512, 2048), 4096) "
                "(model_runner.init_memory_pool; sglang_max_requests); a token-granular pool; the overlap "
-               "scheduler hides most host work (a 1 ms prior)."),
+               "scheduler hides most host work (a 1 ms prior). Its attention backend on Hopper is fa3, "
+               "FlashAttention-3 (server_args.py, _handle_attention_backend_compatibility: the default on sm90)."),
     ("vllm", "0.11"): replace(
-        ENGINES["vllm"], release="0.11", host_per_iteration_s=2e-3, windowed_kv=True,
+        ENGINES["vllm"], release="0.11", host_per_iteration_s=2e-3, windowed_kv=True, attention_kernels=HOPPER_FA3,
         source="vLLM 0.11, the V1 engine (vllm/engine/arg_utils.py, EngineArgs._set_default_args and "
                "get_batch_defaults): chunked prefill always on; max_num_seqs / max_num_batched_tokens 1024 / "
                "16384 for the offline LLM class and 1024 / 8192 for the OpenAI server on GPUs of 70 GiB or more "
@@ -120,16 +154,24 @@ RELEASES: dict[tuple[str, str], Engine] = {
                "per iteration adds to the GPU's: a 2 ms prior (the 2024 fit was 2.5 ms; V1's persistent batch "
                "and separate API process cut it). Its hybrid KV cache manager (vllm/v1/core/"
                "single_type_kv_cache_manager.py, SlidingWindowManager.remove_skipped_blocks) frees a sliding-window "
-               "layer's blocks once the window has passed them."),
+               "layer's blocks once the window has passed them. Its FLASH_ATTN backend runs FlashAttention-3 on "
+               "Hopper (vllm/attention/utils/fa_utils.py, get_flash_attn_version: 3 on compute capability 9.0)."),
     ("trtllm", "0.11"): replace(ENGINES["trtllm"], release="0.11"),
     ("trtllm", "1.0"): replace(
         ENGINES["trtllm"], release="1.0", max_num_seqs=2048, max_num_batched_tokens=8192, block_size=32,
-        graph_max_batch=128, overlap_host=True, host_per_iteration_s=2e-3,
+        graph_max_batch=128, overlap_host=True, host_per_iteration_s=2e-3, attention_kernels=HOPPER_FA3,
+        pp_host_per_sequence_s=PP_HOST_PER_SEQUENCE_S,
         source="TensorRT-LLM 1.0, PyTorch backend (tensorrt_llm/llmapi/llm_args.py): max_batch_size 2048, "
                "max_num_tokens 8192, enable_chunked_prefill off, KV blocks of 32 tokens, CUDA graphs for "
                "decode batches up to 128 (CudaGraphConfig's default), the overlap scheduler on "
                "(disable_overlap_scheduler False: the Python executor prepares iteration i+1 while the GPU "
-               "runs iteration i; a 2 ms prior of that host work, hidden unless the GPU's iteration is shorter)."),
+               "runs iteration i; a 2 ms prior of that host work, hidden unless the GPU's iteration is shorter). "
+               "Under pipeline parallelism the PyTorch executor runs _executor_loop_pp, which has no overlap "
+               "scheduler (py_executor.py: the event loop is _executor_loop_pp whenever pp_size > 1): each stage "
+               "prepares a micro-batch on the host (the 2 ms and 35 us a sequence, PP_HOST_PER_SEQUENCE_S) before "
+               "its kernels run. Its "
+               "context attention on Hopper is its own warp-specialised FMHA (TMA loads, WGMMA: the "
+               "FlashAttention-3 design), taken at FlashAttention-3's share."),
 }
 
 

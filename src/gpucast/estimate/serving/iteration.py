@@ -73,6 +73,7 @@ from gpucast.estimate.serving.sparse import indexer
 from gpucast.estimate.serving.served import model_job, served
 from gpucast.estimate.serving.speculative import draft_seconds, drafter_job
 from gpucast.plan import Parallel
+from gpucast.surroundings import Stack
 
 GRID_STEP = 2 ** 0.25  # ~19 % between grid points of token counts and contexts
 # Engines with their own kernels (vLLM, SGLang, TensorRT-LLM) run a decoder layer's small ops fused:
@@ -151,10 +152,16 @@ class IterationModel:
         par = Parallel().resolved(gpu)
         self.links = Links.of(gpu, par.network_spec())
         self.per_node = par.gpus_per_node
-        # GPU times depend on the model, GPU, plan and whether small ops are fused, not on the engine's
-        # scheduler settings: engines with their own kernels (vLLM, SGLang, TensorRT-LLM) share them
+        # the engine's own attention kernel on this GPU (.engines), unless the job's stack names one
+        own = dict(engine.attention_kernels).get(gpu.architecture)
+        self.stack = job.stack or Stack()
+        if own and not self.stack.attention:
+            self.stack = dataclasses.replace(self.stack, attention=own)
+        # GPU times depend on the model, GPU, plan, attention kernel and whether small ops are fused, not on the
+        # engine's scheduler settings: engines with their own kernels (vLLM, SGLang, TensorRT-LLM) share them
         shared = _COSTS.setdefault((job.key, gpu, tensor, expert, self.dp, self.all_to_all, self.weight_scale,
-                                    self.expert_scale, self.kv_scale, engine.name == "hf", id(env), cfg), ({}, {}))
+                                    self.expert_scale, self.kv_scale, engine.name == "hf", self.stack.attention,
+                                    id(env), cfg), ({}, {}))
         if len(_COSTS) > _COSTS_MAX:
             _COSTS.pop(next(iter(_COSTS)))
         self._dense: dict[int, tuple[float, float]] = shared[0]
@@ -223,13 +230,11 @@ class IterationModel:
     def _times(self, trace, layers: int | None = None):
         """(the trace as the engine runs it, its ops' GPU seconds); ``layers``: the traced model's layers
         (the whole model's unless a cut one was traced)."""
-        from gpucast.surroundings import Stack
-
         trace = self._fused(self._quantised(routed(trace, self.shape, self.t, self.e, self.expert_scale,
                                                    self.t if self.dp else 1)),
                             layers or self.shape["layers"])
-        return trace, kernel_times(trace, self.gpu, self.job.precision, self.cfg,
-                                   self.job.stack or Stack(), split=self._split(trace)).time
+        return trace, kernel_times(trace, self.gpu, self.job.precision, self.cfg, self.stack,
+                                   split=self._split(trace)).time
 
     def _dense_at(self, n: int) -> tuple[float, float]:
         """(GPU seconds, eager wall seconds) of the non-attention ops of a forward over ``n`` tokens."""
@@ -400,15 +405,13 @@ class IterationModel:
             group = Group(self.t, min(self.t, self.per_node))
             if self.all_to_all:   # each token to its k experts' ranks and back
                 sent = n * (self.shape.get("experts_per_token") or 1) * self.shape["hidden"]
-                a2a = (collective_time("all-to-all", sent * DISPATCH_BYTES.get(self.job.precision, 2.0), group,
-                                       self.links)
-                       + collective_time("all-to-all", sent * COMBINE_BYTES, group, self.links))
-                return self.shape.get("moe_layers", 0) * a2a
+                return self.shape.get("moe_layers", 0) * (
+                    collective_time("all-to-all", sent * DISPATCH_BYTES.get(self.job.precision, 2.0), group, self.links)
+                    + collective_time("all-to-all", sent * COMBINE_BYTES, group, self.links))
             tokens = self.t * n * self.shape["hidden"]
-            gather = collective_time("all-gather", tokens * DISPATCH_BYTES.get(self.job.precision, 2.0), group,
-                                     self.links)
-            scatter = collective_time("reduce-scatter", tokens * COMBINE_BYTES, group, self.links)
-            return self.shape.get("moe_layers", 0) * (gather + scatter)
+            return self.shape.get("moe_layers", 0) * (
+                collective_time("all-gather", tokens * DISPATCH_BYTES.get(self.job.precision, 2.0), group, self.links)
+                + collective_time("reduce-scatter", tokens * COMBINE_BYTES, group, self.links))
         nbytes = n * self.shape["hidden"] * 2
         one = collective_time("all-reduce", nbytes, Group(self.t, self.t), self.links)
         return 2 * self.shape["layers"] * one
@@ -418,6 +421,12 @@ class IterationModel:
         """(wall seconds, GPU-busy seconds) of one iteration (module docstring): ``ntok`` tokens, ``ndec``
         decoding sequences at mean context ``dctx``, ``ptok`` prefill tokens in ``npre`` sequences' chunks
         over ``pctx`` tokens each already cached (each chunk's attention its own: causal within it)."""
+        wall, busy = self.device_cost(ntok, ndec, dctx, ptok, pctx, npre)
+        host = self.engine.host_per_iteration_s
+        return (max(wall, host) if self.engine.overlap_host else wall + host), busy   # (.engines)
+
+    def device_cost(self, ntok: int, ndec: int, dctx: float, ptok: int, pctx: float, npre: int = 1) -> tuple[float, float]:
+        """:meth:`cost` without the engine's host work: (the GPU's wall seconds, its busy seconds)."""
         gpu_s, eager_s, comm = self._per_tokens(ntok)
         attn = 0.0
         if ndec:
@@ -434,8 +443,7 @@ class IterationModel:
             wall = max(busy, eager_s + attn + comm)
         else:
             wall = busy
-        host = self.engine.host_per_iteration_s
-        return (max(wall, host) if self.engine.overlap_host else wall + host), busy   # (.engines)
+        return wall, busy
 
     def _per_tokens(self, ntok: int) -> tuple[float, float, float]:
         """The dense part's (GPU, eager wall) seconds at ``ntok`` tokens, interpolated on the grid, and

@@ -26,13 +26,14 @@ def run_replicas(req: Requests, cost, engine, kv_tokens: int, serve: Serve, batc
         streams = lay.replicas * lay.dp * lay.streams   # attention-DP ranks are schedulers of their own
         if serve.load == "closed":  # a stream per client at most
             streams = min(streams, serve.concurrency)
-        seqs = max(1, engine.max_num_seqs // lay.streams)
+        # vLLM and SGLang cap the running sequences of all streams; TensorRT-LLM each micro-batch's (engines.py)
+        seqs = engine.max_num_seqs if engine.micro_batch_loop else max(1, engine.max_num_seqs // lay.streams)
         kv = kv_tokens // lay.streams
 
         def one(sub: Requests, k: int) -> RunResult:
             return simulate(sub, cost, seqs, engine.max_num_batched_tokens, kv, engine.block_size,
                             engine.chunked_prefill, serve.load, clients[k] if clients else None,
-                            speculative.of(serve), seq_blocks, window)
+                            speculative.of(serve), seq_blocks, window, engine.no_evict)
         clients = shares(serve.concurrency, streams) if serve.load == "closed" else None
     else:
         streams = lay.replicas

@@ -7,7 +7,9 @@ the token budget (``chunked_prefill``; without it a prompt is taken whole or wai
 are admitted first come, first served while there is room in the batch and in the KV cache. A decode
 that finds no free KV block preempts the most recently admitted sequence, whose cache is dropped and
 recomputed later as a prefill of its prompt and the tokens it had generated (vLLM's default,
-``preemption_mode=recompute``). A request that arrives with its K/V (``Requests.cached``: a disaggregated
+``preemption_mode=recompute``). An engine that guarantees no eviction (``no_evict``: TensorRT-LLM's default
+capacity policy, ``GUARANTEED_NO_EVICT``) admits a request only when the cache can also hold every token it
+will reach (its prompt and all its output), counting what the running ones will reach, so it never preempts. A request that arrives with its K/V (``Requests.cached``: a disaggregated
 deployment's decode instance, :mod:`.disagg`) is admitted with those tokens' blocks and decodes from the next
 iteration; preempted, it recomputes them. A model with linear-attention layers also holds a fixed state per
 running sequence (``seq_blocks`` blocks of the pool: vLLM V1's hybrid allocator gives each request one state
@@ -77,7 +79,7 @@ context, the prefilling sequences) -> (wall seconds, GPU-busy seconds)."""
 
 def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_tokens: int, kv_tokens: int,
              block: int, chunked: bool, load: str = "static", concurrency: int | None = None,
-             spec=None, seq_blocks: int = 0, window: tuple = ()) -> RunResult:
+             spec=None, seq_blocks: int = 0, window: tuple = (), no_evict: bool = False) -> RunResult:
     """Continuous batching over ``req`` (module docstring); ``seq_blocks``: blocks a running sequence holds
     whatever its length (a linear-attention state); ``spec``: speculative decoding
     (:class:`gpucast.estimate.serving.speculative.Speculation`): a decode step takes ``k + 1`` of the token
@@ -130,6 +132,11 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
     gap_s: list[float] = []
     gap_w: list[int] = []
     cap_blocks = kv_tokens // blk
+    # no_evict: blocks the running sequences will hold at their end, reserved as each is admitted
+    reserved = 0
+
+    def final_blocks(r: int) -> int:
+        return blocks(prompt[r] + held[r] + out[r]) + seq_blocks
     notes = []
     if cap_blocks <= 0:
         return RunResult(np.array(start), np.array(first), np.array(finish), 0, 0.0, 0, 0.0, 0,
@@ -229,8 +236,10 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
             left = target[r] - done_prefill[r]
             if left <= 0 and held[r] and not kv[r]:   # arrives with its K/V: decodes from the next iteration
                 grow = blocks(held[r]) + seq_blocks
-                if grow > cap_blocks - used_blocks:
+                if grow > cap_blocks - used_blocks or (no_evict and reserved + final_blocks(r) > cap_blocks):
                     break
+                if no_evict:
+                    reserved += final_blocks(r)
                 waiting.pop(0)
                 running.append(r)
                 if start[r] != start[r]:
@@ -241,8 +250,10 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
                 continue
             take = min(left, budget) if chunked else (left if left <= budget else 0)
             grow = blocks(kv[r] + take) - blocks(kv[r]) + seq_blocks
-            if take <= 0 or grow > cap_blocks - used_blocks:
+            if take <= 0 or grow > cap_blocks - used_blocks or (no_evict and reserved + final_blocks(r) > cap_blocks):
                 break
+            if no_evict:
+                reserved += final_blocks(r)
             waiting.pop(0)
             running.append(r)
             if start[r] != start[r]:
@@ -306,6 +317,8 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
                 finish[r] = t
                 finished += 1
                 used_blocks -= blocks(kv[r]) + seq_blocks
+                if no_evict:
+                    reserved -= final_blocks(r)
                 if load == "closed" and sent < n:
                     # the client sends its next request when this one returns (requests in index order)
                     arrival[sent] = t

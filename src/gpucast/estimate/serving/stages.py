@@ -16,7 +16,12 @@ what is left, each a whole copy of the deployment behind a load balancer) and ``
   ``p`` streams, each with ``1/p`` of the sequences (``max_num_seqs``) and of the cache, and each
   stream's iteration takes the whole model's time (its batch visits every stage), stretched by the
   stages' imbalance ``p x ceil(layers/p) / layers`` when the layers do not divide (the largest stage
-  sets the pace of the cycle), plus ``p - 1`` sends. ``hf`` (``device_map`` over the GPUs, accelerate's
+  sets the pace of the cycle), plus ``p - 1`` sends and the engine's host work once. TensorRT-LLM
+  (``Engine.micro_batch_loop``) differs twice: its ``max_batch_size`` caps each micro-batch, not all of
+  them (its capacity scheduler admits ``max_batch_size x pp``), and every rank's loop prepares each
+  micro-batch on the host before that stage's kernels, with no overlap scheduler, so a stream's iteration
+  is ``p x`` (a stage's share of the GPU time + a send + the host's work, a fixed part and a part per
+  sequence: :data:`~.engines.PP_HOST_PER_SEQUENCE_S`). ``hf`` (``device_map`` over the GPUs, accelerate's
   naive pipeline) runs one batch through the stages one after another: the same time without the
   imbalance, each GPU busy for its stage only.
 * **Replicas** (``r``): requests go round-robin to the replicas in arrival order (a load balancer's
@@ -140,18 +145,21 @@ def send_time(tokens: int, hidden: int, lay: Layout, links: Links, gpus_per_node
                            Group(2, per_node, concurrent=lay.tensor if per_node == 1 else 1), links)
 
 
-def staged(cost, lay: Layout, host_s: float, send, sequential: bool):
-    """An iteration cost (``wall, busy`` of the whole model on one tensor-parallel group) as a pipeline
-    stream runs it (module docstring): ``busy`` becomes one GPU's, its stage's share."""
+def staged(model, lay: Layout, send, sequential: bool, micro_batch_loop: bool):
+    """An iteration cost (``model``'s :meth:`~.iteration.IterationModel.cost`, ``wall, busy`` of the whole model on
+    one tensor-parallel group) as a pipeline stream runs it (module docstring): ``busy`` becomes one GPU's, its
+    stage's share."""
     if lay.pipeline <= 1:
-        return cost
-    hops = lay.pipeline - 1
-    stretch = 1.0 if sequential else lay.imbalance
+        return model.cost
+    p, stretch = lay.pipeline, (1.0 if sequential else lay.imbalance)
+    engine = model.engine
 
     def run(ntok, ndec, dctx, ptok, pctx, npre=1):
-        wall, busy = cost(ntok, ndec, dctx, ptok, pctx, npre)
-        gpu = wall - host_s
-        return gpu * stretch + hops * send(ntok) + host_s, busy * lay.stage_share
+        gpu, busy = model.device_cost(ntok, ndec, dctx, ptok, pctx, npre)
+        if micro_batch_loop:   # every stage prepares the micro-batch on the host, then runs its kernels and sends
+            host = engine.host_per_iteration_s + engine.pp_host_per_sequence_s * (ndec + (npre if ptok else 0))
+            return p * (gpu * stretch / p + send(ntok) + host), busy * lay.stage_share
+        return gpu * stretch + (p - 1) * send(ntok) + engine.host_per_iteration_s, busy * lay.stage_share
 
     return run
 
