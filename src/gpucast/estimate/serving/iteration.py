@@ -67,6 +67,7 @@ from gpucast.graph import causal
 from gpucast.graph.linear_attention import OPS as LINEAR_OPS
 from gpucast.graph.windows import chunk_share, windows_of
 from gpucast.estimate.serving.experts import ITEMSIZE, is_expert_gemm, routed
+from gpucast.estimate.serving.fusion import fused
 from gpucast.estimate.serving.layers import _SAMPLES, layer_period, layer_sample  # noqa: F401 (tests clear _SAMPLES)
 from gpucast.estimate.serving.memory import MXFP4_SHARE, WEIGHT_ONLY_SHARE
 from gpucast.estimate.serving.sparse import indexer
@@ -76,16 +77,6 @@ from gpucast.plan import Parallel
 from gpucast.surroundings import Stack
 
 GRID_STEP = 2 ** 0.25  # ~19 % between grid points of token counts and contexts
-# Engines with their own kernels (vLLM, SGLang, TensorRT-LLM) run a decoder layer's small ops fused:
-# vLLM's Llama layer (vllm/model_executor/models/llama.py) launches two fused_add_rms_norm, one
-# rotary_embedding, one reshape_and_cache and one silu_and_mul kernel beside its four GEMMs and its
-# attention: 5 small kernels per layer, where Hugging Face's eager layer launches ~70.
-FUSED_KERNELS_PER_LAYER = 5
-# Bytes the unfused chain of a layer's small ops moves per byte its fused kernels move: each fused
-# kernel reads its inputs and writes its output once where the chain writes and re-reads every
-# intermediate (RMSNorm: pow, mean, rsqrt, two multiplies, casts); an assumption of ~3.
-FUSION_BYTES = 3.0
-KEEP = ("matmul", "attention", "embedding")
 # Layer sampling (.layers): a model whose layers are alike is traced cut to one and two layers, and each cost of
 # the whole model is f(1) + (L - 1) (f(2) - f(1)) (the embedding, final norm and head once, a layer L
 # times): two small traces instead of one of every layer (an 80-layer model's traces ~40x faster).
@@ -205,34 +196,12 @@ class IterationModel:
             ops.append(o)
         return dataclasses.replace(trace, ops=ops)
 
-    def _fused(self, trace, layers: int):
-        """The trace as an engine with fused kernels runs it: GEMMs, attention and embedding as traced,
-        the rest as FUSED_KERNELS_PER_LAYER elementwise kernels per layer moving 1/FUSION_BYTES of the
-        traced small ops' bytes (module constants)."""
-        if self.engine.name == "hf":
-            return trace
-        kept = [o for o in trace.ops if o.category in KEEP]
-        rest = [o for o in trace.ops if o.category not in KEEP and o.kernels > 0]
-        if not rest:
-            return trace
-        n = FUSED_KERNELS_PER_LAYER * layers
-        per = int(sum(o.bytes_read + o.bytes_written for o in rest) / FUSION_BYTES / n)
-        like = rest[0]
-        numel = (max(1, per // 4),)  # elements of 2-byte data read and written: the kernel's grid follows them
-        fused = [dataclasses.replace(like, op="fused_elementwise", category="elementwise", flops=0, shapes=(numel,),
-                                     out_shapes=(numel,), bytes_read=per // 2, bytes_written=per - per // 2,
-                                     kernels=1) for _ in range(n)]
-        ops = kept + fused
-        for i, o in enumerate(ops):
-            ops[i] = dataclasses.replace(o, index=i)
-        return dataclasses.replace(trace, ops=ops)
-
     def _times(self, trace, layers: int | None = None):
         """(the trace as the engine runs it, its ops' GPU seconds); ``layers``: the traced model's layers
         (the whole model's unless a cut one was traced)."""
-        trace = self._fused(self._quantised(routed(trace, self.shape, self.t, self.e, self.expert_scale,
-                                                   self.t if self.dp else 1)),
-                            layers or self.shape["layers"])
+        trace = self._quantised(routed(trace, self.shape, self.t, self.e, self.expert_scale, self.t if self.dp else 1))
+        if self.engine.name != "hf":   # engines with their own kernels fuse the small ops (.fusion)
+            trace = fused(trace, layers or self.shape["layers"])
         return trace, kernel_times(trace, self.gpu, self.job.precision, self.cfg, self.stack,
                                    split=self._split(trace)).time
 
