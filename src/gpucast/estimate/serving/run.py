@@ -137,6 +137,15 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
 
     def final_blocks(r: int) -> int:
         return blocks(prompt[r] + held[r] + out[r]) + seq_blocks
+
+    def reserve(r: int) -> bool:
+        """Under no_evict, reserve ``r``'s blocks at its end if the cache has them (False: it must wait)."""
+        nonlocal reserved
+        if no_evict:
+            if reserved + final_blocks(r) > cap_blocks:
+                return False
+            reserved += final_blocks(r)
+        return True
     notes = []
     if cap_blocks <= 0:
         return RunResult(np.array(start), np.array(first), np.array(finish), 0, 0.0, 0, 0.0, 0,
@@ -236,10 +245,8 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
             left = target[r] - done_prefill[r]
             if left <= 0 and held[r] and not kv[r]:   # arrives with its K/V: decodes from the next iteration
                 grow = blocks(held[r]) + seq_blocks
-                if grow > cap_blocks - used_blocks or (no_evict and reserved + final_blocks(r) > cap_blocks):
+                if grow > cap_blocks - used_blocks or not reserve(r):
                     break
-                if no_evict:
-                    reserved += final_blocks(r)
                 waiting.pop(0)
                 running.append(r)
                 if start[r] != start[r]:
@@ -250,10 +257,8 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
                 continue
             take = min(left, budget) if chunked else (left if left <= budget else 0)
             grow = blocks(kv[r] + take) - blocks(kv[r]) + seq_blocks
-            if take <= 0 or grow > cap_blocks - used_blocks or (no_evict and reserved + final_blocks(r) > cap_blocks):
+            if take <= 0 or grow > cap_blocks - used_blocks or not reserve(r):
                 break
-            if no_evict:
-                reserved += final_blocks(r)
             waiting.pop(0)
             running.append(r)
             if start[r] != start[r]:
