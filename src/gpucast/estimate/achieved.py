@@ -1,7 +1,8 @@
 """What each kernel family reaches of a GPU's sustained peak, per architecture and software.
 
-``data/achieved.yaml`` holds, per kernel family (``matmul``, ``matmul_fp32`` and ``matmul_fp8``: the
-scaled GEMMs on FP8 or FP4 operands, ``conv``, ``conv_depthwise`` and its backward, ``attention`` and
+``data/achieved.yaml`` holds, per kernel family (``matmul``, ``matmul_fp32``, ``matmul_fp8``: the
+scaled GEMMs on FP8 operands, ``matmul_fp4``: those on FP4 operands (``matmul_fp8``'s entry where no level
+lists one: :data:`FALLBACK`), ``conv``, ``conv_depthwise`` and its backward, ``attention`` and
 ``attention_backward``, ``rnn``, ``other``), the fraction of the sustained peak (:meth:`GpuSpec.sustained_tflops
 <gpucast.hardware.GpuSpec.sustained_tflops>`: the datasheet peak at the clock the card holds
 under its power limit) that the family's kernels reach in steady state: a large problem, every SM
@@ -64,7 +65,7 @@ import yaml
 from gpucast.graph.batchnorm import BATCH_NORM_EVAL
 from gpucast.graph.layouts import is_depthwise as _depthwise_shapes
 
-FAMILIES = ("matmul", "matmul_fp32", "matmul_fp8", "conv", "conv_depthwise", "conv_depthwise_backward",
+FAMILIES = ("matmul", "matmul_fp32", "matmul_fp8", "matmul_fp4", "conv", "conv_depthwise", "conv_depthwise_backward",
             "conv_stem", "conv_stem_backward", "attention", "attention_backward", "rnn", "other")
 # Families whose kernels run on the CUDA cores (no tensor cores): their fraction is of the FP32 vector peak.
 CUDA_CORE_FAMILIES = frozenset({"matmul_fp32", "conv_depthwise", "conv_depthwise_backward",
@@ -80,6 +81,9 @@ UNTILED_FAMILIES = frozenset({"conv_depthwise", "conv_depthwise_backward", "conv
 STEM_MAX_CHANNELS = 4
 # achieved.yaml's levels, most specific first: a GPU takes a family from the first that lists it.
 LEVELS = ("compute_capability", "architecture", "reference")
+# A family no level of a GPU lists takes this family's entry instead: FP4 GEMMs where only FP8's share is
+# known (GPUs without FP4 tensor cores run FP4 at the FP8 row's rate, gpucast.hardware).
+FALLBACK = {"matmul_fp4": "matmul_fp8"}
 # PyTorch releases whose torch.backends.cuda.matmul.allow_tf32 defaulted to True (TF32 came in 1.7;
 # 1.12 turned it off for matmuls: the 1.12 release notes, pytorch/pytorch#76440); cuDNN's flag stays on.
 MATMUL_TF32_DEFAULT = ((1, 7), (1, 12))
@@ -143,7 +147,8 @@ def lookup(family: str, architecture: str, capability: str | None = None,
            attention: str | None = None, memory: bool = False) -> tuple[str, dict] | None:
     """(level, entry) of ``family`` for a GPU: the most specific level listing it (for attention
     families, listing the ``attention`` kernel or a default; ``memory``: a ``bandwidth_per_sm``
-    family); None when no level does (a memory family then has no cap)."""
+    family); else its :data:`FALLBACK` family's; None when no level lists either (a memory family then
+    has no cap)."""
     att = attention or DEFAULT_ATTENTION
     for name, table in levels(architecture, capability):
         own = (table.get("bandwidth_per_sm") or {}) if memory else table
@@ -152,6 +157,8 @@ def lookup(family: str, architecture: str, capability: str | None = None,
             entry = entry.get(att) or entry.get(DEFAULT_ATTENTION)
         if entry is not None:
             return name, entry
+    if family in FALLBACK and not memory:
+        return lookup(FALLBACK[family], architecture, capability, attention)
     return None
 
 
@@ -238,8 +245,8 @@ def is_stem(op: str, shapes: tuple) -> bool:
 
 def family_of(category: str, op: str = "", dtype: str = "", shapes: tuple = ()) -> str:
     """The kernel family of an op (anything not a library family is ``other``; a fused attention
-    op's backward is ``attention_backward``, a GEMM on FP8 or FP4 operands ``matmul_fp8`` (scaled GEMMs: the
-    block scales' loads and the dequantising epilogue cost both alike; no FP4 GEMM share is published), a depthwise
+    op's backward is ``attention_backward``, a GEMM on FP8 operands ``matmul_fp8`` and one on FP4 operands
+    ``matmul_fp4`` (scaled GEMMs, each format's published share of its own peak), a depthwise
     convolution ``conv_depthwise`` or ``conv_depthwise_backward``: PyTorch's own CUDA-core kernels
     for NCHW tensors, not cuDNN's implicit GEMMs; a convolution over an image's few channels
     ``conv_stem`` or ``conv_stem_backward``)."""
@@ -249,6 +256,8 @@ def family_of(category: str, op: str = "", dtype: str = "", shapes: tuple = ()) 
         return "conv_stem_backward" if op.endswith("backward") else "conv_stem"
     if category == "attention" and op.endswith("backward"):
         return "attention_backward"
-    if category == "matmul" and dtype.startswith(("float8", "float4")):
+    if category == "matmul" and dtype.startswith("float8"):
         return "matmul_fp8"
+    if category == "matmul" and dtype.startswith("float4"):
+        return "matmul_fp4"
     return category if category in FAMILIES else "other"
