@@ -11,8 +11,11 @@ for send-recv the bytes one rank sends to its peer, for all-to-all the buffer ea
 * ``n == 1`` or ``S <= 0``: 0 seconds. Otherwise every call pays NCCL's fixed cost once
   (``base_latency_s``) on top of the forms below.
 * One node (``group.nodes == 1``), a ring over the ``r = n`` GPUs' intra-node links, each at
-  ``b = intra_gbs * eff`` (``eff`` = ``nvlink_efficiency`` or ``pcie_efficiency``) and
-  ``l = intra_latency_s`` per step:
+  ``b = intra_gbs * eff`` and ``l = intra_latency_s`` per step. ``eff`` is ``nvlink_efficiency`` on
+  NVLink; on PCIe it falls with the ranks a collective spans (:func:`pcie_share`): two GPUs talk
+  peer to peer at ``pcie_efficiency``, while a ring over more crosses the CPUs' root complexes,
+  whose bandwidth all its flows share (``pcie_host_share_4`` at 4 ranks, ``pcie_host_share_8`` at 8,
+  log-linear between, a fixed total beyond 8):
 
   ==============================  =========================================
   all-reduce                      ``2(r-1)/r * S / b + 2(r-1) * l``
@@ -59,8 +62,8 @@ base latency, the LL figures' order); the imperfect overlap of the intra- and in
 (taken as perfect: the maximum of the two) and the flat ring's inter-node traffic, ``2(n-1)/n * S``
 rather than ``2(k-1)/k * S``; NVLS / SHARP in-network reductions and CollNet; message-size dependent
 efficiency (small messages reach a lower share of the link than the large-message efficiency);
-PCIe topologies that route rings through CPU root complexes or across sockets (often well below
-the per-GPU link); NVLink bridges that join only pairs of GPUs (``rtx-3090``: NVLink is assumed
+a PCIe host's exact topology (switches, sockets: one published host's figures stand for every
+PCIe box); NVLink bridges that join only pairs of GPUs (``rtx-3090``: NVLink is assumed
 between all ranks of a node); differences between network transports (TCP sockets on plain
 Ethernet, EFA's SRD, RoCE congestion) beyond the single ``net_efficiency``; congestion from
 other jobs; and the overlap of communication with computation, which is the caller's.
@@ -102,6 +105,17 @@ class CommConstants(NamedConstants):
         "Order of magnitude: nccl-tests rings through a PCIe switch reach ~75-85% of the x16 "
         "link's per-direction rate for large messages (e.g. ~12-13 GB/s of 15.75 on Gen3). Rings "
         "through CPU root complexes or across sockets get much less; not modelled.")
+    pcie_host_share_4: float = _c(
+        0.56, "fraction of per-direction PCIe peak, 4 ranks",
+        "A ring over more than two PCIe GPUs runs through the CPUs' root complexes (and across sockets): "
+        "nccl-tests all_reduce_perf on 8 RTX 5090 (PCIe 5.0 x16, 63 GB/s a direction) in a dual Xeon "
+        "8480+ host reached 35 GB/s bus bandwidth over 4 GPUs and 28 over 8 (NVIDIA/nccl issue #1639, "
+        "2025; an NCCL maintainer there: on PCI systems the bandwidth the CPU and memory deliver sets "
+        "it, 8 flows at 28 GB/s both ways): 35 / 63.")
+    pcie_host_share_8: float = _c(
+        0.44, "fraction of per-direction PCIe peak, 8 ranks",
+        "As pcie_host_share_4: 28 / 63 over 8 GPUs (NVIDIA/nccl issue #1639). Beyond 8 ranks the host's "
+        "total is taken as fixed, shared by more flows.")
     net_efficiency: float = _c(
         0.89, "fraction of the network's line rate",
         "Fitted on llm-foundry A100-40GB (78 rows, benchmarks/llm_foundry.py: FSDP over 1,600 "
@@ -129,7 +143,8 @@ class CommConstants(NamedConstants):
         "cost matters.")
 
     def __post_init__(self) -> None:
-        for name in ("nvlink_efficiency", "pcie_efficiency", "net_efficiency"):
+        for name in ("nvlink_efficiency", "pcie_efficiency", "pcie_host_share_4", "pcie_host_share_8",
+                     "net_efficiency"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1):
                 raise ValueError(f"comm constant {name!r} must be in (0, 1], got {v!r}")
@@ -227,14 +242,31 @@ def _flat_ring_latency(kind: str, group: Group, c: CommConstants) -> float:
     return passes * ((group.n - k) * c.intra_latency_s + (k - 1) * c.net_latency_s)
 
 
-def _intra_bw(links: Links, c: CommConstants) -> float:
-    eff = c.nvlink_efficiency if links.intra_kind == "nvlink" else c.pcie_efficiency
+def pcie_share(ranks: int, c: CommConstants | None = None) -> float:
+    """The share of a PCIe link's per-direction peak a collective over ``ranks`` GPUs of one host gets
+    (module docstring): ``pcie_efficiency`` for two, the host's shares at 4 and 8 (log-linear between
+    2, 4 and 8), ``8 / ranks`` of the 8-rank share beyond."""
+    c = c or DEFAULT_COMM
+    if ranks <= 2:
+        return c.pcie_efficiency
+    if ranks >= 8:
+        return c.pcie_host_share_8 * 8 / ranks
+    lo, hi, a, b = (2, 4, c.pcie_efficiency, c.pcie_host_share_4) if ranks <= 4 else \
+        (4, 8, c.pcie_host_share_4, c.pcie_host_share_8)
+    w = math.log2(ranks / lo) / math.log2(hi / lo)
+    return a + (b - a) * w
+
+
+def _intra_bw(links: Links, c: CommConstants, ranks: int = 2) -> float:
+    """Per-GPU bytes/s of a ring or all-to-all over ``ranks`` GPUs of one node."""
+    eff = c.nvlink_efficiency if links.intra_kind == "nvlink" else pcie_share(ranks, c)
     return links.intra_gbs * 1e9 * eff
 
 
 def _all_to_all(nbytes: float, group: Group, links: Links, c: CommConstants) -> float:
     """An all-to-all's time less NCCL's base latency (module docstring)."""
-    b, n, r = _intra_bw(links, c), group.n, group.local
+    n, r = group.n, group.local
+    b = _intra_bw(links, c, r)
     if group.nodes == 1:
         return (n - 1) / n * nbytes / b + c.intra_latency_s
     big = links.node_gbs * 1e9 * c.net_efficiency / group.concurrent
@@ -251,7 +283,7 @@ def collective_time(kind: str, nbytes: float, group: Group, links: Links, consts
         return 0.0
     if kind == "all-to-all":
         return c.base_latency_s + _all_to_all(nbytes, group, links, c)
-    b = _intra_bw(links, c)
+    b = _intra_bw(links, c, 2 if kind == "send-recv" else group.local)   # a send is one pair's
     if group.nodes == 1:
         return c.base_latency_s + _ring(kind, nbytes, group.n, b, c.intra_latency_s)
     k = group.nodes
