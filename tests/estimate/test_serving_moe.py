@@ -182,3 +182,47 @@ def test_wide_expert_parallelism_sends_each_token_to_its_experts_only():
     served = gpucast.predict(_serve(MOE, gpus=8, parallel=dict(tensor=8, expert=8, attention_dp=True,
                                                                 expert_dispatcher="alltoall")), "gb200").serving
     assert served["finished"] == served["requests"]
+
+
+def test_engines_move_a_moe_layers_tokens_as_one_permute_and_one_finalize():
+    # transformers' grouped-GEMM experts gather each token's K copies, weight them, scatter them back and sum
+    # them, four passes over n K rows of the hidden size; an engine's permute reads each token once and writes
+    # its K copies in the GEMM's operand format, its finalize reads the K outputs once and writes the token
+    from gpucast.estimate.serving.fusion import fused, moe_kernels
+    from gpucast.graph.serving import model_shape
+
+    job, n = _serve(MOE), 256
+    tr = trace_iteration(job, 1, n, 0, "paged")
+    shape = model_shape(job)
+    assert (shape["hidden"], shape["experts"], shape["experts_per_token"]) == (H, E, K)
+    dense = trace_iteration(_serve(DENSE), 1, n, 0, "paged")
+    assert moe_kernels(list(dense.ops), model_shape(_serve(DENSE))) == list(dense.ops)
+    for operand in (2.0, 0.5625):   # bf16 activations, NVFP4's with their scales
+        ops = moe_kernels(list(tr.ops), shape, operand)
+        permute = [o for o in ops if o.op == "index" and o.out_shapes[0] == (n * K, H)]
+        final = [o for o in ops if o.op == "moe_finalize"]
+        assert len(permute) == len(final) == LAYERS
+        assert all(o.bytes_read == n * H * 2 and o.bytes_written == n * K * H * operand for o in permute)
+        assert all(o.bytes_read == n * K * H * 2 and o.bytes_written == n * H * 2 for o in final)
+        # the routing weights' multiply and the sum over the K copies are in the finalize
+        assert len(tr.ops) - len(ops) == 2 * LAYERS
+    moved = sum(o.bytes for o in tr.ops if o.op in ("index", "sum") or (o.op == "mul" and o.out_shapes[0] == (n * K, H)))
+    engine = sum(o.bytes for o in moe_kernels(list(tr.ops), shape) if o.op in ("index", "moe_finalize"))
+    assert engine < moved / 2
+    # and the engine's whole layer moves fewer bytes for it
+    assert sum(o.bytes for o in fused(tr, LAYERS, shape).ops) < sum(o.bytes for o in fused(tr, LAYERS).ops)
+
+
+def test_under_attention_dp_the_moe_layer_takes_every_ranks_tokens():
+    # t ranks' tokens are gathered (already quantised) into the layer and all of theirs written back before the
+    # reduce-scatter; a rank's experts still get n K rows when there are as many expert ranks as attention ranks
+    from gpucast.estimate.serving.fusion import moe_kernels
+    from gpucast.graph.serving import model_shape
+
+    job, n, t = _serve(MOE), 128, 4
+    tr = trace_iteration(job, 1, n, 0, "paged")
+    ops = moe_kernels(list(tr.ops), model_shape(job), 1.0, ranks=t)
+    permute = [o for o in ops if o.op == "index" and o.out_shapes[0] == (n * K, H)]
+    final = [o for o in ops if o.op == "moe_finalize"]
+    assert all(o.bytes_read == t * n * H * 1.0 and o.bytes_written == n * K * H * 1.0 for o in permute)
+    assert all(o.bytes_read == n * K * H * 2 and o.bytes_written == t * n * H * 2 for o in final)

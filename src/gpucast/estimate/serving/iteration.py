@@ -135,6 +135,8 @@ class IterationModel:
             self.weight_scale = QUANT_SHARE[job.precision]
         # the routed experts' bytes per traced byte: MXFP4 experts (GPT-OSS) at 4.25 bits, else the rest's
         self.expert_scale = MXFP4_SHARE if weights == "mxfp4" else self.weight_scale
+        # an expert GEMM activation's bytes where the checkpoint quantises them (W8A8, W4A4), else 16-bit (.fusion)
+        self.operand_bytes = ELEMENT_BYTES[job.precision] if job.precision in QUANT_DTYPE else 2.0
         self.kv_scale = float(kv_scale)   # the cache's bytes per 16-bit K/V byte (FP8 0.5, NVFP4 0.28)
         self.served = served(job)
         self._samples: dict[int, object] = {}   # layers -> the served model of the model cut to them
@@ -201,7 +203,8 @@ class IterationModel:
         (the whole model's unless a cut one was traced)."""
         trace = self._quantised(routed(trace, self.shape, self.t, self.e, self.expert_scale, self.t if self.dp else 1))
         if self.engine.name != "hf":   # engines with their own kernels fuse the small ops (.fusion)
-            trace = fused(trace, layers or self.shape["layers"])
+            trace = fused(trace, layers or self.shape["layers"], self.shape, self.operand_bytes,
+                          self.t if self.dp else 1)
         return trace, kernel_times(trace, self.gpu, self.job.precision, self.cfg, self.stack,
                                    split=self._split(trace)).time
 
