@@ -82,7 +82,7 @@ if TYPE_CHECKING:  # the type only; nothing of plan runs here
     from gpucast.plan import Network
 
 __all__ = ["COLLECTIVES", "CommConstants", "DEFAULT_COMM", "Group", "Links", "busbw_gbs", "call_latency",
-           "collective_time"]
+           "collective_time", "pcie_share"]
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "send-recv", "all-to-all")
 INTRA_KINDS = ("nvlink", "pcie")
@@ -103,8 +103,8 @@ class CommConstants(NamedConstants):
     pcie_efficiency: float = _c(
         0.80, "fraction of per-direction PCIe peak",
         "Order of magnitude: nccl-tests rings through a PCIe switch reach ~75-85% of the x16 "
-        "link's per-direction rate for large messages (e.g. ~12-13 GB/s of 15.75 on Gen3). Rings "
-        "through CPU root complexes or across sockets get much less; not modelled.")
+        "link's per-direction rate for large messages (e.g. ~12-13 GB/s of 15.75 on Gen3): two GPUs "
+        "peer to peer. Rings over more go through the CPUs' root complexes: pcie_host_share_4 / _8.")
     pcie_host_share_4: float = _c(
         0.56, "fraction of per-direction PCIe peak, 4 ranks",
         "A ring over more than two PCIe GPUs runs through the CPUs' root complexes (and across sockets): "

@@ -50,10 +50,10 @@ def moe_kernels(ops: list, model: dict, operand_bytes: float = 2.0, ranks: int =
     kernels (module docstring). ``model``: the served shape (``hidden``, ``experts``, ``experts_per_token``);
     ``operand_bytes``: bytes of an element of the expert GEMMs' activations (2, FP8 1, NVFP4 with its scales
     0.5625); ``ranks``: the attention-data-parallel ranks whose tokens the layer takes (1: its own)."""
-    src_bytes = operand_bytes if ranks > 1 else 2.0   # gathered tokens arrive quantised
     h, k = model.get("hidden") or 0, model.get("experts_per_token") or 0
     if not model.get("experts") or k < 1 or not h:
         return ops
+    src_bytes = operand_bytes if ranks > 1 else 2.0   # gathered tokens arrive quantised
     out, permuted = [], set()
     for o in ops:
         src = _rows(o.shapes[0]) if o.shapes else None
