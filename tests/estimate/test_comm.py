@@ -179,3 +179,7 @@ def test_pcie_rings_over_more_gpus_share_the_hosts_bandwidth():
     assert busbw_gbs(Group(8, 8), nv) == pytest.approx(busbw_gbs(Group(2, 8), nv))
     # past 8 GPUs the host's total is fixed: per-GPU bandwidth falls as 1 / ranks
     assert pcie_share(16) == pytest.approx(pcie_share(8) / 2)
+    # groups of one host communicating at once (a pipeline's stages) share it as one group of all their ranks
+    assert busbw_gbs(Group(2, 8, concurrent=2), links) == pytest.approx(bus[4])
+    assert busbw_gbs(Group(4, 8, concurrent=2), links) == pytest.approx(bus[8])
+    assert busbw_gbs(Group(4, 8, concurrent=2), nv) == pytest.approx(busbw_gbs(Group(4, 8), nv))

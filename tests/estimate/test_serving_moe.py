@@ -226,3 +226,25 @@ def test_under_attention_dp_the_moe_layer_takes_every_ranks_tokens():
     final = [o for o in ops if o.op == "moe_finalize"]
     assert all(o.bytes_read == t * n * H * 1.0 and o.bytes_written == n * K * H * 1.0 for o in permute)
     assert all(o.bytes_read == n * K * H * 2 and o.bytes_written == t * n * H * 2 for o in final)
+
+
+def test_a_pipelines_stages_share_a_pcie_hosts_bandwidth_for_their_gathers():
+    # the stages of a pipeline gather and reduce-scatter at once; over PCIe their flows share the host's root
+    # complexes (gpucast.estimate.comm.pcie_share), over NVLink each group keeps its links
+    from gpucast.estimate import EstimatorConfig
+    from gpucast.estimate.comm import pcie_share
+    from gpucast.estimate.environment import Environment
+    from gpucast.estimate.serving.engines import resolve
+    from gpucast.estimate.serving.iteration import IterationModel
+    from gpucast.hardware import get_gpu
+
+    job = _serve(MOE)
+
+    def comm(gpu, stages, n=4096):
+        m = IterationModel(job, get_gpu(gpu), resolve(job.serve), Environment(), EstimatorConfig(), tensor=2,
+                           expert=2, attention_dp=True, stages=stages)
+        return m._allreduce(n)
+    alone, two = comm("rtx-pro-6000", 1), comm("rtx-pro-6000", 2)
+    # two 2-GPU groups at once are four flows through the host: 80 % of the link peer to peer becomes 56 %
+    assert two / alone == pytest.approx(pcie_share(2) / pcie_share(4), rel=0.05)
+    assert comm("h100", 2) == pytest.approx(comm("h100", 1))

@@ -12,9 +12,10 @@ for send-recv the bytes one rank sends to its peer, for all-to-all the buffer ea
   (``base_latency_s``) on top of the forms below.
 * One node (``group.nodes == 1``), a ring over the ``r = n`` GPUs' intra-node links, each at
   ``b = intra_gbs * eff`` and ``l = intra_latency_s`` per step. ``eff`` is ``nvlink_efficiency`` on
-  NVLink; on PCIe it falls with the ranks a collective spans (:func:`pcie_share`): two GPUs talk
-  peer to peer at ``pcie_efficiency``, while a ring over more crosses the CPUs' root complexes,
-  whose bandwidth all its flows share (``pcie_host_share_4`` at 4 ranks, ``pcie_host_share_8`` at 8,
+  NVLink; on PCIe it falls with the ranks a collective spans, times the groups of the node
+  communicating at once (``group.concurrent``: a pipeline's stages; :func:`pcie_share`): two GPUs talk
+  peer to peer at ``pcie_efficiency``, while rings over more cross the CPUs' root complexes, whose
+  bandwidth all their flows share (``pcie_host_share_4`` at 4 ranks, ``pcie_host_share_8`` at 8,
   log-linear between, a fixed total beyond 8):
 
   ==============================  =========================================
@@ -165,7 +166,8 @@ def _positive_int(v) -> bool:
 @dataclass(frozen=True)
 class Group:
     """A communicator: n ranks, ranks_per_node of them on each node it spans (nodes = ceil(n / ranks_per_node)),
-    and how many such groups share each node's network at once (concurrent, >= 1)."""
+    and how many such groups share each node's network at once (concurrent, >= 1; inside a PCIe node, its
+    host's bandwidth too: :func:`pcie_share` of the ranks of all of them)."""
 
     n: int
     ranks_per_node: int
@@ -266,7 +268,7 @@ def _intra_bw(links: Links, c: CommConstants, ranks: int = 2) -> float:
 def _all_to_all(nbytes: float, group: Group, links: Links, c: CommConstants) -> float:
     """An all-to-all's time less NCCL's base latency (module docstring)."""
     n, r = group.n, group.local
-    b = _intra_bw(links, c, r)
+    b = _intra_bw(links, c, r * group.concurrent)
     if group.nodes == 1:
         return (n - 1) / n * nbytes / b + c.intra_latency_s
     big = links.node_gbs * 1e9 * c.net_efficiency / group.concurrent
@@ -283,7 +285,7 @@ def collective_time(kind: str, nbytes: float, group: Group, links: Links, consts
         return 0.0
     if kind == "all-to-all":
         return c.base_latency_s + _all_to_all(nbytes, group, links, c)
-    b = _intra_bw(links, c, 2 if kind == "send-recv" else group.local)   # a send is one pair's
+    b = _intra_bw(links, c, 2 if kind == "send-recv" else group.local * group.concurrent)   # a send is one pair's
     if group.nodes == 1:
         return c.base_latency_s + _ring(kind, nbytes, group.n, b, c.intra_latency_s)
     k = group.nodes

@@ -56,7 +56,7 @@ def staged_cost(job, gpu, engine, env, cfg, lay: Layout, shape: dict):
     kv = serve.kv_element_bytes
     model = iteration_model(job, gpu, engine, env, cfg, lay.tensor, serve.weights, kv / 2 if kv else 1.0,
                             lay.expert, lay.attention_dp, speculative.of(serve),
-                            job.parallel.expert_dispatcher if job.parallel is not None else None)
+                            job.parallel.expert_dispatcher if job.parallel is not None else None, lay.pipeline)
     if lay.pipeline <= 1:
         return model.cost
     net, per_node = links(gpu, job)

@@ -121,7 +121,8 @@ class IterationModel:
     """Costs of iterations of ``job`` on ``gpu`` under ``engine`` (module docstring)."""
 
     def __init__(self, job, gpu, engine, env, cfg, tensor: int = 1, weights: str = "auto", kv_scale: float = 1.0,
-                 expert: int = 1, attention_dp: bool = False, spec=None, dispatcher: str | None = None):
+                 expert: int = 1, attention_dp: bool = False, spec=None, dispatcher: str | None = None,
+                 stages: int = 1):
         job = model_job(job)  # traces depend on the model and precision only
         self.job, self.gpu, self.engine, self.env, self.cfg = job, gpu, engine, env, cfg
         self.t = tensor
@@ -145,6 +146,9 @@ class IterationModel:
         par = Parallel().resolved(gpu)
         self.links = Links.of(gpu, par.network_spec())
         self.per_node = par.gpus_per_node
+        # tensor groups of one node whose collectives run at once (a pipeline's stages): over PCIe they share the
+        # host's bandwidth (gpucast.estimate.comm, Group.concurrent)
+        self.host_groups = max(1, min(stages, self.per_node // max(1, tensor)))
         # the engine's own attention kernel on this GPU (.engines), unless the job's stack names one
         own = dict(engine.attention_kernels).get(gpu.architecture)
         self.stack = job.stack or Stack()
@@ -374,7 +378,7 @@ class IterationModel:
         if self.t <= 1:
             return 0.0
         if self.dp:
-            group = Group(self.t, min(self.t, self.per_node))
+            group = Group(self.t, min(self.t, self.per_node), self.host_groups)
             if self.all_to_all:   # each token to its k experts' ranks and back
                 sent = n * (self.shape.get("experts_per_token") or 1) * self.shape["hidden"]
                 return self.shape.get("moe_layers", 0) * (
@@ -385,7 +389,7 @@ class IterationModel:
                 collective_time("all-gather", tokens * DISPATCH_BYTES.get(self.job.precision, 2.0), group, self.links)
                 + collective_time("reduce-scatter", tokens * COMBINE_BYTES, group, self.links))
         nbytes = n * self.shape["hidden"] * 2
-        one = collective_time("all-reduce", nbytes, Group(self.t, self.t), self.links)
+        one = collective_time("all-reduce", nbytes, Group(self.t, self.t, self.host_groups), self.links)
         return 2 * self.shape["layers"] * one
 
     # ------------------------------------------------------------------ the iteration
@@ -454,17 +458,17 @@ _COSTS_MAX = 64
 
 def iteration_model(job, gpu, engine, env, cfg, tensor: int = 1, weights: str | None = "auto",
                     kv_scale: float = 1.0, expert: int = 1, attention_dp: bool = False, spec=None,
-                    dispatcher: str | None = None) -> IterationModel:
+                    dispatcher: str | None = None, stages: int = 1) -> IterationModel:
     """A shared :class:`IterationModel` (its memoised costs serve every job of the same model, GPU,
-    engine and plan)."""
+    engine and plan; ``stages``: the pipeline's, whose groups share a PCIe host)."""
     key = (model_job(job).key, gpu, engine, tensor, weights or "auto", kv_scale, expert, attention_dp, spec, dispatcher,
-           id(env), cfg)
+           stages, id(env), cfg)
     m = _MODELS.get(key)
     if m is None:
         if len(_MODELS) >= _MODELS_MAX:
             _MODELS.pop(next(iter(_MODELS)))
         m = _MODELS[key] = IterationModel(job, gpu, engine, env, cfg, tensor, weights or "auto", kv_scale, expert,
-                                          attention_dp, spec, dispatcher)
+                                          attention_dp, spec, dispatcher, stages)
         drafter = drafter_job(job, spec)
         if drafter is not None:   # a draft model: its own iteration model, at the target's degree (.speculative)
             m.drafter = iteration_model(drafter, gpu, engine, env, cfg, 1 if attention_dp else tensor, "auto",
