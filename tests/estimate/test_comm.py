@@ -183,3 +183,18 @@ def test_pcie_rings_over_more_gpus_share_the_hosts_bandwidth():
     assert busbw_gbs(Group(2, 8, concurrent=2), links) == pytest.approx(bus[4])
     assert busbw_gbs(Group(4, 8, concurrent=2), links) == pytest.approx(bus[8])
     assert busbw_gbs(Group(4, 8, concurrent=2), nv) == pytest.approx(busbw_gbs(Group(4, 8), nv))
+
+
+def test_a_training_plans_tensor_groups_on_one_node_communicate_at_once():
+    # Megatron's rank order puts a node's data-parallel replicas' tensor groups side by side: they all-reduce
+    # at the same time, so on a PCIe node they share its host (pcie_share of all their ranks)
+    from gpucast.estimate.parallel.collectives import placement
+    from gpucast.plan import Parallel
+
+    gpu = get_gpu("rtx-5090")
+    place = placement(Parallel(tensor=2, gpus_per_node=8).resolved(gpu), 8, hybrid=False)
+    assert (place.tp.n, place.tp.local, place.tp.concurrent) == (2, 2, 4)
+    links = Links.of(gpu, parse_network("eth-100", 8))
+    assert busbw_gbs(place.tp, links) == pytest.approx(busbw_gbs(Group(8, 8), links))
+    # a tensor group spanning nodes keeps its own NICs' share as before
+    assert placement(Parallel(tensor=16, gpus_per_node=8).resolved(gpu), 16, hybrid=False).tp.concurrent == 1

@@ -38,7 +38,8 @@ def placement(par: Parallel, gpus: int, hybrid: bool) -> Placement:
     t, p, g = par.tensor, par.pipeline, par.gpus_per_node
     d = gpus // (t * p)
     on_node = min(gpus, g)
-    tp = Group(t, min(t, g))
+    # a node's tensor groups communicate at once: over PCIe they share its host (gpucast.estimate.comm)
+    tp = Group(t, min(t, g), concurrent=max(1, on_node // t)) if t < g else Group(t, min(t, g))
     r_dp = max(1, min(d, g // t)) if t < g else 1
     concurrent = max(1, on_node // r_dp) if t < g else 1
     if hybrid:
