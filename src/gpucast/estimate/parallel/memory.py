@@ -12,7 +12,11 @@ overhead + CUDA context + workspaces``, each a closed form with its source:
   while computing (FSDP SHARD_GRAD_OP keeps the whole stage gathered through the backward);
 * communication buffers: DDP's gradient buckets (a flat copy of the gradients, PyTorch DDP
   paper), DeepSpeed's reduce and all-gather buckets (their defaults), the unsharded gradients of
-  one FSDP unit before its reduce-scatter, and NCCL's own buffers per communicator;
+  one FSDP unit before its reduce-scatter, and NCCL's own buffers per communicator. Megatron-Core's
+  DDP and distributed optimizer (``contiguous``, weights not sharded) keep none beside NCCL's: their
+  gradient all-reduces and reduce-scatters and the parameter all-gathers run in place on the buckets
+  of its flat buffers (``param_and_grad_buffer.py``: ``start_grad_sync`` reduces ``bucket.grad_data``
+  into its own shard view, ``start_param_sync`` gathers into ``bucket.param_data``);
 * FP8 weight cache: under Megatron-Core, Transformer Engine's FP8 copy of each linear weight and
   its transpose, cast in the first micro-batch and kept for the step (``weight_cache``, two bytes a
   parameter of the FP8 layers on this rank; :mod:`gpucast.graph.te`);
@@ -57,7 +61,9 @@ def rank_memory(states: ModelStates, acts: StageActivations, rp: RankParams, str
         gathered = min(units, rp.params) * gather_bytes
     else:
         gathered = 0.0
-    if strategy.framework == "torch-ddp":
+    if contiguous and not strategy.shards_weights:   # Megatron-Core's DDP and distributed optimizer: the
+        buffers = 0.0                                # collectives run in place on its flat buffers (docstring)
+    elif strategy.framework == "torch-ddp":
         buffers = rp.trainable * reduce_bytes if communicators else 0.0
     elif strategy.framework == "deepspeed":
         bucket = consts.deepspeed_bucket_elements
