@@ -39,7 +39,7 @@ def placement(par: Parallel, gpus: int, hybrid: bool) -> Placement:
     d = gpus // (t * p)
     on_node = min(gpus, g)
     # a node's tensor groups communicate at once: over PCIe they share its host (gpucast.estimate.comm)
-    tp = Group(t, min(t, g), concurrent=max(1, on_node // t)) if t < g else Group(t, min(t, g))
+    tp = Group(t, min(t, g), concurrent=max(1, on_node // t) if t < g else 1)
     r_dp = max(1, min(d, g // t)) if t < g else 1
     concurrent = max(1, on_node // r_dp) if t < g else 1
     if hybrid:

@@ -88,8 +88,9 @@ SAMPLE_TOLERANCE = 1e-3
 # NVFP4's 16-element blocks carry an FP8 scale each), and the GEMM operands' dtype.
 QUANT_SHARE = {p: ELEMENT_BYTES[p] / 2 for p in ("fp8", "mxfp8", "nvfp4")}
 QUANT_DTYPE = {"fp8": "float8_e4m3fn", "mxfp8": "float8_e4m3fn", "nvfp4": "float4_e2m1fn_x2"}
-# Bytes a token's hidden element takes in an attention-DP MoE layer's gather (post-quantisation dispatch):
-# FP8 one byte; NVFP4 half a byte plus one FP8 scale per 16 elements (gpucast.formats.ELEMENT_BYTES); else 16-bit.
+# Bytes a token's hidden element takes once quantised for the expert GEMMs: in an attention-DP MoE layer's gather
+# (post-quantisation dispatch) and in the engines' permute (.fusion): FP8 one byte; NVFP4 half a byte plus one FP8
+# scale per 16 elements (gpucast.formats.ELEMENT_BYTES); else 16-bit.
 DISPATCH_BYTES = {p: ELEMENT_BYTES[p] for p in ("fp8", "mxfp8", "nvfp4")}
 COMBINE_BYTES = 2
 
@@ -136,8 +137,8 @@ class IterationModel:
             self.weight_scale = QUANT_SHARE[job.precision]
         # the routed experts' bytes per traced byte: MXFP4 experts (GPT-OSS) at 4.25 bits, else the rest's
         self.expert_scale = MXFP4_SHARE if weights == "mxfp4" else self.weight_scale
-        # an expert GEMM activation's bytes where the checkpoint quantises them (W8A8, W4A4), else 16-bit (.fusion)
-        self.operand_bytes = ELEMENT_BYTES[job.precision] if job.precision in QUANT_DTYPE else 2.0
+        # an expert GEMM activation's bytes (W8A8, W4A4 checkpoints quantise them): the gather's and the permute's
+        self.operand_bytes = DISPATCH_BYTES.get(job.precision, 2.0)
         self.kv_scale = float(kv_scale)   # the cache's bytes per 16-bit K/V byte (FP8 0.5, NVFP4 0.28)
         self.served = served(job)
         self._samples: dict[int, object] = {}   # layers -> the served model of the model cut to them
@@ -382,11 +383,11 @@ class IterationModel:
             if self.all_to_all:   # each token to its k experts' ranks and back
                 sent = n * (self.shape.get("experts_per_token") or 1) * self.shape["hidden"]
                 return self.shape.get("moe_layers", 0) * (
-                    collective_time("all-to-all", sent * DISPATCH_BYTES.get(self.job.precision, 2.0), group, self.links)
+                    collective_time("all-to-all", sent * self.operand_bytes, group, self.links)
                     + collective_time("all-to-all", sent * COMBINE_BYTES, group, self.links))
             tokens = self.t * n * self.shape["hidden"]
             return self.shape.get("moe_layers", 0) * (
-                collective_time("all-gather", tokens * DISPATCH_BYTES.get(self.job.precision, 2.0), group, self.links)
+                collective_time("all-gather", tokens * self.operand_bytes, group, self.links)
                 + collective_time("reduce-scatter", tokens * COMBINE_BYTES, group, self.links))
         nbytes = n * self.shape["hidden"] * 2
         one = collective_time("all-reduce", nbytes, Group(self.t, self.t, self.host_groups), self.links)

@@ -142,9 +142,10 @@ def simulate(req: Requests, cost: Cost, max_num_seqs: int, max_num_batched_token
         """Under no_evict, reserve ``r``'s blocks at its end if the cache has them (False: it must wait)."""
         nonlocal reserved
         if no_evict:
-            if reserved + final_blocks(r) > cap_blocks:
+            need = final_blocks(r)
+            if reserved + need > cap_blocks:
                 return False
-            reserved += final_blocks(r)
+            reserved += need
         return True
     notes = []
     if cap_blocks <= 0:
