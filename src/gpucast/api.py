@@ -21,7 +21,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 from gpucast.version import __version__
-from gpucast.estimate import Estimate, EstimatorConfig, estimate
+from gpucast.estimate import DEFAULT, Estimate, EstimatorConfig, estimate
+from gpucast.estimate.kernels import absent, launched
 from gpucast.estimate.environment import Environment
 from gpucast.estimate.stack import host_factor
 from gpucast.graph.trace import Trace
@@ -167,7 +168,10 @@ class Explanation:
     def by_phase_and_category(self) -> list[dict]:
         """Rows of (phase, category): ops, kernels, FLOPs, bytes and estimated GPU time."""
         rows: dict[tuple, dict] = {}
-        for op, t in zip(self.trace.ops, self.estimate.kernel_times.time):
+        gone = absent(self.trace, self.gpu, DEFAULT)   # kernels this GPU does not run (.estimate.kernels)
+        for op, t, skip in zip(self.trace.ops, self.estimate.kernel_times.time, gone):
+            if skip:
+                continue
             r = rows.setdefault((op.phase, op.category), {"phase": op.phase, "category": op.category, "ops": 0,
                                                           "kernels": 0, "flops": 0, "bytes": 0, "gpu_time_s": 0.0})
             r["ops"] += 1
@@ -238,8 +242,8 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
         memory_peak_bytes=est.memory.total_bytes, memory_interval=mem_iv,
         step_time_s=est.step_time_s, step_time_interval=step_iv,
         gpu_busy_s=est.gpu_busy_s, host_time_s=est.host_time_s,
-        flops=tr.flops, bytes=tr.bytes, kernels=tr.kernels, ops=len(tr.ops), parameters=tr.parameters,
-        memory_allocated_peak_bytes=est.memory.allocated_peak_bytes, fits_in_memory=fits,
+        flops=tr.flops, bytes=tr.bytes, kernels=launched(tr, spec, config or DEFAULT), ops=len(tr.ops),
+        parameters=tr.parameters, memory_allocated_peak_bytes=est.memory.allocated_peak_bytes, fits_in_memory=fits,
         bottleneck=est.bottleneck, bottleneck_reason=est.bottleneck_reason,
         op_coverage=round(tr.coverage, 4), time_coverage=round(est.costed_time_share, 4),
         uncosted_ops=tr.uncosted, model_version=model_version(env),

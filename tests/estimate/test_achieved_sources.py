@@ -73,7 +73,8 @@ def test_hopper_gpus_keep_their_constants():
         assert (f["attention"], f["attention_backward"]) == (fwd, bwd)
     caps = achieved.bandwidth_caps("hopper", "9.0")
     assert caps == {k: v * 1e9 for k, v in {"batchnorm": 6.8, "batchnorm_bf16": 2.5, "layernorm": 17.3,
-                                            "softmax": 17.0, "transpose": 16.6}.items()}
+                                            "softmax": 17.0, "transpose": 16.6,
+                                            "transpose_fp32": 33.2}.items()}
     for name in HOPPER:
         rows = {r.family: r for r in applied(get_gpu(name))}
         assert rows["matmul_fp32"].level == "hopper" and rows["matmul_fp32"].measured_on == ("h200",)

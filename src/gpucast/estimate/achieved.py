@@ -64,6 +64,7 @@ import yaml
 
 from gpucast.graph.batchnorm import BATCH_NORM_EVAL
 from gpucast.graph.layouts import is_depthwise as _depthwise_shapes
+from gpucast.graph.layouts import is_stem as _stem_shapes
 
 FAMILIES = ("matmul", "matmul_fp32", "matmul_fp8", "matmul_fp4", "conv", "conv_depthwise", "conv_depthwise_backward",
             "conv_stem", "conv_stem_backward", "attention", "attention_backward", "rnn", "other")
@@ -73,12 +74,6 @@ CUDA_CORE_FAMILIES = frozenset({"matmul_fp32", "conv_depthwise", "conv_depthwise
 # Families whose kernels are not tiled GEMMs on the tensor cores, so the grid model
 # (gpucast.estimate.tiles) does not apply: their fraction was measured at the whole problem.
 UNTILED_FAMILIES = frozenset({"conv_depthwise", "conv_depthwise_backward", "conv_stem", "conv_stem_backward"})
-# A convolution over this many input channels or fewer (one group) is an image network's first layer,
-# which cuDNN cannot feed to the tensor cores at their rate: their convolutions want the input
-# channels in multiples of 8 (FP16/BF16) or 4 (TF32), and a 3-channel image is padded or gathered
-# pixel by pixel (NVIDIA Deep Learning Performance Guide, 'Convolutional Layers: Channels In and Out';
-# MLPerf ResNet-50 submissions pad the image to 4 channels for cuDNN's C=4 first-layer kernels).
-STEM_MAX_CHANNELS = 4
 # achieved.yaml's levels, most specific first: a GPU takes a family from the first that lists it.
 LEVELS = ("compute_capability", "architecture", "reference")
 # A family no level of a GPU lists takes this family's entry instead: FP4 GEMMs where only FP8's share is
@@ -169,7 +164,7 @@ def fractions(architecture: str, attention: str | None = None, capability: str |
     return {f: float(lookup(f, architecture, capability, attention)[1]["value"]) for f in FAMILIES}
 
 
-MEMORY_FAMILIES = ("batchnorm", "batchnorm_bf16", "layernorm", "softmax", "transpose")
+MEMORY_FAMILIES = ("batchnorm", "batchnorm_bf16", "layernorm", "softmax", "transpose", "transpose_fp32")
 
 
 @lru_cache(maxsize=64)
@@ -215,7 +210,7 @@ def memory_family_of(category: str, op: str = "", dtype: str = "") -> str:
     if category == "softmax":
         return "softmax"
     if category == "copy" and op in ("cudnn_nchw_to_nhwc", "cudnn_nhwc_to_nchw"):
-        return "transpose"  # cuDNN's layout transposes around a half-precision NCHW convolution
+        return "transpose_fp32" if dtype == "float32" else "transpose"  # cuDNN's layout transposes around a half-precision NCHW convolution
     return ""
 
 
@@ -234,11 +229,10 @@ def is_depthwise(op: str, shapes: tuple) -> bool:
 
 
 def is_stem(op: str, shapes: tuple) -> bool:
-    """A convolution over at most :data:`STEM_MAX_CHANNELS` input channels in one group (an image
-    network's first layer: the input's and the weight's channels agree)."""
+    """A convolution over at most :data:`gpucast.graph.layouts.STEM_MAX_CHANNELS` input channels in one
+    group (an image network's first layer: the input's and the weight's channels agree)."""
     try:
-        x, w = _input_and_weight(op, shapes)
-        return len(w) >= 3 and x[1] == w[1] and 0 < x[1] <= STEM_MAX_CHANNELS
+        return _stem_shapes(*_input_and_weight(op, shapes))
     except (IndexError, TypeError):
         return False
 

@@ -48,6 +48,8 @@ class Applied:
     @property
     def origin(self) -> str:
         """Where the value comes from, in one line."""
+        if self.value is None and self.family == "transpose_fp32":
+            return "no level lists it: not run (float32 convolutions read NCHW here, estimate.kernels.absent)"
         if self.value is None:
             return "no level lists it: the DRAM roofline (EstimatorConfig.bandwidth_efficiency)"
         parts = []

@@ -13,7 +13,7 @@ from gpucast.estimate.constants import DEFAULT, EstimatorConfig
 from gpucast.estimate.environment import Environment
 from gpucast.estimate.host import host_times
 from gpucast.estimate.loader import LoaderCost, loader_cost
-from gpucast.estimate.kernels import PHASE_CODES, KernelTimes, OpArrays, kernel_times
+from gpucast.estimate.kernels import PHASE_CODES, KernelTimes, OpArrays, absent, kernel_times
 from gpucast.estimate.memory import MemoryEstimate, device_memory
 from gpucast.estimate.nvml import held_share, reported_share
 from gpucast.estimate.stack import host_factor, kernel_scales, torch_host_factor
@@ -112,7 +112,7 @@ def prepare(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig | None
     sur = surroundings_of(job, trace)
     scales = family_scales(sur, env)
     kt = kernel_times(trace, gpu, job.precision, cfg, sur.stack, scales)
-    return Prepared(trace, job, gpu, cfg, sur, kt, host_times(trace, cfg), scales)
+    return Prepared(trace, job, gpu, cfg, sur, kt, host_times(trace, cfg, absent(trace, gpu, cfg)), scales)
 
 
 def family_scales(sur: Surroundings, env: Environment) -> dict[str, float]:

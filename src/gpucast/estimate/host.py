@@ -20,7 +20,9 @@ from gpucast.estimate.kernels import DISPATCH_CODES, PHASE_CODES, OpArrays
 from gpucast.graph.trace import Trace
 
 
-def host_times(trace: Trace, cfg: EstimatorConfig) -> np.ndarray:
+def host_times(trace: Trace, cfg: EstimatorConfig, skip: np.ndarray | None = None) -> np.ndarray:
+    """Host seconds per op; ``skip``: ops the GPU does not run (:func:`gpucast.estimate.kernels.absent`),
+    which cost nothing and take no share of the module calls."""
     a = OpArrays.of(trace)
     launches = a.kernels > 0
     d = a.dispatch
@@ -33,6 +35,9 @@ def host_times(trace: Trace, cfg: EstimatorConfig) -> np.ndarray:
     )
     cost = cost + np.maximum(a.kernels - 1, 0) * cfg.launch_s
     fwd = a.phase == PHASE_CODES["fwd"]
+    if skip is not None:
+        cost = np.where(skip, 0.0, cost)
+        fwd = fwd & ~skip
     n_fwd = int(fwd.sum())
     if n_fwd and trace.modules:
         cost = cost + np.where(fwd, trace.modules * cfg.module_call_s / n_fwd, 0.0)

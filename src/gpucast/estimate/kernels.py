@@ -125,6 +125,24 @@ def math_peak(gpu: GpuSpec, category: str, dtype: str, precision: str, cfg: Esti
     return gpu.sustained_tflops("tf32" if tf32 else "fp32", tensor_cores=tf32) * 1e12
 
 
+def absent(trace: Trace, gpu: GpuSpec, cfg: EstimatorConfig) -> np.ndarray:
+    """Per op: whether it is a kernel the trace records that ``gpu`` does not run. cuDNN's layout
+    transposes around a float32 convolution (:mod:`gpucast.graph.layouts`) run where they were measured
+    (achieved.yaml's ``transpose_fp32``: Hopper, with TF32 on for convolutions); elsewhere float32
+    convolutions run kernels that read NCHW themselves (cuDNN's NCHW TF32 kernels on Ampere, the CUDA
+    cores without TF32)."""
+    a = OpArrays.of(trace)
+    if (cfg.conv_fp32_uses_tf32 and gpu.tf32_tflops is not None
+            and "transpose_fp32" in bandwidth_caps(gpu.architecture, capability_key(gpu.compute_capability))):
+        return np.zeros(len(a.flops), dtype=bool)
+    return a.memory_family == "transpose_fp32"
+
+
+def launched(trace: Trace, gpu: GpuSpec, cfg: EstimatorConfig) -> int:
+    """The kernels a step of ``trace`` launches on ``gpu``: the trace's, less those :func:`absent` there."""
+    return int(trace.kernels - OpArrays.of(trace).kernels[absent(trace, gpu, cfg)].sum())
+
+
 @dataclass
 class KernelTimes:
     time: np.ndarray  # seconds per op on the GPU (0 for ops that launch nothing)
@@ -223,8 +241,8 @@ def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfi
     ramp = cfg.half_bytes_per_sm * whole.sm_count / bw_whole
     memory = np.where(nbytes > 0, nbytes / reach + ramp, 0.0)
     floor_s = cfg.kernel_floor_old_s if gpu.architecture in OLD_ARCHITECTURES else cfg.kernel_floor_s
-    floor = a.kernels * floor_s
-    launches = a.kernels > 0
+    launches = (a.kernels > 0) & ~absent(trace, gpu, cfg)
+    floor = np.where(launches, a.kernels * floor_s, 0.0)
     time = np.where(launches, np.maximum(np.maximum(compute, memory), floor), 0.0)
     return KernelTimes(time=time, compute=np.where(launches, compute, 0.0),
                        memory=np.where(launches, memory, 0.0), floor=floor)

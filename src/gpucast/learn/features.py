@@ -11,7 +11,8 @@
   one-hot, for the hybrid's learned residual.
 
 "Layer" counts are op counts of the forward phase: a linear layer is one matmul-category op, an
-activation one of the activation ops below, "other" every other forward op that launches a kernel.
+activation one of the activation ops below, "other" every other forward op that launches a kernel on
+the GPU (:func:`gpucast.estimate.kernels.absent`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from gpucast.estimate.constants import DEFAULT
+from gpucast.estimate.kernels import absent, launched
 
 ACTIVATIONS = frozenset("relu relu_ gelu silu sigmoid tanh hardtanh hardswish hardsigmoid leaky_relu elu "
                         "softplus mish prelu glu".split())
@@ -34,7 +38,8 @@ def _op_name(op: str) -> str:
 
 
 def reference_features(trace, job, gpu) -> np.ndarray:
-    fwd = [o for o in trace.ops if o.phase == "fwd"]
+    gone = absent(trace, gpu, DEFAULT)   # kernels the trace records that this GPU does not run
+    fwd = [o for o, skip in zip(trace.ops, gone) if o.phase == "fwd" and not skip]
     conv = sum(1 for o in fwd if o.category == "conv")
     linear = sum(1 for o in fwd if o.category == "matmul")
     act = sum(1 for o in fwd if _op_name(o.op) in ACTIVATIONS)
@@ -54,7 +59,8 @@ def physics_features(prepared, env) -> np.ndarray:
     eps = 1e-9
     return np.array([math.log(tl.step_time_s + eps), math.log(tl.gpu_busy_s + eps), math.log(tl.host_time_s + eps),
                      math.log(lc.loader_s + 1e-7), util, math.log(mem.total_bytes / 2**20),
-                     math.log(ctx / 2**20 + 1), math.log1p(prepared.trace.kernels)]
+                     math.log(ctx / 2**20 + 1),
+                     math.log1p(launched(prepared.trace, prepared.gpu, prepared.cfg))]
                     + [float(label == b) for b in BOTTLENECKS])
 
 
