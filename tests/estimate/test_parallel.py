@@ -222,6 +222,26 @@ def test_interleaved_in_flight_micro_batches_follow_megatron_s_warm_up():
     assert stage_activations(lay, 2, 0, p, 64, 1, "none").in_flight == p        # plain 1F1B
 
 
+def test_the_head_is_held_for_one_micro_batch_and_the_embeddings_split_under_sequence_parallelism():
+    # the last rank runs each micro-batch's backward right after its forward through the head (1F1B, and
+    # the interleaved schedule's steady state), so the logits and the loss's saved tensors count once
+    # whatever the micro-batches in flight; the embeddings' output is scattered over the tensor ranks
+    from gpucast.estimate.parallel.activations import per_block, stage_activations
+
+    lay = trace(_job(SMALL)).layout
+    post, pre = lay.activations.get("post", 0), lay.activations.get("pre", 0)
+    assert post > 0 and pre > 0
+    p, t = 4, 2
+    for v in (1, 2):
+        last = stage_activations(lay, 2, p - 1, p, 64, t, "none", v, sequence=True)
+        blocks = 2 * per_block(lay, t, "none", True)
+        assert last.total == pytest.approx(blocks * last.in_flight + post / t)
+    first = stage_activations(lay, 2, 0, p, 64, t, "none", 2, sequence=True)
+    plain = stage_activations(lay, 2, 0, p, 64, t, "none", 2, sequence=False)
+    assert first.per_micro_batch == pytest.approx(2 * per_block(lay, t, "none", True) + pre / t)
+    assert plain.per_micro_batch == pytest.approx(2 * per_block(lay, t, "none", False) + pre)
+
+
 @pytest.mark.parametrize("parallel,message", [
     ({"virtual_pipeline": 2}, "needs parallel.pipeline > 1"),
     ({"pipeline": 2, "virtual_pipeline": 3}, "do not split into 2 x 3 equal chunks"),

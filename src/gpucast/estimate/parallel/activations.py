@@ -15,8 +15,11 @@ From the trace's activations live when backward starts (what autograd saved, by 
 * ``full``: only the block's input (``2sbh`` bytes in half precision, their sec. 5), plus during
   the backward one block's activations recomputed at a time.
 
-The first stage adds what the embeddings saved, the last what the head and loss saved (the
-logits, vocabulary-parallel: divided by *t*). Under the 1F1B schedule stage *k* of *p* holds the
+The first stage adds what the embeddings saved (scattered over the tensor ranks under sequence
+parallelism: divided by *t*), the last what the head and loss saved (the logits, vocabulary-parallel:
+divided by *t*) for one micro-batch only: on the last rank each micro-batch's backward follows its
+forward through the head, in 1F1B and in the interleaved schedule (whose warm-up forwards run the
+other chunks). Under the 1F1B schedule stage *k* of *p* holds the
 activations of ``min(p - k, m)`` micro-batches at its peak (Narayanan et al. 2021, sec. 2.2), so
 the first stage holds *p* of them. Interleaved over *v* chunks per rank, Megatron-LM's schedule
 runs ``2 (p - k - 1) + (v - 1) p`` warm-up chunk forwards before its first backward
@@ -41,7 +44,7 @@ from gpucast.graph.blocks import BlockLayout
 class StageActivations:
     per_micro_batch: float   # bytes one micro-batch leaves saved on this rank
     in_flight: float         # micro-batches saved at the peak (1F1B; a fraction when interleaved)
-    working: float           # the backward's transient: one block recomputed or its gradients
+    working: float           # held once: one block recomputed or in transit, the head's and the loss's
 
     @property
     def total(self) -> float:
@@ -83,14 +86,16 @@ def stage_activations(layout: BlockLayout, blocks: int, stage: int, stages: int,
     a = layout.activations
     one = per_block(layout, tensor, recompute, sequence, modules)
     saved = kept_blocks(blocks, offload) * one
-    if stage == 0:
-        saved += a.get("pre", 0)
-    # the head's and the loss's on the last stage, once more per multi-token-prediction depth on this one
-    saved += ((stage == stages - 1) + mtp) * a.get("post", 0) / tensor
+    if stage == 0:   # the embeddings' output, scattered over the tensor ranks under sequence parallelism
+        saved += a.get("pre", 0) / (tensor if sequence else 1)
+    # the head's and the loss's on the last stage, once more per multi-token-prediction depth on this one:
+    # one micro-batch's at a time, its backward following its forward there in 1F1B and interleaved alike
+    head = ((stage == stages - 1) + mtp) * a.get("post", 0) / tensor
     whole_block = per_block(layout, tensor, "none", sequence)
     working = whole_block if recompute == "full" else 0.0
     if offload > 0:
         working += one      # the offloaded layer in transit
+    working += head
     saved, working = saved / context, working / context   # a context rank's tokens (.context)
     if chunks > 1 and stages > 1:
         warmup = 2 * (stages - stage - 1) + (chunks - 1) * stages
