@@ -45,8 +45,12 @@ def test_device_data_with_a_benchmark_loop_reproduces_the_model_before_surroundi
     # and the host's, as then. cuDNN's layout transposes around half-precision NCHW convolutions
     # (gpucast.graph.layouts, measured on our H200) are kernels that model never had: an AMP CNN's
     # GPU time up to +60 % (resnet18-cifar amp-fp16: 1.38x on the T4, 1.52x on the A100).
+    # A cuDNN RNN's time steps now run their GEMMs one after another, each with its ramp and its
+    # pointwise kernel's floor (gpucast.estimate.kernels, tiles._rnn): at 20 sequences of 35 steps on the
+    # T4, which has no TF32 to speed the GEMMs up, the LSTM's GPU time is 1.6x the recorded one.
     amp_cnn = row["job"]["precision"].startswith("amp") and row["job"]["model"].startswith("resnet")
-    high = 1.6 if amp_cnn else 1.35
+    rnn = row["job"]["model"].startswith("lstm")
+    high = 1.6 if amp_cnn else 1.75 if rnn else 1.35
     assert 0.85 <= p.gpu_busy_s / row["gpu_busy_s"] <= high
     assert 0.85 <= p.step_time_s / row["step_time_s"] <= high
     assert p.gpu_util_pct == pytest.approx(row["gpu_util_pct"], abs=15 if amp_cnn else 12)

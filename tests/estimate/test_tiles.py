@@ -152,3 +152,57 @@ def test_a_short_sequence_pays_a_whole_attention_block():
     blocks128, _ = tiles.attention_grid("_scaled_dot_product_flash_attention", ((8, 16, 128, 64),) * 3)
     assert blocks64 == blocks128 == 8 * 16
     assert share64 == pytest.approx(2 / (8 * 16 * 1))  # each CTA does a 128-row block's work
+
+
+def _lstm_ops(steps, batch, hidden=1024, layers=2, dtype=torch.float32):
+    """A traced nn.LSTM's cuDNN calls (forward and backward) over ``steps`` x ``batch`` tokens."""
+    from gpucast.graph.tracer import capture
+    from gpucast.job import Job
+
+    class Net(torch.nn.Module):   # a layer before the LSTM, so that its input needs a gradient
+        def __init__(self):
+            super().__init__()
+            self.proj, self.lstm = torch.nn.Linear(hidden, hidden), torch.nn.LSTM(hidden, hidden, layers)
+
+        def forward(self, x):
+            return self.lstm(self.proj(x))
+
+    job = Job.from_module(Net, lambda b: (torch.randn(steps, b, hidden),),
+                          batch_size=batch, precision="fp32", loss_fn=lambda out, inputs: out[0].mean(),
+                          name=f"tests.tiles.lstm{steps}")
+    return [o for o in capture(job).ops if o.category == "rnn"]
+
+
+def test_an_rnn_call_runs_its_time_steps_gemms_with_the_flops_flop_counter_counts():
+    fwd, bwd = _lstm_ops(32, 64)
+    for o in (fwd, bwd):
+        probs = tiles.gemm_problems(o.op, o.shapes, o.out_shapes)
+        assert sum(2 * b * m * n * k for b, m, n, k in probs) == o.flops
+    # per layer: the input projection, then one recurrent GEMM of the batch's rows a time step
+    probs = tiles.gemm_problems(fwd.op, fwd.shapes, fwd.out_shapes)
+    assert len(probs) == 2 * (1 + 32) and probs.count((1, 64, 4 * 1024, 1024)) == 2 * 32
+
+
+def test_the_same_tokens_over_more_time_steps_take_longer():
+    # one recurrent GEMM a step over fewer rows, each with its own ramp and pointwise kernel: an LSTM over
+    # 128 steps of 16 sequences is slower than over 16 steps of 128, for the same FLOPs
+    from gpucast.graph.trace import MemoryReport as MR
+
+    def seconds(ops):
+        tr = Trace("t", "t", "train", "fp32", 1, ops, MR(0, 0, 0, "fwd", {}, {}), 0, 0, 0)
+        return float(kernel_times(tr, get_gpu("h100"), "fp32", DEFAULT).time.sum())
+
+    long, wide = _lstm_ops(128, 16), _lstm_ops(16, 128)
+    assert sum(o.flops for o in long) == sum(o.flops for o in wide)
+    assert seconds(long) > 1.5 * seconds(wide)
+
+
+@pytest.mark.parametrize("gpu, tf32", [("h100", True), ("a100-80gb", True), ("v100-16gb", False)])
+def test_a_float32_rnn_runs_on_tf32_where_cudnn_has_it(gpu, tf32):
+    # cuDNN's RNN descriptor takes torch.backends.cudnn.allow_tf32 (aten/src/ATen/native/cudnn/RNN.cpp)
+    from gpucast.estimate.kernels import math_peak
+
+    spec = get_gpu(gpu)
+    peak = math_peak(spec, "rnn", "float32", "fp32", DEFAULT, "rnn")
+    want = spec.sustained_tflops("tf32" if tf32 else "fp32", tensor_cores=tf32) * 1e12
+    assert peak == pytest.approx(want)

@@ -22,8 +22,9 @@ FP32 GEMMs: a float32 matmul runs on the CUDA cores (cuBLAS SGEMM, family ``matm
 the FP32 vector peak) unless TF32 is on for matmuls: the job's ``tf32`` precision, or a PyTorch
 release from 1.7 to 1.11 on a GPU with TF32 (``torch.backends.cuda.matmul.allow_tf32`` defaulted to
 True there and to False from 1.12; :func:`matmul_family`). cuDNN keeps TF32 on for convolutions
-(``EstimatorConfig.conv_fp32_uses_tf32``). SGEMM's share differs by how many FP32 lanes share a warp
-scheduler: 16 on Volta, Turing and GA100 (near peak), 32 on GA10x, Ada, Hopper and Blackwell.
+and RNNs (``EstimatorConfig.cudnn_fp32_uses_tf32``). SGEMM's share differs by how many FP32 lanes
+share a warp scheduler: 16 on Volta, Turing and GA100 (near peak), 32 on GA10x, Ada, Hopper and
+Blackwell.
 
 ``bandwidth_per_sm`` at each level holds, per memory-bound family whose kernels are reductions
 (``batchnorm``, ``batchnorm_bf16``: BatchNorm on bf16 inputs with fp32 parameters, as autocast runs

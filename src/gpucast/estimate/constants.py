@@ -71,10 +71,12 @@ class EstimatorConfig(NamedConstants):
         48 * 1024, "bytes per SM",
         "Bytes a memory-bound kernel must move to reach half its bandwidth efficiency, per "
         "SM (enough blocks in flight to cover DRAM latency; Little's law at ~0.5-1 us).")
-    conv_fp32_uses_tf32: bool = _c(
+    cudnn_fp32_uses_tf32: bool = _c(
         True, "bool",
         "torch.backends.cudnn.allow_tf32 defaults to True: fp32 convolutions run on TF32 "
-        "tensor cores on Ampere and later (PyTorch docs, 'TensorFloat-32 (TF32) on Ampere').")
+        "tensor cores on Ampere and later (PyTorch docs, 'TensorFloat-32 (TF32) on Ampere'), and so "
+        "do cuDNN's RNNs, whose descriptor takes the same flag (aten/src/ATen/native/cudnn/RNN.cpp, "
+        "allowTF32CuDNN).")
     # ---------------------------------------------------------------- host dispatch (eager)
     python_op_s: float = _c(
         9e-6, "s",

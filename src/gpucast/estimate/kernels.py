@@ -23,7 +23,9 @@ For an op with ``F`` FLOPs, ``B`` bytes moved and ``k`` kernels on a GPU (or MIG
   the SM clock, while the memory clock stays at its rated speed (nvidia-smi samples of an RTX
   3090 held at its power cap: SM clock down, memory clock at its rated 9,501 MHz in every sample;
   ashalliants/ninfer-3090 PR #72, cited in ``data/gpus.yaml``);
-* kernel time ``max(compute, memory, k * floor)``.
+* kernel time ``max(compute, memory, k * floor)``. A cuDNN RNN call runs its time steps' GEMMs one
+  after another (:func:`tiles.gemm_problems`): a ramp per GEMM, its weights streamed at one step's
+  CTAs, and its pointwise kernels' floors added rather than overlapped.
 
 Which term wins labels the op compute-, memory- or latency-bound. A tensor-parallel rank's ops
 (``split``) are costed at their narrower shapes, not as the whole op divided.
@@ -121,7 +123,7 @@ def math_peak(gpu: GpuSpec, category: str, dtype: str, precision: str, cfg: Esti
         return gpu.sustained_tflops("fp16") * 1e12
     if dtype == "bfloat16":
         return gpu.sustained_tflops("bf16") * 1e12
-    tf32 = precision == "tf32" or (category == "conv" and cfg.conv_fp32_uses_tf32)
+    tf32 = precision == "tf32" or (category in ("conv", "rnn") and cfg.cudnn_fp32_uses_tf32)
     return gpu.sustained_tflops("tf32" if tf32 else "fp32", tensor_cores=tf32) * 1e12
 
 
@@ -132,7 +134,7 @@ def absent(trace: Trace, gpu: GpuSpec, cfg: EstimatorConfig) -> np.ndarray:
     convolutions run kernels that read NCHW themselves (cuDNN's NCHW TF32 kernels on Ampere, the CUDA
     cores without TF32)."""
     a = OpArrays.of(trace)
-    if (cfg.conv_fp32_uses_tf32 and gpu.tf32_tflops is not None
+    if (cfg.cudnn_fp32_uses_tf32 and gpu.tf32_tflops is not None
             and "transpose_fp32" in bandwidth_caps(gpu.architecture, capability_key(gpu.compute_capability))):
         return np.zeros(len(a.flops), dtype=bool)
     return a.memory_family == "transpose_fp32"
@@ -163,22 +165,24 @@ def whole_gpu(gpu: GpuSpec) -> GpuSpec:
 
 
 def _fills(trace: Trace, gpu: GpuSpec, whole: GpuSpec, arch_rate: np.ndarray, cfg: EstimatorConfig,
-           split, families: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+           split, families: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per op: ``phi``, the share of its family's steady rate its grid reaches on ``gpu`` (a slice of
     ``whole``, or ``whole`` itself) (:mod:`gpucast.estimate.tiles`; 1 for ops the grid model does
-    not know), and the share of the DRAM bandwidth its blocks reach."""
+    not know), the share of the DRAM bandwidth its blocks reach, and the GEMM kernels it runs one
+    after another (an RNN's per time step; 1 for any other op)."""
     sms, sms_whole = gpu.sm_count, whole.sm_count
     reduce_s = 1.0 / (gpu.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency)
     n = len(trace.ops)
     phi = np.ones(n)
     mfill = np.ones(n)
+    serial = np.ones(n)
     cache: dict = {}
     for i, o in enumerate(trace.ops):
         t = int(split[i]) if split is not None else 1
         key = (o.op, o.shapes, o.out_shapes, o.category, t, arch_rate[i])
         got = cache.get(key)
         if got is None:
-            f, ctas = 1.0, 0
+            f, ctas, g = 1.0, 0, 1
             if o.flops > 0 and o.category in LIBRARY_CATEGORIES and families[i] not in UNTILED_FAMILIES:
                 probs = tiles.gemm_problems(o.op, o.shapes, o.out_shapes)
                 if probs:
@@ -187,6 +191,9 @@ def _fills(trace: Trace, gpu: GpuSpec, whole: GpuSpec, arch_rate: np.ndarray, cf
                     f = tiles.gemm_fill(probs, gpu.architecture, sms, cfg.tile_reuse_half, arch_rate[i] / sms,
                                        reduce_s)
                     ctas = tiles.gemm_ctas(probs)
+                    if o.category == "rnn":   # its time steps' GEMMs stream the weights one after another
+                        g = len(probs)
+                        ctas = tiles.gemm_ctas([max(set(probs), key=probs.count)])
                 else:
                     att = tiles.attention_grid(o.op, o.shapes)
                     if att is not None:
@@ -196,9 +203,9 @@ def _fills(trace: Trace, gpu: GpuSpec, whole: GpuSpec, arch_rate: np.ndarray, cf
                 m = tiles.tiled_memory_fill(ctas, sms_whole)
             else:
                 m = tiles.memory_fill(tiles.largest_numel(o.shapes, o.out_shapes) // t, sms_whole)
-            got = cache[key] = (f, m)
-        phi[i], mfill[i] = got
-    return phi, mfill
+            got = cache[key] = (f, m, g)
+        phi[i], mfill[i], serial[i] = got
+    return phi, mfill, serial
 
 
 def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfig, stack=None,
@@ -228,8 +235,9 @@ def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfi
     div = np.ones(n) if split is None else np.asarray(split, dtype=np.float64)
     flops, nbytes = a.flops / div, a.bytes / div
     whole = whole_gpu(gpu)
-    phi, mfill = _fills(trace, gpu, whole, peak * eff, cfg, None if split is None else div, a.family)
-    compute = np.where(flops > 0, flops / (peak * eff * phi) + cfg.compute_ramp_s, 0.0)
+    phi, mfill, serial = _fills(trace, gpu, whole, peak * eff, cfg, None if split is None else div, a.family)
+    # each of an RNN's dependent GEMM kernels fills and drains its SMs (one ramp a kernel)
+    compute = np.where(flops > 0, flops / (peak * eff * phi) + serial * cfg.compute_ramp_s, 0.0)
     bw = gpu.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency
     bw_whole = whole.memory_bandwidth_gbs * 1e9 * cfg.bandwidth_efficiency
     reach = np.minimum(bw, bw_whole * mfill)
@@ -244,5 +252,10 @@ def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfi
     launches = (a.kernels > 0) & ~absent(trace, gpu, cfg)
     floor = np.where(launches, a.kernels * floor_s, 0.0)
     time = np.where(launches, np.maximum(np.maximum(compute, memory), floor), 0.0)
+    # an RNN's pointwise kernel a time step waits for that step's GEMM and the next GEMM for it: their
+    # floors add to the GEMMs' time rather than overlap it
+    rnn = launches & (serial > 1)
+    time = np.where(rnn, np.maximum(np.maximum(compute, memory), serial * floor_s) + (a.kernels - serial) * floor_s,
+                    time)
     return KernelTimes(time=time, compute=np.where(launches, compute, 0.0),
                        memory=np.where(launches, memory, 0.0), floor=floor)

@@ -20,6 +20,11 @@ the op's FLOPs by ``peak x achieved x phi`` (:mod:`gpucast.estimate.kernels`).
 * **Convolutions** as implicit GEMMs (cuDNN's and CUTLASS's form): forward ``M = n P Q``, ``N = k/g``,
   ``K = (c/g) R S`` per group; backward's data gradient ``M = n P Q``, ``N = c/g``, ``K = (k/g) R S``
   and weight gradient ``M = k/g``, ``N = (c/g) R S``, ``K = n P Q``.
+* **cuDNN RNNs** (``_cudnn_rnn`` and its backward, :mod:`gpucast.graph.rnn`): per layer and direction
+  the input projection of every time step as one GEMM, then a recurrent GEMM of ``batch`` rows a time
+  step, run one after another (each waits for the step before); the backward's recurrent data
+  gradient a step, its input-data gradient and weight gradients over every step. The kernel model
+  gives each of those GEMMs its own ramp and streams their weights at one step's CTAs.
 * **Fused attention**: FlashAttention-2's forward runs one CTA per ``128`` query rows per head,
   its backward one per ``128`` key rows (Dao 2023, FlashAttention-2, section 3.2: the grid over
   sequence blocks and heads; ``kBlockM = 128`` in flash_fwd_launch_template.h for head dims up to
@@ -122,6 +127,8 @@ def _problems(op: str, shapes: tuple, out_shapes: tuple) -> list[tuple[int, int,
             return _conv_forward(shapes[0], shapes[1], out_shapes[0])
         if op == "convolution_backward":
             return _conv_backward(shapes, out_shapes)
+        if op in ("_cudnn_rnn", "_cudnn_rnn_backward"):
+            return _rnn(shapes, out_shapes, op.endswith("backward"))
     except (ValueError, TypeError, IndexError):
         return None
     return None
@@ -162,6 +169,31 @@ def _conv_backward(shapes: tuple, out_shapes: tuple) -> list[tuple[int, int, int
         probs.append((g, n * _numel(grad[2:]), c // g, (k // g) * rs))
     if any(s == w for s in outs):  # the weight gradient
         probs.append((g, k // g, (c // g) * rs, n * _numel(grad[2:])))
+    return probs
+
+
+def _rnn(shapes: tuple, out_shapes: tuple, backward: bool) -> list[tuple[int, int, int, int]]:
+    """cuDNN's GEMMs for an RNN call (:mod:`gpucast.graph.rnn`), per layer and direction: the input
+    projection of every time step as one GEMM, then one recurrent GEMM of the batch's rows a step,
+    each waiting for the step before; the backward's recurrent data gradient a step, its input-data
+    gradient and its two weight gradients over every step. The shapes say the rest: the input
+    ``(T, B, in)`` or ``(B, T, in)``, the first layer's ``w_ih`` ``(gates x H, in)``, ``hx``
+    ``(layers x directions, B, H)``, the output's last dimension ``H x directions``. The first layer's
+    input-data gradient is listed even where the input needs none (the shapes do not say; its FLOPs
+    then exceed flop_counter's count by that GEMM, which only weighs in the grid's share)."""
+    x, weights, hx = shapes[0], shapes[1], shapes[3]
+    gates_h, width = weights[0]
+    groups, b, h = hx
+    dirs = max(1, out_shapes[0][-1] // h)
+    t = _numel(x) // (b * width)
+    probs = []
+    for g in range(groups):
+        k_in = width if g < dirs else h * dirs
+        if backward:
+            probs += [(1, b, h, gates_h)] * t + [(1, t * b, k_in, gates_h), (1, gates_h, k_in, t * b),
+                                                 (1, gates_h, h, t * b)]
+        else:
+            probs += [(1, t * b, gates_h, k_in)] + [(1, b, gates_h, h)] * t
     return probs
 
 

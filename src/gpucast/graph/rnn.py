@@ -16,8 +16,13 @@ no gradient, layer 0's ``w_ih``.
 Modelled: FLOPs, kernels (:func:`rnn_kernels`, registered with
 :func:`gpucast.graph.rules.kernels_rule`), bytes (the recurrent weights read every time step,
 registered with :func:`~gpucast.graph.rules.bytes_rule`), the reserve space (``RESERVE_PER_STEP``).
+The kernel model (:mod:`gpucast.estimate.kernels`, :func:`gpucast.estimate.tiles.gemm_problems`) runs
+the call's GEMMs one after another as cuDNN does: each time step's recurrent GEMM over the batch's rows
+with its own ramp, its pointwise kernel's floor added, in TF32 for float32 where cuDNN's TF32 is on.
+
 Not modelled: packed sequences and projections (they keep the decomposed path), cuDNN's
-persistent kernels for small hidden sizes.
+persistent kernels for small hidden sizes, the layers' wavefront overlap (cuDNN may run layer l's
+step t beside layer l-1's step t+1).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ synthetic inputs already on the device:
   uses ``no_grad``, which dispatches the same kernels); the host then waits for the step's end
   (the predictor's ``step_end_sync`` holds for every mode: a server reads its outputs).
 * ``tf32`` sets ``torch.backends.cuda.matmul.allow_tf32`` for the run and restores it;
-  ``fp32`` keeps torch's defaults (cuDNN convolutions on TF32, matmuls not), as the estimator
-  assumes (``EstimatorConfig.conv_fp32_uses_tf32``).
+  ``fp32`` keeps torch's defaults (cuDNN convolutions and RNNs on TF32, matmuls not), as the estimator
+  assumes (``EstimatorConfig.cudnn_fp32_uses_tf32``).
 
 Input pipeline (``job.input_pipeline_s > 0``): a data loader is emulated by one producer thread
 that spends ``input_pipeline_s`` of wall time per batch building it in pinned host memory (a
