@@ -38,6 +38,7 @@ kernel fusion beyond what the trace shows; what the grid model leaves out is lis
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -193,7 +194,7 @@ def _fills(trace: Trace, gpu: GpuSpec, whole: GpuSpec, arch_rate: np.ndarray, cf
                     ctas = tiles.gemm_ctas(probs)
                     if o.category == "rnn":   # its time steps' GEMMs stream the weights one after another
                         g = len(probs)
-                        ctas = tiles.gemm_ctas([max(set(probs), key=probs.count)])
+                        ctas = tiles.gemm_ctas([Counter(probs).most_common(1)[0][0]])
                 else:
                     att = tiles.attention_grid(o.op, o.shapes)
                     if att is not None:

@@ -20,8 +20,9 @@ convolutions on the CUDA cores, in NCHW.
 The tracer (:mod:`gpucast.graph.tracer`) records each transpose :func:`transposes` names as an op
 of its own after the convolution (``cudnn_nchw_to_nhwc`` / ``cudnn_nhwc_to_nchw``, category
 ``copy``, launched from C++, allocating nothing the step keeps: cuDNN's workspace). Their rate is
-``achieved.yaml``'s ``transpose`` family (``transpose_fp32`` for float32; ``bandwidth_per_sm``,
-measured on our H200: Hopper and data-center Blackwell; on other GPUs the DRAM roofline).
+``achieved.yaml``'s ``transpose`` family (``bandwidth_per_sm``, measured on our H200: Hopper and
+data-center Blackwell; on other GPUs the DRAM roofline), ``transpose_fp32`` for float32 (Hopper only:
+the GPUs that run them).
 
 Three kinds of convolution pay none: depthwise ones (PyTorch's own NCHW kernels), 1x1 convolutions
 of stride 1 without padding (on NCHW a GEMM per image; our H200: ResNet-50's 64->256 1x1 layer at
