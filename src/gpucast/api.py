@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from gpucast.version import __version__
 from gpucast.estimate import DEFAULT, Estimate, EstimatorConfig, estimate
-from gpucast.estimate.kernels import absent, launched
+from gpucast.estimate.kernels import absent, run_totals
 from gpucast.estimate.environment import Environment
 from gpucast.estimate.stack import host_factor
 from gpucast.graph.trace import Trace
@@ -235,6 +235,7 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
         notes.append(f"needs {est.memory.total_bytes / 2**30:.1f} GiB, more than the {spec.memory_bytes / 2**30:.1f} "
                      f"GiB of a {spec.name}: the job would fail with out-of-memory")
     util_iv, mem_iv, step_iv, basis = _intervals(est, env)
+    ops, launches, moved = run_totals(tr, spec, config or DEFAULT)   # what this GPU runs of the trace
     pred = Prediction(
         job=job.to_dict(), job_key=job.key, gpu=spec.name,
         gpu_util_pct=round(est.gpu_util_pct, 2),
@@ -242,7 +243,7 @@ def explain(job: Job | str | dict, gpu: str | GpuSpec = "a100-80gb",
         memory_peak_bytes=est.memory.total_bytes, memory_interval=mem_iv,
         step_time_s=est.step_time_s, step_time_interval=step_iv,
         gpu_busy_s=est.gpu_busy_s, host_time_s=est.host_time_s,
-        flops=tr.flops, bytes=tr.bytes, kernels=launched(tr, spec, config or DEFAULT), ops=len(tr.ops),
+        flops=tr.flops, bytes=moved, kernels=launches, ops=ops,
         parameters=tr.parameters, memory_allocated_peak_bytes=est.memory.allocated_peak_bytes, fits_in_memory=fits,
         bottleneck=est.bottleneck, bottleneck_reason=est.bottleneck_reason,
         op_coverage=round(tr.coverage, 4), time_coverage=round(est.costed_time_share, 4),

@@ -141,9 +141,16 @@ def absent(trace: Trace, gpu: GpuSpec, cfg: EstimatorConfig) -> np.ndarray:
     return a.memory_family == "transpose_fp32"
 
 
+def run_totals(trace: Trace, gpu: GpuSpec, cfg: EstimatorConfig) -> tuple[int, int, int]:
+    """(ops, kernels, bytes) of a step of ``trace`` on ``gpu``: the trace's, less those :func:`absent` there."""
+    a, gone = OpArrays.of(trace), absent(trace, gpu, cfg)
+    return (len(trace.ops) - int(gone.sum()), int(trace.kernels - a.kernels[gone].sum()),
+            int(trace.bytes - a.bytes[gone].sum()))
+
+
 def launched(trace: Trace, gpu: GpuSpec, cfg: EstimatorConfig) -> int:
-    """The kernels a step of ``trace`` launches on ``gpu``: the trace's, less those :func:`absent` there."""
-    return int(trace.kernels - OpArrays.of(trace).kernels[absent(trace, gpu, cfg)].sum())
+    """The kernels a step of ``trace`` launches on ``gpu`` (:func:`run_totals`)."""
+    return run_totals(trace, gpu, cfg)[1]
 
 
 @dataclass
