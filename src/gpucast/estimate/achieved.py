@@ -211,7 +211,8 @@ def memory_family_of(category: str, op: str = "", dtype: str = "") -> str:
     if category == "softmax":
         return "softmax"
     if category == "copy" and op in ("cudnn_nchw_to_nhwc", "cudnn_nhwc_to_nchw"):
-        return "transpose_fp32" if dtype == "float32" else "transpose"  # cuDNN's layout transposes around a half-precision NCHW convolution
+        # cuDNN's layout transposes around a tensor-core NCHW convolution; float32's at their own rate
+        return "transpose_fp32" if dtype == "float32" else "transpose"
     return ""
 
 

@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import torch
 
-HALF = (torch.float16, torch.bfloat16)
-TENSOR_CORE = HALF + (torch.float32,)
+# the dtypes cuDNN runs on tensor cores in NHWC: half precision, and float32 as TF32
+TENSOR_CORE = (torch.float16, torch.bfloat16, torch.float32)
 # A convolution over this many input channels or fewer (one group) is an image network's first layer,
 # which cuDNN cannot feed to the tensor cores at their rate: their convolutions want the input
 # channels in multiples of 8 (FP16/BF16) or 4 (TF32), and a 3-channel image is padded or gathered
