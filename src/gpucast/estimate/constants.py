@@ -7,7 +7,8 @@ python_op_s=8e-6)``) or from a YAML/JSON file of ``name: value`` pairs
 loop habits, CUDA context) are :class:`~gpucast.estimate.environment.Environment`'s. Later calibration (``gpucast.learn``) fits these against
 measurements; until then they are the published or commonly observed figures cited below.
 
-Nothing here is a measurement of ours.
+Nothing here is fitted to a measurement of ours; where our H200 runs (``data/measurements``) check
+or bound a value, its source says so.
 """
 
 from __future__ import annotations
@@ -98,13 +99,26 @@ class EstimatorConfig(NamedConstants):
         2.5e-6, "s", "cudaLaunchKernel cost of each extra kernel an op launches.")
     module_call_s: float = _c(
         4e-6, "s", "Python overhead of one nn.Module.__call__ (hooks, forward dispatch).")
+    autograd_record_factor: float = _c(
+        1.36, "factor",
+        "A small op recording autograd takes this much longer on the host than the same op without "
+        "(PyTorch issue #41383: 6.8 against 5 us per scalar op with and without grad recording; "
+        "gpucast.probe.host's mul_small primitives). An inference step (no_grad / inference_mode) "
+        "records none: its Python-issued ops cost python_op_s less launch_s, and python_view_s, "
+        "divided by it.")
     step_overhead_s: float = _c(
         150e-6, "s",
         "Per-step host work outside the traced ops: the training loop, the data loader's "
         "next(), zero_grad's loop, loss.item() and its sync.")
+    infer_step_overhead_s: float = _c(
+        5e-6, "s",
+        "Per-step host work of an inference loop outside the traced ops, in place of step_overhead_s "
+        "(no zero_grad, no optimizer, no loss.item()): reading the outputs, a stream synchronize, took "
+        "6.3-12.4 us on the VMs of our H200 runs (data/measurements/kernels, 'synchronize_idle'), 2-4 us "
+        "on the reference core at their host speed (0.32), plus the loop's own Python call (~1 us).")
     param_overhead_s: float = _c(
-        0.4e-6, "s", "Per parameter tensor per step: zero_grad(set_to_none) and optimizer "
-        "bookkeeping loops in Python.")
+        0.4e-6, "s", "Per parameter tensor per training step: zero_grad(set_to_none) and optimizer "
+        "bookkeeping loops in Python (an inference step runs neither).")
     step_end_sync: bool = _c(
         True, "bool",
         "A training loop reads the loss on the host every step (logging), so the host waits "

@@ -4,7 +4,10 @@ Per op, by who issues it (``OpRecord.dispatch``): an op from Python costs ``pyth
 it launches a kernel and ``python_view_s`` when it does not; an op from the autograd engine
 ``engine_op_s``/``engine_view_s``; an op from a fused C++ loop ``cpp_op_s``; a host-only op
 ``host_op_s``. Each kernel past the first adds ``launch_s``. The forward's ``nn.Module`` calls
-add ``module_call_s`` each, spread over the forward's ops.
+add ``module_call_s`` each, spread over the forward's ops. An inference trace (``Trace.mode``
+``infer``: the forward under ``no_grad`` / ``inference_mode``) records no autograd graph: its
+Python-issued ops cost their CPU part (``python_op_s`` less ``launch_s``; ``python_view_s``) divided
+by ``autograd_record_factor`` (PyTorch issue #41383's ratio), plus the launch.
 
 Not modelled: the host CPU's speed (one set of constants for a modern server core; the
 interval spans slower and faster hosts), Python GC pauses, the GIL shared with loader threads,
@@ -26,9 +29,13 @@ def host_times(trace: Trace, cfg: EstimatorConfig, skip: np.ndarray | None = Non
     a = OpArrays.of(trace)
     launches = a.kernels > 0
     d = a.dispatch
+    op_s, view_s = cfg.python_op_s, cfg.python_view_s
+    if trace.mode == "infer":   # no autograd recording (module docstring)
+        op_s = cfg.launch_s + (cfg.python_op_s - cfg.launch_s) / cfg.autograd_record_factor
+        view_s = cfg.python_view_s / cfg.autograd_record_factor
     cost = np.select(
         [d == DISPATCH_CODES["python"], d == DISPATCH_CODES["engine"], d == DISPATCH_CODES["cpp"]],
-        [np.where(launches, cfg.python_op_s, cfg.python_view_s),
+        [np.where(launches, op_s, view_s),
          np.where(launches, cfg.engine_op_s, cfg.engine_view_s),
          np.full(len(d), cfg.cpp_op_s)],
         default=cfg.host_op_s,

@@ -5,7 +5,8 @@ on each; an op's kernels join the GPU's single stream when the host has issued t
 when the GPU is free (``gpu_end = max(gpu_end, launch) + kernel_time``). A sync op (``.item()``
 of a GPU tensor) makes the host wait for the GPU. At the end of a step the host waits for the
 GPU again (``step_end_sync``) and spends ``step_overhead_s`` (+ ``param_overhead_s`` per
-parameter tensor) before the next step's first launch, while the GPU idles.
+parameter tensor: zero_grad's and the optimizer's loops) before the next step's first launch, while
+the GPU idles; an inference step (``Trace.mode`` ``infer``) spends ``infer_step_overhead_s`` instead.
 
 * ``gpu_busy_s`` = the sum of kernel times (one stream: kernels do not overlap) plus the
   exposed part of data-parallel all-reduce, whose NCCL kernels also keep the GPU busy;
@@ -80,9 +81,12 @@ def simulate(trace: Trace, job: Job, gpu: GpuSpec, cfg: EstimatorConfig, kt: Ker
         habits, items = lc.habits_s * host_scale, lc.item_calls
     cpu_clock, gpu_clock, busy, gaps, inner, first = _run(a, t, h, pre_host, pre_host + h2d, idle_kernel_s)
     comm_exposed = _allreduce_exposed(trace, job, gpu, cfg, kt, kernel_scale)
-    overhead = (cfg.step_overhead_s + cfg.param_overhead_s * trace.param_tensors) * host_scale + habits
+    if trace.mode == "train":   # the loop, zero_grad's and the optimizer's loops over the parameters
+        overhead = (cfg.step_overhead_s + cfg.param_overhead_s * trace.param_tensors) * host_scale + habits
+    else:                       # an inference loop reads its outputs
+        overhead = cfg.infer_step_overhead_s * host_scale + habits
     end_sync = cfg.step_end_sync and items > 0
-    if items == 0 and lc is not None:  # step_overhead_s includes one loss.item(): not in this loop
+    if items == 0 and lc is not None and trace.mode == "train":  # step_overhead_s includes one loss.item()
         overhead = max(0.0, overhead - lc.item_cost_s * host_scale)
     if end_sync or blocks:  # a blocking copy waits for the stream at the next step's start
         compute_step = max(cpu_clock, gpu_clock) + overhead
