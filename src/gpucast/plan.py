@@ -90,6 +90,18 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
   (training at ``fp8`` or ``mxfp8``; Megatron-Core's ``--fp8-param-gather``; unset: on under Megatron
   except ``blockwise`` scaling, as Megatron-Bridge's presets set it;
   :mod:`gpucast.estimate.parallel.fp8_params`);
+* ``optimizer_moments``: the dtype Adam's two moments are kept in, :data:`OPTIMIZER_MOMENTS` (training;
+  Megatron-Core's ``--use-precision-aware-optimizer`` with ``--exp-avg-dtype``/``--exp-avg-sq-dtype``,
+  Transformer Engine's ``FusedAdam``; ``fp8`` with a scale per tensor; unset: ``fp32``), any optimizer's
+  state in that dtype;
+* ``master_weights``: the optimizer's master copy of the weights beside the model's half-precision ones,
+  :data:`MASTER_WEIGHTS` (training under ZeRO / Megatron's distributed optimizer at a half-precision
+  or Transformer Engine precision; unset: ``fp32``): ``fp16`` (``--main-params-dtype fp16``) or
+  ``remainders``, the 16 bits an fp32 weight has beyond its bf16 copy (Megatron-Core's
+  ``store_param_remainders``, on by default under the precision-aware optimizer; Apex's
+  ``DistributedFusedAdam(store_param_remainders=True)``, which NeMo 1.x's ``distributed_fused_adam``
+  sets for bf16 models), which needs bf16 weights; bytes per parameter in
+  :mod:`gpucast.estimate.parallel.sharding`;
 * ``gpus_per_node`` (unset: the GPU's NVLink domain, 72 on a GB200/GB300 NVL72 rack, else 8; up to
   72) and ``network``, the links
   between nodes: ``KIND-GBIT`` with KIND in :data:`NETWORK_KINDS`, Gbit/s per node (``roce-1600``: 1,600 Gbit/s per node), or per GPU
@@ -129,6 +141,11 @@ RECOMPUTE_MODULES = ("core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_
 # How a trained mixture-of-experts layer sends tokens to its experts' ranks (gpucast.estimate.parallel.experts).
 EXPERT_DISPATCHERS = ("alltoall", "deepep")
 NETWORK_KINDS = ("ib", "roce", "eth", "efa")
+# The optimizer's state dtypes (Megatron-Core's OptimizerConfig; gpucast.estimate.parallel.sharding's bytes).
+OPTIMIZER_MOMENTS = ("fp32", "bf16", "fp16", "fp8")
+MASTER_WEIGHTS = ("fp32", "fp16", "remainders")
+# The precisions whose trained weights are bf16 (what master_weights: remainders completes to fp32).
+BF16_WEIGHTS = ("amp-bf16", "bf16", "fp8", "mxfp8", "nvfp4")
 ADAPTER_KINDS = ("lora", "qlora")
 # The attention projections of common architectures (the names PEFT's per-model defaults use:
 # q_proj/v_proj for Llama-likes, query/value for BERT, c_attn for GPT-2, Wqkv for MPT), all four
@@ -231,6 +248,8 @@ class Parallel(_Spec):
     attention_dp: bool | None = field(default=None, repr=False)
     fp8_param: bool | None = field(default=None, repr=False)
     cuda_graphs: bool | None = field(default=None, repr=False)
+    optimizer_moments: str | None = field(default=None, repr=False)
+    master_weights: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.recompute_modules, str):
@@ -245,6 +264,10 @@ class Parallel(_Spec):
                     f"one of {', '.join(EXPERT_DISPATCHERS)}")
         self._check("framework", self.framework is None or self.framework in FRAMEWORKS,
                     f"one of {', '.join(FRAMEWORKS)}")
+        self._check("optimizer_moments", self.optimizer_moments is None or self.optimizer_moments in OPTIMIZER_MOMENTS,
+                    f"one of {', '.join(OPTIMIZER_MOMENTS)}")
+        self._check("master_weights", self.master_weights is None or self.master_weights in MASTER_WEIGHTS,
+                    f"one of {', '.join(MASTER_WEIGHTS)}")
         for name, (lo, hi, what) in _INT_FIELDS.items():
             v = getattr(self, name)
             self._check(name, v is None or (_is_int(v) and lo <= v <= hi), what)
@@ -384,6 +407,26 @@ def check_job(job) -> None:
                         f"{par.sharding or 'ddp'})")
     if job.adapter is not None and job.mode != "train":
         raise SpecError("field 'adapter' applies to training (mode 'train')")
+    _check_optimizer_states(par, job)
+
+
+def _check_optimizer_states(par: Parallel, job) -> None:
+    """``optimizer_moments`` and ``master_weights`` need a training step, and a master copy to shrink."""
+    for name in ("optimizer_moments", "master_weights"):
+        if getattr(par, name) not in (None, "fp32") and job.mode != "train":
+            raise SpecError(f"field 'parallel.{name}' sets the dtype of an optimizer's state: it applies to mode "
+                            f"'train' (got {job.mode})")
+    if par.master_weights in (None, "fp32"):
+        return
+    half = job.precision in BF16_WEIGHTS or job.precision in ("amp-fp16", "fp16")
+    if (par.sharding or "ddp") not in ("zero1", "zero2", "zero3") or not half:
+        raise SpecError(f"field 'parallel.master_weights' shrinks the optimizer's master copy of half-precision "
+                        f"weights: it needs parallel.sharding zero1, zero2 or zero3 (Megatron's distributed "
+                        f"optimizer, DeepSpeed's ZeRO) at a half or Transformer Engine precision (got "
+                        f"{par.sharding or 'ddp'} at {job.precision}; DDP and FSDP keep their fp32 weights as the master)")
+    if par.master_weights == "remainders" and job.precision not in BF16_WEIGHTS:
+        raise SpecError(f"field 'parallel.master_weights' remainders complete bf16 weights to fp32: precision "
+                        f"{job.precision} keeps no bf16 weights (use fp16 or fp32)")
 
 
 def replace_parallel(par: Parallel | None, **changes) -> Parallel:

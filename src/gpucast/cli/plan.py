@@ -13,7 +13,10 @@ def plan_line(pl: dict) -> str:
     seq = (" (sequence-parallel, overlapped)" if pl.get("tp_overlap") else
            " (sequence-parallel)" if pl.get("sequence") else "")
     ctx = f" x context {pl['context']}" if pl.get("context", 1) > 1 else ""
-    return (f"{where}, tensor {pl['tensor']}{seq}{ctx} x pipeline {pl['pipeline']}{inter} x data {pl['data']}, {pl['sharding']}, "
+    states = [f"{what} {pl[key]}" for key, what in (("optimizer_moments", "moments"), ("master_weights", "master"))
+              if pl.get(key, "fp32") != "fp32"]
+    opt = f" (optimizer {', '.join(states)})" if states else ""
+    return (f"{where}, tensor {pl['tensor']}{seq}{ctx} x pipeline {pl['pipeline']}{inter} x data {pl['data']}, {pl['sharding']}{opt}, "
             f"recompute {pl['recompute']}, micro-batch {pl['micro_batch']} x {pl['grad_accum']} accumulated = global "
             f"{pl['global_batch']}; {pl['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, {pl['tokens_per_s']:,.0f} for "
             f"the job; MFU {pl['mfu']:.1%} (HFU {pl['hfu']:.1%})")

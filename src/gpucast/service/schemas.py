@@ -159,6 +159,12 @@ class ParallelSpec(BaseModel):
     fp8_param: Optional[StrictBool] = Field(None, description="Keep the FP8 layers' weights in FP8, no bf16 copy "
                                                               "(training at fp8 or mxfp8; unset: on under megatron "
                                                               "but for blockwise scaling).")
+    optimizer_moments: Optional[Literal["fp32", "bf16", "fp16", "fp8"]] = Field(
+        None, description="The dtype the optimizer keeps its moments in (training; Megatron-Core's precision-aware "
+                          "optimizer; unset: fp32).")
+    master_weights: Optional[Literal["fp32", "fp16", "remainders"]] = Field(
+        None, description="The optimizer's master weights: fp32, fp16, or the 16-bit remainders that complete bf16 "
+                          "weights to fp32 (training under zero1/zero2/zero3 at a half precision; unset: fp32).")
     expert_dispatcher: Optional[Literal["alltoall", "deepep"]] = Field(
         None, description="How a trained MoE layer's tokens reach their experts: alltoall (Megatron-Core's default) "
                           "or deepep (one copy per token and node across nodes).")

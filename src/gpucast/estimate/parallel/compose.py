@@ -286,12 +286,13 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     communicators = int(t > 1) + int(p > 1) + int(d > 1) + int(place.dp_across.n > 1)
     # Transformer Engine's FP8 weights and transposes, 2 elements a parameter of its FP8 layers, held once
     fp8_share = fp8_layers * ELEMENT_BYTES.get(job.precision, 1.0)   # in the recipe's bytes an element
+    opt_dtypes = (par.optimizer_moments, par.master_weights)   # the optimizer's state dtypes (.sharding)
     mems = []
     for st in stages:
         states = model_states(strat, job.precision, st.params.trainable - st.expert_trainable, st.params.frozen_bytes,
-                              opt_per_param, shard)
+                              opt_per_param, shard, *opt_dtypes)
         if xplace is not None:   # the routed experts' states, sharded over the expert-data group (.experts)
-            x = model_states(strat, job.precision, st.expert_trainable, 0.0, opt_per_param, xplace.dp.n)
+            x = model_states(strat, job.precision, st.expert_trainable, 0.0, opt_per_param, xplace.dp.n, *opt_dtypes)
             states = type(states)(weights=states.weights + x.weights, gradients=states.gradients + x.gradients,
                                   optimizer=states.optimizer + x.optimizer)
         if fp8_param:   # no bf16 copy of the FP8 layers' weights (.fp8_params)
@@ -337,6 +338,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         "expert_imbalance": xp.imbalance if xp else None, "pipeline": p, "virtual_pipeline": v, "data": d,
         "sharding": par.sharding, "recompute": par.recompute, "recompute_modules": list(par.recompute_modules or ()),
         "offload": par.offload or 0, "mtp_layers": sum(mtp_at), "fp8_param": fp8_param, "cuda_graphs": graphed,
+        "optimizer_moments": par.optimizer_moments or "fp32", "master_weights": par.master_weights or "fp32",
         "grad_accum": m, "micro_batch": job.batch_size, "global_batch": samples,
         "gpus": job.gpus, "gpus_per_node": par.gpus_per_node, "nodes": nodes, "network": par.network,
         "layers_per_stage": [int(s.blocks) for s in stages],

@@ -43,7 +43,19 @@ momentum (4) and no optimizer (0) follow. Frozen parameters (adapters' base weig
 gradient and no optimizer state; their bytes are the trace's (bf16 or 4-bit), sharded with the
 weights.
 
-Not modelled: DeepSpeed's CPU/NVMe offload, ZeRO++ (quantised or hierarchical partitions),
+The optimizer's state dtypes (``parallel.optimizer_moments`` / ``parallel.master_weights``, Megatron-Core's
+precision-aware optimizer: ``OptimizerConfig.use_precision_aware_optimizer`` with ``exp_avg_dtype``,
+``exp_avg_sq_dtype``, ``main_params_dtype`` and ``store_param_remainders``, on Transformer Engine's
+``FusedAdam``): the moments' ``K'`` scales with their element size (:data:`MOMENT_BYTES` over fp32's 4),
+and the master copy of the ZeRO layout is :data:`MASTER_WEIGHT_BYTES` a parameter: 4 in fp32, 2 in fp16,
+and 2 as remainders, the low 16 bits of each fp32 weight whose high 16 are the bf16 weight itself (Megatron-
+Core: "store the 16-bit FP32 parameter remainders ... excluding the 16 bits shared with the BF16
+parameters"; Apex's ``DistributedFusedAdam`` the same). Megatron-Bridge's DeepSeek-V3 and Qwen3-MoE recipes
+keep bf16 moments with fp32 master weights as remainders: 2 + 2 + 4 + 2 = 10 bytes a parameter before
+sharding instead of 16.
+
+Not modelled: the optimizer step's shorter kernels in the smaller dtypes (they read and write fewer bytes),
+DeepSpeed's CPU/NVMe offload, ZeRO++ (quantised or hierarchical partitions),
 FSDP2's per-parameter sharding (the same bytes), the optimizer's own temporaries.
 """
 
@@ -80,6 +92,11 @@ PURE = ("fp16", "bf16")
 HALF = AMP + PURE
 # The fp32 master weights DeepSpeed's mixed-precision optimizer keeps (ZeRO paper, sec. 3.1).
 MASTER_BYTES = 4
+# Bytes a parameter of the master copy by gpucast.plan.MASTER_WEIGHTS (module docstring).
+MASTER_WEIGHT_BYTES = {"fp32": MASTER_BYTES, "fp16": 2, "remainders": 2}
+# Bytes an element of the optimizer's moments by gpucast.plan.OPTIMIZER_MOMENTS (FP8's per-tensor scales
+# are not counted: one float a tensor).
+MOMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
 @dataclass(frozen=True)
@@ -96,17 +113,20 @@ class ModelStates:
 
 
 def model_states(strategy: Strategy, precision: str, trainable: float, frozen_bytes: float,
-                 optimizer_bytes_per_param: float, shard: int) -> ModelStates:
+                 optimizer_bytes_per_param: float, shard: int, moments: str | None = None,
+                 master: str | None = None) -> ModelStates:
     """One rank's model states: ``trainable`` parameters (elements on this rank before sharding),
     ``frozen_bytes`` of frozen weights, the optimizer's own state bytes per trainable parameter
-    (8 for Adam), sharded ``shard`` ways as the strategy says (module docstring)."""
+    (8 for Adam, at fp32), sharded ``shard`` ways as the strategy says; ``moments`` / ``master`` the
+    state's dtypes (``parallel.optimizer_moments`` / ``master_weights``; None: fp32; module docstring)."""
     half = precision in HALF
+    k = optimizer_bytes_per_param * (MOMENT_BYTES[moments or "fp32"] / MOMENT_BYTES["fp32"])
     if strategy.framework == "deepspeed" and half:
-        w, g, o = 2.0, 2.0, MASTER_BYTES + optimizer_bytes_per_param
+        w, g, o = 2.0, 2.0, MASTER_WEIGHT_BYTES[master or "fp32"] + k
     elif strategy.framework == "torch-ddp" and precision in PURE:  # a half-precision model, its
-        w, g, o = 2.0, 2.0, optimizer_bytes_per_param / 2      # optimizer's state in its dtype
+        w, g, o = 2.0, 2.0, k if moments else k / 2             # optimizer's state in its dtype
     else:
-        w, g, o = 4.0, 4.0, optimizer_bytes_per_param
+        w, g, o = 4.0, 4.0, k
     n = max(1, shard)
     weights = (trainable * w + frozen_bytes) / (n if strategy.shards_weights else 1)
     grads = trainable * g / (n if strategy.shards_grads else 1)
