@@ -119,7 +119,9 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
 This module checks each field's shape and the combinations that need no model (``gpus`` divisible
 by ``tensor * pipeline``, in :func:`check_job`); what needs the model (heads divisible by the
 tensor degree, stages no more than layers) is checked when the plan is estimated. It does not
-import torch.
+import torch. One module of this size because the two groups' fields, what each means and the checks
+that need no model are one spec: a field's documentation, its shape and its combinations are read and
+changed together.
 """
 
 from __future__ import annotations

@@ -72,7 +72,8 @@ def test_hopper_gpus_keep_their_constants():
         assert {k: f[k] for k in before} == before
         assert (f["attention"], f["attention_backward"]) == (fwd, bwd)
     caps = achieved.bandwidth_caps("hopper", "9.0")
-    assert caps == {k: v * 1e9 for k, v in {"batchnorm": 6.8, "batchnorm_bf16": 2.5, "layernorm": 17.3,
+    # batchnorm_bf16 refitted at a block per channel (gate revision 33: 2.5 over all SMs -> 4.3 over min(SMs, C))
+    assert caps == {k: v * 1e9 for k, v in {"batchnorm": 6.8, "batchnorm_bf16": 4.3, "layernorm": 17.3,
                                             "softmax": 17.0, "transpose": 16.6,
                                             "transpose_fp32": 33.2}.items()}
     for name in HOPPER:

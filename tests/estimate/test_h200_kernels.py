@@ -79,6 +79,25 @@ def test_batchnorm_on_hopper_is_as_slow_as_measured(rows):
         assert n >= 14 and 0.75 <= med <= 1.3, (dt, n, med)
 
 
+def _bn(rows, dt, shape, op="bn+relu_fwd"):
+    got = [(r, q) for r, q in rows if r["section"] == "batchnorm" and r["dtype"] == dt and r["op"] == op
+           and r["shape"] == f"{shape} nchw"]
+    assert len(got) == 1, (dt, shape, op)
+    return float(got[0][0]["median_us"]), got[0][1]
+
+
+@pytest.mark.parametrize("op", ["bn+relu_fwd", "bn+relu_fwd+bwd"])
+def test_bf16_batchnorm_over_fewer_channels_than_sms_is_as_slow_as_measured(rows, op):
+    # PyTorch's bf16 NCHW BatchNorm reduces each channel in one block: 64 channels fill 64 of the H200's
+    # 132 SMs. The two layers move the same bytes (128x64x112x112 and 128x256x56x56); the measured
+    # time of the 64-channel one over the 256-channel one is what the model must give.
+    (t64, q64), (t256, q256) = _bn(rows, "bf16", "128x64x112x112", op), _bn(rows, "bf16", "128x256x56x56", op)
+    measured = t64 / t256
+    predicted = measured * q64 / q256
+    assert measured > 1.8                                   # the measurement itself: twice as slow
+    assert predicted == pytest.approx(measured, rel=0.25), (measured, predicted)
+
+
 def test_depthwise_convolutions_run_at_their_cuda_core_rate(rows):
     # PyTorch's own NCHW depthwise kernels: the same time in bf16 and fp32 (instruction-bound, not
     # DRAM-bound). achieved.yaml's conv_depthwise fractions come from the batch-256 rows; the batch-32

@@ -33,7 +33,14 @@ what one SM's blocks move per second: such kernels keep a fixed number of loads 
 (Little's law) their rate is this figure times the SMs of the GPU or slice, capped by the DRAM
 roofline; plain elementwise kernels, and families a GPU's levels do not list, reach the roofline.
 Measured on our H200; data-center Blackwell takes them by an argument the file states; other
-architectures have no cap.
+architectures have no cap. The families of :data:`CHANNEL_BLOCK_FAMILIES` run PyTorch's own training-mode
+BatchNorm kernels on NCHW tensors, whose reductions launch one block per channel (``dim3
+blocks(input.size(1))`` for ``batch_norm_collect_statistics_kernel`` and
+``batch_norm_backward_reduce_kernel``, aten/src/ATen/native/cuda/Normalization.cuh): a layer of *C*
+channels keeps at most ``min(SMs, C)`` SMs busy, so its rate is the figure times that
+(:func:`gpucast.estimate.kernels.kernel_times`). PyTorch sends bf16 inputs there (cuDNN's BatchNorm
+takes fp32 and fp16 ones, whose kernels our H200 rows show less bound by the channels: ``batchnorm``
+keeps its whole-GPU figure).
 
 Depthwise convolutions on NCHW tensors run PyTorch's own kernels (``conv_depthwise2d`` in
 aten/src/ATen/native/cuda/DepthwiseConv2d.cu: one thread per output, the window read from global
@@ -166,6 +173,8 @@ def fractions(architecture: str, attention: str | None = None, capability: str |
 
 
 MEMORY_FAMILIES = ("batchnorm", "batchnorm_bf16", "layernorm", "softmax", "transpose", "transpose_fp32")
+# Families whose reductions launch one block per channel (module docstring): the SMs they fill.
+CHANNEL_BLOCK_FAMILIES = ("batchnorm_bf16",)
 
 
 @lru_cache(maxsize=64)

@@ -17,7 +17,8 @@ For an op with ``F`` FLOPs, ``B`` bytes moved and ``k`` kernels on a GPU (or MIG
   or less when the kernel has too few blocks to keep it busy (its blocks' share of the whole GPU's
   SMs, Little's law; :func:`tiles.memory_fill`), and for reductions (BatchNorm, LayerNorm, softmax) at
   most what their blocks move per SM times the SMs the GPU or slice has
-  (:func:`gpucast.estimate.achieved.bandwidth_caps`); ``r`` a fixed ramp of the *whole* GPU
+  (:func:`gpucast.estimate.achieved.bandwidth_caps`), or times the channels where a kernel launches a
+  block per channel and has fewer (:func:`channel_blocks`); ``r`` a fixed ramp of the *whole* GPU
   (``half_bytes_per_sm`` x its SMs over its bandwidth: a latency, the same on its MIG slices). The
   bandwidth is the datasheet figure, not scaled by the clock factor: the power limit throttles
   the SM clock, while the memory clock stays at its rated speed (nvidia-smi samples of an RTX
@@ -44,9 +45,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucast.estimate import tiles
-from gpucast.estimate.achieved import (CUDA_CORE_FAMILIES, UNTILED_FAMILIES, attention_kernel, bandwidth_caps,
-                                       capability_key, family_of, fractions, matmul_family, matmul_tf32_by_default,
-                                       memory_family_of)
+from gpucast.estimate.achieved import (CHANNEL_BLOCK_FAMILIES, CUDA_CORE_FAMILIES, UNTILED_FAMILIES, attention_kernel,
+                                       bandwidth_caps, capability_key, family_of, fractions, matmul_family,
+                                       matmul_tf32_by_default, memory_family_of)
 from gpucast.estimate.constants import OLD_ARCHITECTURES, EstimatorConfig
 from gpucast.formats import GEMM_RATE
 from gpucast.graph.trace import Trace
@@ -216,6 +217,19 @@ def _fills(trace: Trace, gpu: GpuSpec, whole: GpuSpec, arch_rate: np.ndarray, cf
     return phi, mfill, serial
 
 
+def channel_blocks(trace: Trace) -> np.ndarray:
+    """Per op, the blocks a kernel of :data:`~gpucast.estimate.achieved.CHANNEL_BLOCK_FAMILIES` launches:
+    its input's channels (dim 1 of an N x C (x ...) tensor, which PyTorch views as N x C x rest; one block
+    per channel); inf for every other op."""
+    a = OpArrays.of(trace)
+    out = np.full(len(a.memory_family), np.inf)
+    for i in np.flatnonzero(np.isin(a.memory_family, CHANNEL_BLOCK_FAMILIES)):
+        shape = trace.ops[i].shapes[0] if trace.ops[i].shapes else ()
+        if len(shape) >= 2 and all(isinstance(d, int) for d in shape):
+            out[i] = shape[1]
+    return out
+
+
 def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfig, stack=None,
                  scales: dict[str, float] | None = None, split: np.ndarray | None = None) -> KernelTimes:
     """Per-op kernel times on ``gpu`` (module docstring). ``stack``: the job's software stack
@@ -253,7 +267,7 @@ def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfi
     caps = bandwidth_caps(gpu.architecture, capability)
     if caps:
         per_sm = np.fromiter((caps.get(f, np.inf) for f in a.memory_family), dtype=np.float64, count=n)
-        reach = np.minimum(reach, per_sm * gpu.sm_count)
+        reach = np.minimum(reach, per_sm * np.minimum(gpu.sm_count, channel_blocks(trace)))
     ramp = cfg.half_bytes_per_sm * whole.sm_count / bw_whole
     memory = np.where(nbytes > 0, nbytes / reach + ramp, 0.0)
     floor_s = cfg.kernel_floor_old_s if gpu.architecture in OLD_ARCHITECTURES else cfg.kernel_floor_s
