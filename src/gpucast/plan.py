@@ -146,8 +146,10 @@ NETWORK_KINDS = ("ib", "roce", "eth", "efa")
 # The optimizer's state dtypes (Megatron-Core's OptimizerConfig; gpucast.estimate.parallel.sharding's bytes).
 OPTIMIZER_MOMENTS = ("fp32", "bf16", "fp16", "fp8")
 MASTER_WEIGHTS = ("fp32", "fp16", "remainders")
-# The precisions whose trained weights are bf16 (what master_weights: remainders completes to fp32).
+# The precisions whose trained weights are bf16 (what master_weights: remainders completes to fp32), and
+# with fp16 those whose weights are half precision beside an fp32 master (sharding.HALF's).
 BF16_WEIGHTS = ("amp-bf16", "bf16", "fp8", "mxfp8", "nvfp4")
+HALF_WEIGHTS = BF16_WEIGHTS + ("amp-fp16", "fp16")
 ADAPTER_KINDS = ("lora", "qlora")
 # The attention projections of common architectures (the names PEFT's per-model defaults use:
 # q_proj/v_proj for Llama-likes, query/value for BERT, c_attn for GPT-2, Wqkv for MPT), all four
@@ -420,8 +422,7 @@ def _check_optimizer_states(par: Parallel, job) -> None:
                             f"'train' (got {job.mode})")
     if par.master_weights in (None, "fp32"):
         return
-    half = job.precision in BF16_WEIGHTS or job.precision in ("amp-fp16", "fp16")
-    if (par.sharding or "ddp") not in ("zero1", "zero2", "zero3") or not half:
+    if (par.sharding or "ddp") not in ("zero1", "zero2", "zero3") or job.precision not in HALF_WEIGHTS:
         raise SpecError(f"field 'parallel.master_weights' shrinks the optimizer's master copy of half-precision "
                         f"weights: it needs parallel.sharding zero1, zero2 or zero3 (Megatron's distributed "
                         f"optimizer, DeepSpeed's ZeRO) at a half or Transformer Engine precision (got "

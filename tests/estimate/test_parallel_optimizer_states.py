@@ -15,9 +15,9 @@ import pytest
 
 import gpucast
 from gpucast import Job
-from gpucast.estimate.parallel.sharding import MASTER_WEIGHT_BYTES, MOMENT_BYTES
+from gpucast.estimate.parallel.sharding import HALF, MASTER_WEIGHT_BYTES, MOMENT_BYTES
 from gpucast.job import JobError
-from gpucast.plan import MASTER_WEIGHTS, OPTIMIZER_MOMENTS
+from gpucast.plan import HALF_WEIGHTS, MASTER_WEIGHTS, OPTIMIZER_MOMENTS
 
 CONFIG = dict(model_type="llama", hidden_size=512, intermediate_size=1024, num_hidden_layers=2,
               num_attention_heads=8, num_key_value_heads=8, vocab_size=1000)
@@ -55,6 +55,7 @@ def test_a_pure_bf16_model_under_ddp_keeps_torch_s_moments_in_bf16_unless_told()
 
 def test_the_bytes_cover_every_choice_the_spec_accepts():
     assert set(MOMENT_BYTES) == set(OPTIMIZER_MOMENTS) and set(MASTER_WEIGHT_BYTES) == set(MASTER_WEIGHTS)
+    assert set(HALF_WEIGHTS) == set(HALF)   # the spec's check and the byte layout agree on what keeps a master
 
 
 @pytest.mark.parametrize("precision,mode,par,words", [

@@ -267,7 +267,9 @@ def kernel_times(trace: Trace, gpu: GpuSpec, precision: str, cfg: EstimatorConfi
     caps = bandwidth_caps(gpu.architecture, capability)
     if caps:
         per_sm = np.fromiter((caps.get(f, np.inf) for f in a.memory_family), dtype=np.float64, count=n)
-        reach = np.minimum(reach, per_sm * np.minimum(gpu.sm_count, channel_blocks(trace)))
+        sms = (np.minimum(gpu.sm_count, channel_blocks(trace)) if any(f in caps for f in CHANNEL_BLOCK_FAMILIES)
+               else gpu.sm_count)
+        reach = np.minimum(reach, per_sm * sms)
     ramp = cfg.half_bytes_per_sm * whole.sm_count / bw_whole
     memory = np.where(nbytes > 0, nbytes / reach + ramp, 0.0)
     floor_s = cfg.kernel_floor_old_s if gpu.architecture in OLD_ARCHITECTURES else cfg.kernel_floor_s
