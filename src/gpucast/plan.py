@@ -102,6 +102,11 @@ job's key, ``--set parallel.tensor=2`` on the CLI, the same names in job files a
   ``DistributedFusedAdam(store_param_remainders=True)``, which NeMo 1.x's ``distributed_fused_adam``
   sets for bf16 models), which needs bf16 weights; bytes per parameter in
   :mod:`gpucast.estimate.parallel.sharding`;
+* ``grad_dtype``: the dtype the gradients are kept and reduced in beside half-precision weights,
+  :data:`GRAD_DTYPES` (training under ZeRO / Megatron's distributed optimizer, as ``master_weights``;
+  Megatron-Core's ``grad_reduce_in_fp32``, which Megatron-LM forces on for bf16 and Megatron-Bridge's
+  recipes set, while their performance configurations and NeMo 1.x's ``grad_sync_dtype: bf16`` do not;
+  unset: the weights' half dtype, 2 bytes);
 * ``gpus_per_node`` (unset: the GPU's NVLink domain, 72 on a GB200/GB300 NVL72 rack, else 8; up to
   72) and ``network``, the links
   between nodes: ``KIND-GBIT`` with KIND in :data:`NETWORK_KINDS`, Gbit/s per node (``roce-1600``: 1,600 Gbit/s per node), or per GPU
@@ -146,6 +151,7 @@ NETWORK_KINDS = ("ib", "roce", "eth", "efa")
 # The optimizer's state dtypes (Megatron-Core's OptimizerConfig; gpucast.estimate.parallel.sharding's bytes).
 OPTIMIZER_MOMENTS = ("fp32", "bf16", "fp16", "fp8")
 MASTER_WEIGHTS = ("fp32", "fp16", "remainders")
+GRAD_DTYPES = ("fp32", "half")
 # The precisions whose trained weights are bf16 (what master_weights: remainders completes to fp32), and
 # with fp16 those whose weights are half precision beside an fp32 master (sharding.HALF's).
 BF16_WEIGHTS = ("amp-bf16", "bf16", "fp8", "mxfp8", "nvfp4")
@@ -254,6 +260,7 @@ class Parallel(_Spec):
     cuda_graphs: bool | None = field(default=None, repr=False)
     optimizer_moments: str | None = field(default=None, repr=False)
     master_weights: str | None = field(default=None, repr=False)
+    grad_dtype: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.recompute_modules, str):
@@ -272,6 +279,8 @@ class Parallel(_Spec):
                     f"one of {', '.join(OPTIMIZER_MOMENTS)}")
         self._check("master_weights", self.master_weights is None or self.master_weights in MASTER_WEIGHTS,
                     f"one of {', '.join(MASTER_WEIGHTS)}")
+        self._check("grad_dtype", self.grad_dtype is None or self.grad_dtype in GRAD_DTYPES,
+                    f"one of {', '.join(GRAD_DTYPES)}")
         for name, (lo, hi, what) in _INT_FIELDS.items():
             v = getattr(self, name)
             self._check(name, v is None or (_is_int(v) and lo <= v <= hi), what)
@@ -415,18 +424,23 @@ def check_job(job) -> None:
 
 
 def _check_optimizer_states(par: Parallel, job) -> None:
-    """``optimizer_moments`` and ``master_weights`` need a training step, and a master copy to shrink."""
-    for name in ("optimizer_moments", "master_weights"):
-        if getattr(par, name) not in (None, "fp32") and job.mode != "train":
-            raise SpecError(f"field 'parallel.{name}' sets the dtype of an optimizer's state: it applies to mode "
+    """``optimizer_moments``, ``master_weights`` and ``grad_dtype`` need a training step; the last two the
+    ZeRO layout's half-precision weights beside an fp32 master."""
+    changed = {name: getattr(par, name) not in (None, default) for name, default in
+               (("optimizer_moments", "fp32"), ("master_weights", "fp32"), ("grad_dtype", "half"))}
+    for name in changed:
+        if changed[name] and job.mode != "train":
+            raise SpecError(f"field 'parallel.{name}' sets the dtype of a training step's state: it applies to mode "
                             f"'train' (got {job.mode})")
+    for name in ("master_weights", "grad_dtype"):
+        if changed[name] and ((par.sharding or "ddp") not in ("zero1", "zero2", "zero3")
+                              or job.precision not in HALF_WEIGHTS):
+            raise SpecError(f"field 'parallel.{name}' sets a dtype beside half-precision weights and an fp32 master: "
+                            f"it needs parallel.sharding zero1, zero2 or zero3 (Megatron's distributed optimizer, "
+                            f"DeepSpeed's ZeRO) at a half or Transformer Engine precision (got {par.sharding or 'ddp'} "
+                            f"at {job.precision}; DDP and FSDP keep their fp32 weights and gradients as the master)")
     if par.master_weights in (None, "fp32"):
         return
-    if (par.sharding or "ddp") not in ("zero1", "zero2", "zero3") or job.precision not in HALF_WEIGHTS:
-        raise SpecError(f"field 'parallel.master_weights' shrinks the optimizer's master copy of half-precision "
-                        f"weights: it needs parallel.sharding zero1, zero2 or zero3 (Megatron's distributed "
-                        f"optimizer, DeepSpeed's ZeRO) at a half or Transformer Engine precision (got "
-                        f"{par.sharding or 'ddp'} at {job.precision}; DDP and FSDP keep their fp32 weights as the master)")
     if par.master_weights == "remainders" and job.precision not in BF16_WEIGHTS:
         raise SpecError(f"field 'parallel.master_weights' remainders complete bf16 weights to fp32: precision "
                         f"{job.precision} keeps no bf16 weights (use fp16 or fp32)")

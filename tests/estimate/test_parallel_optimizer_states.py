@@ -1,4 +1,4 @@
-"""The optimizer's state dtypes (``parallel.optimizer_moments``, ``parallel.master_weights``).
+"""The training state's dtypes (``parallel.optimizer_moments``, ``parallel.master_weights``, ``parallel.grad_dtype``).
 
 Independent reasons: Adam keeps two moments a parameter, 4 bytes each in fp32, 2 in bf16 or fp16, 1 in
 FP8; ZeRO's mixed-precision layout keeps a 4-byte fp32 master copy (the ZeRO paper's 12 bytes of
@@ -6,7 +6,10 @@ optimizer state a parameter), 2 bytes in fp16, and 2 bytes as the remainders tha
 to fp32 (its high 16 bits are the bf16 weight: Megatron-Core's ``store_param_remainders``). So the
 optimizer state of a rank is ``(master + moments) / (4 + 8)`` of the fp32 one, sharded the same way,
 and nothing else on the rank moves. A pure-bf16 model under plain DDP keeps torch's moments in the
-parameters' dtype (2 + 2 bytes), so asking for fp32 moments doubles them.
+parameters' dtype (2 + 2 bytes), so asking for fp32 moments doubles them. Gradients kept in fp32 beside
+bf16 weights (Megatron's ``grad_reduce_in_fp32``) take 4 bytes a parameter instead of 2 and their
+reduce-scatter moves twice the bytes (Megatron-LM's table: bf16 params with fp32 grads are 6 + 12/d bytes
+under its distributed optimizer, against 4 + 12/d with bf16 grads).
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ import pytest
 
 import gpucast
 from gpucast import Job
-from gpucast.estimate.parallel.sharding import HALF, MASTER_WEIGHT_BYTES, MOMENT_BYTES
+from gpucast.estimate.parallel.sharding import GRAD_BYTES, HALF, MASTER_WEIGHT_BYTES, MOMENT_BYTES
 from gpucast.job import JobError
-from gpucast.plan import HALF_WEIGHTS, MASTER_WEIGHTS, OPTIMIZER_MOMENTS
+from gpucast.plan import GRAD_DTYPES, HALF_WEIGHTS, MASTER_WEIGHTS, OPTIMIZER_MOMENTS
 
 CONFIG = dict(model_type="llama", hidden_size=512, intermediate_size=1024, num_hidden_layers=2,
               num_attention_heads=8, num_key_value_heads=8, vocab_size=1000)
@@ -53,8 +56,21 @@ def test_a_pure_bf16_model_under_ddp_keeps_torch_s_moments_in_bf16_unless_told()
     assert fp32.memory.breakdown["optimizer_state"] == pytest.approx(2 * default.memory.breakdown["optimizer_state"])
 
 
+def test_fp32_gradients_double_the_rank_s_gradients_and_their_reduction():
+    kw = dict(framework="megatron", dp_overlap=False)   # the reduce-scatter exposed
+    half, fp32 = _plan(**kw), _plan(grad_dtype="fp32", **kw)
+    b, s = half.memory.breakdown, fp32.memory.breakdown
+    assert s["gradients"] == pytest.approx(2 * b["gradients"])
+    assert s["optimizer_state"] == b["optimizer_state"] and s["weights"] == b["weights"]
+    dp_half, dp_fp32 = (e.plan["step_breakdown_s"]["data_parallel_comm_s"] for e in (half, fp32))
+    assert dp_fp32 > dp_half > 0
+    assert half.plan["grad_dtype"] == "half" and fp32.plan["grad_dtype"] == "fp32"
+    assert _plan("amp-bf16", sharding="ddp").plan["grad_dtype"] == "fp32"   # PyTorch DDP under autocast
+
+
 def test_the_bytes_cover_every_choice_the_spec_accepts():
     assert set(MOMENT_BYTES) == set(OPTIMIZER_MOMENTS) and set(MASTER_WEIGHT_BYTES) == set(MASTER_WEIGHTS)
+    assert set(GRAD_BYTES) == set(GRAD_DTYPES)
     assert set(HALF_WEIGHTS) == set(HALF)   # the spec's check and the byte layout agree on what keeps a master
 
 
@@ -66,8 +82,10 @@ def test_the_bytes_cover_every_choice_the_spec_accepts():
     ("amp-bf16", "train", dict(sharding="fsdp-full", master_weights="fp16"), "zero1, zero2 or zero3"),
     ("fp32", "train", dict(master_weights="fp16"), "half or Transformer Engine precision"),
     ("amp-fp16", "train", dict(master_weights="remainders"), "keeps no bf16 weights"),
+    ("amp-bf16", "train", dict(sharding="fsdp-full", grad_dtype="fp32"), "zero1, zero2 or zero3"),
+    ("amp-bf16", "train", dict(grad_dtype="bf16"), "one of fp32, half"),
 ])
 def test_each_bad_setting_is_one_error_line(precision, mode, par, words):
-    with pytest.raises(JobError, match="parallel.(optimizer_moments|master_weights)") as err:
+    with pytest.raises(JobError, match="parallel.(optimizer_moments|master_weights|grad_dtype)") as err:
         _plan(precision, mode, **par)
     assert words in str(err.value) and "\n" not in str(err.value)

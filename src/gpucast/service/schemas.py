@@ -165,6 +165,9 @@ class ParallelSpec(BaseModel):
     master_weights: Optional[Literal["fp32", "fp16", "remainders"]] = Field(
         None, description="The optimizer's master weights: fp32, fp16, or the 16-bit remainders that complete bf16 "
                           "weights to fp32 (training under zero1/zero2/zero3 at a half precision; unset: fp32).")
+    grad_dtype: Optional[Literal["fp32", "half"]] = Field(
+        None, description="The gradients kept and reduced in fp32 beside half-precision weights (training under "
+                          "zero1/zero2/zero3; Megatron-Core's grad_reduce_in_fp32; unset: half).")
     expert_dispatcher: Optional[Literal["alltoall", "deepep"]] = Field(
         None, description="How a trained MoE layer's tokens reach their experts: alltoall (Megatron-Core's default) "
                           "or deepep (one copy per token and node across nodes).")

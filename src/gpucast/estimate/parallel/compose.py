@@ -88,7 +88,7 @@ from gpucast.estimate.parallel.framework import FrameworkConstants, framework_of
 from gpucast.estimate.parallel.memory import rank_memory
 from gpucast.estimate.parallel.ranks import (OpLayout, optimizer_share, split_times, stage_blocks, stage_of_ops,
                                              sub_trace, subset)
-from gpucast.estimate.parallel.sharding import HALF, STRATEGIES, comm_bytes_per_param, model_states
+from gpucast.estimate.parallel.sharding import HALF, STRATEGIES, comm_bytes_per_param, grad_dtype, model_states
 from gpucast.estimate.stack import host_factor, kernel_scales, torch_host_factor
 from gpucast.estimate.step import simulate
 from gpucast.formats import ELEMENT_BYTES
@@ -176,7 +176,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
 
     stage_kf = [kf_of(st.sub) for st in stages]
     opt_kf = kf_of(opt_sub) if opt_sub is not None else 1.0
-    gather_b, reduce_b = comm_bytes_per_param(strat, job.precision)
+    gather_b, reduce_b = comm_bytes_per_param(strat, job.precision, par.grad_dtype)
     # the share of the parameters in Transformer Engine's FP8 layers: the trace saved one byte, the FP8
     # weight's transpose, per such parameter (gpucast.graph.te)
     fp8_layers = trace.memory.at_backward_start.get(WEIGHT_COPIES, 0) / max(trace.parameters, 1)
@@ -286,7 +286,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
     communicators = int(t > 1) + int(p > 1) + int(d > 1) + int(place.dp_across.n > 1)
     # Transformer Engine's FP8 weights and transposes, 2 elements a parameter of its FP8 layers, held once
     fp8_share = fp8_layers * ELEMENT_BYTES.get(job.precision, 1.0)   # in the recipe's bytes an element
-    opt_dtypes = (par.optimizer_moments, par.master_weights)   # the optimizer's state dtypes (.sharding)
+    opt_dtypes = (par.optimizer_moments, par.master_weights, par.grad_dtype)   # the state's dtypes (.sharding)
     mems = []
     for st in stages:
         states = model_states(strat, job.precision, st.params.trainable - st.expert_trainable, st.params.frozen_bytes,
@@ -339,6 +339,7 @@ def estimate_plan(trace: Trace, job: Job, gpu: GpuSpec, config: EstimatorConfig 
         "sharding": par.sharding, "recompute": par.recompute, "recompute_modules": list(par.recompute_modules or ()),
         "offload": par.offload or 0, "mtp_layers": sum(mtp_at), "fp8_param": fp8_param, "cuda_graphs": graphed,
         "optimizer_moments": par.optimizer_moments or "fp32", "master_weights": par.master_weights or "fp32",
+        "grad_dtype": grad_dtype(strat, job.precision, par.grad_dtype),
         "grad_accum": m, "micro_batch": job.batch_size, "global_batch": samples,
         "gpus": job.gpus, "gpus_per_node": par.gpus_per_node, "nodes": nodes, "network": par.network,
         "layers_per_stage": [int(s.blocks) for s in stages],

@@ -52,7 +52,9 @@ and 2 as remainders, the low 16 bits of each fp32 weight whose high 16 are the b
 Core: "store the 16-bit FP32 parameter remainders ... excluding the 16 bits shared with the BF16
 parameters"; Apex's ``DistributedFusedAdam`` the same). Megatron-Bridge's DeepSeek-V3 and Qwen3-MoE recipes
 keep bf16 moments with fp32 master weights as remainders: 2 + 2 + 4 + 2 = 10 bytes a parameter before
-sharding instead of 16.
+sharding instead of 16. ``parallel.grad_dtype: fp32`` keeps the ZeRO layout's gradients in fp32 and reduces
+them so (Megatron-Core's ``grad_reduce_in_fp32``; Megatron-LM's "bf16 param, fp32 grads" row: 6 + 12/d bytes
+with its distributed optimizer).
 
 Not modelled: the optimizer step's shorter kernels in the smaller dtypes (they read and write fewer bytes),
 DeepSpeed's CPU/NVMe offload, ZeRO++ (quantised or hierarchical partitions),
@@ -94,6 +96,9 @@ HALF = AMP + PURE
 MASTER_BYTES = 4
 # Bytes a parameter of the master copy by gpucast.plan.MASTER_WEIGHTS (module docstring).
 MASTER_WEIGHT_BYTES = {"fp32": MASTER_BYTES, "fp16": 2, "remainders": 2}
+# Bytes a gradient of the ZeRO layout by gpucast.plan.GRAD_DTYPES (Megatron-Core's grad_reduce_in_fp32: fp32
+# main grads, reduced in fp32; unset: in the weights' half dtype).
+GRAD_BYTES = {"half": 2.0, "fp32": 4.0}
 # Bytes an element of the optimizer's moments by gpucast.plan.OPTIMIZER_MOMENTS (FP8's per-tensor scales
 # are not counted: one float a tensor).
 MOMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -114,15 +119,16 @@ class ModelStates:
 
 def model_states(strategy: Strategy, precision: str, trainable: float, frozen_bytes: float,
                  optimizer_bytes_per_param: float, shard: int, moments: str | None = None,
-                 master: str | None = None) -> ModelStates:
+                 master: str | None = None, grads: str | None = None) -> ModelStates:
     """One rank's model states: ``trainable`` parameters (elements on this rank before sharding),
     ``frozen_bytes`` of frozen weights, the optimizer's own state bytes per trainable parameter
     (8 for Adam, at fp32), sharded ``shard`` ways as the strategy says; ``moments`` / ``master`` the
-    state's dtypes (``parallel.optimizer_moments`` / ``master_weights``; None: fp32; module docstring)."""
+    state's dtypes (``parallel.optimizer_moments`` / ``master_weights``; None: fp32), ``grads`` the ZeRO
+    layout's gradient dtype (``parallel.grad_dtype``; None: half; module docstring)."""
     half = precision in HALF
     k = optimizer_bytes_per_param * (MOMENT_BYTES[moments or "fp32"] / MOMENT_BYTES["fp32"])
     if strategy.framework == "deepspeed" and half:
-        w, g, o = 2.0, 2.0, MASTER_WEIGHT_BYTES[master or "fp32"] + k
+        w, g, o = 2.0, GRAD_BYTES[grads or "half"], MASTER_WEIGHT_BYTES[master or "fp32"] + k
     elif strategy.framework == "torch-ddp" and precision in PURE:  # a half-precision model, its
         w, g, o = 2.0, 2.0, k if moments else k / 2             # optimizer's state in its dtype
     else:
@@ -134,11 +140,21 @@ def model_states(strategy: Strategy, precision: str, trainable: float, frozen_by
     return ModelStates(weights=weights, gradients=grads, optimizer=opt)
 
 
-def comm_bytes_per_param(strategy: Strategy, precision: str) -> tuple[float, float]:
+def grad_dtype(strategy: Strategy, precision: str, grads: str | None = None) -> str:
+    """The dtype a rank keeps its gradients in, as :func:`model_states` lays them out: ``half`` or ``fp32``."""
+    if strategy.framework == "deepspeed" and precision in HALF:
+        return grads or "half"
+    return "half" if strategy.framework == "torch-ddp" and precision in PURE else "fp32"
+
+
+def comm_bytes_per_param(strategy: Strategy, precision: str, grads: str | None = None) -> tuple[float, float]:
     """Bytes per parameter of (weight all-gathers, gradient reduction) on the wire: half precision
     under mixed precision (FSDP's ``reduce_dtype``/``param_dtype``, DeepSpeed's fp16/bf16
-    communication), except PyTorch DDP, which all-reduces its fp32 gradients."""
+    communication), except PyTorch DDP, which all-reduces its fp32 gradients, and a ZeRO layout told to
+    keep fp32 gradients (``grads``, ``parallel.grad_dtype``: Megatron-Core reduces them in fp32 then)."""
     half = precision in HALF
     gather = 2.0 if half else 4.0
     reduce = 4.0 if (strategy.framework == "torch-ddp" and precision in AMP) or not half else 2.0
+    if half and strategy.framework == "deepspeed" and grads:
+        reduce = GRAD_BYTES[grads]
     return gather, reduce
