@@ -119,16 +119,16 @@ class ModelStates:
 
 def model_states(strategy: Strategy, precision: str, trainable: float, frozen_bytes: float,
                  optimizer_bytes_per_param: float, shard: int, moments: str | None = None,
-                 master: str | None = None, grads: str | None = None) -> ModelStates:
+                 master: str | None = None, grad_kind: str | None = None) -> ModelStates:
     """One rank's model states: ``trainable`` parameters (elements on this rank before sharding),
     ``frozen_bytes`` of frozen weights, the optimizer's own state bytes per trainable parameter
     (8 for Adam, at fp32), sharded ``shard`` ways as the strategy says; ``moments`` / ``master`` the
-    state's dtypes (``parallel.optimizer_moments`` / ``master_weights``; None: fp32), ``grads`` the ZeRO
+    state's dtypes (``parallel.optimizer_moments`` / ``master_weights``; None: fp32), ``grad_kind`` the ZeRO
     layout's gradient dtype (``parallel.grad_dtype``; None: half; module docstring)."""
     half = precision in HALF
     k = optimizer_bytes_per_param * (MOMENT_BYTES[moments or "fp32"] / MOMENT_BYTES["fp32"])
     if strategy.framework == "deepspeed" and half:
-        w, g, o = 2.0, GRAD_BYTES[grads or "half"], MASTER_WEIGHT_BYTES[master or "fp32"] + k
+        w, g, o = 2.0, GRAD_BYTES[grad_kind or "half"], MASTER_WEIGHT_BYTES[master or "fp32"] + k
     elif strategy.framework == "torch-ddp" and precision in PURE:  # a half-precision model, its
         w, g, o = 2.0, 2.0, k if moments else k / 2             # optimizer's state in its dtype
     else:
@@ -140,21 +140,21 @@ def model_states(strategy: Strategy, precision: str, trainable: float, frozen_by
     return ModelStates(weights=weights, gradients=grads, optimizer=opt)
 
 
-def grad_dtype(strategy: Strategy, precision: str, grads: str | None = None) -> str:
+def grad_dtype(strategy: Strategy, precision: str, grad_kind: str | None = None) -> str:
     """The dtype a rank keeps its gradients in, as :func:`model_states` lays them out: ``half`` or ``fp32``."""
     if strategy.framework == "deepspeed" and precision in HALF:
-        return grads or "half"
+        return grad_kind or "half"
     return "half" if strategy.framework == "torch-ddp" and precision in PURE else "fp32"
 
 
-def comm_bytes_per_param(strategy: Strategy, precision: str, grads: str | None = None) -> tuple[float, float]:
+def comm_bytes_per_param(strategy: Strategy, precision: str, grad_kind: str | None = None) -> tuple[float, float]:
     """Bytes per parameter of (weight all-gathers, gradient reduction) on the wire: half precision
     under mixed precision (FSDP's ``reduce_dtype``/``param_dtype``, DeepSpeed's fp16/bf16
     communication), except PyTorch DDP, which all-reduces its fp32 gradients, and a ZeRO layout told to
-    keep fp32 gradients (``grads``, ``parallel.grad_dtype``: Megatron-Core reduces them in fp32 then)."""
+    keep fp32 gradients (``grad_kind``, ``parallel.grad_dtype``: Megatron-Core reduces them in fp32 then)."""
     half = precision in HALF
     gather = 2.0 if half else 4.0
     reduce = 4.0 if (strategy.framework == "torch-ddp" and precision in AMP) or not half else 2.0
-    if half and strategy.framework == "deepspeed" and grads:
-        reduce = GRAD_BYTES[grads]
+    if half and strategy.framework == "deepspeed" and grad_kind:
+        reduce = GRAD_BYTES[grad_kind]
     return gather, reduce
