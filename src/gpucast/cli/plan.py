@@ -14,9 +14,9 @@ def plan_line(pl: dict) -> str:
            " (sequence-parallel)" if pl.get("sequence") else "")
     ctx = f" x context {pl['context']}" if pl.get("context", 1) > 1 else ""
     states = [f"{what} {pl[key]}" for key, what in (("optimizer_moments", "moments"), ("master_weights", "master"))
-              if pl.get(key, "fp32") != "fp32"] + (["fp32 gradients"] if (pl.get("grad_dtype") == "fp32"
-                                                                           and pl.get("sharding", "").startswith("zero"))
-                                                   else [])
+              if pl.get(key, "fp32") != "fp32"]
+    if pl.get("grad_dtype") == "fp32" and str(pl.get("sharding")).startswith("zero"):
+        states.append("fp32 gradients")
     opt = f" (optimizer {', '.join(states)})" if states else ""
     return (f"{where}, tensor {pl['tensor']}{seq}{ctx} x pipeline {pl['pipeline']}{inter} x data {pl['data']}, {pl['sharding']}{opt}, "
             f"recompute {pl['recompute']}, micro-batch {pl['micro_batch']} x {pl['grad_accum']} accumulated = global "
