@@ -50,6 +50,7 @@ CATALOG_TO_GAVEL = {v: k for k, v in GAVEL_GPUS.items()}
 _JOB_TYPE_RE = re.compile(r"^(?P<name>.*?) \(batch size (?P<batch>\d+)\)$")
 
 
+@functools.cache
 def data_dir() -> Path:
     """The packaged copy of Gavel's data (``gpucast/data/gavel``)."""
     return Path(str(resources.files("gpucast") / "data" / "gavel"))
@@ -64,6 +65,7 @@ def trace_ids() -> list[str]:
     return sorted(p.stem for p in (data_dir() / "traces").glob("*.trace"))
 
 
+@functools.lru_cache(maxsize=8192)
 def parse_key(key: str) -> tuple[str, int] | None:
     """``"('ResNet-18 (batch size 16)', 1)"`` -> ``("ResNet-18 (batch size 16)", 1)``."""
     try:
@@ -94,8 +96,14 @@ def _ok(x) -> bool:
 
 
 def solo_throughputs(path: str | Path | None = None) -> dict[tuple[str, int, str], float]:
-    """``{(job type, scale factor, catalog gpu): steps/s}`` for every positive solo entry."""
-    data = _read(str(path or throughputs_path()))
+    """``{(job type, scale factor, catalog gpu): steps/s}`` for every positive solo entry (a copy of
+    the table parsed once per file and process: the simulator asks once per job)."""
+    return dict(_solo_table(str(path or throughputs_path())))
+
+
+@functools.lru_cache(maxsize=4)
+def _solo_table(path: str) -> dict[tuple[str, int, str], float]:
+    data = _read(path)
     out = {}
     for ggpu, gpu in GAVEL_GPUS.items():
         for key, entry in data.get(ggpu, {}).items():
