@@ -119,6 +119,17 @@ def test_a_layout_interleaves_uneven_stages_and_places_mtp_where_it_says():
     assert on_first[0] > on_last[0] and on_first[1] < on_last[1]      # its weights and activations move with it
 
 
+def test_an_uneven_interleaved_split_names_the_embedding_and_loss_slots_that_would_even_it():
+    # 6 layers over 2 stages x 2 chunks: 6 + 2 = 8 slots split evenly (Megatron's --account-for-embedding- and
+    # --account-for-loss-in-pipeline-split, as Llama-3.1-405B's 126 + 2 over 8 x 8 x 2); 6 + 1 = 7 does not
+    with pytest.raises(JobError, match=r"\(6 \+ 2 do, .*set parallel.embedding_in_split and parallel.loss_in_split\)"):
+        _estimate(_job(virtual_pipeline=2, mtp_layers=0))
+    plan = _estimate(_job(virtual_pipeline=2, mtp_layers=0, embedding_in_split=True, loss_in_split=True)).plan
+    assert sum(plan["layers_per_stage"]) == 6
+    with pytest.raises(JobError, match=r"equal chunks$"):   # 2 x 5 chunks: neither 7 nor 8 slots divide by 10
+        _estimate(_job(virtual_pipeline=5, mtp_layers=0))
+
+
 @pytest.mark.parametrize("par, words", [
     (dict(pipeline_layout="Ett|tt|ttt|L"), "places 7 decoder layers (t), not the model's 6"),
     (dict(pipeline_layout="Ettt|tt"), "the output layer and the loss (L) must stand once, in the last stage"),
