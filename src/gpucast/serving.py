@@ -4,7 +4,8 @@ A job with ``mode: serve`` is a decoder-only language model behind an inference 
 what requests look like (``input_len`` and ``output_len`` tokens: fixed, or ``lognormal:MEAN,SIGMA``), how
 they arrive (all ``batch_size`` prompts at once: a static batch; ``concurrency`` requests kept in flight:
 a closed loop; or ``request_rate`` per second: Poisson arrivals; ``num_requests`` in the run) and the
-engine's settings (``engine``, ``engine_version`` (:data:`ENGINE_VERSIONS`; unset: the newest modelled),
+engine's settings (``engine``, ``engine_version``: any release, run with the defaults of the modelled one it
+follows (:data:`RELEASE_LINES`; unset: the newest modelled),
 ``entry`` (:data:`ENTRIES`: vLLM's defaults differ between its offline ``LLM`` class and its server) and
 the knobs that change its speed and memory: ``max_num_seqs``,
 ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``block_size``, ``cuda_graphs``,
@@ -26,14 +27,23 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 
 from gpucast.surroundings import SpecError, _is_int, _is_num, _Spec
 
 ENGINES = ("vllm", "sglang", "trtllm", "hf")
-# Engine releases whose defaults are modelled, oldest first; the last is an engine's default
-# (gpucast.estimate.serving.engines). The other engines run the one release of theirs modelled.
-ENGINE_VERSIONS = {"trtllm": ("0.11", "1.0"), "vllm": ("0.6", "0.11"), "sglang": ("0.4", "0.5")}
+# Engine releases whose defaults are modelled, oldest first, each with the first release of the line it stands
+# for (until the next line's first; the oldest also stands for every earlier release); the last is an engine's
+# default (gpucast.estimate.serving.engines). vLLM's V1 engine is the default from 0.8.0 (its v0.8.0 release
+# notes; VLLM_USE_V1 on by default), TensorRT-LLM's PyTorch backend from 1.0 (its 1.0 release notes and
+# llmapi/llm_args.py: backend "pytorch" by default), SGLang's defaults by GPU memory from 0.5. A release of
+# a line runs with the modelled release's defaults (:func:`modelled_release`; the prediction says so).
+# The other engines run the one release of theirs modelled.
+RELEASE_LINES = {"trtllm": (("0.11", "0"), ("1.0", "1.0")), "vllm": (("0.6", "0"), ("0.11", "0.8")),
+                 "sglang": (("0.4", "0"), ("0.5", "0.5"))}
+ENGINE_VERSIONS = {engine: tuple(m for m, _first in line) for engine, line in RELEASE_LINES.items()}
+_RELEASE = re.compile(r"^v?(\d+(?:\.\d+)*)(?:[.+-]?(?:rc|post|dev|a|b)\d*)*$")
 # How a deployment is driven (vLLM's defaults depend on it): the offline LLM class or the OpenAI-compatible
 # server; unset: offline for an all-at-once load, the server for a closed loop or a request rate.
 ENTRIES = ("offline", "server")
@@ -48,6 +58,30 @@ NVFP4_KV_ENGINES = ("trtllm", "sglang")
 WEIGHTS = ("auto", "int8", "int4", "mxfp4")   # mxfp4: the routed experts only (GPT-OSS's checkpoints)
 MAX_TOKENS = 1 << 21  # a sanity bound on lengths (2M tokens), far past any model's context
 MAX_REQUESTS = 1_000_000
+
+
+def release_key(version) -> tuple[int, ...] | None:
+    """``"0.11.2"`` / ``"v1.0.0rc3"`` -> ``(0, 11, 2)`` / ``(1, 0, 0)``; None for what is not a release number."""
+    m = _RELEASE.match(str(version).strip())
+    return tuple(int(p) for p in m.group(1).split(".")) if m else None
+
+
+def release_line(engine: str, version) -> tuple[str, str, str | None]:
+    """(modelled release, the line's first release, the next line's first or None) for ``engine``'s ``version``
+    (:data:`RELEASE_LINES`): the line whose first release is the newest at or before it; the oldest line for
+    anything earlier."""
+    key = release_key(version)
+    line = RELEASE_LINES[engine]
+    at = 0
+    for i, (_modelled, first) in enumerate(line):
+        if key is not None and key >= release_key(first):
+            at = i
+    return line[at][0], line[at][1], line[at + 1][1] if at + 1 < len(line) else None
+
+
+def modelled_release(engine: str, version) -> str:
+    """The modelled release whose defaults ``engine``'s ``version`` runs with (:func:`release_line`)."""
+    return release_line(engine, version)[0]
 
 
 def parse_length(value, name: str) -> tuple[str, float, float]:
@@ -146,12 +180,14 @@ class Serve(_Spec):
                         f"spec_tokens + 1 ({k + 1}); it depends on the drafter and the data, so it is an input")
         if self.engine_version is not None:
             engine = self.engine or "vllm"
-            versions = ENGINE_VERSIONS.get(engine)
-            if versions is None:
+            if _is_num(self.engine_version):   # a YAML or JSON number: 1.0, 0.11 (0.10 would read 0.1: quote it)
+                object.__setattr__(self, "engine_version", str(self.engine_version))
+            if engine not in RELEASE_LINES:
                 raise SpecError(f"field 'serve.engine_version': releases are modelled for "
-                                f"{', '.join(ENGINE_VERSIONS)} only; {engine} runs its one modelled release (unset it)")
-            self._check("engine_version", self.engine_version in versions,
-                        f"a modelled {engine} release: {', '.join(versions)}")
+                                f"{', '.join(RELEASE_LINES)} only; {engine} runs its one modelled release (unset it)")
+            self._check("engine_version", isinstance(self.engine_version, str) and release_key(self.engine_version),
+                        f"a release number such as {' or '.join(ENGINE_VERSIONS[engine])} (any {engine} release: "
+                        f"it runs with the defaults of the modelled release of its line)")
         if self.concurrency is not None and self.request_rate is not None:
             raise SpecError("fields 'serve.concurrency' and 'serve.request_rate' are two kinds of load: set one")
 

@@ -80,10 +80,32 @@ def test_sglang_0_5_reserves_memory_for_activations_and_graphs():
     assert sglang_max_requests(1_000_000, 131072) == 3906
 
 
+@pytest.mark.parametrize("engine, version, modelled", [
+    # vLLM's V1 engine is its default from 0.8.0; TensorRT-LLM's PyTorch backend from 1.0; SGLang 0.5's defaults
+    ("vllm", "0.19.1", "0.11"), ("vllm", "0.8.0", "0.11"), ("vllm", "0.10", "0.11"), ("vllm", "v0.7.3", "0.6"),
+    ("vllm", "0.5.4", "0.6"), ("vllm", "0.11.0rc2", "0.11"), ("trtllm", "1.2.0rc2", "1.0"), ("trtllm", "0.21", "0.11"),
+    ("trtllm", "1.0", "1.0"), ("sglang", "0.5.5.post1", "0.5"), ("sglang", "0.4.10", "0.4"), ("sglang", "1.0", "0.5"),
+])
+def test_any_release_runs_with_the_modelled_release_of_its_line(engine, version, modelled):
+    assert resolve(Serve(engine=engine, engine_version=version)).release == modelled
+    assert resolve(Serve(engine=engine, engine_version=version)) == resolve(Serve(engine=engine,
+                                                                                 engine_version=modelled))
+
+
+def test_a_release_outside_the_modelled_ones_is_predicted_as_its_line_and_says_so():
+    newer = gpucast.predict(_job(engine="vllm", engine_version="0.19.1"), "h100").serving
+    same = gpucast.predict(_job(engine="vllm", engine_version="0.11"), "h100").serving
+    assert newer["tpot_s"] == same["tpot_s"] and newer["ttft_s"] == same["ttft_s"]
+    assert any("vllm 0.19.1 runs with vllm 0.11's defaults" in n and "0.8 on" in n for n in newer["notes"])
+    assert not any("RELEASE_LINES" in n for n in same["notes"])
+    # a YAML or JSON number is its text (1.0, 0.11); the CLI keeps --set's text (0.10 is not 0.1)
+    assert Serve(engine="trtllm", engine_version=1.0).engine_version == "1.0"
+
+
 @pytest.mark.parametrize("serve, words", [
-    (dict(engine="trtllm", engine_version="0.9"), "a modelled trtllm release: 0.11, 1.0"),
-    (dict(engine="vllm", engine_version="0.9"), "a modelled vllm release: 0.6, 0.11"),
-    (dict(engine="sglang", engine_version="0.9"), "a modelled sglang release: 0.4, 0.5"),
+    (dict(engine="trtllm", engine_version="latest"), "a release number such as 0.11 or 1.0"),
+    (dict(engine="vllm", engine_version="v1-beta"), "a release number such as 0.6 or 0.11"),
+    (dict(engine="sglang", engine_version=""), "a release number such as 0.4 or 0.5"),
     (dict(engine="hf", engine_version="4.0"), "releases are modelled for trtllm, vllm, sglang only"),
     (dict(engine="vllm", entry="batch"), "offline, server"),
 ])
@@ -182,3 +204,22 @@ def test_the_engines_run_flash_attention_3_on_hopper_unless_the_job_names_a_kern
         gpucast.predict(old.with_(stack=Stack(attention="flash2")), "h100").serving["ttft_s"])
     assert gpucast.predict(job, "a100-80gb").serving["ttft_s"] == pytest.approx(
         gpucast.predict(job.with_(stack=Stack(attention="flash2")), "a100-80gb").serving["ttft_s"])
+
+
+def test_the_command_line_keeps_a_release_as_text(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from gpucast.cli import app
+
+    cfg = tmp_path / "llama.json"
+    cfg.write_text(json.dumps(LLAMA))
+    r = CliRunner().invoke(app, ["predict", "--hf-config", str(cfg), "--mode", "serve", "--precision", "bf16", "-b", "4",
+                                 "--set", "serve.engine=vllm", "--set", "serve.engine_version=0.10",
+                                 "--set", "serve.input_len=64", "--set", "serve.output_len=8", "--gpu", "h100",
+                                 "--json", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.stdout)
+    assert p["job"]["serve"]["engine_version"] == "0.10"          # not YAML's 0.1
+    assert any("vllm 0.10 runs with vllm 0.11's defaults" in n for n in p["serving"]["notes"])

@@ -111,7 +111,7 @@ def _with_surroundings(job, data_source: Optional[str], sets: Optional[List[str]
             parsed = yaml.safe_load(value)
         except yaml.YAMLError:
             parsed = value
-        if (group, name) in (("stack", "torch"), ("stack", "cuda"), ("parallel", "network")):
+        if (group, name) in (("stack", "torch"), ("stack", "cuda"), ("parallel", "network"), ("serve", "engine_version")):
             parsed = value.strip()  # a version stays text: 2.10 is not 2.1
         changes.setdefault(group, {})[name] = parsed
     if not changes:

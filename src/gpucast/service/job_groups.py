@@ -196,9 +196,11 @@ class ServeSpec(BaseModel):
                                                                          "'lognormal:MEAN,SIGMA' (default 1024).")
     output_len: Optional[Union[StrictInt, str]] = Field(None, description="Generated tokens (default 256).")
     engine: Optional[str] = Field(None, description="vllm | sglang | trtllm | hf (default vllm).")
-    engine_version: Optional[str] = Field(None, description="The engine release whose defaults apply (trtllm: 0.11 "
-                                                            "or 1.0; vllm: 0.6 or 0.11; sglang: 0.4 or 0.5; default the newest "
-                                                            "modelled).")
+    engine_version: Optional[str] = Field(None, description="The engine's release, e.g. '0.19.1': it runs with the "
+                                                            "defaults of the modelled release of its line (vllm 0.6 before "
+                                                            "0.8, 0.11 from 0.8; trtllm 0.11 before 1.0, 1.0 from 1.0; "
+                                                            "sglang 0.4 before 0.5, 0.5 from 0.5); default the newest "
+                                                            "modelled.")
     entry: Optional[Literal["offline", "server"]] = Field(None, description="vLLM's entry point: the offline LLM "
                                                                             "class or the OpenAI server (default: "
                                                                             "offline for an all-at-once load).")

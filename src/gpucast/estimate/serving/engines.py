@@ -235,17 +235,17 @@ def vllm_batch_defaults(gpu, entry: str) -> tuple[int, int]:
 
 
 def resolve(serve, env=None, gpu=None, parallel=None) -> Engine:
-    """The job's engine (default ``vllm``) at its release (``serve.engine_version``, default the newest
-    modelled: :data:`RELEASES`; vLLM V1's batch defaults for ``gpu`` and the entry point,
+    """The job's engine (default ``vllm``) at its release (``serve.engine_version``: the modelled release whose
+    line it is in, :func:`gpucast.serving.modelled_release`; default the newest modelled: :data:`RELEASES`; vLLM V1's batch defaults for ``gpu`` and the entry point,
     :func:`vllm_batch_defaults`; SGLang 0.5's by ``gpu`` and the ``parallel`` plan, :func:`sglang_defaults`)
     with the ``serve`` group's settings over its defaults; its host time per
     iteration the cluster's (``env.serving_host_s``, fitted by ``gpucast calibrate`` on serving rows),
     else the packaged fit where it was fitted on that release, else the prior."""
-    from gpucast.serving import ENGINE_VERSIONS
+    from gpucast.serving import ENGINE_VERSIONS, modelled_release
 
     name = (serve.engine if serve is not None and serve.engine else "vllm")
-    version = (serve.engine_version if serve is not None and serve.engine_version
-               else ENGINE_VERSIONS.get(name, ("",))[-1])
+    version = (modelled_release(name, serve.engine_version) if serve is not None and serve.engine_version
+               and name in ENGINE_VERSIONS else ENGINE_VERSIONS.get(name, ("",))[-1])
     e = RELEASES.get((name, version), ENGINES[name])
     if (name, e.release) == ("vllm", "0.11"):
         seqs, tokens = vllm_batch_defaults(gpu, serve.entry_point if serve is not None else "offline")

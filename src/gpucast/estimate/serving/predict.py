@@ -20,7 +20,7 @@ from gpucast.estimate.serving.requests import requests_of
 from gpucast.estimate.serving.served import served
 from gpucast.estimate.serving.stages import layout
 from gpucast.job import JobError
-from gpucast.serving import NVFP4_KV_ENGINES, Serve
+from gpucast.serving import NVFP4_KV_ENGINES, Serve, release_key, release_line
 
 # vLLM's V1 engine (0.10-0.11) serves a model with Mamba or linear-attention layers without prefix caching: its
 # hybrid model config (vllm/model_executor/models/config.py) turns it off and logs "Hybrid or mamba-based model
@@ -33,6 +33,17 @@ KEYS = ("engine", "load", "requests", "latency_s", "ttft_s", "ttft_mean_s", "ttf
         "e2e_p99_s", "output_tokens_per_s", "output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user",
         "requests_per_s", "kv_cache_tokens", "kv_bytes_per_token", "max_batch", "mean_batch", "preemptions",
         "iterations", "gpu_busy_share", "memory")
+
+
+def release_note(serve, engine) -> list[str]:
+    """A note where the job's ``engine_version`` is not itself a modelled release (gpucast.serving.RELEASE_LINES)."""
+    asked = serve.engine_version
+    if not asked or release_key(asked) == release_key(engine.release):
+        return []
+    _modelled, first, until = release_line(engine.name, asked)
+    span = f"before {until}" if release_key(first) == (0,) else f"{first} to before {until}" if until else f"{first} on"
+    return [f"{engine.name} {asked} runs with {engine.name} {engine.release}'s defaults, the modelled release of its "
+            f"line ({engine.name} {span}: gpucast.serving.RELEASE_LINES)"]
 
 
 def decode_step(job, gpu, cfg, env, batch: int, context: float) -> tuple[float, float]:
@@ -102,7 +113,8 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
             f"(its tokens up to each sliding layer's window and a block)"] if d.window else [])
         + ([f"{req.clipped} of {len(req)} drawn requests were longer than the model's context and were cut to it"]
            if getattr(req, "clipped", 0) else [])
-        + ([NO_PREFIX_NOTE] if hybrid_uncached else []),
+        + ([NO_PREFIX_NOTE] if hybrid_uncached else [])
+        + release_note(serve, engine),
         "arrival_span_s": float(arrival.max() - arrival.min()) if len(arrival) else 0.0,
         "mean_context": round(res.mean_context, 1), "peak_kv_tokens": int(res.peak_kv_tokens),
         **split_out,
