@@ -45,9 +45,24 @@ def test_trtllm_defaults_to_its_newest_release_and_keeps_the_2024_one():
 def test_vllm_v1_sets_its_batch_caps_by_gpu_and_entry_point(gpu, entry, expected):
     # vllm/engine/arg_utils.py get_batch_defaults: >= 70 GiB and not an A100: 1024 sequences, 16384 tokens
     # offline (the LLM class) and 8192 behind the server; otherwise 256 and 8192 / 2048
-    e = resolve(Serve(engine="vllm", entry=entry), gpu=get_gpu(gpu))
-    assert e.release == "0.11" and (e.max_num_seqs, e.max_num_batched_tokens) == expected
-    assert e.chunked_prefill
+    for version in ("0.11", None):   # 0.11 and the default, 0.14, share them
+        e = resolve(Serve(engine="vllm", entry=entry, engine_version=version), gpu=get_gpu(gpu))
+        assert (e.max_num_seqs, e.max_num_batched_tokens) == expected
+        assert e.chunked_prefill
+
+
+def test_vllm_0_14_schedules_asynchronously_but_for_ngram_and_draft_speculation():
+    # vllm-project/vllm#27614 (0.14.0): async scheduling on by default; #31998: on with EAGLE/MTP drafts only
+    h100 = get_gpu("h100")
+    new, old = resolve(Serve(engine="vllm"), gpu=h100), resolve(Serve(engine="vllm", engine_version="0.13.2"), gpu=h100)
+    assert (new.release, old.release) == ("0.14", "0.11") and new.overlap_host and not old.overlap_host
+    spec = dict(engine="vllm", spec_tokens=3, spec_acceptance=2.5)
+    assert resolve(Serve(spec_method="eagle3", **spec), gpu=h100).overlap_host
+    assert not resolve(Serve(spec_method="ngram", **spec), gpu=h100).overlap_host
+    # the host's 2 ms hide behind a decode iteration: TPOT falls, and no lower than the GPU's own iteration
+    fast = gpucast.predict(_job(engine="vllm", batch=8), "h100").serving
+    slow = gpucast.predict(_job(engine="vllm", batch=8, engine_version="0.11"), "h100").serving
+    assert fast["tpot_s"] < slow["tpot_s"] and fast["tpot_s"] >= slow["tpot_s"] - 2e-3 - 1e-9
 
 
 def test_vllm_entry_follows_the_load_and_the_2024_release_keeps_its_caps():
@@ -82,7 +97,7 @@ def test_sglang_0_5_reserves_memory_for_activations_and_graphs():
 
 @pytest.mark.parametrize("engine, version, modelled", [
     # vLLM's V1 engine is its default from 0.8.0; TensorRT-LLM's PyTorch backend from 1.0; SGLang 0.5's defaults
-    ("vllm", "0.19.1", "0.11"), ("vllm", "0.8.0", "0.11"), ("vllm", "0.10", "0.11"), ("vllm", "v0.7.3", "0.6"),
+    ("vllm", "0.19.1", "0.14"), ("vllm", "0.13.2", "0.11"), ("vllm", "0.8.0", "0.11"), ("vllm", "0.10", "0.11"), ("vllm", "v0.7.3", "0.6"),
     ("vllm", "0.5.4", "0.6"), ("vllm", "0.11.0rc2", "0.11"), ("trtllm", "1.2.0rc2", "1.0"), ("trtllm", "0.21", "0.11"),
     ("trtllm", "1.0", "1.0"), ("sglang", "0.5.5.post1", "0.5"), ("sglang", "0.4.10", "0.4"), ("sglang", "1.0", "0.5"),
 ])
@@ -93,10 +108,10 @@ def test_any_release_runs_with_the_modelled_release_of_its_line(engine, version,
 
 
 def test_a_release_outside_the_modelled_ones_is_predicted_as_its_line_and_says_so():
-    newer = gpucast.predict(_job(engine="vllm", engine_version="0.19.1"), "h100").serving
+    newer = gpucast.predict(_job(engine="vllm", engine_version="0.13.2"), "h100").serving
     same = gpucast.predict(_job(engine="vllm", engine_version="0.11"), "h100").serving
     assert newer["tpot_s"] == same["tpot_s"] and newer["ttft_s"] == same["ttft_s"]
-    assert any("vllm 0.19.1 runs with vllm 0.11's defaults" in n and "0.8 on" in n for n in newer["notes"])
+    assert any("vllm 0.13.2 runs with vllm 0.11's defaults" in n and "0.8 to before 0.14" in n for n in newer["notes"])
     assert not any("RELEASE_LINES" in n for n in same["notes"])
     # a YAML or JSON number is its text (1.0, 0.11); the CLI keeps --set's text (0.10 is not 0.1)
     assert Serve(engine="trtllm", engine_version=1.0).engine_version == "1.0"

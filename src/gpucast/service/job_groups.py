@@ -198,7 +198,7 @@ class ServeSpec(BaseModel):
     engine: Optional[str] = Field(None, description="vllm | sglang | trtllm | hf (default vllm).")
     engine_version: Optional[str] = Field(None, description="The engine's release, e.g. '0.19.1': it runs with the "
                                                             "defaults of the modelled release of its line (vllm 0.6 before "
-                                                            "0.8, 0.11 from 0.8; trtllm 0.11 before 1.0, 1.0 from 1.0; "
+                                                            "0.8, 0.11 from 0.8, 0.14 from 0.14; trtllm 0.11 before 1.0, 1.0 from 1.0; "
                                                             "sglang 0.4 before 0.5, 0.5 from 0.5); default the newest "
                                                             "modelled.")
     entry: Optional[Literal["offline", "server"]] = Field(None, description="vLLM's entry point: the offline LLM "

@@ -21,8 +21,9 @@ the job's ``serve`` fields over them (:func:`resolve`). What is modelled of an e
   vLLM and TensorRT-LLM on A100s), the prior below otherwise; a cluster's own, fitted by ``gpucast
   calibrate`` on its measured serving rows, comes with its environment (``Environment.serving_host_s``).
 
-* ``release`` (``serve.engine_version``): vLLM's 0.6 (2024's: the A100 set's) and 0.11 (the V1 engine,
-  the default: its batch caps by GPU memory and entry point, :func:`vllm_batch_defaults`); TensorRT-LLM's
+* ``release`` (``serve.engine_version``, any release: the modelled one of its line, gpucast.serving.RELEASE_LINES):
+  vLLM's 0.6 (2024's: the A100 set's), 0.11 (the V1 engine: its batch caps by GPU memory and entry point,
+  :func:`vllm_batch_defaults`) and 0.14 (the default: 0.11's with async scheduling, ``overlap_host``); TensorRT-LLM's
   0.11 (TensorRT engines and the C++ runtime, as
   the 2024 sets ran) and 1.0 (the PyTorch backend, the default: larger batches, the overlap scheduler
   hiding the host's work behind the GPU's, ``overlap_host``); :data:`RELEASES`. Under an all-at-once load
@@ -156,6 +157,17 @@ RELEASES: dict[tuple[str, str], Engine] = {
                "single_type_kv_cache_manager.py, SlidingWindowManager.remove_skipped_blocks) frees a sliding-window "
                "layer's blocks once the window has passed them. Its FLASH_ATTN backend runs FlashAttention-3 on "
                "Hopper (vllm/attention/utils/fa_utils.py, get_flash_attn_version: 3 on compute capability 9.0)."),
+    ("vllm", "0.14"): replace(
+        ENGINES["vllm"], release="0.14", host_per_iteration_s=2e-3, windowed_kv=True, attention_kernels=HOPPER_FA3,
+        overlap_host=True,
+        source="vLLM 0.14 (released January 2026): 0.11's V1 defaults (above) with async scheduling on by default "
+               "(vllm-project/vllm#27614; vllm/config/scheduler.py: async_scheduling None, which VllmConfig turns on "
+               "unless an option is incompatible): the scheduler prepares iteration i+1 while the GPU runs "
+               "iteration i, so the 2 ms of host work hides behind the GPU's unless the iteration is shorter, as "
+               "TensorRT-LLM 1.0's overlap scheduler. Off (the host's work adds) for speculative decoding other "
+               "than EAGLE or MTP drafts (#31998) and under pipeline parallelism (its stages add their host work "
+               "here whatever the release). A new request waits one more scheduling step for its first token: "
+               "not modelled."),
     ("trtllm", "0.11"): replace(ENGINES["trtllm"], release="0.11"),
     ("trtllm", "1.0"): replace(
         ENGINES["trtllm"], release="1.0", max_num_seqs=2048, max_num_batched_tokens=8192, block_size=32,
@@ -173,6 +185,12 @@ RELEASES: dict[tuple[str, str], Engine] = {
                "context attention on Hopper is its own warp-specialised FMHA (TMA loads, WGMMA: the "
                "FlashAttention-3 design), taken at FlashAttention-3's share."),
 }
+
+
+# vLLM's V1 releases (its batch defaults by GPU and entry point), and the speculative methods under which vLLM
+# 0.14+ keeps its scheduler synchronous (#31998: async scheduling with EAGLE/MTP drafts only)
+VLLM_V1 = ("0.11", "0.14")
+VLLM_SYNC_SPEC = ("ngram", "draft")
 
 
 @lru_cache(maxsize=1)
@@ -247,9 +265,11 @@ def resolve(serve, env=None, gpu=None, parallel=None) -> Engine:
     version = (modelled_release(name, serve.engine_version) if serve is not None and serve.engine_version
                and name in ENGINE_VERSIONS else ENGINE_VERSIONS.get(name, ("",))[-1])
     e = RELEASES.get((name, version), ENGINES[name])
-    if (name, e.release) == ("vllm", "0.11"):
+    if name == "vllm" and e.release in VLLM_V1:
         seqs, tokens = vllm_batch_defaults(gpu, serve.entry_point if serve is not None else "offline")
         e = replace(e, max_num_seqs=seqs, max_num_batched_tokens=tokens)
+        if e.overlap_host and serve is not None and serve.spec_method in VLLM_SYNC_SPEC:
+            e = replace(e, overlap_host=False)
     if (name, e.release) == ("sglang", "0.5"):
         t, p = ((parallel.tensor or 1), (parallel.pipeline or 1)) if parallel is not None else (1, 1)
         dp = t if parallel is not None and parallel.attention_dp else 0

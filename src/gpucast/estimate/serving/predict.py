@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from gpucast.estimate.serving import disagg
 from gpucast.estimate.serving.deploy import side, staged_cost
-from gpucast.estimate.serving.engines import resolve
+from gpucast.estimate.serving.engines import VLLM_V1, resolve
 from gpucast.estimate.serving.figures import figures
 from gpucast.estimate.serving.replicas import run_replicas
 from gpucast.estimate.serving.requests import requests_of
@@ -76,7 +76,7 @@ def predict_serving(job, gpu, cfg, env, context_bytes: int) -> dict:
     if serve.load != "static" and not engine.continuous:
         raise JobError(f"engine '{engine.name}' runs static batches (model.generate): set no concurrency or "
                        f"request_rate, or choose vllm, sglang or trtllm")
-    hybrid_uncached = (bool(serve.prefix_hit_rate) and (engine.name, engine.release) == ("vllm", "0.11")
+    hybrid_uncached = (bool(serve.prefix_hit_rate) and engine.name == "vllm" and engine.release in VLLM_V1
                        and model.state_bytes_per_sequence() > 0)
     if hybrid_uncached:   # vLLM turns prefix caching off for a model with linear-attention states (NO_PREFIX_NOTE)
         serve = replace(serve, prefix_hit_rate=None)
