@@ -8,7 +8,7 @@ engine's settings (``engine``, ``engine_version``: any release, run with the def
 follows (:data:`RELEASE_LINES`; unset: the newest modelled),
 ``entry`` (:data:`ENTRIES`: vLLM's defaults differ between its offline ``LLM`` class and its server) and
 the knobs that change its speed and memory: ``max_num_seqs``,
-``max_num_batched_tokens``, ``gpu_memory_utilization``, ``block_size``, ``cuda_graphs``,
+``max_num_batched_tokens``, ``gpu_memory_utilization``, ``block_size``, ``cuda_graphs``, ``chunked_prefill``,
 ``kv_cache_dtype``, ``weights`` for weight-only quantisation, ``prefix_hit_rate``, ``max_model_len``: the
 longest request the engine takes, the model's ``max_position_embeddings`` unless set; speculative decoding:
 ``spec_method`` (:data:`SPEC_METHODS`), ``spec_tokens`` (draft tokens a step, default 1) and
@@ -132,6 +132,7 @@ class Serve(_Spec):
     prefill_replicas: int | None = field(default=None, repr=False)
     prefill_tensor: int | None = field(default=None, repr=False)
     draft_model: str | None = field(default=None, repr=False)   # canonical JSON once the job has resolved it
+    chunked_prefill: bool | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len"):
@@ -152,6 +153,8 @@ class Serve(_Spec):
         self._check("prefix_hit_rate", self.prefix_hit_rate is None or (
             _is_num(self.prefix_hit_rate) and 0 <= self.prefix_hit_rate < 1), "a share in [0, 1)")
         self._check("cuda_graphs", self.cuda_graphs is None or isinstance(self.cuda_graphs, bool), "true or false")
+        self._check("chunked_prefill", self.chunked_prefill is None or isinstance(self.chunked_prefill, bool),
+                    "true or false")
         self._check("kv_cache_dtype", self.kv_cache_dtype is None or self.kv_cache_dtype in KV_CACHE_DTYPES,
                     f"one of {', '.join(KV_CACHE_DTYPES)}")
         self._check("weights", self.weights is None or self.weights in WEIGHTS, f"one of {', '.join(WEIGHTS)}")

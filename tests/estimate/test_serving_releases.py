@@ -238,3 +238,22 @@ def test_the_command_line_keeps_a_release_as_text(tmp_path):
     p = json.loads(r.stdout)
     assert p["job"]["serve"]["engine_version"] == "0.10"          # not YAML's 0.1
     assert any("vllm 0.10 runs with vllm 0.11's defaults" in n for n in p["serving"]["notes"])
+
+
+def test_trtllm_1_0_chunks_a_streams_prompts_beside_the_running_decodes():
+    # TensorRT-LLM's micro-batch scheduler without chunking (microBatchScheduler.cpp) stops at a prompt that does not
+    # fit the token budget beside the decodes already taken: a 7,990-token prompt in 8,000 waits for the batch to drain
+    def run(**serve):
+        job = Job.from_hf_config(LLAMA, batch_size=1, mode="serve", precision="bf16",
+                                 serve=dict(engine="trtllm", input_len=7990, output_len="lognormal:128,0.5", concurrency=16,
+                                            num_requests=64, max_num_batched_tokens=8000, **serve))
+        return gpucast.predict(job, "h100").serving
+    chunked, whole = run(), run(chunked_prefill=False)
+    assert whole["ttft_s"] > 10 * chunked["ttft_s"]       # waits for the running decodes (128 tokens on average)
+    assert whole["ttft_s"] > 10 * whole["tpot_s"]          # decode steps, not one prefill
+    assert resolve(Serve(engine="trtllm", concurrency=4)).chunked_prefill
+    assert not resolve(Serve(engine="trtllm")).chunked_prefill          # a static batch: trtllm-bench's sizing
+    assert not resolve(Serve(engine="trtllm", concurrency=4, engine_version="0.11")).chunked_prefill
+    assert not resolve(Serve(engine="trtllm", concurrency=4, chunked_prefill=False)).chunked_prefill
+    with pytest.raises(SpecError, match="serve.chunked_prefill"):
+        Serve(chunked_prefill="yes")

@@ -217,6 +217,9 @@ class ServeSpec(BaseModel):
     block_size: Optional[StrictInt] = Field(None, description="Tokens a KV-cache block (paged engines).")
     cuda_graphs: Optional[bool] = Field(None, description="Decode steps replayed as CUDA graphs (default: the "
                                                           "engine's).")
+    chunked_prefill: Optional[StrictBool] = Field(None, description="Prompts cut into chunks of the token budget "
+                                                  "beside the running decodes (default: the engine's; TensorRT-LLM "
+                                                  "1.x chunks under a closed loop or a request rate).")
     kv_cache_dtype: Optional[str] = Field(None, description="auto | fp8 | nvfp4 (Blackwell; trtllm, sglang).")
     spec_method: Optional[Literal["eagle3", "mtp", "ngram", "draft"]] = Field(
         None, description="Speculative decoding's drafter (draft: a separate draft model, draft_model).")

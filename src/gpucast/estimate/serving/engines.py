@@ -187,6 +187,15 @@ RELEASES: dict[tuple[str, str], Engine] = {
 }
 
 
+# TensorRT-LLM 1.x serving a stream of requests (a closed loop or a request rate): its prompts are chunked into
+# the token budget beside the running decodes. llm_args.py's enable_chunked_prefill is False, and without it the
+# C++ micro-batch scheduler (cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp) stops at the first
+# prompt that does not fit beside the decodes already taken: an 8k-token prompt at max_num_tokens 8192 waits
+# for the batch to drain (72 s TTFT where the measured deployments of issue 54 took 0.4 s). Measured serving
+# deployments run it chunked (as trtllm-bench does, PR #6582); serve.chunked_prefill false says otherwise.
+TRTLLM_CHUNKED_LOADS = ("closed", "poisson")
+
+
 # vLLM's V1 releases (its batch defaults by GPU and entry point), and the speculative methods under which vLLM
 # 0.14+ keeps its scheduler synchronous (#31998: async scheduling with EAGLE/MTP drafts only)
 VLLM_V1 = ("0.11", "0.14")
@@ -282,8 +291,11 @@ def resolve(serve, env=None, gpu=None, parallel=None) -> Engine:
         e = replace(e, host_per_iteration_s=fitted_host()[name])
     if serve is None:
         return e
+    if (name, e.release) == ("trtllm", "1.0") and serve.load in TRTLLM_CHUNKED_LOADS:
+        e = replace(e, chunked_prefill=True)   # a serving deployment's prompts chunked (TRTLLM_CHUNKED_LOADS)
     changes = {k: getattr(serve, k) for k in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
-                                               "block_size", "cuda_graphs") if getattr(serve, k) is not None}
+                                               "block_size", "cuda_graphs", "chunked_prefill")
+               if getattr(serve, k) is not None}
     if name == "hf":
         changes.pop("gpu_memory_utilization", None)
     return replace(e, **changes)
