@@ -36,8 +36,9 @@ ENGINES = ("vllm", "sglang", "trtllm", "hf")
 # Engine releases whose defaults are modelled, oldest first, each with the first release of the line it stands
 # for (until the next line's first; the oldest also stands for every earlier release); the last is an engine's
 # default (gpucast.estimate.serving.engines). vLLM's V1 engine is the default from 0.8.0 (its v0.8.0 release
-# notes; VLLM_USE_V1 on by default) and its async scheduling from 0.14.0 (vllm-project/vllm#27614), TensorRT-LLM's PyTorch backend from 1.0 (its 1.0 release notes and
-# llmapi/llm_args.py: backend "pytorch" by default), SGLang's defaults by GPU memory from 0.5. A release of
+# notes; VLLM_USE_V1 on by default) and its async scheduling from 0.14.0 (vllm-project/vllm#27614),
+# TensorRT-LLM's PyTorch backend from 1.0 (its 1.0 release notes and llmapi/llm_args.py: backend "pytorch" by
+# default), SGLang's defaults by GPU memory from 0.5. A release of
 # a line runs with the modelled release's defaults (:func:`modelled_release`; the prediction says so).
 # The other engines run the one release of theirs modelled.
 RELEASE_LINES = {"trtllm": (("0.11", "0"), ("1.0", "1.0")), "vllm": (("0.6", "0"), ("0.11", "0.8"), ("0.14", "0.14")),

@@ -82,11 +82,11 @@ def check_plan(trace: Trace, par: Parallel) -> list[str]:
             raise JobError(f"field 'parallel.{name}': {exc}") from None
     v = par.virtual_pipeline or 1
     if v > 1 and lay.blocks % (p * v) and not laid_out:
-        slots = [(k, name) for k, name in ((1, "parallel.embedding_in_split or parallel.loss_in_split"),
-                                           (2, "parallel.embedding_in_split and parallel.loss_in_split"))
-                 if (lay.blocks + k) % (p * v) == 0]
-        hint = (f" ({lay.blocks} + {slots[0][0]} do, as Megatron's --account-for-embedding/loss-in-pipeline-split "
-                f"count them: set {slots[0][1]})") if slots else ""
+        # the embedding and/or the loss counted as a layer each (Megatron's --account-for-*-in-pipeline-split)
+        extra = next((k for k in (1, 2) if (lay.blocks + k) % (p * v) == 0), None)
+        both = "and" if extra == 2 else "or"
+        hint = (f" ({lay.blocks} + {extra} do, as Megatron's --account-for-embedding/loss-in-pipeline-split count "
+                f"them: set parallel.embedding_in_split {both} parallel.loss_in_split)") if extra else ""
         raise JobError(f"field 'parallel.virtual_pipeline' ({v}) must divide the layers of each of the {p} "
                        f"stages: {trace.model}'s {lay.blocks} layers do not split into {p} x {v} equal chunks{hint}")
     e = par.expert or 1

@@ -41,7 +41,10 @@ def release_note(serve, engine) -> list[str]:
     if not asked or release_key(asked) == release_key(engine.release):
         return []
     _modelled, first, until = release_line(engine.name, asked)
-    span = f"before {until}" if release_key(first) == (0,) else f"{first} to before {until}" if until else f"{first} on"
+    if release_key(first) == (0,):   # the oldest line: every earlier release
+        span = f"before {until}"
+    else:
+        span = f"{first} to before {until}" if until else f"{first} on"
     return [f"{engine.name} {asked} runs with {engine.name} {engine.release}'s defaults, the modelled release of its "
             f"line ({engine.name} {span}: gpucast.serving.RELEASE_LINES)"]
 
