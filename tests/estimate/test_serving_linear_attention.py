@@ -102,6 +102,27 @@ def test_a_composite_config_serves_its_language_model():
     assert a["memory"]["state_bytes_per_sequence"] == b["memory"]["state_bytes_per_sequence"] > 0
 
 
+def test_a_deep_composite_config_is_served_from_its_cut_language_model():
+    # 32 layers: the estimator traces the language model cut to one and two periods (layers.layer_sample), a
+    # model of the text config's own type (qwen3_5_text), not the composite's
+    text = dict(DENSE_TEXT, num_hidden_layers=32)
+    vlm = {"model_type": "qwen3_5", "text_config": dict(text),
+           "vision_config": {"depth": 1, "hidden_size": 64, "num_heads": 2, "out_hidden_size": 512}}
+    a = gpucast.predict(_job(vlm), "h100").serving
+    b = gpucast.predict(_job(text), "h100").serving
+    assert a["tpot_s"] == pytest.approx(b["tpot_s"], rel=1e-6)
+
+
+def test_a_composite_config_without_architectures_trains_its_language_model():
+    vlm = {"model_type": "qwen3_5", "text_config": dict(DENSE_TEXT),
+           "vision_config": {"depth": 1, "hidden_size": 64, "num_heads": 2, "out_hidden_size": 512}}
+
+    def trained(cfg):
+        return gpucast.predict(Job.from_hf_config(cfg, batch_size=2, seq_len=256, precision="bf16"), "h100")
+    a, b = trained(vlm), trained(DENSE_TEXT)
+    assert a.parameters == b.parameters and a.flops > 0
+
+
 def test_tensor_parallel_ranks_hold_a_share_of_the_state():
     one = gpucast.predict(_job(HYBRID), "h100").serving["memory"]["state_bytes_per_sequence"]
     job = Job.from_hf_config(HYBRID, batch_size=8, precision="bf16", mode="serve", gpus=2, parallel=dict(tensor=2),
@@ -249,6 +270,20 @@ def test_glm5_shared_indexer_layers_keep_no_index_keys():
     assert kv_bytes_per_token(_job(glm)) == 4 * 160 * 2 + 2 * (64 + 4)
     served = gpucast.predict(_job(glm), "h100").serving
     assert served["finished"] == served["requests"]
+
+
+def test_a_sparse_attention_model_trains_as_its_dense_sibling_and_says_so():
+    # transformers' V3.2 needs the dense mask a fused attention leaves out; training is costed as the dense
+    # MLA model with the same weights (the indexer's projections aside), as V3.2's dense warm-up runs
+    dense = {k: v for k, v in DSA.items() if not k.startswith("index_")}
+    dense["model_type"] = "deepseek_v3"
+
+    def trained(cfg):
+        return gpucast.predict(Job.from_hf_config(cfg, batch_size=1, seq_len=512, precision="bf16"), "h100")
+    sparse, mla = trained(DSA), trained(dense)
+    assert sparse.flops == mla.flops and sparse.parameters == mla.parameters
+    assert any("sparse attention is costed dense" in n for n in sparse.notes)
+    assert not any("sparse attention" in n for n in mla.notes)
 
 
 def test_sparse_attention_grows_less_with_the_context_than_dense_mla():

@@ -188,11 +188,15 @@ def _model_class(cfg):
 
 
 def _config(job):
+    from gpucast.graph import sparse_attention
+
     transformers = imports.load("transformers")
-    data = json.loads(job.hf_config)
-    data = {k: v for k, v in data.items() if k != "model_type"}
+    # a sparse-attention model (DeepSeek-V3.2, GLM-5) as its dense sibling: transformers' own masks a dense
+    # attention eagerly and needs the mask a fused path leaves out (gpucast.graph.sparse_attention)
     try:
-        return transformers.AutoConfig.for_model(json.loads(job.hf_config)["model_type"], **data)
+        full = sparse_attention.traced_data(json.loads(job.hf_config))
+        data = {k: v for k, v in full.items() if k != "model_type"}
+        return transformers.AutoConfig.for_model(full["model_type"], **data)
     except Exception as exc:  # a config transformers rejects; gpucast's own faults are not the config's
         if internal_cause(exc) is not None:
             raise
@@ -204,6 +208,11 @@ def _build(cfg):
     sdpa = imports.load("transformers.integrations.sdpa_attention")
     transformers.AttentionInterface.register(_ATTN, sdpa.sdpa_attention_forward)
     cls = _model_class(cfg)
+    want = getattr(cls, "config_class", None)
+    if isinstance(want, type) and not isinstance(cfg, want) and hasattr(cfg, "get_text_config"):
+        text = cfg.get_text_config()   # a composite config without architectures: its language model's class
+        if isinstance(text, want):
+            cfg = text
     cfg._attn_implementation = _ATTN
     try:
         model = cls(cfg)
@@ -225,6 +234,7 @@ def factories(job):
     import torch
     from torch import nn
 
+    from gpucast.graph import linear_attention, linear_attention_backward  # noqa: F401  (the fused ops' backwards)
     from gpucast.zoo.base import default_loss, first_tensor
 
     cfg = _config(job)
@@ -269,12 +279,19 @@ def factories(job):
         def __init__(self):
             super().__init__()
             self.model = _build(cfg)
+            self.fused = linear_attention.patch_model(self.model)   # gated delta-nets, Mamba-2 (linear_attention)
 
         def forward(self, *inputs):
             kwargs = dict(zip(names, inputs))
             if "use_cache" in self.model.forward.__code__.co_varnames:
                 kwargs["use_cache"] = False
-            return self.model(**kwargs)
+            if not (self.fused and inputs and inputs[0].device.type == "meta"):   # a real GPU runs transformers'
+                return self.model(**kwargs)                                       # own (hub or torch) kernels
+            token = linear_attention.ACTIVE.set(linear_attention.STATELESS)
+            try:
+                return self.model(**kwargs)
+            finally:
+                linear_attention.ACTIVE.reset(token)
 
     def loss_fn(output, inputs):
         import torch.nn.functional as F

@@ -44,6 +44,10 @@ A gated delta-net's state, and a Mamba-2 conv state, take the model's dtype (vLL
 and ``mamba_ssm_cache_dtype`` default to ``auto``: the model dtype). :func:`state_bytes` is a sequence's
 state over the model's linear layers.
 
+**Training and plain forwards** (:func:`patch_model`, :data:`ACTIVE` ``"stateless"`` while a meta-device trace of
+such a model runs its forward: :mod:`gpucast.graph.hf`) record the same fused ops with an empty state; their
+backwards are :mod:`gpucast.graph.linear_attention_backward`'s (which :mod:`gpucast.graph.hf` imports).
+
 Not modelled: other hybrids of Mamba-2 (Falcon-H1's parallel heads, Zamba-2's shared blocks), Mamba-1
 (Jamba), Kimi's delta attention and lightning attention (MiniMax): refused; the transformers ``hf`` engine
 (its eager torch fallback) for these models; prefix caching of states; the kernels' own efficiency (their
@@ -86,6 +90,7 @@ SSD_CHUNK_KERNELS = 5
 # Set (to "fresh": no history, or "cached") while a serving trace runs its paged forward: the patched kernel
 # functions record this module's ops instead of transformers' fallbacks.
 ACTIVE: contextvars.ContextVar[str | None] = contextvars.ContextVar("gpucast_linear_attention", default=None)
+STATELESS = "stateless"   # a training (or plain) forward: the fused kernels with no cache (module docstring)
 
 _LIB = torch.library.Library("gpucast", "FRAGMENT")
 _LIB.define("causal_conv1d(Tensor x, Tensor state, Tensor weight, bool cached) -> Tensor")
@@ -112,7 +117,8 @@ def _ssd_fake(x, dt, B, C, state, chunk, cached):
 causal_conv1d = torch.ops.gpucast.causal_conv1d
 gated_delta_rule = torch.ops.gpucast.gated_delta_rule
 ssd_scan = torch.ops.gpucast.ssd_scan
-OPS = frozenset({"causal_conv1d", "gated_delta_rule", "ssd_scan"})
+OPS = frozenset({"causal_conv1d", "gated_delta_rule", "ssd_scan", "causal_conv1d_backward",
+                 "gated_delta_rule_backward", "ssd_scan_backward"})
 
 
 def chunk_flops(tokens: int, dk: int, dv: int) -> int:
@@ -122,7 +128,7 @@ def chunk_flops(tokens: int, dk: int, dv: int) -> int:
 
 
 @register_flop_formula(causal_conv1d)
-def _conv_flop(x_shape, state_shape, weight_shape, cached, out_shape=None, **kwargs) -> int:
+def conv_flops(x_shape, state_shape, weight_shape, cached, out_shape=None, **kwargs) -> int:
     return 2 * math.prod(x_shape) * weight_shape[-1]
 
 
@@ -136,7 +142,7 @@ def _rule_flop(q_shape, k_shape, v_shape, g_shape, beta_shape, state_shape, cach
 
 
 @register_flop_formula(ssd_scan)
-def _ssd_flop(x_shape, dt_shape, b_shape, c_shape, state_shape, chunk, cached, out_shape=None, **kwargs) -> int:
+def ssd_flops(x_shape, dt_shape, b_shape, c_shape, state_shape, chunk, cached, out_shape=None, **kwargs) -> int:
     batch, tokens, heads, p = x_shape
     groups, n = b_shape[-2], b_shape[-1]
     if tokens == 1:
@@ -162,6 +168,7 @@ def _rule_kernels(name, args) -> int:
     if args[0].shape[1] == 1:
         return 1
     return CHUNK_KERNELS if name == "gated_delta_rule" else SSD_CHUNK_KERNELS
+
 
 
 # --------------------------------------------------------------------------- the model's shapes
@@ -216,6 +223,27 @@ _FUNCTIONS = {"gated_delta_net": ("causal_conv1d_forward", "torch_chunk_gated_de
               "mamba2": ("causal_conv1d_forward", "mamba2_scan_forward")}
 
 
+def kind_of(cfg) -> str | None:
+    """``gated_delta_net`` or ``mamba2`` for a config whose linear-attention layers this module runs; None otherwise."""
+    t = getattr(cfg, "model_type", None)
+    return "gated_delta_net" if t in GATED_DELTA_NET else "mamba2" if t in MAMBA2 else None
+
+
+def patch_model(model, kind: str | None = None) -> bool:
+    """Route the linear-attention kernel functions of a built transformers ``model`` (``kind``, else its config's:
+    :func:`kind_of`) through this module's ops (:func:`patch`); False when it has no mixer of that kind."""
+    kind = kind or kind_of(getattr(model, "config", None))
+    if kind is None:
+        return False
+    mixer = (lambda x: type(x).__name__.endswith("GatedDeltaNet")) if kind == "gated_delta_net" else \
+        (lambda x: hasattr(x, "ssm_state_size") and hasattr(x, "conv1d"))   # a Mamba-2 mixer of any model
+    module = next((type(x).__module__ for x in model.modules() if mixer(x)), None)
+    if module is None:
+        return False
+    patch(module, kind)
+    return True
+
+
 def patch(module_name: str, kind: str) -> None:
     """Route a transformers modeling module's linear-attention kernel functions (``kind``: gated_delta_net or
     mamba2) through this module's ops while :data:`ACTIVE` is set (the originals otherwise). Idempotent."""
@@ -234,21 +262,26 @@ def patch(module_name: str, kind: str) -> None:
 
 
 def _conv(orig):
-    """``causal_conv1d_forward`` as :data:`ACTIVE` asks: the conv state read from the layer's cache."""
+    """``causal_conv1d_forward`` as :data:`ACTIVE` asks: the conv state read from the layer's cache (none when
+    ``"stateless"``)."""
     def forward(conv1d, hidden_states, cache, layer_idx, *args, **kwargs):
         mode = ACTIVE.get()
         if mode is None:
             return orig(conv1d, hidden_states, cache, layer_idx, *args, **kwargs)
-        state = cache.layers[layer_idx].conv_states[0]
+        state = hidden_states.new_empty(0) if mode == STATELESS else cache.layers[layer_idx].conv_states[0]
         return causal_conv1d(hidden_states, state, conv1d.weight.squeeze(1), mode == "cached")
     return forward
 
 
 def _rule(orig):
     """A chunked or recurrent gated delta rule as :data:`ACTIVE` asks (the state updated in place, as fla's
-    kernels update an initial state)."""
+    kernels update an initial state; none when ``"stateless"``)."""
     def run(query, key, value, g, beta, *args, initial_state=None, **kwargs):
         mode = ACTIVE.get()
+        if mode == STATELESS:   # the kernel writes a final state only when asked (a forward that keeps a cache)
+            b, _, h, dv = value.shape
+            final = value.new_empty(b, h, query.shape[-1], dv) if kwargs.get("output_final_state") else None
+            return gated_delta_rule(query, key, value, g, beta, value.new_empty(0), False), final
         if mode is None or initial_state is None:
             return orig(query, key, value, g, beta, *args, initial_state=initial_state, **kwargs)
         return gated_delta_rule(query, key, value, g, beta, initial_state, mode == "cached"), initial_state
@@ -256,13 +289,15 @@ def _rule(orig):
 
 
 def _scan(orig):
-    """``mamba2_scan_forward`` as :data:`ACTIVE` asks: the SSM state read from the layer's cache."""
+    """``mamba2_scan_forward`` as :data:`ACTIVE` asks: the SSM state read from the layer's cache (none when
+    ``"stateless"``)."""
     def forward(module, hidden_states, B, C, dt, cache, **kwargs):
         mode = ACTIVE.get()
-        if mode is None or cache is None:
+        if mode is None or (cache is None and mode != STATELESS):
             return orig(module, hidden_states, B, C, dt, cache, **kwargs)
         b, t = hidden_states.shape[:2]
-        state = cache.layers[module.layer_idx].recurrent_states[0]
+        state = (hidden_states.new_empty(0) if mode == STATELESS
+                 else cache.layers[module.layer_idx].recurrent_states[0])
         y = ssd_scan(hidden_states.view(b, t, module.num_heads, module.head_dim), dt,
                      B.view(b, t, module.n_groups, module.ssm_state_size),
                      C.view(b, t, module.n_groups, module.ssm_state_size), state, int(module.chunk_size),

@@ -220,10 +220,7 @@ def _build(job) -> _Model:
             model = model.to(weights)
     model.eval()
     if shape["linear"]:   # the engines' fused kernels instead of transformers' torch fallbacks (linear_attention)
-        kind = shape["linear"]["kind"]
-        mixer = (lambda x: type(x).__name__.endswith("GatedDeltaNet")) if kind == "gated_delta_net" else \
-            (lambda x: hasattr(x, "ssm_state_size") and hasattr(x, "conv1d"))   # a Mamba-2 mixer of any model
-        linear_attention.patch(next(type(x).__module__ for x in model.modules() if mixer(x)), kind)
+        linear_attention.patch_model(model, shape["linear"]["kind"])
     if model.config._attn_implementation == hf._ATTN:  # SDPA: ours adds the cache's masks (module docstring)
         model.config._attn_implementation = _ATTN
     elif model.config._attn_implementation == "eager" and cfg.model_type in SINK_ATTENTION:

@@ -58,6 +58,7 @@ from gpucast.graph.memory import MemoryTracker
 from gpucast.graph.precision import TE_RECIPES, amp_dtype, pure_dtype, te_layers_of
 from gpucast.graph.mirror import CudaMirror
 from gpucast.graph.trace import FP8_WEIGHT_WORK, WEIGHT_COPIES, OpRecord, Trace
+from gpucast.graph.sparse_attention import SIBLINGS as SPARSE_SIBLINGS
 from gpucast.job import Job
 from gpucast.optim import make_optimizer
 from gpucast.surroundings import DEFAULT_STACK, Stack
@@ -451,6 +452,8 @@ def _capture(job: Job) -> Trace:
     notes = []
     if job.precision == "amp-fp16":
         notes.append("amp-fp16: GradScaler's unscale and found_inf check are included")
+    if job.model.removeprefix("hf:") in SPARSE_SIBLINGS:   # built as the dense sibling (gpucast.graph.hf._config)
+        notes.append("DeepSeek sparse attention is costed dense here, as V3.2's dense warm-up trains (no indexer)")
     if te_layers is not None:
         notes.append(f"Transformer Engine's fused layers (Megatron-Core): {te_layers['norms']} norms, "
                      f"{te_layers['gated_mlps']} gated MLPs as one kernel each way, the rotary embedding fused"

@@ -77,6 +77,7 @@ def layer_sample(job, layers: int):
     if period and layers % period == 0:
         cfg, name, lists = _layer_lists(job)
         small = dict(cfg, **{name: layers}, **{k: v[:layers] for k, v in lists.items()})
-        cut = job.with_(hf_config=canonical_json(small))
+        # a composite config's language model is a model of its own type (Qwen3.5's qwen3_5_text)
+        cut = job.with_(model=f"hf:{small.get('model_type') or job.model[3:]}", hf_config=canonical_json(small))
     _SAMPLES[key] = cut
     return cut
