@@ -182,6 +182,11 @@ def _model_class(cfg):
         if isinstance(name, (tuple, list)):
             name = name[0]
         cls = getattr(transformers, name, None) if name else None
+        if cls is not None and mapping is ma.MODEL_MAPPING_NAMES and name.endswith("TextModel") \
+                and getattr(cfg, "vocab_size", None):   # a VLM's decoder alone: with its head (gpucast.graph.text_lm)
+            from gpucast.graph.text_lm import causal_lm
+
+            return causal_lm(cls)
         if cls is not None:
             return cls
     raise JobError(f"Hugging Face model type {t!r} has no model class gpucast can build")
