@@ -133,11 +133,34 @@ def test_tensor_parallel_ranks_hold_a_share_of_the_state():
 def test_unmodelled_engines_and_layers_are_one_error_line():
     with pytest.raises(JobError, match="engine 'hf' with linear-attention layers"):
         gpucast.predict(_job(HYBRID, engine="hf"), "h100")
-    kimi = {"model_type": "kimi_linear", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
-            "vocab_size": 1000, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    lightning = {"model_type": "minimax", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 256, "num_local_experts": 2,
+                 "vocab_size": 1000, "layer_types": ["linear_attention", "full_attention"]}
     with pytest.raises(JobError) as err:
-        gpucast.predict(_job(kimi), "h100")
+        gpucast.predict(_job(lightning), "h100")
     assert "\n" not in str(err.value) and "not modelled" in str(err.value)
+
+
+# ----------------------------------------------------------------- Kimi delta attention (Kimi Linear)
+KIMI = {"model_type": "kimi_linear", "hidden_size": 256, "num_hidden_layers": 8, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "kv_lora_rank": 64, "q_lora_rank": None, "qk_rope_head_dim": 16,
+        "qk_nope_head_dim": 32, "v_head_dim": 32, "intermediate_size": 512, "moe_intermediate_size": 64,
+        "num_experts": 8, "num_experts_per_token": 2, "num_shared_experts": 1, "linear_num_heads": 4,
+        "linear_head_dim": 32, "linear_conv_kernel_dim": 4, "vocab_size": 1024, "max_position_embeddings": 8192,
+        "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 2, "mlp_layer_types": ["dense"] + ["sparse"] * 7}
+
+
+def test_kimi_linear_keeps_mla_latents_in_its_full_layers_and_a_state_in_its_delta_layers():
+    job = _job(KIMI)
+    # 2 MLA layers x (64 latent + 16 rotary) x 2 bytes; 6 KDA layers x (3 x 4 x 32 conv channels x 3 inputs +
+    # 4 heads x 32 x 32 state) x 2 bytes
+    assert kv_bytes_per_token(job) == 2 * 80 * 2
+    assert state_bytes_per_sequence(job) == 6 * (3 * 4 * 32 * 3 + 4 * 32 * 32) * 2
+    ops = [o.op for o in trace_iteration(job, 2, 1, 100).ops]
+    assert ops.count("gated_delta_rule") == ops.count("causal_conv1d") == 6
+    served = gpucast.predict(job, "h100").serving
+    assert served["finished"] == served["requests"]
 
 
 # ----------------------------------------------------------------- Mamba-2 hybrids (Nemotron-H)

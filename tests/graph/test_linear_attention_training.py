@@ -1,4 +1,4 @@
-"""Gated delta-nets and Mamba-2 layers in training traces: the fused kernels and their backwards.
+"""Gated delta-nets, Kimi delta attention and Mamba-2 layers in training traces: the fused kernels and their backwards.
 
 The independent reasons behind the assertions: Megatron-Core and transformers with the hub's kernels train these
 layers with fla's and mamba-ssm's fused kernels, one forward and one backward op a layer, not transformers' torch
@@ -34,12 +34,20 @@ def _trace(cfg, seq=512):
     return trace(Job.from_hf_config(cfg, batch_size=2, seq_len=seq, precision="bf16", optimizer="adamw"))
 
 
-@pytest.mark.parametrize("cfg, forward_op", [(GDN, "gated_delta_rule"), (MAMBA2, "ssd_scan")])
+KDA = {"model_type": "kimi_linear", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+       "num_key_value_heads": 4, "kv_lora_rank": 64, "q_lora_rank": None, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32,
+       "v_head_dim": 32, "intermediate_size": 512, "linear_num_heads": 4, "linear_head_dim": 32,
+       "linear_conv_kernel_dim": 4, "vocab_size": 1024, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+       "layer_types": ["linear_attention"] * 3 + ["full_attention"], "mlp_layer_types": ["dense"] * 4}
+
+
+@pytest.mark.parametrize("cfg, forward_op", [(GDN, "gated_delta_rule"), (KDA, "gated_delta_rule"),
+                                             (MAMBA2, "ssd_scan")])
 def test_each_mixer_trains_as_one_fused_op_and_its_backward(cfg, forward_op):
     t = _trace(cfg)
     ops = collections.Counter((o.op, o.phase) for o in t.ops)
     layers = ops[(forward_op, "fwd")]
-    assert layers == 3 if cfg is GDN else layers == 2
+    assert layers == (2 if cfg is MAMBA2 else 3)
     assert ops[(f"{forward_op}_backward", "bwd")] == layers
     assert ops[("causal_conv1d", "fwd")] == ops[("causal_conv1d_backward", "bwd")] == layers
     fwd = sum(o.flops for o in t.ops if o.op == forward_op)

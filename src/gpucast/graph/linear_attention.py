@@ -1,4 +1,4 @@
-"""Linear-attention layers (gated delta-nets, Mamba-2) as serving engines run them: a state per sequence.
+"""Linear-attention layers (gated delta-nets, Kimi delta attention, Mamba-2) as engines run them: a state per sequence.
 
 Qwen3-Next and Qwen3.5 (Hugging Face ``layer_types`` ``"linear_attention"``) interleave full-attention layers
 with gated delta-net layers (Yang, Kautz and Hatamizadeh, "Gated Delta Networks", ICLR 2025). Such a layer
@@ -23,6 +23,12 @@ fp32 copies) are what a GPU runs without ``fla``, not what an engine runs, so a 
   triangular inverse ``~c^2``, the state pass ``V_new = U - W S`` and ``S += K^T V_new`` at ``4 dk dv`` and the
   inter-chunk output ``Q S`` at ``2 dk dv``) in :data:`CHUNK_KERNELS` kernels. Both read the state when
   ``cached`` and always write it (bytes at the state's dtype).
+
+Kimi Linear (``kimi_linear``: three Kimi delta attention layers to one MLA layer; Kimi Team, "Kimi Linear", 2025)
+keeps the same two states per layer: q, k and v each through a short causal conv (``3 x linear_num_heads x
+linear_head_dim`` channels) and a ``linear_head_dim`` square matrix per head. KDA is a gated delta rule whose decay
+is per channel rather than per head; fla's ``chunk_kda`` / ``fused_recurrent_kda`` kernels are costed as the gated
+delta rule's (the per-channel decay's extra intra-chunk work is not modelled), recorded by the same ops.
 
 Mamba-2 layers (Dao and Gu, "Transformers are SSMs", ICML 2024; Nemotron-H, IBM Granite-4 and Bamba:
 ``layer_types`` ``"linear_attention"`` beside ``full_attention``, and Nemotron-H's ``mlp`` and ``moe``
@@ -49,7 +55,7 @@ such a model runs its forward: :mod:`gpucast.graph.hf`) record the same fused op
 backwards are :mod:`gpucast.graph.linear_attention_backward`'s (which :mod:`gpucast.graph.hf` imports).
 
 Not modelled: other hybrids of Mamba-2 (Falcon-H1's parallel heads, Zamba-2's shared blocks), Mamba-1
-(Jamba), Kimi's delta attention and lightning attention (MiniMax): refused; the transformers ``hf`` engine
+(Jamba), lightning attention (MiniMax): refused; the transformers ``hf`` engine
 (its eager torch fallback) for these models; prefix caching of states; the kernels' own efficiency (their
 FLOPs run at the fused attention kernels' achieved rate, :mod:`gpucast.estimate.achieved`).
 """
@@ -68,6 +74,9 @@ from gpucast.graph import rules
 # Model types whose "linear_attention" layers are gated delta-nets with transformers' kernel functions
 # (causal_conv1d_forward, torch_chunk_gated_delta_rule, torch_recurrent_gated_delta_rule in the model's module).
 GATED_DELTA_NET = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
+# Model types whose "linear_attention" layers are Kimi delta attention (KDA: a gated delta rule whose decay is
+# per channel) with transformers' chunk_kimi_delta_attention and recurrent_kimi_delta_attention.
+KIMI_DELTA = frozenset({"kimi_linear"})
 # Model types whose "linear_attention" layers are Mamba-2 mixers with transformers' causal_conv1d_forward and
 # mamba2_scan_forward (and whose other layers are full attention, MLP or MoE blocks).
 MAMBA2 = frozenset({"nemotron_h", "granitemoehybrid", "bamba"})
@@ -188,9 +197,15 @@ def dims(cfg) -> dict | None:
         ssm = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(getattr(cfg, "mamba_ssm_cache_dtype", "")))
         return {"kind": "mamba2", "layers": layers, "conv": (heads * p + 2 * groups * n, kernel - 1),
                 "state": (heads, p, n), "state_bytes": ssm}
+    if cfg.model_type in KIMI_DELTA:   # q, k and v of linear_head_dim per head, each through its own short conv
+        heads, d = int(cfg.linear_num_heads), int(cfg.linear_head_dim)
+        ssm = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(getattr(cfg, "mamba_ssm_cache_dtype", "")))
+        return {"kind": "kimi_delta", "layers": layers, "conv": (3 * heads * d, int(cfg.linear_conv_kernel_dim) - 1),
+                "state": (heads, d, d), "state_bytes": ssm}
     if cfg.model_type not in GATED_DELTA_NET:
-        raise ValueError(f"the linear-attention layers of {cfg.model_type!r} are not modelled (gated delta-nets and "
-                         f"Mamba-2 only: {', '.join(sorted(GATED_DELTA_NET | MAMBA2))})")
+        raise ValueError(f"the linear-attention layers of {cfg.model_type!r} are not modelled (gated delta-nets, "
+                         f"Kimi delta attention and Mamba-2 only: "
+                         f"{', '.join(sorted(GATED_DELTA_NET | KIMI_DELTA | MAMBA2))})")
     dk, dv = int(cfg.linear_key_head_dim), int(cfg.linear_value_head_dim)
     hk, hv = int(cfg.linear_num_key_heads), int(cfg.linear_num_value_heads)
     return {"kind": "gated_delta_net", "layers": layers,
@@ -218,15 +233,18 @@ def state_dtype(linear: dict, dtype: torch.dtype) -> torch.dtype:
 
 
 # --------------------------------------------------------------------------- the kernels a trace records
-_FUNCTIONS = {"gated_delta_net": ("causal_conv1d_forward", "torch_chunk_gated_delta_rule",
+_FUNCTIONS = {"kimi_delta": ("causal_conv1d_forward", "chunk_kimi_delta_attention", "recurrent_kimi_delta_attention"),
+              "gated_delta_net": ("causal_conv1d_forward", "torch_chunk_gated_delta_rule",
                                    "torch_recurrent_gated_delta_rule"),
               "mamba2": ("causal_conv1d_forward", "mamba2_scan_forward")}
 
 
 def kind_of(cfg) -> str | None:
-    """``gated_delta_net`` or ``mamba2`` for a config whose linear-attention layers this module runs; None otherwise."""
+    """``gated_delta_net``, ``kimi_delta`` or ``mamba2`` for a config whose linear-attention layers this module
+    runs; None otherwise."""
     t = getattr(cfg, "model_type", None)
-    return "gated_delta_net" if t in GATED_DELTA_NET else "mamba2" if t in MAMBA2 else None
+    return ("gated_delta_net" if t in GATED_DELTA_NET else "kimi_delta" if t in KIMI_DELTA
+            else "mamba2" if t in MAMBA2 else None)
 
 
 def patch_model(model, kind: str | None = None) -> bool:
@@ -235,8 +253,9 @@ def patch_model(model, kind: str | None = None) -> bool:
     kind = kind or kind_of(getattr(model, "config", None))
     if kind is None:
         return False
-    mixer = (lambda x: type(x).__name__.endswith("GatedDeltaNet")) if kind == "gated_delta_net" else \
-        (lambda x: hasattr(x, "ssm_state_size") and hasattr(x, "conv1d"))   # a Mamba-2 mixer of any model
+    mixer = {"gated_delta_net": lambda x: type(x).__name__.endswith("GatedDeltaNet"),
+             "kimi_delta": lambda x: type(x).__name__.endswith("DeltaAttention"),
+             "mamba2": lambda x: hasattr(x, "ssm_state_size") and hasattr(x, "conv1d")}[kind]   # Mamba-2: any model
     module = next((type(x).__module__ for x in model.modules() if mixer(x)), None)
     if module is None:
         return False
@@ -255,7 +274,8 @@ def patch(module_name: str, kind: str) -> None:
             raise ValueError(f"{module_name} has no {name}: this transformers release's {kind} layer is not "
                              f"modelled")
     wrappers = {"causal_conv1d_forward": _conv, "torch_chunk_gated_delta_rule": _rule,
-                "torch_recurrent_gated_delta_rule": _rule, "mamba2_scan_forward": _scan}
+                "torch_recurrent_gated_delta_rule": _rule, "chunk_kimi_delta_attention": _rule,
+                "recurrent_kimi_delta_attention": _rule, "mamba2_scan_forward": _scan}
     for name in _FUNCTIONS[kind]:
         setattr(mod, name, wrappers[name](getattr(mod, name)))
     mod._gpucast_linear_attention = True
