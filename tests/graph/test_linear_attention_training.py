@@ -96,3 +96,13 @@ def test_a_real_device_runs_transformers_own_kernels():
     assert model.fused   # patched, yet a CPU forward has no fused kernel to call and must not ask for one
     out = model(*built.input_fn(1))
     assert torch.isfinite(out.logits).all()
+
+
+def test_a_hybrids_model_flops_count_attention_scores_in_its_attention_blocks_only():
+    from gpucast.estimate.parallel.flops import attention_blocks, model_flops_per_sample
+
+    t = _trace(MAMBA2)   # "M-M*": two Mamba-2 blocks, an MLP block and one attention block
+    assert t.layout.blocks == 4 and attention_blocks(t) == 1
+    s, h = t.layout.tokens, t.layout.hidden
+    # PaLM's 6N + 12 L h s a token, L the one attention block (no experts: every parameter is active)
+    assert model_flops_per_sample(t, t.trainable_parameters, False) == (6 * t.parameters + 12 * 1 * h * s) * s

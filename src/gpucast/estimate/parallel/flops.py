@@ -11,6 +11,10 @@ only of the adapters); say so wherever such an MFU is shown. A model without rep
 sequences takes the trace's own FLOPs (``torch.utils.flop_counter``'s formulas) per sample. A
 mixture-of-experts model counts the parameters a token is routed through: ``N`` less the routed
 experts' ``(1 - k/E)`` a token skips (the active parameters, as Megatron-Core's MoE MFU counts them).
+A hybrid model's ``L`` counts only the blocks that run softmax attention (:func:`attention_blocks`): its gated
+delta-net and Mamba-2 blocks have no ``s x s`` scores (Megatron-LM counts a hybrid's attention layers apart from
+its Mamba layers); their mixers' own FLOPs are small beside ``6N`` and are left out, as the convention leaves
+out norms.
 
 Peak: the GPU's dense tensor-core rate for the job's precision (bf16, fp16, tf32) or fp32.
 """
@@ -41,8 +45,16 @@ def model_flops_per_sample(trace: Trace, trainable: int, adapter: bool) -> float
     n = trace.parameters - idle * sum(lay.block_expert_params)       # the parameters a token meets
     trainable = trainable - idle * sum(lay.block_expert_trainable)
     s = lay.tokens
-    per_token = (4 * n + 2 * trainable if adapter else 6 * n) + 12 * lay.blocks * lay.hidden * s
+    per_token = (4 * n + 2 * trainable if adapter else 6 * n) + 12 * attention_blocks(trace) * lay.hidden * s
     return per_token * s
+
+
+def attention_blocks(trace: Trace) -> int:
+    """The repeated blocks whose forward runs a softmax-attention op (a fused SDPA/flash kernel); every block when
+    none does (attention written as matmuls and a softmax)."""
+    seen = {o.block for o in trace.ops
+            if o.block >= 0 and o.phase == "fwd" and o.category == "attention" and "attention" in o.op}
+    return len(seen) or trace.layout.blocks
 
 
 def peak_flops(gpu: GpuSpec, precision: str) -> float:
