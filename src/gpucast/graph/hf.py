@@ -284,7 +284,7 @@ def factories(job):
         def __init__(self):
             super().__init__()
             self.model = _build(cfg)
-            self.fused = linear_attention.patch_model(self.model)   # gated delta-nets, Mamba-2 (linear_attention)
+            self.fused = linear_attention.patch_model(self.model)   # delta-nets, KDA, Mamba-2 (linear_attention)
 
         def forward(self, *inputs):
             kwargs = dict(zip(names, inputs))

@@ -96,8 +96,9 @@ SSD_DECODE_FLOPS = 5
 # mamba_chunk_scan_combined's kernels: chunk_cumsum, chunk_state, state_passing, bmm_chunk (C B^T), chunk_scan.
 SSD_CHUNK_KERNELS = 5
 
-# Set (to "fresh": no history, or "cached") while a serving trace runs its paged forward: the patched kernel
-# functions record this module's ops instead of transformers' fallbacks.
+# Set (to "fresh": no history, or "cached") while a serving trace runs its paged forward, and to STATELESS while
+# a meta-device training (or plain) trace runs its forward: the patched kernel functions record this module's ops
+# instead of transformers' fallbacks.
 ACTIVE: contextvars.ContextVar[str | None] = contextvars.ContextVar("gpucast_linear_attention", default=None)
 STATELESS = "stateless"   # a training (or plain) forward: the fused kernels with no cache (module docstring)
 
@@ -126,8 +127,7 @@ def _ssd_fake(x, dt, B, C, state, chunk, cached):
 causal_conv1d = torch.ops.gpucast.causal_conv1d
 gated_delta_rule = torch.ops.gpucast.gated_delta_rule
 ssd_scan = torch.ops.gpucast.ssd_scan
-OPS = frozenset({"causal_conv1d", "gated_delta_rule", "ssd_scan", "causal_conv1d_backward",
-                 "gated_delta_rule_backward", "ssd_scan_backward"})
+OPS = frozenset({"causal_conv1d", "gated_delta_rule", "ssd_scan"})   # the forwards a serving iteration runs
 
 
 def chunk_flops(tokens: int, dk: int, dv: int) -> int:
