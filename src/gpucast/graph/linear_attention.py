@@ -194,14 +194,12 @@ def dims(cfg) -> dict | None:
             ("mamba_num_heads", "mamba_n_heads"), ("mamba_head_dim", "mamba_d_head"),
             ("ssm_state_size", "mamba_d_state"),
             ("n_groups", "mamba_n_groups"), ("conv_kernel", "mamba_d_conv")))
-        ssm = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(getattr(cfg, "mamba_ssm_cache_dtype", "")))
         return {"kind": "mamba2", "layers": layers, "conv": (heads * p + 2 * groups * n, kernel - 1),
-                "state": (heads, p, n), "state_bytes": ssm}
+                "state": (heads, p, n), "state_bytes": _ssm_bytes(cfg)}
     if cfg.model_type in KIMI_DELTA:   # q, k and v of linear_head_dim per head, each through its own short conv
         heads, d = int(cfg.linear_num_heads), int(cfg.linear_head_dim)
-        ssm = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(getattr(cfg, "mamba_ssm_cache_dtype", "")))
         return {"kind": "kimi_delta", "layers": layers, "conv": (3 * heads * d, int(cfg.linear_conv_kernel_dim) - 1),
-                "state": (heads, d, d), "state_bytes": ssm}
+                "state": (heads, d, d), "state_bytes": _ssm_bytes(cfg)}
     if cfg.model_type not in GATED_DELTA_NET:
         raise ValueError(f"the linear-attention layers of {cfg.model_type!r} are not modelled (gated delta-nets, "
                          f"Kimi delta attention and Mamba-2 only: "
@@ -211,6 +209,11 @@ def dims(cfg) -> dict | None:
     return {"kind": "gated_delta_net", "layers": layers,
             "conv": (2 * hk * dk + hv * dv, int(cfg.linear_conv_kernel_dim) - 1), "state": (hv, dk, dv),
             "state_bytes": None}
+
+
+def _ssm_bytes(cfg) -> int | None:
+    """Bytes an element of the recurrent state as the config's ``mamba_ssm_cache_dtype`` names it; None: the cache's."""
+    return {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(getattr(cfg, "mamba_ssm_cache_dtype", "")))
 
 
 def _field(cfg, *names):

@@ -251,10 +251,9 @@ def _check_causal_lm(job, cfg, cls) -> None:
         raise JobError(f"a serving iteration needs a decoder-only Hugging Face causal LM; {job.model} is not one "
                        f"(its model class is {cls.__name__})")
     other = set(getattr(cfg, "layer_types", None) or ()) - serving_config.ATTENTION_LAYERS
-    if cfg.model_type in linear_attention.GATED_DELTA_NET | linear_attention.KIMI_DELTA:
-        other.discard(linear_attention.LINEAR_LAYER)
-    if cfg.model_type in linear_attention.MAMBA2:
-        other -= {linear_attention.LINEAR_LAYER, *linear_attention.STATELESS_LAYERS}
+    kind = linear_attention.kind_of(cfg)
+    if kind is not None:   # layers linear_attention runs (and Mamba-2 hybrids' stateless MLP/MoE blocks)
+        other -= {linear_attention.LINEAR_LAYER, *(linear_attention.STATELESS_LAYERS if kind == "mamba2" else ())}
     if other:
         raise JobError(f"a serving iteration of {job.model}: its {', '.join(sorted(map(str, other)))} layers are "
                        f"not modelled (attention layers only)")

@@ -14,6 +14,7 @@ parameters beside the decoder's billions), image tokens.
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 from torch import nn
@@ -38,6 +39,7 @@ class _TextCausalLM(nn.Module):
         return (self.lm_head(hidden),)
 
 
+@functools.cache
 def causal_lm(base: type) -> type:
     """A causal-LM class around the decoder class ``base`` (module docstring), named ``<base>ForCausalLM``."""
     return type(f"{base.__name__}ForCausalLM", (_TextCausalLM,), {"base": base})
